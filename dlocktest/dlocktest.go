@@ -1,0 +1,549 @@
+// Package dlocktest is the conformance suite every dlock backend runs against
+// itself, on a real server: mutual exclusion under contention across goroutines and
+// client connections, ownership checks, expiry, extension, TTL, fencing-token
+// monotonicity, waiting, cancellation, loss notification, renewal, and bad input.
+//
+//	func TestConformance(t *testing.T) {
+//		dlocktest.Run(t, dlocktest.Backend{New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { ... }})
+//	}
+package dlocktest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"golang.org/x/sync/errgroup"
+)
+
+// Backend describes the backend under test.
+type Backend struct {
+	// New returns a Locker with its own connection(s) to the server under test,
+	// with opts as its defaults. It is called several times per test to get
+	// independent clients; their connections must be closed by t.Cleanup.
+	New func(t testing.TB, opts ...dlock.Option) dlock.Locker
+
+	// Occupy, when set, stores data that is not a lock where the lock named key
+	// would live, and returns a function that reports whether that data is still
+	// intact. It is used to check that foreign data is reported with
+	// dlock.ErrConflict and never touched.
+	Occupy func(t testing.TB, key string) (intact func() bool)
+}
+
+// Run runs the whole suite as subtests of t.
+func Run(t *testing.T, b Backend) {
+	if b.New == nil {
+		t.Fatal("dlocktest: Backend.New is nil")
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Backend)
+	}{
+		{"TryLockIsExclusive", testTryLockIsExclusive},
+		{"MutualExclusionUnderContention", testMutualExclusion},
+		{"TokensStrictlyIncrease", testTokensIncrease},
+		{"UnlockTwice", testUnlockTwice},
+		{"UnlockAfterExpiryTouchesNothing", testUnlockAfterExpiry},
+		{"ExpiryFreesLockAfterHolderWasTold", testExpiryFrees},
+		{"ExtendKeepsLock", testExtend},
+		{"TTLReportsServerTime", testTTL},
+		{"WaitTimeout", testWaitTimeout},
+		{"ContextCancelWhileWaiting", testCancelWhileWaiting},
+		{"CancelAtRandomPointsLeavesNoLock", testCancelRandom},
+		{"AutoRenewKeepsLockPastTTL", testAutoRenew},
+		{"MaxHoldCapsRenewal", testMaxHold},
+		{"DoRunsUnderLockAndReleases", testDo},
+		{"BadInput", testBadInput},
+		{"ForeignDataIsConflict", testConflict},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
+	}
+}
+
+// Key returns a lock key unique to this test run.
+func Key(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	return "dlocktest." + name + "." + hex.EncodeToString(b[:])
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustLock(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) *dlock.Lease {
+	t.Helper()
+	lease, err := l.TryLock(ctxT(t, 10*time.Second), key, opts...)
+	if err != nil {
+		t.Fatalf("TryLock(%q): %v", key, err)
+	}
+	return lease
+}
+
+func unlock(t testing.TB, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("Unlock(%q): %v", l.Key(), err)
+	}
+}
+
+func testTryLockIsExclusive(t *testing.T, b Backend) {
+	a, c := b.New(t), b.New(t)
+	key := Key(t)
+	la := mustLock(t, a, key, dlock.WithTTL(10*time.Second))
+	if la.Key() != key || la.Token() == 0 || len(la.Owner()) != 32 {
+		t.Fatalf("lease key %q token %d owner %q", la.Key(), la.Token(), la.Owner())
+	}
+	_, err := c.TryLock(ctxT(t, 5*time.Second), key)
+	var busy *dlock.BusyError
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.As(err, &busy) {
+		t.Fatalf("second TryLock: got %v, want ErrNotObtained", err)
+	}
+	if busy.Remaining <= 0 || busy.Remaining > 10*time.Second {
+		t.Errorf("busy remaining %v, want in (0, 10s]", busy.Remaining)
+	}
+	if _, err := a.TryLock(ctxT(t, 5*time.Second), key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("same client, second TryLock: got %v, want ErrNotObtained (not reentrant)", err)
+	}
+	unlock(t, la)
+	lc := mustLock(t, c, key)
+	if lc.Token() <= la.Token() {
+		t.Errorf("token after hand-over %d not above %d", lc.Token(), la.Token())
+	}
+	unlock(t, lc)
+}
+
+func testMutualExclusion(t *testing.T, b Backend) {
+	const clients, goroutines, rounds = 3, 4, 12
+	key := Key(t)
+	var inside atomic.Int32
+	var mu sync.Mutex
+	var lastToken uint64
+	var total int
+	ctx := ctxT(t, 60*time.Second)
+	g, gctx := errgroup.WithContext(ctx)
+	for c := 0; c < clients; c++ {
+		l := b.New(t, dlock.WithRetry(dlock.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+		for i := 0; i < goroutines; i++ {
+			g.Go(func() error {
+				for r := 0; r < rounds; r++ {
+					lease, err := l.Lock(gctx, key)
+					if err != nil {
+						return err
+					}
+					if !inside.CompareAndSwap(0, 1) {
+						return errors.New("two holders inside the critical section")
+					}
+					mu.Lock()
+					if lease.Token() <= lastToken {
+						mu.Unlock()
+						return errors.New("fencing token did not increase")
+					}
+					lastToken = lease.Token()
+					total++
+					mu.Unlock()
+					inside.Store(0)
+					if err := lease.Unlock(gctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if total != clients*goroutines*rounds {
+		t.Fatalf("critical sections %d, want %d", total, clients*goroutines*rounds)
+	}
+}
+
+func testTokensIncrease(t *testing.T, b Backend) {
+	key := Key(t)
+	ls := []dlock.Locker{b.New(t), b.New(t)}
+	var last uint64
+	for i := 0; i < 20; i++ {
+		l := mustLock(t, ls[i%2], key, dlock.WithTTL(5*time.Second))
+		if l.Token() <= last {
+			t.Fatalf("acquisition %d: token %d not above %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		unlock(t, l)
+	}
+}
+
+func testUnlockTwice(t *testing.T, b Backend) {
+	l := mustLock(t, b.New(t), Key(t))
+	unlock(t, l)
+	ctx := ctxT(t, 5*time.Second)
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock: %v, want ErrNotHeld", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend after Unlock: %v, want ErrNotHeld", err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("TTL after Unlock: %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Errorf("Err after Unlock: %v, want ErrReleased", l.Err())
+	}
+	var nilLease *dlock.Lease
+	if err := nilLease.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("nil lease Unlock: %v", err)
+	}
+	<-nilLease.Done()
+}
+
+// expire takes key with a short fixed TTL and returns the lease once its loss has
+// been signalled and another client has taken and released the key, so that the
+// key is gone on the server.
+func expire(t *testing.T, b Backend, key string) *dlock.Lease {
+	t.Helper()
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(60*time.Millisecond))
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after a 60ms lease")
+	}
+	if !errors.Is(la.Err(), dlock.ErrLockLost) || !errors.Is(la.Err(), dlock.ErrNotHeld) {
+		t.Fatalf("Err after expiry: %v, want ErrLockLost", la.Err())
+	}
+	return la
+}
+
+func testUnlockAfterExpiry(t *testing.T, b Backend) {
+	key := Key(t)
+	la := expire(t, b, key)
+	other := b.New(t)
+	lb, err := other.Lock(ctxT(t, 10*time.Second), key, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("Lock after expiry: %v", err)
+	}
+	ctx := ctxT(t, 5*time.Second)
+	if err := la.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale Extend: %v, want ErrNotHeld", err)
+	}
+	if err := la.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("stale Unlock: %v, want ErrNotHeld", err)
+	}
+	// The new holder's lock is untouched.
+	if ttl, err := lb.TTL(ctx); err != nil || ttl < 5*time.Second {
+		t.Fatalf("new holder TTL after stale Unlock/Extend: %v, %v", ttl, err)
+	}
+	if _, err := b.New(t).TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock while the new holder holds: %v", err)
+	}
+	unlock(t, lb)
+	// Unlock of an expired lock nobody holds: not held, and nothing re-created.
+	lc := expire(t, b, key)
+	if err := lc.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock after expiry: %v, want ErrNotHeld", err)
+	}
+	l := mustLock(t, other, key)
+	unlock(t, l)
+}
+
+func testExpiryFrees(t *testing.T, b Backend) {
+	key := Key(t)
+	const ttl = 150 * time.Millisecond
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(ttl))
+	start := time.Now()
+	lb, err := b.New(t).Lock(ctxT(t, 10*time.Second), key, dlock.WithWait(5*time.Second))
+	got := time.Now()
+	if err != nil {
+		t.Fatalf("Lock after expiry: %v", err)
+	}
+	defer unlock(t, lb)
+	if d := la.Deadline(); d.After(got) {
+		t.Errorf("holder deadline %v after the next acquisition", d.Sub(got))
+	}
+	if el := got.Sub(start); el < ttl-dlock.DriftFloor-time.Duration(float64(ttl)*dlock.DefaultDriftFactor) {
+		t.Errorf("acquired %v after a %v lease was taken", el, ttl)
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder never told of the loss")
+	}
+	if !errors.Is(la.Err(), dlock.ErrLockLost) {
+		t.Errorf("holder Err %v, want ErrLockLost", la.Err())
+	}
+}
+
+func testExtend(t *testing.T, b Backend) {
+	key := Key(t)
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(time.Second))
+	d0 := la.Deadline()
+	ctx := ctxT(t, 5*time.Second)
+	if err := la.Extend(ctx, 20*time.Second); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if !la.Deadline().After(d0.Add(10 * time.Second)) {
+		t.Errorf("deadline not moved by Extend")
+	}
+	ttl, err := la.TTL(ctx)
+	if err != nil || ttl <= 15*time.Second || ttl > 20*time.Second {
+		t.Fatalf("TTL after Extend(20s): %v, %v", ttl, err)
+	}
+	_, err = b.New(t).TryLock(ctx, key)
+	var busy *dlock.BusyError
+	if !errors.As(err, &busy) || busy.Remaining <= 15*time.Second {
+		t.Fatalf("TryLock of extended lock: %v", err)
+	}
+	for _, bad := range []time.Duration{0, -time.Second, 500 * time.Microsecond, dlock.MaxTTL + 1} {
+		if err := la.Extend(ctx, bad); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Extend(%v): %v, want ErrInvalid", bad, err)
+		}
+	}
+	if la.Err() != nil {
+		t.Fatalf("lease ended by bad Extend: %v", la.Err())
+	}
+	unlock(t, la)
+}
+
+func testTTL(t *testing.T, b Backend) {
+	la := mustLock(t, b.New(t), Key(t), dlock.WithTTL(10*time.Second))
+	ttl, err := la.TTL(ctxT(t, 5*time.Second))
+	if err != nil || ttl <= 9*time.Second || ttl > 10*time.Second {
+		t.Fatalf("TTL: %v, %v; want in (9s, 10s]", ttl, err)
+	}
+	unlock(t, la)
+}
+
+func testWaitTimeout(t *testing.T, b Backend) {
+	key := Key(t)
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(20*time.Second))
+	defer unlock(t, la)
+	l := b.New(t)
+	start := time.Now()
+	_, err := l.Lock(ctxT(t, 10*time.Second), key, dlock.WithWait(150*time.Millisecond))
+	el := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with wait: %v, want ErrNotObtained", err)
+	}
+	if el < 150*time.Millisecond || el > 5*time.Second {
+		t.Errorf("Lock with 150ms wait returned after %v", el)
+	}
+	if _, err := l.Lock(ctxT(t, 10*time.Second), key, dlock.WithWait(0)); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with zero wait: %v", err)
+	}
+	_, err = l.Lock(ctxT(t, 10*time.Second), key, dlock.WithRetry(dlock.LimitAttempts(dlock.FixedBackoff(time.Millisecond), 3)))
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock with 3 attempts: %v", err)
+	}
+}
+
+func testCancelWhileWaiting(t *testing.T, b Backend) {
+	key := Key(t)
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(20*time.Second))
+	defer unlock(t, la)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.New(t).Lock(ctx, key)
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock: %v, want ErrNotObtained and context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelled Lock did not return")
+	}
+}
+
+func testCancelRandom(t *testing.T, b Backend) {
+	key := Key(t)
+	l, probe := b.New(t), b.New(t)
+	const ttl = time.Second
+	var got, leftover int
+	for i := 0; i < 40; i++ {
+		d := time.Duration(mrand.N(800)) * time.Microsecond
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		lease, err := l.Lock(ctx, key, dlock.WithTTL(ttl))
+		cancel()
+		if err == nil {
+			got++
+			unlock(t, lease)
+		} else if !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled Lock: unexpected error %v", err)
+		}
+		// No lock may stay behind beyond its TTL; normally clean-up removed it at once.
+		p, err := probe.TryLock(ctxT(t, 5*time.Second), key)
+		if err != nil {
+			leftover++
+			p, err = probe.Lock(ctxT(t, 5*time.Second), key, dlock.WithWait(ttl+time.Second))
+			if err != nil {
+				t.Fatalf("lock left behind beyond its TTL after a cancelled Lock: %v", err)
+			}
+		}
+		unlock(t, p)
+	}
+	t.Logf("40 cancelled acquisitions: %d succeeded, %d left a key until its TTL", got, leftover)
+}
+
+func testAutoRenew(t *testing.T, b Backend) {
+	key := Key(t)
+	const ttl = 100 * time.Millisecond
+	la := mustLock(t, b.New(t), key, dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
+	other := b.New(t)
+	ctx := ctxT(t, 10*time.Second)
+	end := time.Now().Add(5 * ttl)
+	for n := 0; time.Now().Before(end); n++ {
+		if _, err := other.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("TryLock %v into a renewed %v lease: %v", time.Until(end), ttl, err)
+		}
+		select {
+		case <-la.Done():
+			t.Fatalf("renewed lease lost: %v", la.Err())
+		case <-time.After(ttl / 4):
+		}
+	}
+	unlock(t, la)
+	l := mustLock(t, other, key)
+	unlock(t, l)
+}
+
+func testMaxHold(t *testing.T, b Backend) {
+	const ttl, hold = 60 * time.Millisecond, 250 * time.Millisecond
+	start := time.Now()
+	la := mustLock(t, b.New(t), Key(t), dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithMaxHold(hold))
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease with MaxHold never ended")
+	}
+	if el := time.Since(start); el < hold-ttl {
+		t.Errorf("lease with MaxHold %v ended after %v", hold, el)
+	}
+	if !errors.Is(la.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err: %v", la.Err())
+	}
+	if err := la.Unlock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock after MaxHold: %v, want ErrNotHeld", err)
+	}
+}
+
+func testDo(t *testing.T, b Backend) {
+	key := Key(t)
+	l, other := b.New(t), b.New(t)
+	ctx := ctxT(t, 10*time.Second)
+	sentinel := errors.New("work failed")
+	err := dlock.Do(ctx, l, key, func(ctx context.Context) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, err := other.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("TryLock inside Do: %v", err)
+		}
+		return sentinel
+	})
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("Do: %v, want the function's error", err)
+	}
+	lease := mustLock(t, other, key) // released by Do
+	unlock(t, lease)
+	// A lock lost while fn runs cancels fn's context and is reported.
+	err = dlock.Do(ctx, l, key, func(ctx context.Context) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, dlock.WithTTL(50*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do with a lost lock: %v, want ErrLockLost", err)
+	}
+	if err := dlock.Do(ctx, l, key, nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do(nil fn): %v", err)
+	}
+	if err := dlock.Do(ctx, nil, key, func(context.Context) error { return nil }); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("Do(nil locker): %v", err)
+	}
+}
+
+func testBadInput(t *testing.T, b Backend) {
+	l := b.New(t)
+	ctx := ctxT(t, 10*time.Second)
+	key := Key(t)
+	badKeys := []string{"", "   ", "\t\n", "a\x00b", "a\x7fb", "bad\xffutf8", "a{b", "a}b", strings.Repeat("k", dlock.MaxKeyLen+1)}
+	for _, k := range badKeys {
+		for name, f := range map[string]func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){"TryLock": l.TryLock, "Lock": l.Lock} {
+			if lease, err := f(ctx, k); !errors.Is(err, dlock.ErrInvalid) || lease != nil {
+				t.Errorf("%s(%q): %v, %v; want ErrInvalid", name, k, lease, err)
+			}
+		}
+	}
+	badOpts := map[string]dlock.Option{
+		"ttl 0":               dlock.WithTTL(0),
+		"ttl -1s":             dlock.WithTTL(-time.Second),
+		"ttl 500us":           dlock.WithTTL(500 * time.Microsecond),
+		"ttl below drift":     dlock.WithTTL(4 * time.Millisecond),
+		"ttl huge":            dlock.WithTTL(time.Duration(math.MaxInt64)),
+		"wait -1s":            dlock.WithWait(-time.Second),
+		"renew 0":             dlock.WithRenewEvery(0),
+		"max hold 0":          dlock.WithMaxHold(0),
+		"retry nil":           dlock.WithRetry(nil),
+		"retry fixed 0":       dlock.WithRetry(dlock.FixedBackoff(0)),
+		"retry expo max<min":  dlock.WithRetry(dlock.ExponentialBackoff(time.Second, time.Millisecond)),
+		"retry limit 0":       dlock.WithRetry(dlock.LimitAttempts(dlock.FixedBackoff(time.Millisecond), 0)),
+		"drift NaN":           dlock.WithDriftFactor(math.NaN()),
+		"drift negative":      dlock.WithDriftFactor(-0.1),
+		"drift 1":             dlock.WithDriftFactor(1),
+		"metadata too long":   dlock.WithMetadata(strings.Repeat("m", dlock.MaxMetadataLen+1)),
+		"nil option":          nil,
+		"renew >= ttl":        dlock.Combine(dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(time.Second)),
+		"default ttl renew>=": dlock.WithRenewEvery(dlock.DefaultTTL),
+	}
+	for name, o := range badOpts {
+		for fname, f := range map[string]func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){"TryLock": l.TryLock, "Lock": l.Lock} {
+			if lease, err := f(ctx, key, o); !errors.Is(err, dlock.ErrInvalid) || lease != nil {
+				t.Errorf("%s with %s: %v, %v; want ErrInvalid", fname, name, lease, err)
+			}
+		}
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.TryLock(nil, key); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
+		t.Errorf("TryLock(nil ctx): %v", err)
+	}
+	// Nothing was taken by any of the above.
+	lease := mustLock(t, l, key)
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if err := lease.Unlock(nil); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
+		t.Errorf("Unlock(nil ctx): %v", err)
+	}
+	unlock(t, lease)
+}
+
+func testConflict(t *testing.T, b Backend) {
+	if b.Occupy == nil {
+		t.Skip("backend has no foreign data to store")
+	}
+	key := Key(t)
+	intact := b.Occupy(t, key)
+	l := b.New(t)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := l.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
+		t.Errorf("TryLock on foreign data: %v, want ErrConflict", err)
+	}
+	if _, err := l.Lock(ctx, key, dlock.WithWait(time.Second)); !errors.Is(err, dlock.ErrConflict) {
+		t.Errorf("Lock on foreign data: %v, want ErrConflict", err)
+	}
+	if !intact() {
+		t.Fatal("foreign data changed by a lock attempt")
+	}
+}

@@ -1,0 +1,53 @@
+// Package dlock is a distributed lock library for Go: one backend-neutral API over
+// Redis (single, Sentinel, Cluster) and, as they arrive, Redlock, etcd and
+// ZooKeeper.
+//
+// A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
+// (bounded by its context and WithWait). The Lease carries the key, a fencing
+// token that is strictly greater than every earlier token of that key, and a
+// context that ends the moment the lock can no longer be guaranteed. Leases made
+// with the default TTL are renewed by a watchdog until Unlock; Do wraps the whole
+// cycle.
+//
+//	locker, _ := redislock.New(rdb)
+//	err := dlock.Do(ctx, locker, "orders:42", func(ctx context.Context) error {
+//		// ctx ends if the lock is lost: stop the protected work then.
+//		return process(ctx)
+//	})
+//
+// # Safety model
+//
+//  1. Every lock has a 128-bit random owner token and an expiry; no code path
+//     creates a lock without one.
+//  2. Unlock and Extend are atomic compare-and-act operations: only the owner can
+//     release or extend, and a stale handle touches nothing (ErrNotHeld).
+//  3. Every acquisition gets a fencing token, strictly increasing per key. Leases
+//     cannot give exclusion under unbounded pauses (GC, SIGSTOP, VM freeze) or
+//     failover; a resource that refuses tokens older than the newest it has seen
+//     can.
+//  4. The holder learns of a loss first: a lease's local deadline is the start of
+//     its last successful acquire or extend round trip plus the TTL minus a drift
+//     margin (1% of the TTL plus DriftFloor), on the monotonic clock. When no
+//     renewal has succeeded by then, Done is closed, before the server lets anybody
+//     else in.
+//  5. Cancellation never leaves a lock behind: an acquisition whose outcome is
+//     unknown is released on a detached, short context before the error returns.
+//
+// # What each backend guarantees
+//
+// Redis (package redislock), one server or a Sentinel/Cluster master:
+//   - Exclusion holds while the server keeps its data and its clock runs at a rate
+//     within the drift factor.
+//   - A restart without persistence, an eviction (maxmemory-policy other than
+//     noeviction) or a failover to an asynchronous replica can drop a held lock:
+//     another client may then acquire while the old holder still believes it
+//     holds the lock, until its next renewal fails. Fencing tokens still increase
+//     across all of these, since they never fall below the server clock in
+//     microseconds; a fenced resource therefore rejects the old holder's writes.
+//   - Tokens assume the server's wall clock never steps back by more than
+//     redislock.FenceRetention while its counter is gone.
+//
+// All errors wrap the sentinels in this package (ErrNotObtained, ErrNotHeld,
+// ErrLockLost, ErrInvalid, ErrConflict, ErrUnavailable), checked with errors.Is.
+// Bad input is rejected before any I/O.
+package dlock

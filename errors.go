@@ -1,0 +1,71 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Every error returned by this module wraps one of them (or a
+// context error), so callers branch with errors.Is.
+var (
+	// ErrNotObtained reports that the lock is held by somebody else and could not be
+	// taken within the allowed attempts, wait time or context.
+	ErrNotObtained = errors.New("dlock: not obtained")
+
+	// ErrNotHeld reports that the caller does not hold the lock (any more): it was
+	// released, it expired, somebody else holds it now, or it was never ours.
+	ErrNotHeld = errors.New("dlock: not held")
+
+	// ErrLockLost is the cause of a Lease's context when the lock can no longer be
+	// guaranteed: a renewal was refused, or no renewal succeeded before the local
+	// deadline. errors.Is(ErrLockLost, ErrNotHeld) is true.
+	ErrLockLost error = &lostError{}
+
+	// ErrReleased is the cause of a Lease's context after a successful Unlock.
+	ErrReleased = errors.New("dlock: released")
+
+	// ErrInvalid reports a bad argument or option. It is returned before any I/O.
+	ErrInvalid = errors.New("dlock: invalid argument")
+
+	// ErrConflict reports that the key's storage holds data that is not a dlock lock
+	// of this kind (for Redis: a value of another type). Nothing was changed.
+	ErrConflict = errors.New("dlock: key holds foreign data")
+
+	// ErrUnavailable reports that the backend could not be reached or did not answer.
+	// The underlying network or server error is wrapped as well.
+	ErrUnavailable = errors.New("dlock: backend unavailable")
+
+	// ErrStaleToken reports a fenced operation refused because a newer fencing token
+	// has already been used on the same resource. Nothing was changed.
+	ErrStaleToken = errors.New("dlock: stale fencing token")
+)
+
+type lostError struct{}
+
+func (*lostError) Error() string { return "dlock: lock lost" }
+
+// Is makes ErrLockLost match ErrNotHeld.
+func (*lostError) Is(target error) bool { return target == ErrNotHeld }
+
+// BusyError is returned by a single acquisition attempt (Driver.Acquire, and the
+// error of TryLock) when another owner holds the lock. It matches ErrNotObtained.
+type BusyError struct {
+	// Remaining is the holder's time to live as the server saw it, or a negative
+	// value when unknown. A waiter never needs to sleep longer than this.
+	Remaining time.Duration
+}
+
+func (e *BusyError) Error() string {
+	if e.Remaining < 0 {
+		return ErrNotObtained.Error() + ": held by another owner"
+	}
+	return fmt.Sprintf("%s: held by another owner for %v more", ErrNotObtained, e.Remaining)
+}
+
+// Is makes a *BusyError match ErrNotObtained.
+func (e *BusyError) Is(target error) bool { return target == ErrNotObtained }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}

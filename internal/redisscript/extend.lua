@@ -1,0 +1,12 @@
+-- Reset the TTL of a dlock mutex if ARGV[1] owns it; never create it.
+-- KEYS[1] lock hash   ARGV[1] owner   ARGV[2] ttl ms
+-- Returns 1 when extended, 0 when not held by owner.
+local owner = redis.call('HGET', KEYS[1], 'o')
+if owner == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+end
+return 0

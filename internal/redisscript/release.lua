@@ -1,0 +1,12 @@
+-- Delete a dlock mutex if ARGV[1] owns it; touch nothing otherwise.
+-- KEYS[1] lock hash   ARGV[1] owner
+-- Returns 1 when deleted, 0 when not held by owner.
+local owner = redis.call('HGET', KEYS[1], 'o')
+if owner == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+end
+return 0

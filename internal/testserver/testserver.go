@@ -1,0 +1,214 @@
+// Package testserver starts real redis-server processes on free loopback ports for
+// dlock's tests, and stops them when the test ends, also when it fails.
+package testserver
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readyTimeout bounds how long a started server may take to answer.
+const readyTimeout = 15 * time.Second
+
+// Redis is a redis-server process started for a test.
+type Redis struct {
+	Addr string // host:port on 127.0.0.1
+	Port int
+
+	dir  string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	logs *os.File
+}
+
+// RedisBinary is the redis-server executable to run; $DLOCK_REDIS_SERVER overrides.
+func RedisBinary() (string, error) {
+	name := os.Getenv("DLOCK_REDIS_SERVER")
+	if name == "" {
+		name = "redis-server"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y redis-server, or run ./test.sh as root): %w", name, err)
+	}
+	return p, nil
+}
+
+// StartRedis starts a redis-server with no persistence on a free loopback port and
+// registers its shutdown with t.Cleanup. extra are additional redis-server
+// arguments such as "--maxmemory-policy", "noeviction". It fails the test, naming
+// the binary, when redis-server is missing.
+func StartRedis(t testing.TB, extra ...string) *Redis {
+	t.Helper()
+	r, err := NewRedis(t.TempDir(), extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// NewRedis starts a redis-server whose files live in dir. The caller must call
+// Stop. It is StartRedis for code that has no testing.TB (TestMain, examples).
+func NewRedis(dir string, extra ...string) (*Redis, error) {
+	if _, err := RedisBinary(); err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for try := 0; try < 5; try++ { // a free port can be taken between probe and bind
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		r.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--daemonize", "no", "--protected-mode", "yes",
+		}, extra...)
+		if lastErr = r.Start(); lastErr == nil {
+			return r, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// Start (re)starts the server process on its port with its arguments, and waits
+// until it answers PING.
+func (r *Redis) Start() error {
+	bin, err := RedisBinary()
+	if err != nil {
+		return err
+	}
+	logs, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, r.args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logs.Close()
+		return fmt.Errorf("testserver: start %s: %w", bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	r.mu.Lock()
+	r.cmd, r.done, r.logs = cmd, done, logs
+	r.mu.Unlock()
+	if err := r.waitReady(done); err != nil {
+		r.Stop()
+		return fmt.Errorf("%w\n%s", err, r.tail())
+	}
+	return nil
+}
+
+func (r *Redis) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("testserver: redis-server on %s exited during start-up", r.Addr)
+		default:
+		}
+		if r.ping() == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("testserver: redis-server on %s not ready after %v", r.Addr, readyTimeout)
+}
+
+func (r *Redis) ping() error {
+	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return errors.New(strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// Stop kills the server (SIGKILL: no data is saved) and waits for it to exit. It is
+// safe to call more than once.
+func (r *Redis) Stop() {
+	r.mu.Lock()
+	cmd, done, logs := r.cmd, r.done, r.logs
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	logs.Close()
+}
+
+// Restart kills the server and starts it again on the same port: with no
+// persistence, every key is gone.
+func (r *Redis) Restart() error {
+	r.Stop()
+	return r.Start()
+}
+
+// Signal sends sig to the server process (for example SIGSTOP and SIGCONT).
+func (r *Redis) Signal(sig os.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return errors.New("testserver: not running")
+	}
+	return r.cmd.Process.Signal(sig)
+}
+
+// PID returns the server's process ID, or 0 when it is not running.
+func (r *Redis) PID() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+func (r *Redis) tail() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

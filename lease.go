@@ -1,0 +1,375 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+type leaseState uint8
+
+const (
+	held leaseState = iota
+	lost
+	released
+)
+
+// Lease is a held lock: the handle returned by TryLock and Lock. It carries the
+// lock's key and fencing token, a context that ends the moment the lock can no
+// longer be guaranteed, and the operations only the holder may perform.
+//
+// The lock can be lost before Unlock: when a renewal is refused, or when no renewal
+// has succeeded by the lease's local deadline (see Deadline). Done is closed and
+// Context is cancelled with cause ErrLockLost strictly before any other client can
+// obtain the lock, provided clocks drift less than the drift margin. Work that must
+// never run twice should also pass Token to the protected resource (fencing), since
+// no lease can survive an unbounded pause of its holder.
+//
+// A Lease is safe for concurrent use. The methods of a nil *Lease report ErrNotHeld.
+type Lease struct {
+	d          Driver
+	key, owner string
+	token      uint64
+	acquired   time.Time
+	ttl        time.Duration
+	drift      float64
+	renewEvery time.Duration
+	maxHold    time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	extendMu sync.Mutex // serialises Extend round trips (user and watchdog)
+
+	mu       sync.Mutex
+	state    leaseState
+	deadline time.Time // local validity deadline, on the monotonic clock
+	timer    *time.Timer
+	wdStop   context.CancelFunc // stops the watchdog; nil without one
+	wdDone   chan struct{}      // closed when the watchdog has returned
+}
+
+func newLease(d Driver, key, owner string, token uint64, start time.Time, cfg *config) *Lease {
+	l := &Lease{
+		d: d, key: key, owner: owner, token: token,
+		acquired: start, ttl: cfg.ttl, drift: cfg.drift, maxHold: cfg.maxHold,
+	}
+	if cfg.renewing() {
+		l.renewEvery = cfg.renewEvery
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	l.deadline = start.Add(cfg.ttl - cfg.driftMargin(cfg.ttl))
+	return l
+}
+
+// start arms the deadline timer and the watchdog.
+func (l *Lease) start(*config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	if l.renewEvery > 0 {
+		var wctx context.Context
+		wctx, l.wdStop = context.WithCancel(l.ctx)
+		l.wdDone = make(chan struct{})
+		go l.watchdog(wctx)
+	}
+}
+
+// stopTimers stops the timer and watchdog of a lease that is being discarded.
+func (l *Lease) stopTimers() {
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	stop, done := l.wdStop, l.wdDone
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	l.cancel(ErrReleased)
+}
+
+// Key returns the lock key.
+func (l *Lease) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the fencing token of this acquisition: strictly greater than the
+// token of every earlier acquisition of the same key. Pass it to the resource the
+// lock protects and have the resource refuse tokens older than the newest it has
+// seen. Tokens are never 0.
+func (l *Lease) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
+
+// Owner returns the random owner token under which this lease holds the lock.
+func (l *Lease) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done returns a channel that is closed when the lease ends: lost (see Lease) or
+// released by Unlock. Context(ctx).Err and Err tell which.
+func (l *Lease) Done() <-chan struct{} {
+	if l == nil {
+		return closedCh
+	}
+	return l.ctx.Done()
+}
+
+// Context returns a context that is cancelled when the lease ends. Its cause
+// (context.Cause) is ErrLockLost (wrapped, with the reason) when the lock was lost,
+// and ErrReleased after Unlock. Run the protected work under this context.
+func (l *Lease) Context() context.Context {
+	if l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNotHeld)
+		return ctx
+	}
+	return l.ctx
+}
+
+// Err returns nil while the lease is held, and otherwise why it ended: an error
+// matching ErrLockLost, or ErrReleased.
+func (l *Lease) Err() error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Deadline returns the local validity deadline: the start of the last successful
+// acquire or extend round trip plus its TTL minus the drift margin, on the
+// monotonic clock. Past it, the lease is lost unless extended.
+func (l *Lease) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Extend resets the lock's remaining time to ttl, if the lease still holds it. It
+// never re-creates an expired lock: it returns an error matching ErrLockLost (and
+// so ErrNotHeld) when the lock is gone or belongs to somebody else, and the lease
+// ends. The watchdog, if on, keeps renewing with the lease's original TTL.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	if ctx == nil {
+		return invalidf("nil context")
+	}
+	ttl, err := NormalizeTTL(ttl)
+	if err != nil {
+		return err
+	}
+	if m := l.margin(ttl); m >= ttl/2 {
+		return invalidf("ttl %v leaves no validity after the drift margin %v", ttl, m)
+	}
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	return l.extend(ctx, ttl)
+}
+
+// extend runs one extend round trip; extendMu is held.
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := l.d.Extend(ctx, l.key, l.owner, ttl)
+	if err == nil {
+		return l.extended(start, ttl)
+	}
+	if errors.Is(err, ErrNotHeld) {
+		return l.lose(fmt.Errorf("%w: extend refused: %w", ErrLockLost, err))
+	}
+	return err
+}
+
+// TTL returns the time the lock has left as the server sees it, if the lease still
+// holds it; otherwise an error matching ErrNotHeld.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, ErrNotHeld
+	}
+	if ctx == nil {
+		return 0, invalidf("nil context")
+	}
+	if err := l.check(); err != nil {
+		return 0, err
+	}
+	return l.d.TTL(ctx, l.key, l.owner)
+}
+
+// Unlock releases the lock if the lease still holds it, stopping the watchdog
+// first. It touches nothing that is not this lease's: after expiry, or once another
+// owner holds the key, it returns an error matching ErrNotHeld. A second Unlock
+// returns ErrNotHeld without I/O. If ctx has already ended, the release is still
+// attempted on a detached context bounded by a short timeout, so that a cancelled
+// caller does not leave the lock behind until its TTL.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l == nil {
+		return ErrNotHeld
+	}
+	if ctx == nil {
+		return invalidf("nil context")
+	}
+	l.mu.Lock()
+	st := l.state
+	if st == released {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: already unlocked", ErrNotHeld)
+	}
+	l.state = released
+	l.mu.Unlock()
+	l.stopTimers() // also cancels the lease context with ErrReleased (kept if lost)
+
+	err := l.release(ctx)
+	if st == lost {
+		return context.Cause(l.ctx)
+	}
+	return err
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	if ctx.Err() == nil {
+		err := l.d.Release(ctx, l.key, l.owner)
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrConflict) || ctx.Err() == nil {
+			return err
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return l.d.Release(cctx, l.key, l.owner)
+}
+
+func (l *Lease) margin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*l.drift) + DriftFloor
+}
+
+// check returns the error for a lease that no longer holds its lock.
+func (l *Lease) check() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case released:
+		return fmt.Errorf("%w: unlocked", ErrNotHeld)
+	case lost:
+		return context.Cause(l.ctx)
+	}
+	return nil
+}
+
+// extended records a successful extend whose round trip started at start.
+func (l *Lease) extended(start time.Time, ttl time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch l.state {
+	case released:
+		return fmt.Errorf("%w: unlocked", ErrNotHeld)
+	case lost: // the deadline passed while the extend was in flight: never resurrect
+		return context.Cause(l.ctx)
+	}
+	l.deadline = start.Add(ttl - l.margin(ttl))
+	l.timer.Reset(time.Until(l.deadline))
+	return nil
+}
+
+// lose ends a held lease with cause and returns the cause.
+func (l *Lease) lose(cause error) error {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return l.check()
+	}
+	l.state = lost
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.cancel(cause)
+	return cause
+}
+
+func (l *Lease) onDeadline() {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(l.deadline); d > 0 { // extended meanwhile
+		l.timer.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost))
+}
+
+// watchdog renews the lease every renewEvery until ctx ends, the lease is lost, or
+// the MaxHold cap is reached. A failed renewal is retried within the remaining
+// validity; each round trip is bounded by the local deadline.
+func (l *Lease) watchdog(ctx context.Context) {
+	defer close(l.wdDone)
+	t := time.NewTimer(l.renewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ttl := l.ttl
+		if l.maxHold > 0 {
+			left := l.maxHold - time.Since(l.acquired)
+			if left < MinTTL {
+				return // cap reached: let the lease run out at its TTL
+			}
+			ttl = min(ttl, (left+time.Millisecond-1)/time.Millisecond*time.Millisecond)
+		}
+		next, stop := l.renew(ctx, ttl)
+		if stop {
+			return
+		}
+		t.Reset(next)
+	}
+}
+
+// renew makes one watchdog renewal and says when to try next.
+func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duration, stop bool) {
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	deadline := l.Deadline()
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	err := l.extend(rctx, ttl)
+	cancel()
+	switch {
+	case err == nil:
+		return l.renewEvery, false
+	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
+		return 0, true
+	}
+	// Transient failure: retry soon, but well within the remaining validity.
+	left := time.Until(deadline)
+	if left <= 0 {
+		return 0, true // the deadline timer reports the loss
+	}
+	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
+}

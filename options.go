@@ -1,0 +1,241 @@
+package dlock
+
+import (
+	"math"
+	"time"
+)
+
+// Defaults. A Client built without options uses these values.
+const (
+	// DefaultTTL is the lease time when WithTTL is not given. Leases with the default
+	// TTL are renewed automatically while held.
+	DefaultTTL = 15 * time.Second
+
+	// DefaultDriftFactor is the share of the TTL subtracted from a lease's local
+	// validity to allow for clock rate differences between client and server.
+	DefaultDriftFactor = 0.01
+
+	// DriftFloor is added to every drift margin: Redis expires keys with a precision
+	// of one millisecond, plus one millisecond of minimum drift.
+	DriftFloor = 2 * time.Millisecond
+
+	// MinTTL and MaxTTL bound every lease time. A TTL that is not a whole number of
+	// milliseconds is rounded up to the next millisecond.
+	MinTTL = 5 * time.Millisecond
+	MaxTTL = 30 * 24 * time.Hour
+
+	// MaxKeyLen is the longest lock key accepted, in bytes, on every backend.
+	MaxKeyLen = 1024
+
+	// MaxMetadataLen is the longest metadata string accepted, in bytes.
+	MaxMetadataLen = 4096
+)
+
+// Option configures a Client (as its default for every call) or a single TryLock or
+// Lock call (overriding the Client's defaults for that call).
+type Option func(*config)
+
+type config struct {
+	ttl        time.Duration
+	ttlSet     bool
+	autoRenew  int8 // -1 off, 0 unset (auto), 1 on
+	renewEvery time.Duration
+	maxHold    time.Duration
+	wait       time.Duration
+	waitSet    bool
+	retry      RetryStrategy
+	drift      float64
+	metadata   string
+	err        error
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:   DefaultTTL,
+		retry: defaultRetry,
+		drift: DefaultDriftFactor,
+	}
+}
+
+// WithTTL sets the lease time: how long the lock lives on the server after its last
+// acquisition or renewal. A lease with an explicit TTL is not renewed automatically
+// unless WithAutoRenew(true) is given too (a fixed lease time, as Redisson's
+// leaseTime). The TTL must lie in [MinTTL, MaxTTL]; fractions of a millisecond are
+// rounded up. The default is DefaultTTL (15s), renewed automatically.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) { c.ttl, c.ttlSet = ttl, true }
+}
+
+// WithAutoRenew turns the watchdog on or off. When on, the lease is extended by its
+// TTL every renewal interval (WithRenewEvery) until Unlock, until the MaxHold cap, or
+// until a renewal is refused. Transient renewal errors are retried within the
+// remaining validity. The default is on when no TTL is given and off otherwise.
+func WithAutoRenew(on bool) Option {
+	return func(c *config) {
+		c.autoRenew = -1
+		if on {
+			c.autoRenew = 1
+		}
+	}
+}
+
+// WithRenewEvery sets how often the watchdog extends the lease. It must be positive
+// and shorter than the TTL. The default is a third of the TTL.
+func WithRenewEvery(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.setErr(invalidf("renewal interval %v must be positive", d))
+			return
+		}
+		c.renewEvery = d
+	}
+}
+
+// WithMaxHold caps the total time the watchdog keeps a lease alive: once a lease has
+// been held for d, renewal stops and the lease ends at its TTL, firing Done. It
+// protects the fleet from a holder stuck in a loop. The default is no cap.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.setErr(invalidf("max hold %v must be positive", d))
+			return
+		}
+		c.maxHold = d
+	}
+}
+
+// WithWait bounds how long Lock waits for a held lock to become free. Zero means a
+// single attempt, like TryLock. Negative values are invalid. The default is to wait
+// until the lock is obtained or the context ends. TryLock ignores it.
+func WithWait(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.setErr(invalidf("wait %v is negative", d))
+			return
+		}
+		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithRetry sets the backoff between attempts while Lock waits. Backends that
+// notify waiters use it as the fallback only. The default is
+// ExponentialBackoff(8ms, 512ms) with full jitter.
+func WithRetry(s RetryStrategy) Option {
+	return func(c *config) {
+		if s == nil {
+			c.setErr(invalidf("nil retry strategy"))
+			return
+		}
+		if v, ok := s.(interface{ validate() error }); ok {
+			if err := v.validate(); err != nil {
+				c.setErr(err)
+				return
+			}
+		}
+		c.retry = s
+	}
+}
+
+// WithDriftFactor sets the share of the TTL that the local validity deadline keeps
+// in reserve for clock drift; DriftFloor is always added. It must lie in [0, 0.5).
+// The default is DefaultDriftFactor (0.01).
+func WithDriftFactor(f float64) Option {
+	return func(c *config) {
+		if math.IsNaN(f) || f < 0 || f >= 0.5 {
+			c.setErr(invalidf("drift factor %v outside [0, 0.5)", f))
+			return
+		}
+		c.drift = f
+	}
+}
+
+// WithMetadata attaches a free-form description to the lock while it is held (for
+// example host, process and purpose), shown by inspection tools. At most
+// MaxMetadataLen bytes. The default is none.
+func WithMetadata(s string) Option {
+	return func(c *config) {
+		if len(s) > MaxMetadataLen {
+			c.setErr(invalidf("metadata of %d bytes exceeds %d", len(s), MaxMetadataLen))
+			return
+		}
+		c.metadata = s
+	}
+}
+
+// Combine returns an Option that applies opts in order, for bundling a policy
+// (for example a TTL with its renewal settings) into one value.
+func Combine(opts ...Option) Option {
+	return func(c *config) { c.apply(opts) }
+}
+
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func (c *config) apply(opts []Option) {
+	for _, o := range opts {
+		if o == nil {
+			c.setErr(invalidf("nil option"))
+			continue
+		}
+		o(c)
+	}
+}
+
+// driftMargin is the part of a TTL kept in reserve: ttl*factor + DriftFloor.
+func (c *config) driftMargin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.drift) + DriftFloor
+}
+
+// renewing reports whether the watchdog runs for this configuration.
+func (c *config) renewing() bool {
+	switch c.autoRenew {
+	case 1:
+		return true
+	case -1:
+		return false
+	}
+	return !c.ttlSet
+}
+
+// check validates the combined configuration and normalises the TTL.
+func (c *config) check() error {
+	if c.err != nil {
+		return c.err
+	}
+	ttl, err := NormalizeTTL(c.ttl)
+	if err != nil {
+		return err
+	}
+	c.ttl = ttl
+	if m := c.driftMargin(ttl); m >= ttl/2 {
+		return invalidf("ttl %v leaves no validity after the drift margin %v", ttl, m)
+	}
+	if c.renewing() {
+		if c.renewEvery == 0 {
+			c.renewEvery = ttl / 3
+		}
+		if c.renewEvery >= ttl-c.driftMargin(ttl) {
+			return invalidf("renewal interval %v not shorter than ttl %v minus drift margin", c.renewEvery, ttl)
+		}
+	}
+	return nil
+}
+
+// NormalizeTTL validates a lease time and rounds it up to a whole millisecond, the
+// resolution of every backend. It returns an error matching ErrInvalid for a TTL
+// outside [MinTTL, MaxTTL].
+func NormalizeTTL(ttl time.Duration) (time.Duration, error) {
+	if ttl < MinTTL {
+		return 0, invalidf("ttl %v below the minimum %v", ttl, MinTTL)
+	}
+	if ttl > MaxTTL {
+		return 0, invalidf("ttl %v above the maximum %v", ttl, MaxTTL)
+	}
+	if r := ttl % time.Millisecond; r != 0 {
+		ttl += time.Millisecond - r
+	}
+	return ttl, nil
+}

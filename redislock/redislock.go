@@ -1,0 +1,172 @@
+// Package redislock is dlock's Redis backend: exclusive leases with fencing tokens
+// on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
+// the caller's go-redis v9 client.
+//
+// Each lock is a hash "dlock:{KEY}" (fields o = owner, t = fencing token, m =
+// metadata) with an expiry, and a companion fence counter "dlock:{KEY}:fence". The
+// hash tag keeps both in one Cluster slot, so every script is single-slot. Acquire,
+// extend and release are one Lua script each (one round trip), owner-checked, and
+// no code path creates a lock key without an expiry.
+//
+// What is and is not guaranteed is documented in the dlock package overview: in
+// short, a lock survives neither a restart without persistence nor an asynchronous
+// failover, and fencing tokens keep increasing across both as long as the server
+// clock does not step back.
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+// Prefix starts every key dlock writes to Redis.
+const Prefix = "dlock:"
+
+// FenceRetention is how long a fence counter outlives the last acquisition of its
+// lock. Tokens stay increasing after the counter is gone because they are never
+// below the server clock in microseconds; the counter only orders acquisitions
+// within one microsecond or after a backward clock step shorter than this.
+const FenceRetention = 24 * time.Hour
+
+// Client is a dlock.Locker on Redis. Create it with New; it is safe for concurrent
+// use and holds no connection of its own beyond the go-redis client's.
+type Client struct {
+	*dlock.Client
+	d *Driver
+}
+
+// New returns a Client that locks through rdb, which may be a *redis.Client,
+// *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
+// opts become the defaults of every TryLock and Lock. It returns an error matching
+// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(rdb)
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlock.NewClient(d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: c, d: d}, nil
+}
+
+// Driver is the dlock.Driver of a Client: single owner-checked attempts, one Lua
+// script round trip each. Most users want New instead.
+type Driver struct {
+	rdb redis.UniversalClient
+}
+
+// NewDriver returns the Redis driver over rdb.
+func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
+	if dlock.IsNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+	}
+	return &Driver{rdb: rdb}, nil
+}
+
+// LockKey returns the Redis key of the lock named key.
+func LockKey(key string) string { return Prefix + "{" + key + "}" }
+
+// FenceKey returns the Redis key of the fence counter of the lock named key.
+func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
+
+var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
+
+// Acquire implements dlock.Driver.
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
+	res, err := redisscript.Acquire.Run(ctx, d.rdb,
+		[]string{LockKey(r.Key), FenceKey(r.Key)},
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata).Slice()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if len(res) != 2 {
+		return 0, fmt.Errorf("redislock: unexpected acquire reply %v", res)
+	}
+	ok, _ := res[0].(int64)
+	v, _ := res[1].(int64)
+	if ok != 1 {
+		rem := time.Duration(v) * time.Millisecond
+		if v < 0 {
+			rem = -1
+		}
+		return 0, &dlock.BusyError{Remaining: rem}
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("redislock: invalid fencing token %d", v)
+	}
+	return uint64(v), nil
+}
+
+// Extend implements dlock.Driver.
+func (d *Driver) Extend(ctx context.Context, key, owner string, ttl time.Duration) error {
+	n, err := redisscript.Extend.Run(ctx, d.rdb, []string{LockKey(key)}, owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return mapErr(err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	}
+	return nil
+}
+
+// Release implements dlock.Driver.
+func (d *Driver) Release(ctx context.Context, key, owner string) error {
+	n, err := redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner).Int64()
+	if err != nil {
+		return mapErr(err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	}
+	return nil
+}
+
+// TTL implements dlock.Driver.
+func (d *Driver) TTL(ctx context.Context, key, owner string) (time.Duration, error) {
+	n, err := redisscript.PTTL.Run(ctx, d.rdb, []string{LockKey(key)}, owner).Int64()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if n == -2 {
+		return 0, fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("redislock: lock %q has no expiry (PTTL %d)", key, n)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// unavailablePrefixes are server replies that mean "not now" rather than "no".
+var unavailablePrefixes = []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY ", "NOREPLICAS"}
+
+// mapErr turns a go-redis error into one matching the dlock sentinels.
+func mapErr(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		switch {
+		case strings.Contains(msg, "WRONGTYPE"), strings.Contains(msg, "DLOCKCONFLICT"):
+			return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
+		}
+		for _, p := range unavailablePrefixes {
+			if strings.HasPrefix(msg, p) {
+				return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+			}
+		}
+		return fmt.Errorf("redislock: %w", err)
+	}
+	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+}

@@ -1,0 +1,255 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+var srv *testserver.Redis
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "redislock-test")
+	if err != nil {
+		panic(err)
+	}
+	srv, err = testserver.NewRedis(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		println(err.Error())
+		os.Exit(1)
+	}
+	code := m.Run()
+	srv.Stop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			println("goleak:", err.Error())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func newRDB(t testing.TB, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func newClient(t testing.TB, opts ...dlock.Option) *redislock.Client {
+	c, err := redislock.New(newRDB(t, srv.Addr), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestConformance(t *testing.T) {
+	dlocktest.Run(t, dlocktest.Backend{
+		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
+		Occupy: func(t testing.TB, key string) func() bool {
+			rdb := newRDB(t, srv.Addr)
+			k := redislock.LockKey(key)
+			if err := rdb.RPush(context.Background(), k, "a", "b").Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rdb.Del(context.Background(), k) })
+			return func() bool {
+				v, err := rdb.LRange(context.Background(), k, 0, -1).Result()
+				ttl := rdb.PTTL(context.Background(), k).Val()
+				return err == nil && len(v) == 2 && v[0] == "a" && ttl == -1
+			}
+		},
+	})
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	var nilClient *redis.Client
+	for _, c := range []redis.UniversalClient{nil, nilClient, (*redis.ClusterClient)(nil)} {
+		if _, err := redislock.New(c); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("New(%T nil): %v, want ErrInvalid", c, err)
+		}
+	}
+	if _, err := redislock.New(newRDB(t, srv.Addr), dlock.WithTTL(0)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("New with bad default: %v", err)
+	}
+}
+
+func TestForeignHashIsConflict(t *testing.T) {
+	rdb := newRDB(t, srv.Addr)
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	k := redislock.LockKey(key)
+	rdb.HSet(ctx, k, "user", "data")
+	defer rdb.Del(ctx, k)
+	c := newClient(t)
+	if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
+		t.Fatalf("TryLock on a foreign hash: %v", err)
+	}
+	if v := rdb.HGetAll(ctx, k).Val(); len(v) != 1 || v["user"] != "data" || rdb.PTTL(ctx, k).Val() != -1 {
+		t.Fatalf("foreign hash changed: %v", v)
+	}
+}
+
+func TestLockKeysShareHashSlot(t *testing.T) {
+	for _, key := range []string{"a", "orders:42", "x:fence", "ключ", "a b"} {
+		lk, fk := redislock.LockKey(key), redislock.FenceKey(key)
+		if slot(lk) != slot(fk) {
+			t.Errorf("%q: lock key %q and fence key %q in different slots", key, lk, fk)
+		}
+	}
+	if redislock.FenceKey("x") == redislock.LockKey("x:fence") {
+		t.Error("fence key of x collides with lock key of x:fence")
+	}
+}
+
+// slot is the Redis Cluster hash-tag rule: the part between the first '{' and the
+// next '}', when non-empty, is what is hashed.
+func slot(k string) string {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '{' {
+			for j := i + 1; j < len(k); j++ {
+				if k[j] == '}' {
+					if j > i+1 {
+						return k[i+1 : j]
+					}
+					return k
+				}
+			}
+			return k
+		}
+	}
+	return k
+}
+
+func TestEveryLockKeyHasExpiry(t *testing.T) {
+	rdb := newRDB(t, srv.Addr)
+	ctx := context.Background()
+	c := newClient(t)
+	key := dlocktest.Key(t)
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute), dlock.WithMetadata("host=a pid=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	for _, k := range []string{redislock.LockKey(key), redislock.FenceKey(key)} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("%s has PTTL %v", k, ttl)
+		}
+	}
+	h := rdb.HGetAll(ctx, redislock.LockKey(key)).Val()
+	if h["o"] != l.Owner() || h["m"] != "host=a pid=1" || h["t"] == "" {
+		t.Errorf("lock hash %v", h)
+	}
+}
+
+func TestScriptFlushBetweenCalls(t *testing.T) {
+	rdb := newRDB(t, srv.Addr)
+	ctx := context.Background()
+	c := newClient(t)
+	key := dlocktest.Key(t)
+	for i := 0; i < 3; i++ {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatalf("TryLock after SCRIPT FLUSH: %v", err)
+		}
+		rdb.ScriptFlush(ctx)
+		if err := l.Extend(ctx, 2*time.Second); err != nil {
+			t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
+		}
+		rdb.ScriptFlush(ctx)
+		if _, err := l.TTL(ctx); err != nil {
+			t.Fatalf("TTL after SCRIPT FLUSH: %v", err)
+		}
+		rdb.ScriptFlush(ctx)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := newRDB(t, net.JoinHostPort("127.0.0.1", itoa(port)))
+	c, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	for _, f := range []func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){c.TryLock, c.Lock} {
+		_, err = f(ctx, "k")
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("lock on a closed port: %v, want ErrUnavailable", err)
+		}
+		var op *net.OpError
+		if !errors.As(err, &op) {
+			t.Errorf("cause not wrapped: %v", err)
+		}
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("took %v, beyond the context deadline", el)
+	}
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
+
+// TestFencingSurvivesRestart: tokens handed out after the server lost all its data
+// are still larger than every token handed out before.
+func TestFencingSurvivesRestart(t *testing.T) {
+	s := testserver.StartRedis(t)
+	c, err := redislock.New(newRDB(t, s.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	var last uint64
+	for i := 0; i < 5; i++ {
+		l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		l.Unlock(ctx)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+	for i := 0; err != nil && errors.Is(err, dlock.ErrUnavailable) && i < 3; i++ {
+		l, err = c.TryLock(ctx, key, dlock.WithTTL(time.Minute)) // the pool's old connections die first
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	if l.Token() <= last {
+		t.Fatalf("token after restart %d not above %d", l.Token(), last)
+	}
+}

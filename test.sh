@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs dlock's whole test suite on this machine: installs the servers the tests
+# start (redis-server, with apt-get, when run as root and it is missing), then
+# checks formatting, go vet and staticcheck, and runs go test -race on every package.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+STATICCHECK_VERSION=2026.2.2
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if ((${#need[@]})); then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: installing ${need[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	else
+		echo "test.sh: missing ${need[*]}: install with: sudo apt-get install -y ${need[*]}" >&2
+		exit 1
+	fi
+fi
+
+echo "test.sh: gofmt, go vet, staticcheck"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt needed on: $unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
+
+echo "test.sh: go test -race ./..."
+go test -race -count=1 -timeout 15m "$@" ./...
