@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-STATICCHECK_VERSION=2026.2.2
+STATICCHECK_VERSION=v0.8.2 # release 2026.2.2
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
