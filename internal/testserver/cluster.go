@@ -1,0 +1,182 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of masters started for a test.
+type Cluster struct {
+	Nodes []*Redis
+}
+
+// Addrs returns the masters' addresses, to seed a redis.ClusterClient.
+func (c *Cluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr
+	}
+	return a
+}
+
+// StartCluster starts n (at least 1) cluster-enabled redis-servers on free
+// loopback ports, splits the 16384 slots among them, joins them and waits until
+// every node reports cluster_state:ok. All of it is stopped by t.Cleanup.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: cluster of %d nodes", n)
+	}
+	c := &Cluster{}
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(t.TempDir(), strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r, err := newClusterNode(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Stop)
+		c.Nodes = append(c.Nodes, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := c.form(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newClusterNode starts one cluster-enabled node whose bus port (port+10000) is
+// free too.
+func newClusterNode(dir string) (*Redis, error) {
+	var lastErr error
+	for try := 0; try < 20; try++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if port+10000 > 65535 || !portFree(port+10000) {
+			continue
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		r.args = []string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		}
+		if lastErr = r.Start(); lastErr == nil {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("testserver: no cluster node started: %v", lastErr)
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+func (c *Cluster) form(ctx context.Context) error {
+	clients := make([]*redis.Client, len(c.Nodes))
+	for i, n := range c.Nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer clients[i].Close()
+	}
+	const slots = 16384
+	for i, cl := range clients {
+		lo, hi := i*slots/len(clients), (i+1)*slots/len(clients)-1
+		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			return fmt.Errorf("testserver: ADDSLOTSRANGE on %s: %w", c.Nodes[i].Addr, err)
+		}
+		if i > 0 {
+			if err := cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)).Err(); err != nil {
+				return fmt.Errorf("testserver: CLUSTER MEET: %w", err)
+			}
+		}
+	}
+	for {
+		ok := true
+		for _, cl := range clients {
+			info, err := cl.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(clients))) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testserver: cluster not ok after %v", readyTimeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Sentinel is a redis-server in sentinel mode monitoring one master.
+type Sentinel struct {
+	*Redis
+	MasterName string
+}
+
+// StartSentinel starts a sentinel monitoring master under the name "dlockmaster"
+// (quorum 1) and waits until it reports the master. It is stopped by t.Cleanup.
+func StartSentinel(t testing.TB, master *Redis) *Sentinel {
+	t.Helper()
+	const name = "dlockmaster"
+	dir := t.TempDir()
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+			port, dir, name, master.Port, name)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir,
+			args: []string{conf, "--sentinel"}}
+		if lastErr = r.Start(); lastErr != nil {
+			continue
+		}
+		t.Cleanup(r.Stop)
+		s := &Sentinel{Redis: r, MasterName: name}
+		sc := redis.NewSentinelClient(&redis.Options{Addr: r.Addr})
+		defer sc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		for {
+			addr, err := sc.GetMasterAddrByName(ctx, name).Result()
+			if err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(master.Port) {
+				return s
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("testserver: sentinel on %s does not report master %s: %v", r.Addr, master.Addr, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	t.Fatal(lastErr)
+	return nil
+}
