@@ -107,4 +107,3 @@ func TestRenewalSettingsRejected(t *testing.T) {
 		t.Fatalf("Extend with a ttl inside the drift margin = %v, want ErrInvalid", err)
 	}
 }
-
