@@ -50,10 +50,11 @@ type Fence struct {
 // Sentinel failover client or any redis.UniversalClient). It returns an error
 // matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewFence(rdb redis.UniversalClient) (*Fence, error) {
-	if dlock.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+	d, err := NewDriver(rdb)
+	if err != nil {
+		return nil, err
 	}
-	return &Fence{rdb: rdb}, nil
+	return &Fence{rdb: d.rdb}, nil
 }
 
 // FenceRecordKey returns the key of the fence record of resource. It shares the
