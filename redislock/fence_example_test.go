@@ -22,7 +22,7 @@ func ExampleFence() {
 	fence, _ := redislock.NewFence(rdb)
 	defer rdb.Del(ctx, "example:stock")
 
-	first, _ := locker.TryLock(ctx, "example:stock-lock", dlock.WithTTL(50*time.Millisecond))
+	first, _ := locker.TryLock(ctx, "example:stock-lock", dlock.WithTTL(300*time.Millisecond))
 	_ = fence.Set(ctx, first, "example:stock", "10", 0)
 	<-first.Done() // first pauses past its TTL ...
 

@@ -97,7 +97,7 @@ func TestFenceWithLeases(t *testing.T) {
 	res := "counter:" + key
 	t.Cleanup(func() { rdb.Del(ctx, res) })
 
-	old, err := c.TryLock(ctx, key, dlock.WithTTL(50*time.Millisecond))
+	old, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
