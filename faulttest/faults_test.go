@@ -115,7 +115,7 @@ func TestHolderKilled(t *testing.T) {
 		t.Fatalf("token %d not above the killed holder's %d", lease.Token(), acq.Token)
 	}
 	wait := time.Duration(start - killed)
-	if wait > ttl+200*time.Millisecond {
+	if wait > ttl+time.Second {
 		t.Fatalf("acquired %v after the kill, want within the TTL %v plus polling", wait, ttl)
 	}
 	summary(t, "acquisitions=2 refused-before-expiry=%d kill-to-acquire=%s granted-after-server-expiry-by=%dµs ttl=%v",
@@ -175,10 +175,10 @@ func TestConnectionCut(t *testing.T) {
 	direct := newRDB(t, srv.Addr)
 	proxy := testproxy.Start(t, srv.Addr)
 	const ttl = 400 * time.Millisecond
-	// A drift factor of 5% (22ms) absorbs timer and scheduler latency of a loaded
-	// CI machine; the margin measured is logged.
+	// A drift factor of 10% (42ms) leaves room for the delivery of Done (a timer
+	// goroutine, then the observer) on a loaded CI machine; the margin is logged.
 	holder := newLocker(t, newRDB(t, proxy.Addr), dlock.WithTTL(ttl), dlock.WithAutoRenew(true),
-		dlock.WithRenewEvery(100*time.Millisecond), dlock.WithDriftFactor(0.05))
+		dlock.WithRenewEvery(100*time.Millisecond), dlock.WithDriftFactor(0.1))
 	contender := newLocker(t, direct)
 	faults := map[string]func(on bool){
 		"blackhole": func(on bool) {
@@ -211,6 +211,7 @@ func TestConnectionCut(t *testing.T) {
 				}
 			}
 
+			now0, mono0 := time.Now(), mono()
 			var done atomic.Int64
 			watched := make(chan struct{})
 			go func() { <-a.Done(); done.Store(mono()); close(watched) }()
@@ -224,6 +225,10 @@ func TestConnectionCut(t *testing.T) {
 				t.Fatal("holder never notified")
 			}
 			tDone := done.Load()
+			deadline := mono0 + int64(a.Deadline().Sub(now0)) // when the lease counted as lost
+			if deadline > start {
+				t.Fatalf("C5 violated: holder's deadline %s after the new holder's acquire began", ms(deadline-start))
+			}
 			if tDone > start {
 				t.Fatalf("C5 violated: holder notified %s after the new holder's acquire began", ms(tDone-start))
 			}
@@ -237,8 +242,8 @@ func TestConnectionCut(t *testing.T) {
 			if _, err := b.TTL(ctx); err != nil {
 				t.Fatalf("new holder lost the lock after the old one's extend: %v", err)
 			}
-			summary(t, "acquisitions=2 overlap=0 cut-to-notified=%s notified-before-new-acquire-by=%s refused-while-old-key-lived=%d ttl=%v",
-				ms(tDone-cut), ms(start-tDone), refused, ttl)
+			summary(t, "acquisitions=2 overlap=0 cut-to-notified=%s notified-before-new-acquire-by=%s (deadline-before-by=%s) refused-while-old-key-lived=%d ttl=%v",
+				ms(tDone-cut), ms(start-tDone), ms(start-deadline), refused, ttl)
 		})
 	}
 }
