@@ -279,6 +279,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalidf("nil context")
 	}
+	l.expireIfPast() // report a loss its timer has not delivered yet
 	l.mu.Lock()
 	st := l.state
 	if st == released {

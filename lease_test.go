@@ -63,6 +63,17 @@ func TestLeaseLostAfterSuspend(t *testing.T) {
 		}
 	})
 
+	t.Run("reported by Unlock", func(t *testing.T) {
+		lease, err := c.TryLock(ctx, t.Name(), dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.suspend(11 * time.Second)
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Unlock after a suspend longer than the TTL = %v, want ErrLockLost", err)
+		}
+	})
+
 	t.Run("noticed by the watchdog", func(t *testing.T) {
 		lease, err := c.TryLock(ctx, t.Name(), dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(50*time.Millisecond))
 		if err != nil {
