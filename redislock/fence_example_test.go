@@ -2,7 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -38,41 +37,4 @@ func ExampleFence() {
 	// second holder: 7
 	// first holder refused: true
 	// stock: 7
-}
-
-// The same fence on a SQL table: a fence_token column holds the token of the last
-// write, and every write under the lock carries its token in the WHERE clause, so
-// the database refuses a holder whose token is older than the newest write. The
-// comparison is on integers in the database (BIGINT holds tokens below 2^63, which
-// covers redislock's microsecond tokens for thousands of years).
-//
-//	CREATE TABLE accounts (
-//	    id          BIGINT PRIMARY KEY,
-//	    balance     BIGINT NOT NULL,
-//	    fence_token BIGINT NOT NULL DEFAULT 0
-//	);
-//
-// One row per fenced resource; an INSERT of a missing row uses
-// ON CONFLICT (id) DO UPDATE ... WHERE accounts.fence_token <= EXCLUDED.fence_token.
-// Zero rows affected means a newer holder already wrote: the work of this holder
-// must be dropped (the equivalent of dlock.ErrStaleToken).
-func Example_sqlFence() {
-	var db *sql.DB // opened by the application: sql.Open("pgx", dsn), ...
-	var lease *dlock.Lease
-	withdraw := func(ctx context.Context, account, amount int64) error {
-		res, err := db.ExecContext(ctx,
-			`UPDATE accounts SET balance = balance - $1, fence_token = $2
-			 WHERE id = $3 AND fence_token <= $2`,
-			amount, int64(lease.Token()), account)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("account %d: %w", account, dlock.ErrStaleToken)
-		}
-		return nil
-	}
-	_ = withdraw
 }
