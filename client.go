@@ -94,8 +94,12 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, 
 	if cfg.waitSet && cfg.wait == 0 {
 		return c.attempt(ctx, key, &cfg, "", false)
 	}
-	owner := "" // a fresh one per attempt, unless the driver queues waiters
-	if _, ok := c.d.(Abandoner); ok {
+	// A fresh owner per attempt, unless the driver keeps per-waiter state (a queue
+	// position, a notification registration): then one owner for the whole call.
+	owner := ""
+	_, abandons := c.d.(Abandoner)
+	_, notifies := c.d.(Notifier)
+	if abandons || notifies {
 		owner = newOwner()
 	}
 	l, err := c.attempt(ctx, key, &cfg, owner, true)
@@ -106,19 +110,16 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, 
 	return c.wait(ctx, key, &cfg, busy, owner)
 }
 
+// wait is Lock after a failed first attempt. With a Notifier, the waiter sleeps
+// until it is woken or until the holder's remaining TTL (as the last attempt
+// reported it) has passed, whichever comes first: a lost notification costs at
+// most that. The retry strategy then only counts attempts, and sets the sleep
+// when the remaining TTL is unknown or the driver cannot notify.
 func (c *Client) wait(ctx context.Context, key string, cfg *config, busy *BusyError, owner string) (l *Lease, err error) {
 	if cfg.waitSet {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
-	}
-	var wake <-chan struct{}
-	if n, ok := c.d.(Notifier); ok {
-		w, cancel, err := n.Subscribe(ctx, key)
-		if err == nil {
-			defer cancel()
-			wake = w
-		}
 	}
 	if a, ok := c.d.(Abandoner); ok {
 		defer func() {
@@ -129,6 +130,14 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config, busy *BusyEr
 			}
 		}()
 	}
+	var wake <-chan struct{}
+	if n, ok := c.d.(Notifier); ok {
+		w, cancel, err := n.Subscribe(ctx, key, owner)
+		if err == nil {
+			defer cancel()
+			wake = w
+		}
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for n := 1; ; n++ {
@@ -136,10 +145,8 @@ func (c *Client) wait(ctx context.Context, key string, cfg *config, busy *BusyEr
 		if delay < 0 {
 			return nil, busy
 		}
-		if wake != nil && busy.Remaining >= 0 {
-			// Woken by notification; the TTL bound only covers a lost message.
-			delay = busy.Remaining + delay
-		} else if busy.Remaining >= 0 && delay > busy.Remaining+time.Millisecond {
+		if busy.Remaining >= 0 && (wake != nil || delay > busy.Remaining+time.Millisecond) {
+			// Expiry has millisecond resolution: wake just after it.
 			delay = busy.Remaining + time.Millisecond
 		}
 		timer.Reset(delay)

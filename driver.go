@@ -45,13 +45,16 @@ type AcquireRequest struct {
 }
 
 // Notifier is implemented by Drivers that can wake waiters when a key may have
-// become free, so that Lock does not have to poll.
+// become free (or been handed to them), so that Lock does not have to poll.
 type Notifier interface {
-	// Subscribe registers interest in key. The returned channel receives a value
-	// (without blocking the sender; it has capacity 1) whenever the key may have
-	// become free. cancel releases the registration; it must be called exactly once.
+	// Subscribe registers owner as a waiter for key; owner is the one the waiting
+	// Lock passes to every later Acquire. The returned channel receives a value
+	// (without blocking the sender; it has capacity 1) whenever the waiter should
+	// make another attempt: the key may have become free, the notification
+	// channel was (re)established and messages may have been missed, or it
+	// dropped. cancel releases the registration; it must be called exactly once.
 	// A Notifier that cannot subscribe returns an error and the Client polls.
-	Subscribe(ctx context.Context, key string) (wake <-chan struct{}, cancel func(), err error)
+	Subscribe(ctx context.Context, key, owner string) (wake <-chan struct{}, cancel func(), err error)
 }
 
 // Abandoner is implemented by Drivers whose waiters leave state in the store (for

@@ -62,7 +62,9 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 // Driver is the dlock.Driver of a Client: single owner-checked attempts, one Lua
 // script round trip each. Most users want New instead.
 type Driver struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	hub  *hub
+	fair bool
 }
 
 // NewDriver returns the Redis driver over rdb.
@@ -70,7 +72,7 @@ func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
 	if dlock.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
-	return &Driver{rdb: rdb}, nil
+	return &Driver{rdb: rdb, hub: newHub(rdb)}, nil
 }
 
 // LockKey returns the Redis key of the lock named key.
@@ -83,9 +85,42 @@ var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
 // Acquire implements dlock.Driver.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
+	if d.fair {
+		return d.acquireFair(ctx, r)
+	}
+	markBusy, markTaken := "0", "0"
+	done := func(bool, time.Duration) {}
+	if r.Waiting {
+		others, queued, fin := d.hub.attempt(WakeChannel(r.Key), r.Owner, true)
+		if queued > 0 {
+			// Other waiters of this process came first: wait for a wake in turn.
+			return 0, &dlock.BusyError{Remaining: queued}
+		}
+		markBusy, done = "1", fin
+		if others > 0 {
+			markTaken = "1"
+		}
+	}
 	res, err := redisscript.Acquire.Run(ctx, d.rdb,
 		[]string{LockKey(r.Key), FenceKey(r.Key)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata).Slice()
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
+	token, err := acquireReply(res, err)
+	d.settle(done, err)
+	return token, err
+}
+
+// settle reports the outcome of an attempt to the hub.
+func (d *Driver) settle(done func(bool, time.Duration), err error) {
+	var busy *dlock.BusyError
+	if errors.As(err, &busy) {
+		done(true, busy.Remaining)
+	} else {
+		done(false, 0)
+	}
+}
+
+// acquireReply decodes the {1, token} or {0, pttl} reply of an acquire script.
+func acquireReply(res []any, err error) (uint64, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -121,7 +156,10 @@ func (d *Driver) Extend(ctx context.Context, key, owner string, ttl time.Duratio
 
 // Release implements dlock.Driver.
 func (d *Driver) Release(ctx context.Context, key, owner string) error {
-	n, err := redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner).Int64()
+	if d.fair {
+		return d.releaseFair(ctx, key, owner)
+	}
+	n, err := redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner, d.hub.publishCmd(), WakeChannel(key)).Int64()
 	if err != nil {
 		return mapErr(err)
 	}

@@ -20,6 +20,12 @@ var (
 	pttlSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed fairlib.lua
+	fairLibSrc string
+	//go:embed fairacquire.lua
+	fairAcquireSrc string
+	//go:embed fairrelease.lua
+	fairReleaseSrc string
 )
 
 // Mutex scripts. See each .lua file for its keys, arguments and reply.
@@ -32,3 +38,10 @@ var (
 
 // Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
 var Fenced = redis.NewScript(fenceSrc)
+
+// Fair (FIFO) mutex scripts: fairlib.lua followed by each script's own file. They
+// share Extend and PTTL with the mutex.
+var (
+	FairAcquire = redis.NewScript(fairLibSrc + fairAcquireSrc)
+	FairRelease = redis.NewScript(fairLibSrc + fairReleaseSrc)
+)

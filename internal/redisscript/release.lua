@@ -1,9 +1,15 @@
--- Delete a dlock mutex if ARGV[1] owns it; touch nothing otherwise.
+-- Delete a dlock mutex if ARGV[1] owns it; touch nothing otherwise. When the
+-- holding is marked as waited for (field w), wake the waiters.
 -- KEYS[1] lock hash   ARGV[1] owner
+-- ARGV[2] publish command ('PUBLISH', 'SPUBLISH', or '' for none)   ARGV[3] wake channel
 -- Returns 1 when deleted, 0 when not held by owner.
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == ARGV[1] then
+  local waited = redis.call('HEXISTS', KEYS[1], 'w')
   redis.call('DEL', KEYS[1])
+  if waited == 1 and ARGV[2] and ARGV[2] ~= '' then
+    redis.call(ARGV[2], ARGV[3], '')
+  end
   return 1
 end
 if not owner and redis.call('EXISTS', KEYS[1]) == 1 then

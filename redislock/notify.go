@@ -1,0 +1,356 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WakeChannel returns the pub/sub channel on which the waiters of the lock named
+// key are woken. It carries the lock's hash tag, so that on Redis Cluster the
+// sharded channel lives on the lock's shard.
+func WakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
+
+// idleLinger is how long a subscription connection with no channel left stays
+// open, so that bursts of contention do not each open a new connection.
+const idleLinger = 10 * time.Second
+
+// hub is the notification side of a Driver: one subscription connection (one
+// per master on Redis Cluster, with sharded pub/sub) shared by every waiter of
+// the Driver on every key, subscribing a key's channel while it has waiters.
+//
+// A message on a key's channel wakes one local waiter: the oldest whose wake
+// channel is empty when the payload is empty (a plain lock became free), or the
+// waiter named by the payload (a fair lock was handed to it). A waiter that
+// leaves without having used a wake passes it on. A (re)established
+// subscription, and a dropped connection, wake every waiter of the key: messages
+// may have been missed.
+type hub struct {
+	rdb     redis.UniversalClient
+	sharded bool
+
+	mu     sync.Mutex
+	topics map[string]*topic   // by channel
+	conns  map[string]*subConn // by master address ("" without Cluster)
+}
+
+type topic struct {
+	channel string
+	conn    *subConn
+	waiters []*waiter // in registration order
+	expiry  time.Time // the holder's expiry as last reported to a waiter here
+}
+
+type waiter struct {
+	owner string
+	wake  chan struct{}
+	woken bool // a wake was sent and no attempt has been made since
+	subs  int  // Subscribe calls holding this registration (0 or 1)
+}
+
+type subConn struct {
+	addr   string
+	ps     *redis.PubSub
+	topics int
+	idle   *time.Timer
+	closed bool
+}
+
+func newHub(rdb redis.UniversalClient) *hub {
+	_, sharded := rdb.(*redis.ClusterClient)
+	return &hub{rdb: rdb, sharded: sharded, topics: map[string]*topic{}, conns: map[string]*subConn{}}
+}
+
+// publishCmd is the command the release scripts wake waiters with.
+func (h *hub) publishCmd() string {
+	if h.sharded {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *Driver) Subscribe(ctx context.Context, key, owner string) (<-chan struct{}, func(), error) {
+	return d.hub.subscribe(ctx, WakeChannel(key), owner)
+}
+
+func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan struct{}, func(), error) {
+	h.mu.Lock()
+	t := h.topics[channel]
+	if t == nil {
+		h.mu.Unlock()
+		c, err := h.connFor(ctx, channel)
+		if err != nil {
+			return nil, nil, err
+		}
+		h.mu.Lock()
+		if t = h.topics[channel]; t == nil {
+			t = &topic{channel: channel, conn: c}
+			if err := h.attach(ctx, t); err != nil {
+				h.mu.Unlock()
+				return nil, nil, err
+			}
+		}
+	}
+	w := t.find(owner)
+	if w == nil {
+		w = &waiter{owner: owner, wake: make(chan struct{}, 1)}
+		t.waiters = append(t.waiters, w)
+	}
+	w.subs++
+	h.mu.Unlock()
+	var once sync.Once
+	return w.wake, func() { once.Do(func() { h.leave(t, w) }) }, nil
+}
+
+// connFor returns the subscription connection for channel, opening it if needed.
+func (h *hub) connFor(ctx context.Context, channel string) (*subConn, error) {
+	addr := ""
+	var node redis.UniversalClient = h.rdb
+	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		addr, node = m.Options().Addr, m
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.conns[addr]; c != nil {
+		return c, nil
+	}
+	var ps *redis.PubSub
+	if h.sharded {
+		ps = node.SSubscribe(context.WithoutCancel(ctx))
+	} else {
+		ps = node.Subscribe(context.WithoutCancel(ctx))
+	}
+	c := &subConn{addr: addr, ps: ps}
+	h.conns[addr] = c
+	go h.receive(c)
+	return c, nil
+}
+
+// attach subscribes t's channel on its connection and registers t; h.mu is held.
+func (h *hub) attach(ctx context.Context, t *topic) error {
+	c := t.conn
+	if c.idle != nil {
+		c.idle.Stop()
+		c.idle = nil
+	}
+	// The waiter's context must not cut the write short: that would break the
+	// connection shared by every other waiter.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var err error
+	if h.sharded {
+		err = c.ps.SSubscribe(ctx, t.channel)
+	} else {
+		err = c.ps.Subscribe(ctx, t.channel)
+	}
+	if err != nil && !errors.Is(err, redis.ErrClosed) {
+		// The connection is down; go-redis resubscribes when it reconnects and the
+		// confirmation wakes the waiters then.
+		err = nil
+	}
+	if err != nil {
+		h.lingerOrClose(c)
+		return mapErr(err)
+	}
+	c.topics++
+	h.topics[t.channel] = t
+	return nil
+}
+
+func (t *topic) find(owner string) *waiter {
+	for _, w := range t.waiters {
+		if w.owner == owner {
+			return w
+		}
+	}
+	return nil
+}
+
+// leave unregisters w; a wake it was sent but never used goes to the next waiter.
+func (h *hub) leave(t *topic, w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.subs--
+	if w.subs > 0 {
+		return
+	}
+	h.remove(t, w)
+}
+
+// remove takes w off t, and t off its connection once it has no waiter; h.mu is held.
+func (h *hub) remove(t *topic, w *waiter) {
+	for i, x := range t.waiters {
+		if x == w {
+			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+			break
+		}
+	}
+	if w.woken {
+		t.wakeOne()
+	}
+	if len(t.waiters) > 0 || h.topics[t.channel] != t {
+		return
+	}
+	delete(h.topics, t.channel)
+	c := t.conn
+	c.topics--
+	if !c.closed {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if h.sharded {
+			_ = c.ps.SUnsubscribe(ctx, t.channel)
+		} else {
+			_ = c.ps.Unsubscribe(ctx, t.channel)
+		}
+		cancel()
+	}
+	h.lingerOrClose(c)
+}
+
+// lingerOrClose closes c after idleLinger if it has no channel by then; h.mu is held.
+func (h *hub) lingerOrClose(c *subConn) {
+	if c.topics > 0 || c.idle != nil || c.closed {
+		return
+	}
+	c.idle = time.AfterFunc(idleLinger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if c.topics == 0 && !c.closed {
+			h.closeConn(c)
+		}
+	})
+}
+
+// closeConn closes c (its receive loop then ends); h.mu is held.
+func (h *hub) closeConn(c *subConn) {
+	c.closed = true
+	if c.idle != nil {
+		c.idle.Stop()
+		c.idle = nil
+	}
+	if h.conns[c.addr] == c {
+		delete(h.conns, c.addr)
+	}
+	_ = c.ps.Close()
+}
+
+// wakeOne wakes the oldest waiter that has no wake pending.
+func (t *topic) wakeOne() {
+	for _, w := range t.waiters {
+		if w.send() {
+			return
+		}
+	}
+}
+
+func (t *topic) wakeAll() {
+	for _, w := range t.waiters {
+		w.send()
+	}
+}
+
+func (w *waiter) send() bool {
+	select {
+	case w.wake <- struct{}{}:
+		w.woken = true
+		return true
+	default:
+		return false
+	}
+}
+
+// receive dispatches c's messages until c is closed or its client is.
+func (h *hub) receive(c *subConn) {
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := c.ps.Receive(context.Background())
+		h.mu.Lock()
+		if c.closed {
+			h.mu.Unlock()
+			return
+		}
+		if err != nil {
+			// Dropped: everybody retries now; go-redis reconnects and resubscribes
+			// on the next Receive, and that confirmation wakes them again.
+			h.each(c, (*topic).wakeAll)
+			if errors.Is(err, redis.ErrClosed) {
+				h.closeConn(c)
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			if t := h.topics[m.Channel]; t != nil && t.conn == c {
+				if m.Payload == "" {
+					t.wakeOne()
+				} else if w := t.find(m.Payload); w != nil {
+					w.send()
+				}
+			}
+		case *redis.Subscription:
+			if t := h.topics[m.Channel]; t != nil && t.conn == c && (m.Kind == "subscribe" || m.Kind == "ssubscribe") {
+				t.wakeAll()
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// each calls f on every topic of c; h.mu is held.
+func (h *hub) each(c *subConn, f func(*topic)) {
+	for _, t := range h.topics {
+		if t.conn == c {
+			f(t)
+		}
+	}
+}
+
+// attempt is called before an Acquire round trip by a caller that will wait. If
+// the key already has waiters here, owner is registered at once (so that no wake
+// can be missed between the attempt and its Subscribe) and others is their
+// number. For a newcomer behind other local waiters of a lock whose holder is
+// known to hold it still, queued reports that it should wait its turn without a
+// round trip, and for how long at most. done must be called with the outcome.
+func (h *hub) attempt(channel, owner string, newcomerWaits bool) (others int, queued time.Duration, done func(busy bool, pttl time.Duration)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil {
+		return 0, 0, func(busy bool, pttl time.Duration) {}
+	}
+	w := t.find(owner)
+	others = len(t.waiters)
+	if w != nil {
+		others--
+		w.woken = false
+	} else if others > 0 {
+		w = &waiter{owner: owner, wake: make(chan struct{}, 1)}
+		t.waiters = append(t.waiters, w)
+		if left := time.Until(t.expiry); newcomerWaits && left > 0 {
+			return others, left, func(bool, time.Duration) {}
+		}
+	}
+	return others, 0, func(busy bool, pttl time.Duration) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if busy && pttl > 0 {
+			t.expiry = time.Now().Add(pttl)
+		}
+		if w != nil && w.subs == 0 && !busy {
+			h.remove(t, w) // registered by this call, and no wait follows
+		}
+	}
+}
