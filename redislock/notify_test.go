@@ -1,0 +1,506 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// counter is a go-redis hook counting the commands a client sends, but for the
+// set-up of new connections; the subscription connection's commands do not pass
+// hooks.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		switch name := cmd.Name(); {
+		case name == "hello" || name == "client": // connection set-up
+		case name == "evalsha" && isNoScript(err): // counted with its EVAL fallback
+		default:
+			c.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name != "hello" && name != "client" {
+				c.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// counted returns a Client (fair or plain) on its own connection pool and the
+// counter of its commands.
+func counted(t testing.TB, fair bool, opts ...dlock.Option) (*redislock.Client, *counter) {
+	rdb := newRDB(t, srv.Addr)
+	cnt := &counter{}
+	rdb.AddHook(cnt)
+	newc := redislock.New
+	if fair {
+		newc = redislock.NewFair
+	}
+	c, err := newc(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cnt
+}
+
+// eventually polls cond every 5ms until it holds or 10s have passed.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("not after 10s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func numSub(rdb *redis.Client, key string) int64 {
+	m := rdb.PubSubNumSub(context.Background(), redislock.WakeChannel(key)).Val()
+	return m[redislock.WakeChannel(key)]
+}
+
+func bothKinds(t *testing.T, f func(t *testing.T, fair bool)) {
+	t.Run("plain", func(t *testing.T) { f(t, false) })
+	t.Run("fair", func(t *testing.T) { f(t, true) })
+}
+
+func TestFairConformance(t *testing.T) {
+	dlocktest.Run(t, dlocktest.Backend{
+		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+			c, _ := counted(t, true, opts...)
+			return c
+		},
+	})
+}
+
+// TestUncontendedIsTwoCommands: TryLock or Lock plus Unlock of a free lock is one
+// script each, with no subscription.
+func TestUncontendedIsTwoCommands(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		c, cnt := counted(t, fair, dlock.WithTTL(10*time.Second))
+		ctx := context.Background()
+		key := dlocktest.Key(t)
+		for i := 0; i < 5; i++ {
+			for _, f := range []func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){c.TryLock, c.Lock} {
+				before := cnt.n.Load()
+				l, err := f(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if n := cnt.n.Load() - before; n != 2 {
+					t.Fatalf("lock+unlock took %d commands, want 2", n)
+				}
+			}
+		}
+		if n := numSub(newRDB(t, srv.Addr), key); n != 0 {
+			t.Fatalf("%d subscribers to an uncontended lock", n)
+		}
+	})
+}
+
+// TestWaitersWakeOnReleaseWithoutPolling: waiters on a lock held for a minute make
+// no command while they wait (polling at the default backoff would make several
+// a second), and all get the lock one after another as soon as it is released.
+func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		const clients, perClient = 2, 3
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		key := dlocktest.Key(t)
+		probe := newRDB(t, srv.Addr)
+		holder, _ := counted(t, fair)
+		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cnts []*counter
+		var got atomic.Int32
+		g, gctx := errgroup.WithContext(ctx)
+		for i := 0; i < clients; i++ {
+			c, cnt := counted(t, fair)
+			cnts = append(cnts, cnt)
+			for j := 0; j < perClient; j++ {
+				g.Go(func() error {
+					l, err := c.Lock(gctx, key, dlock.WithTTL(time.Minute))
+					if err != nil {
+						return err
+					}
+					got.Add(1)
+					return l.Unlock(gctx)
+				})
+			}
+		}
+		total := func() (n int64) {
+			for _, c := range cnts {
+				n += c.n.Load()
+			}
+			return n
+		}
+		eventually(t, "every client subscribed", func() bool { return numSub(probe, key) == clients })
+		// Each waiter makes its first attempt and one after its client's
+		// subscription is confirmed; then nothing until the release.
+		eventually(t, "every waiter made its attempts", func() bool { return total() >= clients*perClient })
+		waitCmds := total()
+		if waitCmds > 2*clients*perClient {
+			t.Fatalf("waiters sent %d commands before waiting", waitCmds)
+		}
+		time.Sleep(time.Second) // the window in which a polling waiter would poll
+		// A fair waiter refreshes its queue entry every FairWaiterTTL/5 (1s); a
+		// plain one sends nothing. The default backoff would poll about 8 times.
+		allowed := int64(0)
+		if fair {
+			allowed = 2 * clients * perClient
+		}
+		if n := total() - waitCmds; n > allowed {
+			t.Fatalf("waiters sent %d commands in one second while the lock was held", n)
+		}
+		waitCmds = total()
+		if err := hl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		after := total() - waitCmds
+		t.Logf("%d commands while waiting, %d for %d hand-overs", waitCmds, after, clients*perClient)
+		// Each waiter: its acquisition, its release, and failed attempts bounded by
+		// the number of releases times the number of clients woken by each.
+		if limit := int64(2*clients*perClient + (clients*perClient+1)*clients); after > limit {
+			t.Fatalf("%d commands for %d hand-overs, more than %d", after, clients*perClient, limit)
+		}
+		eventually(t, "channel unsubscribed", func() bool { return numSub(probe, key) == 0 })
+	})
+}
+
+// TestDeadHolderWaitersProceedAfterTTL: a holder that never unlocks (a crashed
+// process) delays its waiters until its TTL and not much longer: they sleep
+// until the remaining TTL the failed attempt reported, not on a backoff.
+func TestDeadHolderWaitersProceedAfterTTL(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		const ttl = 1500 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		key := dlocktest.Key(t)
+		holder, _ := counted(t, fair)
+		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		expiry := time.Now().Add(ttl)
+		waiter, cnt := counted(t, fair)
+		l, err := waiter.Lock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		late := time.Since(expiry)
+		defer l.Unlock(ctx)
+		<-hl.Done()
+		if late > 400*time.Millisecond {
+			t.Errorf("waiter got the lock %v after the holder's TTL", late)
+		}
+		// first attempt, one after subscribing, (fair: one refresh a second), the winning one
+		if n := cnt.n.Load(); n > 5 {
+			t.Errorf("waiter made %d attempts", n)
+		}
+		t.Logf("acquired %v after the holder's expiry with %d commands", late, cnt.n.Load())
+	})
+}
+
+// TestCancelledWaiterLeavesNothing: a fair waiter whose context ends leaves the
+// queue at once, and a plain one leaves no subscription.
+func TestCancelledWaiterLeavesNothing(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		ctx := context.Background()
+		key := dlocktest.Key(t)
+		probe := newRDB(t, srv.Addr)
+		holder, _ := counted(t, fair)
+		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hl.Unlock(ctx)
+		waiter, _ := counted(t, fair)
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := waiter.Lock(wctx, key)
+			done <- err
+		}()
+		eventually(t, "waiter subscribed", func() bool { return numSub(probe, key) == 1 })
+		if fair {
+			eventually(t, "waiter queued", func() bool { return probe.LLen(ctx, redislock.QueueKey(key)).Val() == 1 })
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		for _, k := range []string{redislock.QueueKey(key), redislock.QueueDeadlineKey(key)} {
+			if n := probe.Exists(ctx, k).Val(); n != 0 {
+				t.Errorf("%s left behind: %v", k, probe.Do(ctx, "DUMP", k).Val())
+			}
+		}
+		eventually(t, "channel unsubscribed", func() bool { return numSub(probe, key) == 0 })
+	})
+}
+
+// TestFairGrantsInArrivalOrder: waiters on several connections get the lock in
+// the order they queued, whatever their connection.
+func TestFairGrantsInArrivalOrder(t *testing.T) {
+	const clients, waiters = 3, 7
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	probe := newRDB(t, srv.Addr)
+	holder, _ := counted(t, true)
+	hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*redislock.Client
+	for i := 0; i < clients; i++ {
+		c, _ := counted(t, true)
+		cs = append(cs, c)
+	}
+	var mu sync.Mutex
+	var order []int
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < waiters; i++ {
+		g.Go(func() error {
+			l, err := cs[(i*2)%clients].Lock(gctx, key, dlock.WithTTL(time.Minute))
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return l.Unlock(gctx)
+		})
+		eventually(t, fmt.Sprintf("waiter %d queued", i), func() bool {
+			return probe.LLen(ctx, redislock.QueueKey(key)).Val() == int64(i+1)
+		})
+	}
+	// A newcomer's TryLock does not barge, and Lock queues at the end.
+	if _, err := cs[0].TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock with a queue: %v", err)
+	}
+	if err := hl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("grant order %v, want arrival order", order)
+		}
+	}
+	if n := probe.Exists(ctx, redislock.QueueKey(key), redislock.QueueDeadlineKey(key), redislock.LockKey(key)).Val(); n != 0 {
+		t.Fatalf("%d lock or queue keys left", n)
+	}
+}
+
+// TestFairDeadWaiterIsDropped: a queued waiter that stops refreshing its entry
+// (its process died) is dropped after FairWaiterTTL, and the lock goes to the
+// next waiter; a lock handed to a dead head moves on after the same time.
+func TestFairDeadWaiterIsDropped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits FairWaiterTTL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	probe := newRDB(t, srv.Addr)
+	holder, _ := counted(t, true)
+	hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A dead waiter: its entry is queued first and never refreshed.
+	dead := "0123456789abcdef0123456789abcdef"
+	deadline := time.Now().Add(redislock.FairWaiterTTL).UnixMilli()
+	probe.RPush(ctx, redislock.QueueKey(key), dead)
+	probe.ZAdd(ctx, redislock.QueueDeadlineKey(key), redis.Z{Score: float64(deadline), Member: dead})
+	waiter, _ := counted(t, true)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		l, err := waiter.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	eventually(t, "waiter queued", func() bool { return probe.LLen(ctx, redislock.QueueKey(key)).Val() == 2 })
+	if err := hl.Unlock(ctx); err != nil { // handed to the dead head
+		t.Fatal(err)
+	}
+	if o := probe.HGet(ctx, redislock.LockKey(key), "o").Val(); o != dead {
+		t.Fatalf("lock handed to %q, want the head of the queue", o)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > redislock.FairWaiterTTL+2*time.Second {
+		t.Fatalf("waiter behind a dead one waited %v", el)
+	}
+}
+
+// TestSubscriptionKillDoesNotStrandWaiters: CLIENT KILL of the subscription
+// connection wakes the waiters, the Client subscribes again, and the release
+// after it still wakes them.
+func TestSubscriptionKillDoesNotStrandWaiters(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s := newRDB(t, srv.Addr)
+		key := dlocktest.Key(t)
+		holder, _ := counted(t, fair)
+		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter, _ := counted(t, fair)
+		g, gctx := errgroup.WithContext(ctx)
+		for i := 0; i < 3; i++ {
+			g.Go(func() error {
+				l, err := waiter.Lock(gctx, key, dlock.WithTTL(time.Minute))
+				if err != nil {
+					return err
+				}
+				return l.Unlock(gctx)
+			})
+		}
+		eventually(t, "waiters subscribed", func() bool { return numSub(s, key) == 1 })
+		if n := s.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n != 1 {
+			t.Fatalf("killed %d pubsub connections, want 1", n)
+		}
+		eventually(t, "subscribed again", func() bool { return numSub(s, key) == 1 })
+		if err := hl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- g.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second): // far below the one-minute TTL
+			t.Fatal("waiters stranded after the subscription connection was killed")
+		}
+	})
+}
+
+// TestOneSubscriptionConnectionForManyKeys: waiters on many keys of one Client
+// share one subscription connection, and leave no channel behind.
+func TestOneSubscriptionConnectionForManyKeys(t *testing.T) {
+	const keys = 40
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := newRDB(t, srv.Addr)
+	holder, _ := counted(t, false)
+	waiter, _ := counted(t, false)
+	name := dlocktest.Key(t)
+	var leases []*dlock.Lease
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < keys; i++ {
+		key := fmt.Sprintf("%s.%d", name, i)
+		l, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+		g.Go(func() error {
+			l, err := waiter.Lock(gctx, key)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(gctx)
+		})
+	}
+	pattern := redislock.Prefix + "{" + name + ".*"
+	eventually(t, "all keys subscribed", func() bool { return len(s.PubSubChannels(ctx, pattern).Val()) == keys })
+	if n := strings.Count(s.ClientList(ctx).Val(), "cmd=subscribe"); n != 1 {
+		t.Errorf("%d subscription connections for %d keys, want 1", n, keys)
+	}
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "all channels unsubscribed", func() bool { return len(s.PubSubChannels(ctx, pattern).Val()) == 0 })
+}
+
+// TestPlainLockDoesNotStarveWaiters: with default settings, goroutines of one
+// Client contending for one key each wait at most a bounded number of critical
+// sections (local waiters are woken in order and newcomers queue behind them).
+func TestPlainLockDoesNotStarveWaiters(t *testing.T) {
+	const goroutines, rounds = 8, 10
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	c, cnt := counted(t, false)
+	var sections atomic.Int64
+	var worst atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < goroutines; i++ {
+		g.Go(func() error {
+			for r := 0; r < rounds; r++ {
+				before := sections.Load()
+				l, err := c.Lock(gctx, key)
+				if err != nil {
+					return err
+				}
+				d := sections.Add(1) - before - 1
+				for w := worst.Load(); d > w && !worst.CompareAndSwap(w, d); w = worst.Load() {
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				if err := l.Unlock(gctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	per := float64(cnt.n.Load()) / (goroutines * rounds)
+	t.Logf("at most %d other critical sections during one wait; %.2f commands per critical section", worst.Load(), per)
+	if w := worst.Load(); w > 2*goroutines {
+		t.Errorf("a waiter waited through %d critical sections with %d goroutines", w, goroutines)
+	}
+	if per > 4 {
+		t.Errorf("%.2f commands per critical section", per)
+	}
+}
