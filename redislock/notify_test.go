@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -503,4 +504,68 @@ func TestPlainLockDoesNotStarveWaiters(t *testing.T) {
 	if per > 4 {
 		t.Errorf("%.2f commands per critical section", per)
 	}
+}
+
+// TestClusterNotifiedWaiting: through a *redis.ClusterClient, waiters subscribe
+// with sharded pub/sub on the lock's shard and are woken by the release.
+func TestClusterNotifiedWaiting(t *testing.T) {
+	cluster := testserver.StartCluster(t, 3)
+	newCC := func(t testing.TB) *redis.ClusterClient {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	bothKinds(t, func(t *testing.T, fair bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		newc := redislock.New
+		if fair {
+			newc = redislock.NewFair
+		}
+		holder, err := newc(newCC(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrdb, cnt := newCC(t), &counter{}
+		wrdb.AddHook(cnt)
+		waiter, err := newc(wrdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := dlocktest.Key(t)
+		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, key, dlock.WithTTL(time.Minute))
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			done <- err
+		}()
+		ch := redislock.WakeChannel(key)
+		node, err := newCC(t).MasterForKey(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "sharded subscription on the lock's shard", func() bool {
+			v, err := node.Do(ctx, "PUBSUB", "SHARDNUMSUB", ch).Slice()
+			return err == nil && len(v) == 2 && v[1] == int64(1)
+		})
+		// the first attempt, and the one made once the subscription was confirmed
+		eventually(t, "waiter's second attempt", func() bool { return cnt.n.Load() >= 2 })
+		if err := hl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second): // far below the one-minute TTL
+			t.Fatal("waiter not woken by the release")
+		}
+	})
 }

@@ -3,10 +3,36 @@
 // the caller's go-redis v9 client.
 //
 // Each lock is a hash "dlock:{KEY}" (fields o = owner, t = fencing token, m =
-// metadata) with an expiry, and a companion fence counter "dlock:{KEY}:fence". The
-// hash tag keeps both in one Cluster slot, so every script is single-slot. Acquire,
-// extend and release are one Lua script each (one round trip), owner-checked, and
-// no code path creates a lock key without an expiry.
+// metadata, w = present when somebody waits, so that the release wakes them) with
+// an expiry, and a companion fence counter "dlock:{KEY}:fence". The hash tag keeps
+// every key of a lock in one Cluster slot, so every script is single-slot.
+// Acquire, extend and release are one Lua script each (one round trip),
+// owner-checked, and no code path creates a lock key without an expiry.
+//
+// # Waiting
+//
+// Lock does not poll. A waiter's failed attempt marks the holding (field w) and
+// returns the holder's remaining TTL; the release of a marked holding publishes on
+// the lock's wake channel (WakeChannel), and the waiter sleeps until a message or
+// that TTL, whichever comes first, so a crashed holder's lock is taken as soon as
+// it expires and a lost message costs at most that. Each Client keeps one
+// subscription connection (on Redis Cluster, one per master with sharded pub/sub,
+// SSUBSCRIBE and SPUBLISH), shared by all its waiters on all keys; a key's
+// channel is subscribed while the Client has waiters for it. A dropped
+// subscription connection wakes every waiter to retry, and go-redis reconnects
+// it. With nobody waiting, a lock and unlock stay two round trips, with no
+// subscription and no message.
+//
+// The plain lock (New) is not fair but does not starve waiters: a message wakes
+// one waiter per Client, the longest waiting, and a Lock call that finds other
+// waiters of its Client on the key queues behind them without a round trip, so
+// the goroutines of one process take turns. Clients in different processes race
+// on each release.
+//
+// The fair lock (NewFair) grants in arrival order across all processes: waiters
+// queue in the list "dlock:{KEY}:queue" with deadlines in the sorted set
+// "dlock:{KEY}:queue:deadline", and a release hands the lock straight to the head
+// of the queue and wakes it alone. See NewFair and FairWaiterTTL.
 //
 // What is and is not guaranteed is documented in the dlock package overview: in
 // short, a lock survives neither a restart without persistence nor an asynchronous
