@@ -117,8 +117,11 @@ func WithWait(d time.Duration) Option {
 	}
 }
 
-// WithRetry sets the backoff between attempts while Lock waits. Backends that
-// notify waiters use it as the fallback only. The default is
+// WithRetry sets the backoff between attempts while Lock waits. With a backend
+// that notifies waiters (Redis), a waiter sleeps until it is woken or the holder's
+// remaining TTL has passed; the strategy then only limits the attempts, and sets
+// the sleep when the remaining TTL is unknown or no subscription could be made.
+// The default is
 // ExponentialBackoff(8ms, 512ms) with full jitter.
 func WithRetry(s RetryStrategy) Option {
 	return func(c *config) {

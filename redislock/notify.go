@@ -41,6 +41,7 @@ type topic struct {
 	channel string
 	conn    *subConn
 	waiters []*waiter // in registration order
+	owners  map[string]*waiter
 	expiry  time.Time // the holder's expiry as last reported to a waiter here
 }
 
@@ -88,7 +89,7 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 		}
 		h.mu.Lock()
 		if t = h.topics[channel]; t == nil {
-			t = &topic{channel: channel, conn: c}
+			t = &topic{channel: channel, conn: c, owners: map[string]*waiter{}}
 			if err := h.attach(ctx, t); err != nil {
 				h.mu.Unlock()
 				return nil, nil, err
@@ -97,8 +98,7 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 	}
 	w := t.find(owner)
 	if w == nil {
-		w = &waiter{owner: owner, wake: make(chan struct{}, 1)}
-		t.waiters = append(t.waiters, w)
+		w = t.add(owner)
 	}
 	w.subs++
 	h.mu.Unlock()
@@ -165,13 +165,14 @@ func (h *hub) attach(ctx context.Context, t *topic) error {
 	return nil
 }
 
-func (t *topic) find(owner string) *waiter {
-	for _, w := range t.waiters {
-		if w.owner == owner {
-			return w
-		}
-	}
-	return nil
+func (t *topic) find(owner string) *waiter { return t.owners[owner] }
+
+// add registers a new waiter for owner; h.mu is held.
+func (t *topic) add(owner string) *waiter {
+	w := &waiter{owner: owner, wake: make(chan struct{}, 1)}
+	t.waiters = append(t.waiters, w)
+	t.owners[owner] = w
+	return w
 }
 
 // leave unregisters w; a wake it was sent but never used goes to the next waiter.
@@ -193,6 +194,7 @@ func (h *hub) remove(t *topic, w *waiter) {
 			break
 		}
 	}
+	delete(t.owners, w.owner)
 	if w.woken {
 		t.wakeOne()
 	}
@@ -337,8 +339,7 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (others int, qu
 		others--
 		w.woken = false
 	} else if others > 0 {
-		w = &waiter{owner: owner, wake: make(chan struct{}, 1)}
-		t.waiters = append(t.waiters, w)
+		w = t.add(owner)
 		if left := time.Until(t.expiry); newcomerWaits && left > 0 {
 			return others, left, func(bool, time.Duration) {}
 		}

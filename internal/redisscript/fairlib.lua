@@ -22,8 +22,9 @@ local function prune(now_ms)
 end
 
 local function dequeue(o)
-  redis.call('LREM', KEYS[3], 1, o)
-  redis.call('ZREM', KEYS[4], o)
+  if redis.call('ZREM', KEYS[4], o) == 1 then
+    redis.call('LREM', KEYS[3], 1, o)
+  end
 end
 
 -- Make o the holder for ttl ms with a fresh fencing token (see acquire.lua).
