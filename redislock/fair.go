@@ -59,7 +59,7 @@ func fairKeys(key string) []string {
 
 func (d *Driver) acquireFair(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
 	waiting := "0"
-	done := func(bool, time.Duration) {}
+	done := func(error) {}
 	if r.Waiting {
 		_, _, done = d.hub.attempt(WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
@@ -68,7 +68,7 @@ func (d *Driver) acquireFair(ctx context.Context, r dlock.AcquireRequest) (uint6
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
 		fairWaiterTTLMS, d.hub.publishCmd(), WakeChannel(r.Key)).Slice()
 	token, err := acquireReply(res, err)
-	d.settle(done, err)
+	done(err)
 	var busy *dlock.BusyError
 	if errors.As(err, &busy) && r.Waiting {
 		// Come back in time to refresh the queue entry.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -321,36 +322,45 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 }
 
 // attempt is called before an Acquire round trip by a caller that will wait. If
-// the key already has waiters here, owner is registered at once (so that no wake
-// can be missed between the attempt and its Subscribe) and others is their
-// number. For a newcomer behind other local waiters of a lock whose holder is
-// known to hold it still, queued reports that it should wait its turn without a
-// round trip, and for how long at most. done must be called with the outcome.
-func (h *hub) attempt(channel, owner string, newcomerWaits bool) (others int, queued time.Duration, done func(busy bool, pttl time.Duration)) {
+// the key has waiters here, owner is registered at once (so that no wake can be
+// missed between the attempt and its Subscribe), and mark is true: the new
+// holding, if the attempt wins, must wake the others when it is released.
+//
+// A newcomer behind other local waiters of a lock whose holder is known to hold
+// it still gets queued: it should wait its turn (a wake) without a round trip, at
+// most that long. Otherwise done must be called with the attempt's outcome.
+func (h *hub) attempt(channel, owner string, newcomerWaits bool) (mark bool, queued time.Duration, done func(error)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
 	if t == nil {
-		return 0, 0, func(busy bool, pttl time.Duration) {}
+		return false, 0, func(error) {}
 	}
 	w := t.find(owner)
-	others = len(t.waiters)
 	if w != nil {
-		others--
 		w.woken = false
-	} else if others > 0 {
+	} else if len(t.waiters) > 0 {
 		w = t.add(owner)
 		if left := time.Until(t.expiry); newcomerWaits && left > 0 {
-			return others, left, func(bool, time.Duration) {}
+			return true, left, nil
 		}
 	}
-	return others, 0, func(busy bool, pttl time.Duration) {
+	return true, 0, func(err error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if busy && pttl > 0 {
-			t.expiry = time.Now().Add(pttl)
+		var busy *dlock.BusyError
+		switch {
+		case errors.As(err, &busy):
+			if busy.Remaining > 0 {
+				t.expiry = time.Now().Add(busy.Remaining)
+			}
+			return
+		case err != nil:
+			// The attempt tells nothing (it failed or its outcome is unknown):
+			// another waiter tries in its place.
+			defer t.wakeOne()
 		}
-		if w != nil && w.subs == 0 && !busy {
+		if w != nil && w.subs == 0 {
 			h.remove(t, w) // registered by this call, and no wait follows
 		}
 	}

@@ -115,15 +115,15 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, e
 		return d.acquireFair(ctx, r)
 	}
 	markBusy, markTaken := "0", "0"
-	done := func(bool, time.Duration) {}
+	done := func(error) {}
 	if r.Waiting {
-		others, queued, fin := d.hub.attempt(WakeChannel(r.Key), r.Owner, true)
+		mark, queued, fin := d.hub.attempt(WakeChannel(r.Key), r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return 0, &dlock.BusyError{Remaining: queued}
 		}
 		markBusy, done = "1", fin
-		if others > 0 {
+		if mark {
 			markTaken = "1"
 		}
 	}
@@ -131,18 +131,8 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, e
 		[]string{LockKey(r.Key), FenceKey(r.Key)},
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
 	token, err := acquireReply(res, err)
-	d.settle(done, err)
+	done(err)
 	return token, err
-}
-
-// settle reports the outcome of an attempt to the hub.
-func (d *Driver) settle(done func(bool, time.Duration), err error) {
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) {
-		done(true, busy.Remaining)
-	} else {
-		done(false, 0)
-	}
 }
 
 // acquireReply decodes the {1, token} or {0, pttl} reply of an acquire script.
