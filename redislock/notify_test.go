@@ -79,6 +79,22 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// quiet waits until n has not changed for 100ms (at most 10s): the waiters'
+// start-up attempts are over.
+func quiet(t testing.TB, n func() int64) {
+	t.Helper()
+	last, since := n(), time.Now()
+	for end := time.Now().Add(10 * time.Second); time.Since(since) < 100*time.Millisecond; {
+		if time.Now().After(end) {
+			t.Fatal("commands did not settle in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+		if v := n(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+}
+
 func numSub(rdb *redis.Client, key string) int64 {
 	m := rdb.PubSubNumSub(context.Background(), redislock.WakeChannel(key)).Val()
 	return m[redislock.WakeChannel(key)]
@@ -165,9 +181,10 @@ func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
 			return n
 		}
 		eventually(t, "every client subscribed", func() bool { return numSub(probe, key) == clients })
-		// Each waiter makes its first attempt and one after its client's
-		// subscription is confirmed; then nothing until the release.
-		eventually(t, "every waiter made its attempts", func() bool { return total() >= clients*perClient })
+		// Each waiter makes its first attempt (or queues behind its client's other
+		// waiters) and one after the subscription is confirmed; then nothing until
+		// the release.
+		quiet(t, total)
 		waitCmds := total()
 		if waitCmds > 2*clients*perClient {
 			t.Fatalf("waiters sent %d commands before waiting", waitCmds)
@@ -399,8 +416,8 @@ func TestSubscriptionKillDoesNotStrandWaiters(t *testing.T) {
 			})
 		}
 		eventually(t, "waiters subscribed", func() bool { return numSub(s, key) == 1 })
-		if n := s.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n != 1 {
-			t.Fatalf("killed %d pubsub connections, want 1", n)
+		if n := s.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n < 1 {
+			t.Fatalf("killed %d pubsub connections", n)
 		}
 		eventually(t, "subscribed again", func() bool { return numSub(s, key) == 1 })
 		if err := hl.Unlock(ctx); err != nil {
@@ -427,8 +444,13 @@ func TestOneSubscriptionConnectionForManyKeys(t *testing.T) {
 	defer cancel()
 	s := newRDB(t, srv.Addr)
 	holder, _ := counted(t, false)
-	waiter, _ := counted(t, false)
 	name := dlocktest.Key(t)
+	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: "waiter-" + name[len(name)-12:]})
+	t.Cleanup(func() { _ = wrdb.Close() })
+	waiter, err := redislock.New(wrdb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var leases []*dlock.Lease
 	g, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < keys; i++ {
@@ -448,8 +470,14 @@ func TestOneSubscriptionConnectionForManyKeys(t *testing.T) {
 	}
 	pattern := redislock.Prefix + "{" + name + ".*"
 	eventually(t, "all keys subscribed", func() bool { return len(s.PubSubChannels(ctx, pattern).Val()) == keys })
-	if n := strings.Count(s.ClientList(ctx).Val(), "cmd=subscribe"); n != 1 {
-		t.Errorf("%d subscription connections for %d keys, want 1", n, keys)
+	subConns := 0
+	for _, line := range strings.Split(s.ClientList(ctx).Val(), "\n") {
+		if strings.Contains(line, " name=waiter-"+name[len(name)-12:]+" ") && !strings.Contains(line, " sub=0 ") {
+			subConns++
+		}
+	}
+	if subConns != 1 {
+		t.Errorf("%d subscription connections for %d keys, want 1", subConns, keys)
 	}
 	for _, l := range leases {
 		if err := l.Unlock(ctx); err != nil {

@@ -54,7 +54,7 @@ local function handoff(now, retention, claim, pub, channel)
   end
   grant(head, claim, '', now, retention)
   if pub ~= '' then
-    redis.call(pub, channel, head)
+    redis.pcall(pub, channel, head) -- a failed wake must not fail the hand-over
   end
   return head
 end

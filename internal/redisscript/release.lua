@@ -8,7 +8,7 @@ if owner == ARGV[1] then
   local waited = redis.call('HEXISTS', KEYS[1], 'w')
   redis.call('DEL', KEYS[1])
   if waited == 1 and ARGV[2] and ARGV[2] ~= '' then
-    redis.call(ARGV[2], ARGV[3], '')
+    redis.pcall(ARGV[2], ARGV[3], '') -- a failed wake must not fail the release
   end
   return 1
 end
