@@ -19,6 +19,12 @@ func WakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
 // open, so that bursts of contention do not each open a new connection.
 const idleLinger = 10 * time.Second
 
+// channelLinger is how long a key's channel stays subscribed after its last
+// waiter left, so that a key contended again at once needs no new subscription.
+// Meanwhile the holdings the Client takes of the key wake on release (one
+// message, no round trip), since a waiter may register at any moment.
+const channelLinger = time.Second
+
 // hub is the notification side of a Driver: one subscription connection (one
 // per master on Redis Cluster, with sharded pub/sub) shared by every waiter of
 // the Driver on every key, subscribing a key's channel while it has waiters.
@@ -44,6 +50,7 @@ type topic struct {
 	waiters []*waiter // in registration order
 	owners  map[string]*waiter
 	expiry  time.Time // the holder's expiry as last reported to a waiter here
+	idle    *time.Timer // detaches the topic after channelLinger without waiters
 }
 
 type waiter struct {
@@ -102,6 +109,7 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 		w = t.add(owner)
 	}
 	w.subs++
+	t.busy()
 	h.mu.Unlock()
 	var once sync.Once
 	return w.wake, func() { once.Do(func() { h.leave(t, w) }) }, nil
@@ -168,6 +176,14 @@ func (h *hub) attach(ctx context.Context, t *topic) error {
 
 func (t *topic) find(owner string) *waiter { return t.owners[owner] }
 
+// busy stops the linger of t, which has a waiter again; h.mu is held.
+func (t *topic) busy() {
+	if t.idle != nil {
+		t.idle.Stop()
+		t.idle = nil
+	}
+}
+
 // add registers a new waiter for owner; h.mu is held.
 func (t *topic) add(owner string) *waiter {
 	w := &waiter{owner: owner, wake: make(chan struct{}, 1)}
@@ -199,9 +215,21 @@ func (h *hub) remove(t *topic, w *waiter) {
 	if w.woken {
 		t.wakeOne()
 	}
-	if len(t.waiters) > 0 || h.topics[t.channel] != t {
+	if len(t.waiters) > 0 || h.topics[t.channel] != t || t.idle != nil {
 		return
 	}
+	t.idle = time.AfterFunc(channelLinger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(t.waiters) == 0 && h.topics[t.channel] == t {
+			h.detach(t)
+		}
+	})
+}
+
+// detach unsubscribes t's channel; h.mu is held.
+func (h *hub) detach(t *topic) {
+	t.busy()
 	delete(h.topics, t.channel)
 	c := t.conn
 	c.topics--
@@ -322,9 +350,10 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 }
 
 // attempt is called before an Acquire round trip by a caller that will wait. If
-// the key has waiters here, owner is registered at once (so that no wake can be
-// missed between the attempt and its Subscribe), and mark is true: the new
-// holding, if the attempt wins, must wake the others when it is released.
+// the key's channel is subscribed here, owner is registered at once (so that no
+// wake can be missed between the attempt and its Subscribe), and mark is true:
+// the new holding, if the attempt wins, must wake on release whoever registers
+// meanwhile.
 //
 // A newcomer behind other local waiters of a lock whose holder is known to hold
 // it still gets queued: it should wait its turn (a wake) without a round trip, at
@@ -339,9 +368,11 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (mark bool, que
 	w := t.find(owner)
 	if w != nil {
 		w.woken = false
-	} else if len(t.waiters) > 0 {
+	} else {
+		others := len(t.waiters)
 		w = t.add(owner)
-		if left := time.Until(t.expiry); newcomerWaits && left > 0 {
+		t.busy()
+		if left := time.Until(t.expiry); newcomerWaits && others > 0 && left > 0 {
 			return true, left, nil
 		}
 	}
@@ -360,7 +391,7 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (mark bool, que
 			// another waiter tries in its place.
 			defer t.wakeOne()
 		}
-		if w != nil && w.subs == 0 {
+		if w.subs == 0 {
 			h.remove(t, w) // registered by this call, and no wait follows
 		}
 	}

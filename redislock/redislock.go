@@ -3,7 +3,7 @@
 // the caller's go-redis v9 client.
 //
 // Each lock is a hash "dlock:{KEY}" (fields o = owner, t = fencing token, m =
-// metadata, w = present when somebody waits, so that the release wakes them) with
+// metadata, w = present when somebody may wait, so that the release wakes them) with
 // an expiry, and a companion fence counter "dlock:{KEY}:fence". The hash tag keeps
 // every key of a lock in one Cluster slot, so every script is single-slot.
 // Acquire, extend and release are one Lua script each (one round trip),
@@ -18,7 +18,8 @@
 // it expires and a lost message costs at most that. Each Client keeps one
 // subscription connection (on Redis Cluster, one per master with sharded pub/sub,
 // SSUBSCRIBE and SPUBLISH), shared by all its waiters on all keys; a key's
-// channel is subscribed while the Client has waiters for it. A dropped
+// channel is subscribed while the Client has waiters for it (and for a second
+// after the last one leaves). A dropped
 // subscription connection wakes every waiter to retry, and go-redis reconnects
 // it. With nobody waiting, a lock and unlock stay two round trips, with no
 // subscription and no message.
