@@ -49,7 +49,7 @@ type topic struct {
 	conn    *subConn
 	waiters []*waiter // in registration order
 	owners  map[string]*waiter
-	expiry  time.Time // the holder's expiry as last reported to a waiter here
+	expiry  time.Time   // the holder's expiry as last reported to a waiter here
 	idle    *time.Timer // detaches the topic after channelLinger without waiters
 }
 
