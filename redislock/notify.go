@@ -91,13 +91,13 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 	t := h.topics[channel]
 	if t == nil {
 		h.mu.Unlock()
-		c, err := h.connFor(ctx, channel)
+		addr, node, err := h.node(ctx, channel)
 		if err != nil {
 			return nil, nil, err
 		}
 		h.mu.Lock()
 		if t = h.topics[channel]; t == nil {
-			t = &topic{channel: channel, conn: c, owners: map[string]*waiter{}}
+			t = &topic{channel: channel, conn: h.conn(addr, node), owners: map[string]*waiter{}}
 			if err := h.attach(ctx, t); err != nil {
 				h.mu.Unlock()
 				return nil, nil, err
@@ -115,32 +115,35 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 	return w.wake, func() { once.Do(func() { h.leave(t, w) }) }, nil
 }
 
-// connFor returns the subscription connection for channel, opening it if needed.
-func (h *hub) connFor(ctx context.Context, channel string) (*subConn, error) {
-	addr := ""
-	var node redis.UniversalClient = h.rdb
+// node returns the client of the server that serves channel: the Cluster master
+// of its slot, or the Driver's client.
+func (h *hub) node(ctx context.Context, channel string) (addr string, node redis.UniversalClient, err error) {
 	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, channel)
 		if err != nil {
-			return nil, mapErr(err)
+			return "", nil, mapErr(err)
 		}
-		addr, node = m.Options().Addr, m
+		return m.Options().Addr, m, nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	return "", h.rdb, nil
+}
+
+// conn returns the subscription connection to addr, opening it if needed (the
+// dial happens on first use); h.mu is held.
+func (h *hub) conn(addr string, node redis.UniversalClient) *subConn {
 	if c := h.conns[addr]; c != nil {
-		return c, nil
+		return c
 	}
 	var ps *redis.PubSub
 	if h.sharded {
-		ps = node.SSubscribe(context.WithoutCancel(ctx))
+		ps = node.SSubscribe(context.Background())
 	} else {
-		ps = node.Subscribe(context.WithoutCancel(ctx))
+		ps = node.Subscribe(context.Background())
 	}
 	c := &subConn{addr: addr, ps: ps}
 	h.conns[addr] = c
 	go h.receive(c)
-	return c, nil
+	return c
 }
 
 // attach subscribes t's channel on its connection and registers t; h.mu is held.
