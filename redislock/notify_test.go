@@ -100,6 +100,21 @@ func numSub(rdb *redis.Client, key string) int64 {
 	return m[redislock.WakeChannel(key)]
 }
 
+// held takes a fresh key for ttl through a new Client (fair or plain), and
+// returns a context bounding the test, the key and the holder's lease.
+func held(t *testing.T, fair bool, ttl time.Duration) (context.Context, string, *dlock.Lease) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	key := dlocktest.Key(t)
+	holder, _ := counted(t, fair)
+	hl, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, key, hl
+}
+
 func bothKinds(t *testing.T, f func(t *testing.T, fair bool)) {
 	t.Run("plain", func(t *testing.T) { f(t, false) })
 	t.Run("fair", func(t *testing.T) { f(t, true) })
@@ -148,15 +163,8 @@ func TestUncontendedIsTwoCommands(t *testing.T) {
 func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
 		const clients, perClient = 2, 3
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		key := dlocktest.Key(t)
+		ctx, key, hl := held(t, fair, time.Minute)
 		probe := newRDB(t, srv.Addr)
-		holder, _ := counted(t, fair)
-		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
 		var cnts []*counter
 		var got atomic.Int32
 		g, gctx := errgroup.WithContext(ctx)
@@ -223,14 +231,7 @@ func TestWaitersWakeOnReleaseWithoutPolling(t *testing.T) {
 func TestDeadHolderWaitersProceedAfterTTL(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
 		const ttl = 1500 * time.Millisecond
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		key := dlocktest.Key(t)
-		holder, _ := counted(t, fair)
-		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, key, hl := held(t, fair, ttl)
 		expiry := time.Now().Add(ttl)
 		waiter, cnt := counted(t, fair)
 		l, err := waiter.Lock(ctx, key, dlock.WithTTL(time.Minute))
@@ -255,14 +256,8 @@ func TestDeadHolderWaitersProceedAfterTTL(t *testing.T) {
 // queue at once, and a plain one leaves no subscription.
 func TestCancelledWaiterLeavesNothing(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
-		ctx := context.Background()
-		key := dlocktest.Key(t)
+		ctx, key, hl := held(t, fair, time.Minute)
 		probe := newRDB(t, srv.Addr)
-		holder, _ := counted(t, fair)
-		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer hl.Unlock(ctx)
 		waiter, _ := counted(t, fair)
 		wctx, cancel := context.WithCancel(ctx)
@@ -292,15 +287,8 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 // the order they queued, whatever their connection.
 func TestFairGrantsInArrivalOrder(t *testing.T) {
 	const clients, waiters = 3, 7
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	key := dlocktest.Key(t)
+	ctx, key, hl := held(t, true, time.Minute)
 	probe := newRDB(t, srv.Addr)
-	holder, _ := counted(t, true)
-	hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cs []*redislock.Client
 	for i := 0; i < clients; i++ {
 		c, _ := counted(t, true)
@@ -351,15 +339,8 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits FairWaiterTTL")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	key := dlocktest.Key(t)
+	ctx, key, hl := held(t, true, time.Minute)
 	probe := newRDB(t, srv.Addr)
-	holder, _ := counted(t, true)
-	hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A dead waiter: its entry is queued first and never refreshed.
 	dead := "0123456789abcdef0123456789abcdef"
 	deadline := time.Now().Add(redislock.FairWaiterTTL).UnixMilli()
@@ -395,15 +376,8 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 // after it still wakes them.
 func TestSubscriptionKillDoesNotStrandWaiters(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+		ctx, key, hl := held(t, fair, time.Minute)
 		s := newRDB(t, srv.Addr)
-		key := dlocktest.Key(t)
-		holder, _ := counted(t, fair)
-		hl, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
 		waiter, _ := counted(t, fair)
 		g, gctx := errgroup.WithContext(ctx)
 		for i := 0; i < 3; i++ {
