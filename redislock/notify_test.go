@@ -509,7 +509,8 @@ func TestPlainLockDoesNotStarveWaiters(t *testing.T) {
 }
 
 // TestClusterNotifiedWaiting: through a *redis.ClusterClient, waiters subscribe
-// with sharded pub/sub on the lock's shard and are woken by the release.
+// with sharded pub/sub on the lock's shard and are woken by the release; the
+// fair lock passes the conformance suite there (its four keys share a slot).
 func TestClusterNotifiedWaiting(t *testing.T) {
 	cluster := testserver.StartCluster(t, 3)
 	newCC := func(t testing.TB) *redis.ClusterClient {
@@ -517,6 +518,17 @@ func TestClusterNotifiedWaiting(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}
+	t.Run("FairConformance", func(t *testing.T) {
+		dlocktest.Run(t, dlocktest.Backend{
+			New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+				c, err := redislock.NewFair(newCC(t), opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			},
+		})
+	})
 	bothKinds(t, func(t *testing.T, fair bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
