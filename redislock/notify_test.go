@@ -583,3 +583,44 @@ func TestClusterNotifiedWaiting(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaserDoesNotStarveOtherClient: a holder that unlocks and locks again at
+// once, in a loop, does not keep a waiter of another Client out: each release
+// wakes the waiter, which races the holder's next attempt.
+func TestReleaserDoesNotStarveOtherClient(t *testing.T) {
+	ctx, key, l := held(t, false, time.Minute)
+	a, _ := counted(t, false)
+	b, cnt := counted(t, false)
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Lock(ctx, key, dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = lb.Unlock(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "waiter subscribed", func() bool { return numSub(newRDB(t, srv.Addr), key) == 1 })
+	quiet(t, cnt.n.Load)
+	const limit = 50 // a fair coin loses 50 times in a row once in 10^15
+	for rounds := 0; ; rounds++ {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the waiter had got the lock by release %d", rounds+1)
+			return
+		default:
+		}
+		if rounds == limit {
+			t.Fatalf("the waiter did not get the lock in %d releases", limit)
+		}
+		var err error
+		if l, err = a.Lock(ctx, key, dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
