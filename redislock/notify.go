@@ -118,6 +118,11 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 // node returns the client of the server that serves channel: the Cluster master
 // of its slot, or the Driver's client.
 func (h *hub) node(ctx context.Context, channel string) (addr string, node redis.UniversalClient, err error) {
+	if _, ok := h.rdb.(*redis.Ring); ok {
+		// A Ring picks a shard per channel, and go-redis panics on a PubSub
+		// without one: waiters on a Ring poll.
+		return "", nil, errors.New("redislock: no notifications through a redis.Ring")
+	}
 	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, channel)
 		if err != nil {

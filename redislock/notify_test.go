@@ -624,3 +624,32 @@ func TestReleaserDoesNotStarveOtherClient(t *testing.T) {
 		}
 	}
 }
+
+// TestRingWaitersPoll: a redis.Ring cannot share one subscription, so its
+// waiters fall back on the retry strategy, and still get the lock.
+func TestRingWaitersPoll(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	c, err := redislock.New(ring, dlock.WithRetry(dlock.FixedBackoff(5*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, key, hl := held(t, false, time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	eventually(t, "waiter marked the holding", func() bool {
+		return newRDB(t, srv.Addr).HExists(ctx, redislock.LockKey(key), "w").Val()
+	})
+	if err := hl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
