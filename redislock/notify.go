@@ -32,9 +32,9 @@ const channelLinger = time.Second
 // A message on a key's channel wakes one local waiter: the oldest whose wake
 // channel is empty when the payload is empty (a plain lock became free), or the
 // waiter named by the payload (a fair lock was handed to it). A waiter that
-// leaves without having used a wake passes it on. A (re)established
-// subscription, and a dropped connection, wake every waiter of the key: messages
-// may have been missed.
+// leaves without having used a wake passes it on. A subscription confirmed by
+// the server, first or again after the connection dropped and go-redis
+// reconnected, wakes every waiter of the key: messages may have been missed.
 type hub struct {
 	rdb     redis.UniversalClient
 	sharded bool
@@ -316,14 +316,16 @@ func (h *hub) receive(c *subConn) {
 			return
 		}
 		if err != nil {
-			// Dropped: everybody retries now; go-redis reconnects and resubscribes
-			// on the next Receive, and that confirmation wakes them again.
-			h.each(c, (*topic).wakeAll)
-			if errors.Is(err, redis.ErrClosed) {
+			if errors.Is(err, redis.ErrClosed) { // the go-redis client was closed
+				h.each(c, (*topic).wakeAll)
 				h.closeConn(c)
 				h.mu.Unlock()
 				return
 			}
+			// Dropped: go-redis reconnects and resubscribes on the next Receive,
+			// and the confirmation wakes the waiters to retry. Meanwhile they
+			// sleep on the holder's TTL, as for a lost message, and so ride
+			// out a short outage of the server.
 			h.mu.Unlock()
 			time.Sleep(backoff)
 			backoff = min(2*backoff, time.Second)

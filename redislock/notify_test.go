@@ -371,41 +371,47 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	}
 }
 
-// TestSubscriptionKillDoesNotStrandWaiters: CLIENT KILL of the subscription
-// connection wakes the waiters, the Client subscribes again, and the release
-// after it still wakes them.
+// TestSubscriptionKillDoesNotStrandWaiters: after CLIENT KILL of the
+// subscription connection the Client subscribes again, and its waiters get the
+// lock on the next release, whether it comes after the new subscription or while
+// the connection is down (the message is lost; the new subscription's
+// confirmation wakes them).
 func TestSubscriptionKillDoesNotStrandWaiters(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
-		ctx, key, hl := held(t, fair, time.Minute)
-		s := newRDB(t, srv.Addr)
-		waiter, _ := counted(t, fair)
-		g, gctx := errgroup.WithContext(ctx)
-		for i := 0; i < 3; i++ {
-			g.Go(func() error {
-				l, err := waiter.Lock(gctx, key, dlock.WithTTL(time.Minute))
-				if err != nil {
-					return err
-				}
-				return l.Unlock(gctx)
-			})
-		}
-		eventually(t, "waiters subscribed", func() bool { return numSub(s, key) == 1 })
-		if n := s.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n < 1 {
-			t.Fatalf("killed %d pubsub connections", n)
-		}
-		eventually(t, "subscribed again", func() bool { return numSub(s, key) == 1 })
-		if err := hl.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- g.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
+		for _, resubscribed := range []bool{true, false} {
+			ctx, key, hl := held(t, fair, time.Minute)
+			s := newRDB(t, srv.Addr)
+			waiter, _ := counted(t, fair)
+			g, gctx := errgroup.WithContext(ctx)
+			for i := 0; i < 3; i++ {
+				g.Go(func() error {
+					l, err := waiter.Lock(gctx, key, dlock.WithTTL(time.Minute))
+					if err != nil {
+						return err
+					}
+					return l.Unlock(gctx)
+				})
+			}
+			eventually(t, "waiters subscribed", func() bool { return numSub(s, key) == 1 })
+			if n := s.ClientKillByFilter(ctx, "TYPE", "pubsub").Val(); n < 1 {
+				t.Fatalf("killed %d pubsub connections", n)
+			}
+			if resubscribed {
+				eventually(t, "subscribed again", func() bool { return numSub(s, key) == 1 })
+			}
+			if err := hl.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-		case <-time.After(10 * time.Second): // far below the one-minute TTL
-			t.Fatal("waiters stranded after the subscription connection was killed")
+			done := make(chan error, 1)
+			go func() { done <- g.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second): // far below the one-minute TTL
+				t.Fatalf("waiters stranded after the subscription connection was killed (release after resubscribing: %v)", resubscribed)
+			}
 		}
 	})
 }

@@ -19,9 +19,9 @@
 // subscription connection (on Redis Cluster, one per master with sharded pub/sub,
 // SSUBSCRIBE and SPUBLISH), shared by all its waiters on all keys; a key's
 // channel is subscribed while the Client has waiters for it (and for a second
-// after the last one leaves). A dropped
-// subscription connection wakes every waiter to retry, and go-redis reconnects
-// it. With nobody waiting, a lock and unlock stay two round trips, with no
+// after the last one leaves). When the
+// subscription connection drops, go-redis reconnects and subscribes again, and
+// the confirmation wakes every waiter to retry. With nobody waiting, a lock and unlock stay two round trips, with no
 // subscription and no message.
 //
 // The plain lock (New) is not fair but does not starve waiters: a message wakes
