@@ -38,6 +38,10 @@ func QueueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:
 // notification. A waiter whose Lock gives up (context, WithWait) leaves the queue
 // at once; one that dies is dropped after FairWaiterTTL.
 //
+// A waiting Lock makes an attempt, which keeps its place, at least every
+// FairWaiterTTL/5 besides those it is woken for; a WithRetry(LimitAttempts(...))
+// counts them.
+//
 // A key must be locked either through fair Clients or through plain ones: a
 // plain Client ignores the queue. rdb and opts are as for New.
 func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
