@@ -50,9 +50,10 @@ type Notifier interface {
 	// Subscribe registers owner as a waiter for key; owner is the one the waiting
 	// Lock passes to every later Acquire. The returned channel receives a value
 	// (without blocking the sender; it has capacity 1) whenever the waiter should
-	// make another attempt: the key may have become free, the notification
-	// channel was (re)established and messages may have been missed, or it
-	// dropped. cancel releases the registration; it must be called exactly once.
+	// make another attempt: the key may have become free or been handed to
+	// owner, or the notification channel was (re)established and messages may
+	// have been missed. cancel releases the registration; it must be called
+	// exactly once.
 	// A Notifier that cannot subscribe returns an error and the Client polls.
 	Subscribe(ctx context.Context, key, owner string) (wake <-chan struct{}, cancel func(), err error)
 }

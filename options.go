@@ -121,8 +121,7 @@ func WithWait(d time.Duration) Option {
 // that notifies waiters (Redis), a waiter sleeps until it is woken or the holder's
 // remaining TTL has passed; the strategy then only limits the attempts, and sets
 // the sleep when the remaining TTL is unknown or no subscription could be made.
-// The default is
-// ExponentialBackoff(8ms, 512ms) with full jitter.
+// The default is ExponentialBackoff(8ms, 512ms) with full jitter.
 func WithRetry(s RetryStrategy) Option {
 	return func(c *config) {
 		if s == nil {
