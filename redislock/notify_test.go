@@ -659,3 +659,47 @@ func TestRingWaitersPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGoneWaiterLeavesNoResidue: a waiter whose client goes away (as when its
+// process dies) leaves nothing behind but, on a plain lock, the mark on the
+// current holding, which goes with it; on a fair lock, its queue entry (and the
+// lock, if handed to it) for at most FairWaiterTTL.
+func TestGoneWaiterLeavesNoResidue(t *testing.T) {
+	bothKinds(t, func(t *testing.T, fair bool) {
+		ctx, key, hl := held(t, fair, time.Minute)
+		probe := newRDB(t, srv.Addr)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		newc := redislock.New
+		if fair {
+			newc = redislock.NewFair
+		}
+		waiter, err := newc(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := waiter.Lock(ctx, key)
+			done <- err
+		}()
+		eventually(t, "waiter subscribed", func() bool { return numSub(probe, key) == 1 })
+		if err := rdb.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("Lock after its client was closed: %v", err)
+		}
+		eventually(t, "channel unsubscribed", func() bool { return numSub(probe, key) == 0 })
+		if err := hl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range probe.Keys(ctx, redislock.Prefix+"{"+key+"}*").Val() {
+			if k == redislock.FenceKey(key) {
+				continue
+			}
+			if ttl := probe.PTTL(ctx, k).Val(); !fair || ttl <= 0 || ttl > redislock.FairWaiterTTL {
+				t.Errorf("%s left after the release with PTTL %v", k, ttl)
+			}
+		}
+	})
+}
