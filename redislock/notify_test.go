@@ -703,3 +703,33 @@ func TestGoneWaiterLeavesNoResidue(t *testing.T) {
 		}
 	})
 }
+
+// TestFairCancelAtRandomLeavesNoQueueEntry: fair waiters cancelled at random
+// points (before, during and after joining the queue) all leave it.
+func TestFairCancelAtRandomLeavesNoQueueEntry(t *testing.T) {
+	ctx, key, hl := held(t, true, time.Minute)
+	defer hl.Unlock(ctx)
+	probe := newRDB(t, srv.Addr)
+	var cs []*redislock.Client
+	for i := 0; i < 3; i++ {
+		c, _ := counted(t, true)
+		cs = append(cs, c)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < 30; i++ {
+		g.Go(func() error {
+			wctx, cancel := context.WithTimeout(gctx, time.Duration(i%10)*300*time.Microsecond)
+			defer cancel()
+			if _, err := cs[i%3].Lock(wctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+				return fmt.Errorf("Lock of a held key: %v", err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := probe.Exists(ctx, redislock.QueueKey(key), redislock.QueueDeadlineKey(key)).Val(); n != 0 {
+		t.Fatalf("queue left behind: %v", probe.LRange(ctx, redislock.QueueKey(key), 0, -1).Val())
+	}
+}
