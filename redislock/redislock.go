@@ -28,7 +28,8 @@
 // one waiter per Client, the longest waiting, and a Lock call that finds other
 // waiters of its Client on the key queues behind them without a round trip, so
 // the goroutines of one process take turns. Clients in different processes race
-// on each release.
+// on each release. Through a redis.Ring, which has no single subscription,
+// waiters poll with the retry strategy.
 //
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
 // queue in the list "dlock:{KEY}:queue" with deadlines in the sorted set
@@ -63,8 +64,10 @@ const Prefix = "dlock:"
 // within one microsecond or after a backward clock step shorter than this.
 const FenceRetention = 24 * time.Hour
 
-// Client is a dlock.Locker on Redis. Create it with New; it is safe for concurrent
-// use and holds no connection of its own beyond the go-redis client's.
+// Client is a dlock.Locker on Redis. Create it with New or NewFair; it is safe
+// for concurrent use. Its connections are the go-redis client's, plus one
+// subscription connection (one per Cluster master) opened from it while Lock
+// calls wait, and closed some seconds after the last one.
 type Client struct {
 	*dlock.Client
 	d *Driver
