@@ -183,7 +183,10 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, owner str
 		if !neverSent(err) {
 			c.cleanup(ctx, key, owner)
 		}
-		if ctx.Err() != nil && !errors.Is(err, ErrNotObtained) {
+		if cerr := ended(ctx); cerr != nil && !errors.Is(err, ErrNotObtained) {
+			if !errors.Is(err, cerr) {
+				err = errors.Join(err, cerr)
+			}
 			err = errors.Join(ErrNotObtained, err)
 		}
 		return nil, err
@@ -198,6 +201,19 @@ func (c *Client) attempt(ctx context.Context, key string, cfg *config, owner str
 	}
 	l.start(cfg)
 	return l, nil
+}
+
+// ended returns ctx's error, or context.DeadlineExceeded once its deadline has
+// passed: a network read cut short by the deadline can return before the
+// context's own timer has fired.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (c *Client) cleanup(ctx context.Context, key, owner string) {
