@@ -245,12 +245,3 @@ func (d *demo) readAndDelete(ctx context.Context, key string) (int64, error) {
 	c.Del(ctx, key)
 	return strconv.ParseInt(v, 10, 64)
 }
-
-// redactURLError keeps a password in a URL out of error messages.
-func redactURLError(err error, url string) string {
-	msg := err.Error()
-	if u, perr := parseUserinfo(url); perr == nil && u != "" {
-		msg = replaceAll(msg, u, "xxxxx")
-	}
-	return msg
-}
