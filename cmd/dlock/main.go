@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/term"
 )
 
@@ -74,12 +75,19 @@ func main() {
 	// A write to a closed pipe returns EPIPE instead of killing dlock, so that a
 	// held lock is still released; children get the default disposition back.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// go-redis logs connection failures on its own; dlock reports them once.
+	redis.SetLogger(quietLogger{})
 	e := &env{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),
 	}
 	os.Exit(run(context.Background(), e, os.Args[1:]))
 }
+
+// quietLogger drops go-redis's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func run(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {
@@ -99,7 +107,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	c, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprintf(e.stderr, "dlock: unknown command %q\n", args[0])
-		fmt.Fprintln(e.stderr, "Run 'dlock help' for the commands.")
+		fmt.Fprintln(e.stderr, "Run 'dlock --help' for usage.")
 		return exitUsage
 	}
 	if !c.signals {
