@@ -625,3 +625,74 @@ func TestWaitingShownOnTerminalOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestHelpForEveryCommand(t *testing.T) {
+	for _, c := range commands() {
+		r := dlockRun(t, c.name, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "usage: dlock "+c.name) || !strings.Contains(r.stdout+r.stderr, "examples:") {
+			t.Errorf("dlock %s --help: exit %d\n%s%s", c.name, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := dlockRun(t, "help")
+	for _, c := range commands() {
+		if !strings.Contains(r.stdout, c.name) {
+			t.Errorf("dlock help does not list %s", c.name)
+		}
+	}
+	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") {
+		t.Errorf("dlock help run: %q", r.stdout)
+	}
+	if r := dlockRun(t); r.code != exitUsage {
+		t.Errorf("dlock without arguments: exit %d", r.code)
+	}
+}
+
+func TestCompletionScriptsParse(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh"} {
+		r := dlockRun(t, "completion", shell)
+		if r.code != 0 || !strings.Contains(r.stdout, "--ttl") || !strings.Contains(r.stdout, "unlock") {
+			t.Errorf("completion %s: exit %d %q", shell, r.code, r.stdout)
+			continue
+		}
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("%s not installed: syntax not checked", shell)
+			continue
+		}
+		check := exec.Command(shell, "-n")
+		check.Stdin = strings.NewReader(r.stdout)
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Errorf("%s -n rejects the script: %v\n%s", shell, err, out)
+		}
+	}
+	// bash completes the subcommands and the flags of run.
+	if _, err := exec.LookPath("bash"); err == nil {
+		script := dlockRun(t, "completion", "bash").stdout + `
+COMP_WORDS=(dlock ru); COMP_CWORD=1; _dlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(dlock run --tt); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+`
+		out, err := exec.Command("bash", "-c", script).CombinedOutput()
+		if err != nil || string(out) != "run\n--ttl\n" {
+			t.Errorf("bash completion: %v %q", err, out)
+		}
+	}
+}
+
+func TestOutputToClosedPipe(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	for _, args := range [][]string{{"list"}, {"status", key}, {"completion", "bash"}, {"help"}} {
+		cmd := dlockCmd(t, args...)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr.Close() // nobody reads
+		cmd.Stdout = pw
+		r := runCmd(t, cmd)
+		pw.Close()
+		if r.code == 2 || strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("dlock %v to a closed pipe: exit %d stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
