@@ -128,7 +128,7 @@ type redisStore struct {
 func openRedis(ctx context.Context, rawURL string) (store, error) {
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, usageErrorf("bad --redis URL: %s", redact(err.Error(), rawURL))
+		return nil, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = dialTimeout
@@ -148,7 +148,7 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 	if cluster {
 		rdb.Close()
 		if opt.DB != 0 {
-			return nil, usageErrorf("bad --redis URL: Redis Cluster has only database 0")
+			return nil, usageErrorf("bad Redis URL: Redis Cluster has only database 0")
 		}
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
@@ -174,6 +174,11 @@ func ping(ctx context.Context, rdb redis.UniversalClient) (cluster bool, err err
 	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	info, err := rdb.Info(ctx, "cluster").Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// INFO refused (an ACL, a proxy): a server that answers PING is usable.
+		return false, rdb.Ping(ctx).Err()
+	}
 	if err != nil {
 		return false, err
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // startChild starts cmd so that it gets SIGTERM if dlock dies without stopping
@@ -15,4 +18,20 @@ func startChild(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return cmd.Start()
+}
+
+// fromTerminal reports whether s is a SIGINT that the controlling terminal sent
+// to dlock's whole process group (Ctrl-C), which includes the command: it
+// already has it, and forwarding would deliver it twice.
+func fromTerminal(s os.Signal) bool {
+	if s != syscall.SIGINT {
+		return false
+	}
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
 }

@@ -45,8 +45,7 @@ type command struct {
 	help     string               // what it does, and examples
 	flags    func() *flag.FlagSet // its flags, for help and completion; nil: none
 	run      func(ctx context.Context, e *env, args []string) int
-	signals  bool                       // it handles SIGINT/SIGTERM itself
-	args     func(prev string) []string // completion candidates for arguments; nil: none
+	signals  bool // it handles SIGINT/SIGTERM itself
 }
 
 // env is what a subcommand may touch: no global state.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,7 +30,32 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("DLOCK_TEST_HELPER") == "count-sigint" {
+		os.Exit(countSIGINT())
+	}
 	os.Exit(testMain(m))
+}
+
+// countSIGINT is a command for dlock run: it writes "ok" to $DLOCK_TEST_READY,
+// and after the first SIGINT exits with 10 + the number of SIGINTs it got
+// within the next half second.
+func countSIGINT() int {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, os.Interrupt)
+	if err := os.WriteFile(os.Getenv("DLOCK_TEST_READY"), []byte("ok"), 0o644); err != nil {
+		return 1
+	}
+	<-c
+	n := 1
+	quiet := time.After(500 * time.Millisecond)
+	for {
+		select {
+		case <-c:
+			n++
+		case <-quiet:
+			return 10 + n
+		}
+	}
 }
 
 func testMain(m *testing.M) int {
@@ -74,6 +100,9 @@ func dlockCmd(t *testing.T, args ...string) *exec.Cmd {
 	}
 	cmd.Env = append(cmd.Env, "DLOCK_REDIS="+redisURL())
 	cmd.Dir = t.TempDir()
+	// Its own process group, so that it never shares the controlling terminal
+	// of whoever runs the tests.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	t.Cleanup(func() {
 		if cmd.Process != nil && cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
@@ -438,8 +467,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"redlock not yet", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "Redlock"},
 		{"etcd not yet", []string{"run", "--etcd", "http://127.0.0.1:2379", key, "--", "true"}, 64, "etcd"},
 		{"two backends", []string{"run", "--redis", redisURL(), "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
-		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad --redis URL"},
-		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad --redis URL"},
+		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad Redis URL"},
+		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad Redis URL"},
 		{"unreachable", []string{"run", "--redis", down, key, "--", "true"}, 69, "cannot reach"},
 		{"not found", []string{"run", key, "--", "no-such-command-dlock"}, 127, "command not found"},
 		{"not executable", []string{"run", key, "--", notExec}, 126, "permission denied"},
@@ -488,7 +517,7 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 	defer func() { _ = holder.Process.Kill() }()
 	marker := filepath.Join(t.TempDir(), "ran")
 	cmd := dlockCmd(t, "run", key, "--", "touch", marker)
-	term := ptyStart(t, cmd)
+	term := ptyStart(t, cmd, 0)
 	term.waitFor("waiting")
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	term.finish()
@@ -613,7 +642,7 @@ func TestWaitingShownOnTerminalOnly(t *testing.T) {
 	}
 
 	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
-	term := ptyStart(t, cmd)
+	term := ptyStart(t, cmd, 0)
 	term.finish()
 	out := term.text()
 	if code := childCode(cmd.ProcessState); code != exitNotObtained {
@@ -694,5 +723,72 @@ func TestOutputToClosedPipe(t *testing.T) {
 		if r.code == 2 || strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine") {
 			t.Errorf("dlock %v to a closed pipe: exit %d stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+func TestRunCtrlCReachesCommandOnce(t *testing.T) {
+	key := dlocktest.Key(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := dlockCmd(t, "run", key, "--", self)
+	cmd.Env = append(cmd.Env, "DLOCK_TEST_HELPER=count-sigint", "DLOCK_TEST_READY="+ready)
+	term := ptyStart(t, cmd, withControllingTerminal)
+	waitFor(t, "the command to start", fileHas(ready, "ok"))
+	term.write("\x03") // Ctrl-C: SIGINT to the terminal's foreground group
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != 11 {
+		t.Errorf("exit %d: the command got %d SIGINTs, want 1; terminal: %q", code, code-10, term.text())
+	}
+}
+
+func TestRunLostLockPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		say   string
+	}{
+		{"warn keeps the command running", []string{"--ttl", "600ms", "--on-lost", "warn"}, "keeps running"},
+		{"loss noticed at release", nil, "before the command ended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			dir := t.TempDir()
+			stderrFile, goFile := filepath.Join(dir, "stderr"), filepath.Join(dir, "go")
+			f, err := os.Create(stderrFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ready := filepath.Join(dir, "ready")
+			args := append(append([]string{"run"}, tc.flags...), key, "--", "sh", "-c",
+				`trap 'echo TERM >> "$1"' TERM; echo ok >> "$1"; while [ ! -e "$2" ]; do sleep 0.02; done`, "sh", ready, goFile)
+			cmd := dlockCmd(t, args...)
+			cmd.Stderr = f
+			start := time.Now()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the command to start", fileHas(ready, "ok"))
+			if err := newRDB(t).Del(context.Background(), redislock.LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.flags != nil {
+				waitFor(t, "the loss warning", fileHas(stderrFile, "lost the lock"))
+			}
+			if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t, cmd, start, new(bytes.Buffer), new(bytes.Buffer))
+			b, _ := os.ReadFile(stderrFile)
+			if r.code != exitLockLost || !strings.Contains(string(b), tc.say) {
+				t.Errorf("exit %d stderr %q, want %d and %q", r.code, b, exitLockLost, tc.say)
+			}
+			if fileHas(ready, "TERM")() {
+				t.Errorf("the command got SIGTERM")
+			}
+		})
 	}
 }

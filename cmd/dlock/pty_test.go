@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,15 +17,20 @@ import (
 type terminal struct {
 	t      *testing.T
 	cmd    *exec.Cmd
+	ptmx   *os.File
 	mu     sync.Mutex
 	out    bytes.Buffer
 	more   chan struct{} // signalled after each read
 	closed chan struct{} // closed when the terminal has no writer left
 }
 
+// withControllingTerminal makes the terminal the process's stdin and its
+// controlling terminal, with the process leading the foreground group.
+const withControllingTerminal = 1
+
 // ptyStart starts cmd with its stderr on a pseudo-terminal and collects what
 // it writes there.
-func ptyStart(t *testing.T, cmd *exec.Cmd) *terminal {
+func ptyStart(t *testing.T, cmd *exec.Cmd, mode int) *terminal {
 	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
@@ -31,12 +38,16 @@ func ptyStart(t *testing.T, cmd *exec.Cmd) *terminal {
 	}
 	t.Cleanup(func() { _ = ptmx.Close() })
 	cmd.Stderr = tty
+	if mode == withControllingTerminal {
+		cmd.Stdin = tty
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	if err := cmd.Start(); err != nil {
 		tty.Close()
 		t.Fatal(err)
 	}
 	tty.Close()
-	term := &terminal{t: t, cmd: cmd, more: make(chan struct{}, 1), closed: make(chan struct{})}
+	term := &terminal{t: t, cmd: cmd, ptmx: ptmx, more: make(chan struct{}, 1), closed: make(chan struct{})}
 	go func() {
 		defer close(term.closed)
 		buf := make([]byte, 4096)
@@ -55,6 +66,14 @@ func ptyStart(t *testing.T, cmd *exec.Cmd) *terminal {
 		}
 	}()
 	return term
+}
+
+// write types s on the terminal.
+func (term *terminal) write(s string) {
+	term.t.Helper()
+	if _, err := term.ptmx.WriteString(s); err != nil {
+		term.t.Fatal(err)
+	}
 }
 
 func (term *terminal) text() string {

@@ -26,6 +26,9 @@ const (
 	maxDescription = 1024
 	releaseTimeout = 5 * time.Second
 	progressEvery  = time.Second
+
+	onLostStop = "stop"
+	onLostWarn = "warn"
 )
 
 // runFlags are the flags of dlock run.
@@ -35,6 +38,7 @@ type runFlags struct {
 	renewEvery  durationFlag
 	wait        durationFlag
 	grace       durationFlag
+	onLost      string
 	fair        bool
 	slots       int
 	conflict    int
@@ -52,6 +56,7 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.wait, "wait", "how long to wait for the lock (`DURATION`); 0 = try once")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
 	fs.Var(&o.grace, "grace", "after losing the lock, SIGKILL the command this long (`DURATION`) after SIGTERM")
+	fs.StringVar(&o.onLost, "on-lost", onLostStop, "when the lock is lost: `stop` the command (SIGTERM, then SIGKILL) or only warn")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
 	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
@@ -75,7 +80,7 @@ exit codes:
   the command's own    it ran (killed by signal N: 128+N)
   75 (see -E)          not obtained within --wait; the command did not start
   76                   the lock was lost while the command ran: it got SIGTERM,
-                       then SIGKILL after --grace
+                       then SIGKILL after --grace (unless --on-lost warn)
   64                   bad usage      69  server unreachable or failing
   65                   the key holds data that is not a dlock lock
   126, 127             the command is not executable, not found (no lock taken)
@@ -189,6 +194,9 @@ func (r *runRequest) check() error {
 	}
 	if o.renewEvery.set && o.renewEvery.d >= o.ttl.d/2 {
 		return usageErrorf("--renew-every %v must be below half the --ttl %v", o.renewEvery.d, o.ttl.d)
+	}
+	if o.onLost != onLostStop && o.onLost != onLostWarn {
+		return usageErrorf("--on-lost %q: stop or warn", o.onLost)
 	}
 	if o.slots < 1 {
 		return usageErrorf("-n %d: a semaphore needs at least 1 slot", o.slots)
@@ -307,7 +315,6 @@ func (r *runRequest) notObtained(st store, waited time.Duration) string {
 
 // supervise runs the command under lease and returns dlock's exit code.
 func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal) int {
-	defer release(e, lease)
 	cmd := &exec.Cmd{
 		Path:   r.path,
 		Args:   r.argv,
@@ -317,6 +324,7 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		Stderr: e.stderr,
 	}
 	if err := startChild(cmd); err != nil {
+		release(e, lease)
 		return commandError(e, r.argv[0], err)
 	}
 	exited := make(chan struct{})
@@ -326,15 +334,21 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 	}()
 	lost := lease.Done()
 	var kill <-chan time.Time
-	var lostErr error
+	wasLost := false
 	for {
 		select {
 		case s := <-sigs:
-			_ = cmd.Process.Signal(s)
+			if !fromTerminal(s) {
+				_ = cmd.Process.Signal(s)
+			}
 			continue
 		case <-lost:
-			lost, lostErr = nil, lease.Err()
-			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lostErr)
+			lost, wasLost = nil, true
+			if r.flags.onLost == onLostWarn {
+				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): the command keeps running (--on-lost warn)\n", r.key, lease.Err())
+				continue
+			}
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lease.Err())
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			t := time.NewTimer(r.flags.grace.d)
 			defer t.Stop()
@@ -348,10 +362,16 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		}
 		break
 	}
-	if lostErr != nil {
+	code := childCode(cmd.ProcessState)
+	err := release(e, lease)
+	if !wasLost && errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
+		wasLost = true
+	}
+	if wasLost {
 		return exitLockLost
 	}
-	return childCode(cmd.ProcessState)
+	return code
 }
 
 // childCode is the shell's view of how the command ended.
@@ -368,15 +388,15 @@ func childCode(ps *os.ProcessState) int {
 	return exitFailure
 }
 
-// release unlocks after the command ended, on a fresh bounded context.
-func release(e *env, lease *dlock.Lease) {
+// release unlocks after the command ended, on a fresh bounded context. An
+// error other than ErrNotHeld is reported here: the lock then stays until its
+// TTL runs out.
+func release(e *env, lease *dlock.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if lease.Err() != nil {
-		_ = lease.Unlock(ctx)
-		return
+	err := lease.Unlock(ctx)
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %v (it expires in at most %v)\n", lease.Key(), err, time.Until(lease.Deadline()).Round(time.Millisecond))
 	}
-	if err := lease.Unlock(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %v\n", lease.Key(), err)
-	}
+	return err
 }
