@@ -49,18 +49,18 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs := newFlagSet("run")
 	o.servers.define(fs)
 	o.ttl = durationFlag{d: dlock.DefaultTTL, min: minRunTTL, max: dlock.MaxTTL, wholeMS: true}
-	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs")
+	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs; a crashed holder keeps the lock this long")
 	o.renewEvery = durationFlag{min: time.Millisecond, def: "ttl/3"}
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
 	o.wait = durationFlag{zero: "try once", def: "forever"}
-	fs.Var(&o.wait, "wait", "how long to wait for the lock (`DURATION`); 0 = try once")
+	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock; 0 = one attempt")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
-	fs.Var(&o.grace, "grace", "after losing the lock, SIGKILL the command this long (`DURATION`) after SIGTERM")
-	fs.StringVar(&o.onLost, "on-lost", onLostStop, "when the lock is lost: `stop` the command (SIGTERM, then SIGKILL) or only warn")
+	fs.Var(&o.grace, "grace", "after losing the lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL) or warn")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
 	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
-	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E")
+	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
 	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
 	return fs
 }
