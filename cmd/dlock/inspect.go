@@ -166,60 +166,57 @@ examples:
 	}
 }
 
-// inspectArgs parses the flags and the single argument of status, list and
-// unlock, and connects. def is the argument's default ("" = required).
-func inspectArgs(ctx context.Context, e *env, c command, args []string, def string) (*inspectFlags, string, store, int, bool) {
+// withStore parses the flags and the single argument of status, list and
+// unlock, connects, and runs fn. def is the argument's default ("" = a
+// required KEY).
+func withStore(ctx context.Context, e *env, c command, args []string, def string, fn func(o *inspectFlags, arg string, st store) int) int {
 	o := new(inspectFlags)
 	fs := o.define(c.name)
 	if code, ok := parseFlags(e, c, fs, args); !ok {
-		return nil, "", nil, code, false
+		return code
 	}
-	var arg string
+	arg := def
 	switch {
 	case fs.NArg() == 1:
 		arg = fs.Arg(0)
-	case fs.NArg() == 0 && def != "":
-		arg = def
-	case fs.NArg() == 0:
-		return nil, "", nil, fail(e, c.name, usageErrorf("missing KEY")), false
-	default:
-		return nil, "", nil, fail(e, c.name, usageErrorf("unexpected arguments after %q (flags go before it)", fs.Arg(0))), false
+	case fs.NArg() > 1:
+		return fail(e, c.name, usageErrorf("unexpected arguments after %q (flags go before it)", fs.Arg(0)))
+	case arg == "":
+		return fail(e, c.name, usageErrorf("missing KEY"))
 	}
 	if def == "" {
 		if err := dlock.ValidateKey(arg); err != nil {
-			return nil, "", nil, fail(e, c.name, err), false
+			return fail(e, c.name, err)
 		}
 	}
 	if c.name == "unlock" && !o.force {
-		return nil, "", nil, fail(e, c.name, usageErrorf("refusing to remove %q without --force (it may be held by a running job)", arg)), false
+		return fail(e, c.name, usageErrorf("refusing to remove %q without --force (it may be held by a running job)", arg))
 	}
 	st, err := o.servers.open(ctx, e)
 	if err != nil {
-		return nil, "", nil, fail(e, c.name, err), false
+		return fail(e, c.name, err)
 	}
-	return o, arg, st, 0, true
+	defer st.close()
+	return fn(o, arg, st)
 }
 
 func runStatus(ctx context.Context, e *env, args []string) int {
 	c := statusCommand()
-	o, key, st, code, ok := inspectArgs(ctx, e, c, args, "")
-	if !ok {
-		return code
-	}
-	defer st.close()
-	li, err := st.inspect(ctx, key)
-	if err != nil {
-		return fail(e, c.name, err)
-	}
-	if o.json {
-		writeJSON(e.stdout, li)
-	} else {
-		writeStatus(e.stdout, li, time.Now())
-	}
-	if !li.Held {
-		return exitFailure
-	}
-	return exitOK
+	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
+		li, err := st.inspect(ctx, key)
+		switch {
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, li)
+		default:
+			writeStatus(e.stdout, li, time.Now())
+		}
+		if !li.Held {
+			return exitFailure
+		}
+		return exitOK
+	})
 }
 
 func writeStatus(w io.Writer, li lockInfo, now time.Time) {
@@ -254,21 +251,22 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 
 func runList(ctx context.Context, e *env, args []string) int {
 	c := listCommand()
-	o, pattern, st, code, ok := inspectArgs(ctx, e, c, args, "*")
-	if !ok {
-		return code
-	}
-	defer st.close()
-	infos, err := st.list(ctx, pattern)
-	if err != nil {
-		return fail(e, c.name, err)
-	}
-	if o.json {
-		writeJSON(e.stdout, infos)
+	return withStore(ctx, e, c, args, "*", func(o *inspectFlags, pattern string, st store) int {
+		infos, err := st.list(ctx, pattern)
+		switch {
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, infos)
+		default:
+			writeList(e.stdout, infos, time.Now())
+		}
 		return exitOK
-	}
-	now := time.Now()
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	})
+}
+
+func writeList(w io.Writer, infos []lockInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tDESCRIPTION")
 	for _, li := range infos {
 		host, pid, since, desc := "-", "-", "-", li.Metadata
@@ -278,30 +276,25 @@ func runList(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", li.Key, host, pid, since, ttlString(li.TTLms), li.Token, desc)
 	}
 	tw.Flush()
-	return exitOK
 }
 
 func runUnlock(ctx context.Context, e *env, args []string) int {
 	c := unlockCommand()
-	o, key, st, code, ok := inspectArgs(ctx, e, c, args, "")
-	if !ok {
-		return code
-	}
-	defer st.close()
-	li, err := st.forceUnlock(ctx, key)
-	if errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock unlock: %q is not held: nothing removed\n", key)
-		return exitFailure
-	}
-	if err != nil {
-		return fail(e, c.name, err)
-	}
-	if o.json {
-		writeJSON(e.stdout, li)
-	} else {
-		fmt.Fprintf(e.stdout, "removed lock %q held by %s (token %d, %s left)\n", key, li.holderLine(time.Now()), li.Token, ttlString(li.TTLms))
-	}
-	return exitOK
+	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
+		li, err := st.forceUnlock(ctx, key)
+		switch {
+		case errors.Is(err, dlock.ErrNotHeld):
+			fmt.Fprintf(e.stderr, "dlock unlock: %q is not held: nothing removed\n", key)
+			return exitFailure
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, li)
+		default:
+			fmt.Fprintf(e.stdout, "removed lock %q held by %s (token %d, %s left)\n", key, li.holderLine(time.Now()), li.Token, ttlString(li.TTLms))
+		}
+		return exitOK
+	})
 }
 
 func writeJSON(w io.Writer, v any) {

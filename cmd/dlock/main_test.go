@@ -441,6 +441,14 @@ func TestRunExitCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	guarded := testserver.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: guarded.Addr})
+	err = admin.ConfigSet(context.Background(), "requirepass", "right-pw").Err()
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPass := "redis://:s3cret-pw@" + guarded.Addr + "/0"
 	key := dlocktest.Key(t)
 
 	for _, tc := range []struct {
@@ -470,6 +478,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad Redis URL"},
 		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad Redis URL"},
 		{"unreachable", []string{"run", "--redis", down, key, "--", "true"}, 69, "cannot reach"},
+		{"wrong password", []string{"run", "--redis", wrongPass, key, "--", "true"}, 69, "WRONGPASS"},
+		{"status unreachable", []string{"status", "--redis", down, key}, 69, "cannot reach"},
 		{"not found", []string{"run", key, "--", "no-such-command-dlock"}, 127, "command not found"},
 		{"not executable", []string{"run", key, "--", notExec}, 126, "permission denied"},
 		{"busy, no wait", []string{"run", "--wait", "0", busy, "--", "true"}, 75, "not waiting"},
