@@ -136,6 +136,9 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 	if opt.MaxRetries == 0 {
 		opt.MaxRetries = 1
 	}
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 2 // go-redis dials 5 times by default
+	}
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 4
 	where := "Redis at " + opt.Addr
@@ -152,7 +155,7 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		}
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
-			TLSConfig: opt.TLSConfig, DialTimeout: opt.DialTimeout, MaxRetries: opt.MaxRetries,
+			TLSConfig: opt.TLSConfig, DialTimeout: opt.DialTimeout, MaxRetries: opt.MaxRetries, DialerRetries: opt.DialerRetries,
 			ContextTimeoutEnabled: true, PoolSize: opt.PoolSize,
 		})
 		where = "Redis Cluster at " + opt.Addr

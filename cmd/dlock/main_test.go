@@ -334,18 +334,6 @@ func TestRunForwardsSignals(t *testing.T) {
 	}
 }
 
-func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	}
-	return s.String()
-}
-
 // startHolder starts "dlock run KEY -- sh -c SCRIPT" and waits until the child
 // has written "ok" to the ready file the script is given as $1.
 func startHolder(t *testing.T, flags []string, key, script string) (*exec.Cmd, *bytes.Buffer, string) {

@@ -125,7 +125,7 @@ func runRun(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots}, r.lockOptions(e)...)
+	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots}, r.lockOptions()...)
 	if err != nil {
 		return fail(e, c.name, err)
 	}
@@ -226,7 +226,7 @@ func commandError(e *env, name string, err error) int {
 }
 
 // lockOptions are the lease options of this run, with the holder's metadata.
-func (r *runRequest) lockOptions(e *env) []dlock.Option {
+func (r *runRequest) lockOptions() []dlock.Option {
 	o := r.flags
 	m := holderMeta{PID: os.Getpid(), Since: time.Now().UTC(), Description: o.description}
 	m.Host, _ = os.Hostname()
@@ -282,15 +282,18 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 	}
 	close(stop)
 	wg.Wait()
-	if err == nil {
-		return lease, 0, true
-	}
 	mu.Lock()
 	sig := got
 	mu.Unlock()
 	if s, ok := sig.(syscall.Signal); ok {
-		fmt.Fprintf(e.stderr, "dlock run: interrupted by %v while waiting for %q\n", s, r.key)
+		if err == nil { // obtained as the signal came: the command must not start
+			release(e, lease)
+		}
+		fmt.Fprintf(e.stderr, "dlock run: interrupted by %s while waiting for %q\n", signalName(s), r.key)
 		return nil, 128 + int(s), false
+	}
+	if err == nil {
+		return lease, 0, true
 	}
 	if errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
 		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
@@ -372,6 +375,19 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		return exitLockLost
 	}
 	return code
+}
+
+// signalName names the signals dlock run handles.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
 }
 
 // childCode is the shell's view of how the command ended.
