@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 
 func (d *Driver) inspect(ctx context.Context, key string) (LockInfo, error) {
 	res, err := inspectScript.Run(ctx, d.rdb, []string{LockKey(key), FenceKey(key)}).Slice()
+	return inspectReply(key, res, err)
+}
+
+// inspectReply decodes the reply of inspect.lua for key.
+func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, mapErr(err)
 	}
@@ -145,23 +151,36 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		return nil, mapErr(err)
 	}
 	sort.Strings(names)
+	names = slices.Compact(names) // a key can be seen twice while a cluster moves slots
 	infos := make([]LockInfo, 0, len(names))
-	for i, name := range names {
-		if i > 0 && names[i-1] == name {
-			continue // a key can be seen twice while a cluster moves slots
+	for len(names) > 0 {
+		batch := names[:min(len(names), listBatch)]
+		names = names[len(batch):]
+		pipe := c.d.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, name := range batch {
+			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
+			cmds[i] = inspectScript.Eval(ctx, pipe, []string{LockKey(name), FenceKey(name)})
 		}
-		info, err := c.d.inspect(ctx, name)
-		switch {
-		case errors.Is(err, dlock.ErrConflict):
-			continue
-		case err != nil:
-			return nil, err
-		case info.Held:
-			infos = append(infos, info)
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		for i, cmd := range cmds {
+			res, err := cmd.Slice()
+			info, err := inspectReply(batch[i], res, err)
+			switch {
+			case errors.Is(err, dlock.ErrConflict):
+				continue
+			case err != nil:
+				return nil, err
+			case info.Held:
+				infos = append(infos, info)
+			}
 		}
 	}
 	return infos, nil
 }
+
+// listBatch is how many locks List reads in one pipelined round trip.
+const listBatch = 256
 
 // lockName returns the lock name of a Redis key written by this package, and
 // false for companion keys (fence counters, queues) and foreign keys.

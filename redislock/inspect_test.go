@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -96,5 +97,28 @@ func TestInspectBadInput(t *testing.T) {
 	var nilClient *redislock.Client
 	if _, err := nilClient.Inspect(ctx, key); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil client: %v", err)
+	}
+}
+
+func TestListManyLocks(t *testing.T) {
+	c := newClient(t, dlock.WithTTL(time.Minute))
+	ctx := context.Background()
+	prefix := dlocktest.Key(t)
+	const n = 600 // more than one pipelined batch
+	for i := 0; i < n; i++ {
+		lease, err := c.TryLock(ctx, fmt.Sprintf("%s:%04d", prefix, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lease.Unlock(context.Background()) })
+	}
+	list, err := c.List(ctx, prefix+":*")
+	if err != nil || len(list) != n {
+		t.Fatalf("List: %d locks, %v; want %d", len(list), err, n)
+	}
+	for i, info := range list {
+		if want := fmt.Sprintf("%s:%04d", prefix, i); info.Key != want || !info.Held || info.Token == 0 {
+			t.Fatalf("List[%d] = %+v, want %s held", i, info, want)
+		}
 	}
 }
