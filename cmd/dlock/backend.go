@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,6 +132,12 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 	if err != nil {
 		return nil, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
 	}
+	if opt.Network != "unix" {
+		_, port, err := net.SplitHostPort(opt.Addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return nil, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
+		}
+	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = dialTimeout
 	}
@@ -146,7 +154,7 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 	cluster, err := ping(ctx, rdb)
 	if err != nil {
 		rdb.Close()
-		return nil, unavailableErrorf("cannot reach %s: %s", where, redact(err.Error(), rawURL))
+		return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
 	}
 	if cluster {
 		rdb.Close()
@@ -161,7 +169,7 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		where = "Redis Cluster at " + opt.Addr
 		if _, err := ping(ctx, rdb); err != nil {
 			rdb.Close()
-			return nil, unavailableErrorf("cannot reach %s: %s", where, redact(err.Error(), rawURL))
+			return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
 		}
 	}
 	c, err := redislock.New(rdb)
@@ -170,6 +178,19 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		return nil, err
 	}
 	return &redisStore{rdb: rdb, where: where, c: c}, nil
+}
+
+// pingError explains why a server did not answer, without credentials.
+func pingError(where, rawURL string, tls bool, err error) error {
+	msg := redact(err.Error(), rawURL)
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return unavailableErrorf("%s refused: %s", where, msg)
+	case tls && errors.Is(err, context.DeadlineExceeded):
+		return unavailableErrorf("cannot reach %s: no TLS answer within %v (is TLS enabled on the server?)", where, pingTimeout)
+	}
+	return unavailableErrorf("cannot reach %s: %s", where, msg)
 }
 
 // ping checks that rdb answers, and reports whether it is a Cluster node.

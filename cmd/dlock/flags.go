@@ -51,7 +51,7 @@ func exitCode(err error) int {
 // its exit code.
 func fail(e *env, cmd string, err error) int {
 	code := exitCode(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "dlock: ")
 	fmt.Fprintf(e.stderr, "dlock %s: %s\n", cmd, msg)
 	if code == exitUsage {
 		fmt.Fprintf(e.stderr, "Run 'dlock %s --help' for usage.\n", cmd)

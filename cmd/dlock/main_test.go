@@ -464,6 +464,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"etcd not yet", []string{"run", "--etcd", "http://127.0.0.1:2379", key, "--", "true"}, 64, "etcd"},
 		{"two backends", []string{"run", "--redis", redisURL(), "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
 		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad Redis URL"},
+		{"bad port", []string{"run", "--redis", "redis://127.0.0.1:99999/0", key, "--", "true"}, 64, "no valid port"},
+		{"missing socket", []string{"run", "--redis", "unix://" + filepath.Join(t.TempDir(), "nope.sock"), key, "--", "true"}, 69, "cannot reach"},
 		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad Redis URL"},
 		{"unreachable", []string{"run", "--redis", down, key, "--", "true"}, 69, "cannot reach"},
 		{"wrong password", []string{"run", "--redis", wrongPass, key, "--", "true"}, 69, "WRONGPASS"},
