@@ -792,3 +792,14 @@ func TestRunLostLockPolicies(t *testing.T) {
 		})
 	}
 }
+
+func TestDemoStillRuns(t *testing.T) {
+	r := dlockRun(t, "demo", "--workers", "2", "--rounds", "5", "--stock", "5")
+	if r.code != 0 || !strings.Contains(r.stdout, "with dlock") || !strings.Contains(r.stdout, "nothing is oversold") {
+		t.Errorf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, "demo", "--redis", "redis://u:s3cret-pw@[bad")
+	if r.code != exitUsage || strings.Contains(r.stderr, "s3cret") {
+		t.Errorf("demo with a bad URL: exit %d stderr %q", r.code, r.stderr)
+	}
+}
