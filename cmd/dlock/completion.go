@@ -13,8 +13,9 @@ func completionCommand() command {
 	return command{
 		name: "completion", summary: "print a shell completion script (bash or zsh)",
 		synopsis: "dlock completion bash|zsh",
-		help: `Prints a completion script for the shell: subcommands, their flags, and
-command names after "dlock run KEY --".
+		help: `Prints a completion script for the shell: subcommands, their flags, held
+lock names after status and unlock (asked of the server with "dlock list
+--names"), and command names after "dlock run KEY --".
 
 examples:
   source <(dlock completion bash)                      # in ~/.bashrc
@@ -89,6 +90,10 @@ func writeBash(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\thelp) words=%q ;;\n", strings.Join(commandNames(), " "))
 	fmt.Fprintln(w, `	esac`)
+	fmt.Fprintln(w, `	case "${COMP_WORDS[1]}:$cur" in`)
+	fmt.Fprintln(w, `	status:-* | unlock:-*) ;;`)
+	fmt.Fprintln(w, `	status:* | unlock:*) words=$(dlock list --names "${cur}*" 2>/dev/null) ;;`)
+	fmt.Fprintln(w, `	esac`)
 	fmt.Fprintln(w, `	COMPREPLY=($(compgen -W "$words" -- "$cur"))`)
 	fmt.Fprintln(w, "}")
 	fmt.Fprintln(w, "complete -F _dlock dlock")
@@ -108,6 +113,9 @@ func writeZsh(w io.Writer) {
 	fmt.Fprintln(w, `	local sep=${words[(I)--]}`)
 	fmt.Fprintln(w, `	if [[ $words[2] == run ]] && (( sep > 2 && sep < CURRENT )); then`)
 	fmt.Fprintln(w, `		shift $sep words; (( CURRENT -= sep )); _normal; return`)
+	fmt.Fprintln(w, `	fi`)
+	fmt.Fprintln(w, `	if [[ ($words[2] == status || $words[2] == unlock) && $PREFIX != -* ]]; then`)
+	fmt.Fprintln(w, `		compadd -- ${(f)"$(dlock list --names "${PREFIX}*" 2>/dev/null)"}; return`)
 	fmt.Fprintln(w, `	fi`)
 	fmt.Fprintln(w, "\tcase $words[2] in")
 	for _, c := range commands() {

@@ -100,6 +100,7 @@ func ttlString(ms int64) string {
 type inspectFlags struct {
 	servers servers
 	json    bool
+	names   bool
 	force   bool
 }
 
@@ -107,6 +108,9 @@ func (o *inspectFlags) define(name string) *flag.FlagSet {
 	fs := newFlagSet(name)
 	o.servers.define(fs)
 	fs.BoolVar(&o.json, "json", false, "print JSON for scripts")
+	if name == "list" {
+		fs.BoolVar(&o.names, "names", false, "print only the names of the held locks, one a line")
+	}
 	if name == "unlock" {
 		fs.BoolVar(&o.force, "force", false, "really remove a lock another process holds")
 	}
@@ -142,7 +146,8 @@ master is scanned.
 examples:
   dlock list
   dlock list 'deploy:*'
-  dlock list --json | jq -r '.[].key'`,
+  dlock list --json | jq -r '.[].key'
+  dlock list --names 'cron:*' | xargs -n1 dlock status`,
 		flags: func() *flag.FlagSet { return new(inspectFlags).define("list") },
 		run:   runList,
 	}
@@ -258,6 +263,10 @@ func runList(ctx context.Context, e *env, args []string) int {
 			return fail(e, c.name, err)
 		case o.json:
 			writeJSON(e.stdout, infos)
+		case o.names:
+			for _, li := range infos {
+				fmt.Fprintln(e.stdout, li.Key)
+			}
 		default:
 			writeList(e.stdout, infos, time.Now())
 		}

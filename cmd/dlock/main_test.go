@@ -569,6 +569,10 @@ func TestStatusListUnlock(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || list[0].Key != keyA || list[1].Key != keyB {
 		t.Errorf("list --json: %v\n%s", err, r.stdout)
 	}
+	r = dlockRun(t, "list", "--names", prefix+":*")
+	if r.stdout != keyA+"\n"+keyB+"\n" {
+		t.Errorf("list --names: %q", r.stdout)
+	}
 	r = dlockRun(t, "list", "--json", prefix+":nothing*")
 	if strings.TrimSpace(r.stdout) != "[]" || r.code != 0 {
 		t.Errorf("empty list --json: exit %d %q", r.code, r.stdout)
@@ -693,15 +697,22 @@ func TestCompletionScriptsParse(t *testing.T) {
 			t.Errorf("%s -n rejects the script: %v\n%s", shell, err, out)
 		}
 	}
-	// bash completes the subcommands and the flags of run.
-	if _, err := exec.LookPath("bash"); err == nil {
+	// bash completes the subcommands, the flags of run, and held lock names.
+	if bash, err := exec.LookPath("bash"); err == nil {
+		key := dlocktest.Key(t)
+		holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
+		defer func() { _ = holder.Process.Kill() }()
 		script := dlockRun(t, "completion", "bash").stdout + `
 COMP_WORDS=(dlock ru); COMP_CWORD=1; _dlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(dlock run --tt); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(dlock status "$1"); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
 `
-		out, err := exec.Command("bash", "-c", script).CombinedOutput()
-		if err != nil || string(out) != "run\n--ttl\n" {
-			t.Errorf("bash completion: %v %q", err, out)
+		cmd := dlockCmd(t, "")
+		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4]}
+		cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if want := "run\n--ttl\n" + key + "\n"; err != nil || string(out) != want {
+			t.Errorf("bash completion: %v %q, want %q", err, out, want)
 		}
 	}
 }
