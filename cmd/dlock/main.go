@@ -64,7 +64,8 @@ func commands() []command {
 		unlockCommand(),
 		{
 			name: "demo", summary: "show lost updates without a lock and none with dlock (embedded Redis unless --redis)",
-			run: runDemo,
+			flags: func() *flag.FlagSet { return new(demoFlags).define() },
+			run:   runDemo,
 		},
 		completionCommand(),
 	}
