@@ -376,8 +376,9 @@ func TestRunLockLostStopsChild(t *testing.T) {
 			if !strings.Contains(r.stderr, "lost the lock") {
 				t.Errorf("stderr %q does not say the lock was lost", r.stderr)
 			}
-			// Renewal every ttl/3, then at most the grace period.
-			if r.elapsed > 2*time.Second {
+			// Renewal every ttl/3, then at most the grace period (plus slack
+			// for a loaded machine).
+			if r.elapsed > 4*time.Second {
 				t.Errorf("took %v to stop the child", r.elapsed)
 			}
 		})
@@ -403,7 +404,7 @@ func TestKilledHolderFreesLockAfterTTL(t *testing.T) {
 		t.Fatalf("next run: exit %d, stderr %q", r.code, r.stderr)
 	}
 	waited := time.Since(killed)
-	if waited > ttl+time.Second {
+	if waited > ttl+3*time.Second {
 		t.Errorf("next run got in %v after the kill, TTL %v", waited, ttl)
 	}
 	// The orphaned child got SIGTERM when dlock died.
