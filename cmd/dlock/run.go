@@ -172,6 +172,9 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 		return nil, fail(e, c.name, err), false
 	}
 	path, err := exec.LookPath(r.argv[0])
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found through "." in $PATH: a shell would run it too
+	}
 	if err != nil {
 		return nil, commandError(e, r.argv[0], err), false
 	}
