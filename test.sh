@@ -31,3 +31,6 @@ go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
 
 echo "test.sh: go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
+
+echo "test.sh: examples/sqlfence (its own module)"
+(cd examples/sqlfence && go vet ./... && go test -count=1 ./...)
