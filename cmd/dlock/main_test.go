@@ -439,6 +439,7 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	wrongPass := "redis://:s3cret-pw@" + guarded.Addr + "/0"
 	key := dlocktest.Key(t)
+	marker := filepath.Join(t.TempDir(), "ran")
 
 	for _, tc := range []struct {
 		name string
@@ -473,9 +474,9 @@ func TestRunExitCodes(t *testing.T) {
 		{"status unreachable", []string{"status", "--redis", down, key}, 69, "cannot reach"},
 		{"not found", []string{"run", key, "--", "no-such-command-dlock"}, 127, "command not found"},
 		{"not executable", []string{"run", key, "--", notExec}, 126, "permission denied"},
-		{"busy, no wait", []string{"run", "--wait", "0", busy, "--", "true"}, 75, "not waiting"},
-		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "true"}, 75, "gave up after"},
-		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "true"}, 3, "held by"},
+		{"busy, no wait", []string{"run", "--wait", "0", busy, "--", "touch", marker}, 75, "not waiting"},
+		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "touch", marker}, 75, "gave up after"},
+		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "touch", marker}, 3, "held by"},
 		{"bad -E", []string{"run", "-E", "300", key, "--", "true"}, 64, "0..255"},
 		{"foreign data", []string{"run", foreign, "--", "true"}, 65, "foreign"},
 		{"status free", []string{"status", key}, 1, ""},
@@ -506,6 +507,9 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	if held(t, rdb, key)() {
 		t.Errorf("a failed run left the lock %q behind", key)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a command ran although its lock was not obtained")
 	}
 	if busyNow := held(t, rdb, busy); !busyNow() {
 		t.Errorf("the holder lost its lock")
@@ -813,5 +817,55 @@ func TestDemoStillRuns(t *testing.T) {
 	r = dlockRun(t, "demo", "--redis", "redis://u:s3cret-pw@[bad")
 	if r.code != exitUsage || strings.Contains(r.stderr, "s3cret") {
 		t.Errorf("demo with a bad URL: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestRunRenewsWhileCommandRuns(t *testing.T) {
+	key := dlocktest.Key(t)
+	const ttl = 300 * time.Millisecond
+	holder, stderr, ready := startHolder(t, []string{"--ttl", ttl.String()}, key,
+		`echo ok > "$1"; while [ ! -e "$1.done" ]; do sleep 0.02; done`)
+	start := time.Now()
+	// Three TTLs later the lock is still held: nobody else gets in.
+	for time.Since(start) < 3*ttl {
+		if r := dlockRun(t, "run", "--wait", "0", key, "--", "true"); r.code != exitNotObtained {
+			t.Fatalf("another run got exit %d %v into a renewed %v lease: %q", r.code, time.Since(start), ttl, r.stderr)
+		}
+	}
+	if err := os.WriteFile(ready+".done", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, holder, start, new(bytes.Buffer), stderr); r.code != 0 {
+		t.Errorf("holder: exit %d %q", r.code, r.stderr)
+	}
+}
+
+func TestServerFromEnvironment(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		code int
+	}{
+		{"DLOCK_REDIS", []string{"DLOCK_REDIS=" + redisURL()}, 0},
+		{"REDIS_URL", []string{"DLOCK_REDIS=", "REDIS_URL=" + redisURL()}, 0},
+		{"DLOCK_REDIS wins", []string{"DLOCK_REDIS=" + redisURL(), "REDIS_URL=" + down}, 0},
+		{"--redis wins", []string{"DLOCK_REDIS=" + down}, 0},
+		{"none", []string{"DLOCK_REDIS="}, exitUsage},
+		{"several", []string{"DLOCK_REDIS=" + redisURL() + " " + redisURL()}, exitUsage},
+	} {
+		args := []string{"run", dlocktest.Key(t), "--", "true"}
+		if tc.name == "--redis wins" {
+			args = append([]string{"run", "--redis", redisURL()}, args[1:]...)
+		}
+		cmd := dlockCmd(t, args...)
+		cmd.Env = append(cmd.Env, tc.env...)
+		if r := runCmd(t, cmd); r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d; stderr %q", tc.name, r.code, tc.code, r.stderr)
+		}
 	}
 }
