@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -539,7 +540,7 @@ func TestStatusListUnlock(t *testing.T) {
 	rdb := newRDB(t)
 	prefix := dlocktest.Key(t)
 	keyA, keyB := prefix+":a", prefix+":b"
-	holderA, stderrA, _ := startHolder(t, []string{"--description", "nightly report"}, keyA, `echo ok > "$1"; exec sleep 30`)
+	holderA, stderrA, _ := startHolder(t, []string{"--description", "nightly report", "--ttl", "1s"}, keyA, `echo ok > "$1"; exec sleep 30`)
 	holderB, _, _ := startHolder(t, nil, keyB, `echo ok > "$1"; exec sleep 30`)
 	defer func() { _ = holderB.Process.Kill() }()
 
@@ -867,5 +868,25 @@ func TestServerFromEnvironment(t *testing.T) {
 		if r := runCmd(t, cmd); r.code != tc.code {
 			t.Errorf("%s: exit %d, want %d; stderr %q", tc.name, r.code, tc.code, r.stderr)
 		}
+	}
+}
+
+func TestRunLockLostOnSilentNetwork(t *testing.T) {
+	key := dlocktest.Key(t)
+	proxy := testproxy.Start(t, srv.Addr)
+	const ttl, grace = 600 * time.Millisecond, 300 * time.Millisecond
+	cmd, stderr, ready := startHolder(t, []string{"--redis", "redis://" + proxy.Addr + "/0", "--ttl", ttl.String(), "--grace", grace.String()},
+		key, `trap 'echo TERM >> "$1"; exit 0' TERM; echo ok >> "$1"; while :; do sleep 0.02; done`)
+	start := time.Now()
+	proxy.Blackhole(testproxy.Upstream, true)
+	proxy.Blackhole(testproxy.Downstream, true)
+	r := wait(t, cmd, start, new(bytes.Buffer), stderr)
+	if r.code != exitLockLost || !fileHas(ready, "TERM")() {
+		t.Fatalf("exit %d (want %d), child got SIGTERM: %v; stderr %q", r.code, exitLockLost, fileHas(ready, "TERM")(), r.stderr)
+	}
+	// Noticed by the lease's local deadline: at most a TTL after the cut, then
+	// at most the grace (plus slack for a loaded machine).
+	if limit := ttl + grace + 2*time.Second; r.elapsed > limit {
+		t.Errorf("took %v to give up a lock behind a silent network, limit %v", r.elapsed, limit)
 	}
 }

@@ -24,7 +24,7 @@ const (
 	minRunTTL      = 100 * time.Millisecond // shorter leases cannot be renewed reliably by a process
 	defaultGrace   = 5 * time.Second
 	maxDescription = 1024
-	releaseTimeout = 5 * time.Second
+	releaseTimeout = 3 * time.Second // the library adds one more short attempt
 	progressEvery  = time.Second
 
 	onLostStop = "stop"
@@ -369,12 +369,13 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		break
 	}
 	code := childCode(cmd.ProcessState)
-	err := release(e, lease)
-	if !wasLost && errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
-		wasLost = true
-	}
 	if wasLost {
+		// Nothing to release, and the connection may be dead: the lease has
+		// stopped renewing, and a holding the server may still have expires.
+		return exitLockLost
+	}
+	if err := release(e, lease); errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
 		return exitLockLost
 	}
 	return code
