@@ -20,11 +20,11 @@ func startChild(cmd *exec.Cmd) error {
 	return cmd.Start()
 }
 
-// fromTerminal reports whether s is a SIGINT that the controlling terminal sent
-// to dlock's whole process group (Ctrl-C), which includes the command: it
-// already has it, and forwarding would deliver it twice.
+// fromTerminal reports whether s is a SIGINT or SIGQUIT that the controlling
+// terminal sent to dlock's whole process group (Ctrl-C, Ctrl-\), which includes
+// the command: it already has it, and forwarding would deliver it twice.
 func fromTerminal(s os.Signal) bool {
-	if s != syscall.SIGINT {
+	if s != syscall.SIGINT && s != syscall.SIGQUIT {
 		return false
 	}
 	tty, err := os.Open("/dev/tty")

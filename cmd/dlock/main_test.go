@@ -308,7 +308,7 @@ func TestRunPassesEnvironmentAndStreams(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
 		key := dlocktest.Key(t)
 		dir := t.TempDir()
 		ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")

@@ -72,9 +72,10 @@ func runCommand() command {
 		help: `Takes the lock KEY, runs COMMAND while renewing the lease, and releases the
 lock when COMMAND ends. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing
 token, strictly increasing per key) in its environment; its stdin, stdout and
-stderr pass through, and dlock prints nothing on stdout. SIGINT, SIGTERM and
-SIGHUP are forwarded to COMMAND. While waiting on a terminal, dlock shows on
-stderr how long it has waited and who holds the lock.
+stderr pass through, and dlock prints nothing on stdout. SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to COMMAND (Ctrl-C and
+Ctrl-\ on a terminal reach it directly, once). While waiting on a terminal,
+dlock shows on stderr how long it has waited and who holds the lock.
 
 exit codes:
   the command's own    it ran (killed by signal N: 128+N)
@@ -117,7 +118,7 @@ func runRun(ctx context.Context, e *env, args []string) int {
 	}
 	// Register before connecting, so that no signal is lost from here on.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
 	st, err := r.flags.servers.open(ctx, e)
@@ -259,13 +260,19 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		select {
-		case s := <-sigs:
-			mu.Lock()
-			got = s
-			mu.Unlock()
-			cancel()
-		case <-stop:
+		for {
+			select {
+			case s := <-sigs:
+				if !interrupts(s) {
+					continue // no command yet to pass it to
+				}
+				mu.Lock()
+				got = s
+				mu.Unlock()
+				cancel()
+			case <-stop:
+			}
+			return
 		}
 	}()
 	lease, err := locker.TryLock(ctx, r.key)
@@ -381,6 +388,15 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 	return code
 }
 
+// forwarded are the signals dlock run passes on to its command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// interrupts reports whether s, arriving while dlock run waits for its lock,
+// ends the wait.
+func interrupts(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
+}
+
 // signalName names the signals dlock run handles.
 func signalName(s syscall.Signal) string {
 	switch s {
@@ -390,6 +406,12 @@ func signalName(s syscall.Signal) string {
 		return "SIGTERM"
 	case syscall.SIGHUP:
 		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
 	}
 	return s.String()
 }
