@@ -638,6 +638,18 @@ func TestListScansEveryClusterMaster(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(keys, " ") {
 		t.Errorf("list on a cluster found %v, want %v", got, keys)
 	}
+	// run and status through any node, whatever slot the key is in.
+	for i, node := range cluster.Nodes {
+		url := "redis://" + node.Addr
+		key := fmt.Sprintf("%s:run%d", prefix, i)
+		cmd := dlockCmd(t, "run", "--redis", url, key, "--", "sh", "-c", "echo $DLOCK_TOKEN")
+		if r := runCmd(t, cmd); r.code != 0 || strings.TrimSpace(r.stdout) == "" {
+			t.Errorf("run on a cluster through %s: exit %d %q %q", node.Addr, r.code, r.stdout, r.stderr)
+		}
+		if r := dlockRun(t, "status", "--redis", url, keys[i]); r.code != 0 || !strings.Contains(r.stdout, "held") {
+			t.Errorf("status on a cluster through %s: exit %d %q %q", node.Addr, r.code, r.stdout, r.stderr)
+		}
+	}
 }
 
 func TestWaitingShownOnTerminalOnly(t *testing.T) {
