@@ -24,13 +24,25 @@ type demoResult struct {
 	duration time.Duration
 }
 
-func runDemo(ctx context.Context, e *env, args []string) int {
+// demoFlags are the flags of dlock demo.
+type demoFlags struct {
+	url                    string
+	workers, rounds, stock int
+}
+
+func (o *demoFlags) define() *flag.FlagSet {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.StringVar(&o.url, "redis", "", "Redis URL (redis://host:port/db); default: an embedded in-process Redis")
+	fs.IntVar(&o.workers, "workers", 8, "concurrent workers, each with its own connection")
+	fs.IntVar(&o.rounds, "rounds", 100, "increments per worker")
+	fs.IntVar(&o.stock, "stock", 50, "items in the flash sale")
+	return fs
+}
+
+func runDemo(ctx context.Context, e *env, args []string) int {
+	o := new(demoFlags)
+	fs := o.define()
 	fs.SetOutput(e.stderr)
-	url := fs.String("redis", "", "Redis URL (redis://host:port/db); default: an embedded in-process Redis")
-	workers := fs.Int("workers", 8, "concurrent workers, each with its own connection")
-	rounds := fs.Int("rounds", 100, "increments per worker")
-	stock := fs.Int("stock", 50, "items in the flash sale")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: dlock demo [--redis URL] [--workers N] [--rounds N] [--stock N]")
 		fmt.Fprintln(e.stderr, "\nReplays the read-check-write race of a shared Redis counter and a flash sale,")
@@ -45,28 +57,28 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		}
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *workers < 1 || *workers > 256 || *rounds < 1 || *rounds > 100000 || *stock < 1 || *stock > 1000000 {
+	if fs.NArg() > 0 || o.workers < 1 || o.workers > 256 || o.rounds < 1 || o.rounds > 100000 || o.stock < 1 || o.stock > 1000000 {
 		fmt.Fprintln(e.stderr, "dlock demo: --workers must be 1..256, --rounds 1..100000, --stock 1..1000000, no arguments")
 		return exitUsage
 	}
-	addr, where, cleanup, err := demoServer(*url)
+	addr, where, cleanup, err := demoServer(o.url)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
 		return exitUsage
 	}
 	defer cleanup()
-	fmt.Fprintf(e.stdout, "dlock demo on %s: %d workers, each with its own connection\n\n", where, *workers)
+	fmt.Fprintf(e.stdout, "dlock demo on %s: %d workers, each with its own connection\n\n", where, o.workers)
 
-	d := &demo{opts: addr, workers: *workers, ns: fmt.Sprintf("dlock-demo:%x", rand.Uint64())}
+	d := &demo{opts: addr, workers: o.workers, ns: fmt.Sprintf("dlock-demo:%x", rand.Uint64())}
 	if err := d.ping(ctx); err != nil {
 		fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
 		return exitUnavailable
 	}
 
-	fmt.Fprintf(e.stdout, "1. Shared counter: each worker does GET, works ~1ms, then SET n+1, %d times (seed 002's read-modify-write).\n", *rounds)
+	fmt.Fprintf(e.stdout, "1. Shared counter: each worker does GET, works ~1ms, then SET n+1, %d times (seed 002's read-modify-write).\n", o.rounds)
 	fmt.Fprintf(e.stdout, "   %-12s %10s %10s %12s %10s\n", "", "increments", "final", "lost updates", "time")
 	for _, locked := range []bool{false, true} {
-		r, err := d.counter(ctx, locked, *rounds)
+		r, err := d.counter(ctx, locked, o.rounds)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
 			return exitFailure
@@ -74,15 +86,15 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stdout, "   %-12s %10d %10d %12d %10v\n", label(locked), r.done, r.final, r.done-r.final, r.duration.Round(time.Millisecond))
 	}
 
-	fmt.Fprintf(e.stdout, "\n2. Flash sale: %d items; each buyer does GET stock, checks it is above 0, works ~1ms, then SET stock-1.\n", *stock)
+	fmt.Fprintf(e.stdout, "\n2. Flash sale: %d items; each buyer does GET stock, checks it is above 0, works ~1ms, then SET stock-1.\n", o.stock)
 	fmt.Fprintf(e.stdout, "   %-12s %10s %10s %12s %10s\n", "", "sold", "stock left", "oversold", "time")
 	for _, locked := range []bool{false, true} {
-		r, err := d.sale(ctx, locked, *stock)
+		r, err := d.sale(ctx, locked, o.stock)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
 			return exitFailure
 		}
-		fmt.Fprintf(e.stdout, "   %-12s %10d %10d %12d %10v\n", label(locked), r.done, r.final, max(0, r.done-int64(*stock)), r.duration.Round(time.Millisecond))
+		fmt.Fprintf(e.stdout, "   %-12s %10d %10d %12d %10v\n", label(locked), r.done, r.final, max(0, r.done-int64(o.stock)), r.duration.Round(time.Millisecond))
 	}
 	fmt.Fprintln(e.stdout, "\nWithout a lock, concurrent read-check-write loses updates and sells what is not there.")
 	fmt.Fprintln(e.stdout, "Under dlock every update lands and nothing is oversold.")
@@ -244,13 +256,4 @@ func (d *demo) readAndDelete(ctx context.Context, key string) (int64, error) {
 	}
 	c.Del(ctx, key)
 	return strconv.ParseInt(v, 10, 64)
-}
-
-// redactURLError keeps a password in a URL out of error messages.
-func redactURLError(err error, url string) string {
-	msg := err.Error()
-	if u, perr := parseUserinfo(url); perr == nil && u != "" {
-		msg = replaceAll(msg, u, "xxxxx")
-	}
-	return msg
 }

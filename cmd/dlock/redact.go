@@ -5,31 +5,43 @@ import (
 	"strings"
 )
 
-// parseUserinfo returns the password of a URL, if it has one.
-func parseUserinfo(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// Fall back to the text between "://" and "@".
-		if i := strings.Index(raw, "://"); i >= 0 {
-			rest := raw[i+3:]
-			if j := strings.LastIndex(rest, "@"); j >= 0 {
-				if k := strings.Index(rest[:j], ":"); k >= 0 {
-					return rest[k+1 : j], nil
-				}
-			}
+// secrets returns the pieces of a server URL that must never be printed: the
+// user information (raw and decoded) and the password within it.
+func secrets(raw string) []string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return nil
+	}
+	rest := raw[i+3:]
+	j := strings.LastIndex(rest, "@")
+	if j <= 0 {
+		return nil
+	}
+	info := rest[:j]
+	out := []string{info}
+	if _, pass, ok := strings.Cut(info, ":"); ok && pass != "" {
+		out = append(out, pass)
+		if dec, err := url.PathUnescape(pass); err == nil && dec != pass {
+			out = append(out, dec)
 		}
-		return "", err
 	}
-	if u.User == nil {
-		return "", nil
+	if dec, err := url.PathUnescape(info); err == nil && dec != info {
+		out = append(out, dec)
 	}
-	p, _ := u.User.Password()
-	return p, nil
+	return out
 }
 
-func replaceAll(s, old, repl string) string {
-	if old == "" {
-		return s
+// redact replaces every secret of the server URL raw in msg.
+func redact(msg, raw string) string {
+	for _, s := range secrets(raw) {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
 	}
-	return strings.ReplaceAll(s, old, repl)
+	return msg
+}
+
+// redactURLError keeps a password in a URL out of error messages.
+func redactURLError(err error, raw string) string {
+	return redact(err.Error(), raw)
 }

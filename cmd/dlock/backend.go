@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Connection limits: an unreachable server must fail fast.
+const (
+	dialTimeout = 3 * time.Second
+	pingTimeout = 5 * time.Second
+)
+
+// backend is one kind of lock server, selected by its repeatable flag. Adding a
+// backend is one entry in backends(); adding a multi-server algorithm for a
+// backend (Redlock) is filling in its many function.
+type backend struct {
+	flag  string   // --flag URL, repeatable
+	env   []string // consulted in order when no server flag is given at all
+	usage string
+	one   func(ctx context.Context, url string) (store, error)    // one server; nil: not available yet
+	many  func(ctx context.Context, urls []string) (store, error) // several servers; nil: not available yet
+	multi string                                                  // what several servers mean, for errors
+}
+
+func backends() []backend {
+	return []backend{
+		{
+			flag: "redis", env: []string{"DLOCK_REDIS", "REDIS_URL"},
+			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected",
+			one:   openRedis, multi: "Redlock over several Redis masters",
+		},
+		{flag: "etcd", usage: "etcd endpoint `URL` (not available yet)"},
+		{flag: "zk", usage: "ZooKeeper `host:port` (not available yet)"},
+	}
+}
+
+// servers holds the server flags of every backend.
+type servers struct {
+	urls map[string]*stringsFlag
+}
+
+func (s *servers) define(fs *flag.FlagSet) {
+	s.urls = map[string]*stringsFlag{}
+	for _, b := range backends() {
+		v := new(stringsFlag)
+		s.urls[b.flag] = v
+		fs.Var(v, b.flag, b.usage)
+	}
+}
+
+// open connects to the servers given by flag, or else by the environment.
+func (s *servers) open(ctx context.Context, e *env) (store, error) {
+	var chosen *backend
+	var urls []string
+	for _, b := range backends() {
+		if v := s.urls[b.flag]; v != nil && len(*v) > 0 {
+			if chosen != nil {
+				return nil, usageErrorf("--%s and --%s: give the servers of one backend only", chosen.flag, b.flag)
+			}
+			chosen, urls = &b, *v
+		}
+	}
+	if chosen == nil {
+	search:
+		for _, b := range backends() {
+			for _, name := range b.env {
+				if v := strings.Fields(e.getenv(name)); len(v) > 0 {
+					chosen, urls = &b, v
+					break search
+				}
+			}
+		}
+	}
+	if chosen == nil {
+		return nil, usageErrorf("no lock server: give --redis URL or set DLOCK_REDIS")
+	}
+	switch {
+	case len(urls) > 1 && chosen.many == nil:
+		what := chosen.multi
+		if what == "" {
+			what = "several --" + chosen.flag + " servers"
+		}
+		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
+	case len(urls) > 1:
+		return chosen.many(ctx, urls)
+	case chosen.one == nil:
+		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
+	}
+	return chosen.one(ctx, urls[0])
+}
+
+// store is what the subcommands need from a lock server.
+type store interface {
+	// String names the server for messages, without credentials.
+	String() string
+	// locker returns the lock of the requested kind, with opts as its defaults.
+	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
+	inspect(ctx context.Context, key string) (lockInfo, error)
+	list(ctx context.Context, pattern string) ([]lockInfo, error)
+	forceUnlock(ctx context.Context, key string) (lockInfo, error)
+	close()
+}
+
+// lockKind is the primitive a run asks for.
+type lockKind struct {
+	fair  bool
+	slots int // semaphore slots; 1 is a plain lock
+}
+
+// redisStore is a store on one Redis server, Sentinel master or Cluster.
+type redisStore struct {
+	rdb   redis.UniversalClient
+	where string
+	c     *redislock.Client
+}
+
+// openRedis connects to the Redis server at rawURL and checks that it answers.
+// A Cluster node is detected and the whole Cluster used.
+func openRedis(ctx context.Context, rawURL string) (store, error) {
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
+	}
+	if opt.Network != "unix" {
+		_, port, err := net.SplitHostPort(opt.Addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return nil, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
+		}
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = dialTimeout
+	}
+	if opt.MaxRetries == 0 {
+		opt.MaxRetries = 1
+	}
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 2 // go-redis dials 5 times by default
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = 4
+	where := "Redis at " + opt.Addr
+	var rdb redis.UniversalClient = redis.NewClient(opt)
+	cluster, err := ping(ctx, rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
+	}
+	if cluster {
+		rdb.Close()
+		if opt.DB != 0 {
+			return nil, usageErrorf("bad Redis URL: Redis Cluster has only database 0")
+		}
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: []string{opt.Addr}, Username: opt.Username, Password: opt.Password,
+			TLSConfig: opt.TLSConfig, DialTimeout: opt.DialTimeout, MaxRetries: opt.MaxRetries, DialerRetries: opt.DialerRetries,
+			ContextTimeoutEnabled: true, PoolSize: opt.PoolSize,
+		})
+		where = "Redis Cluster at " + opt.Addr
+		if _, err := ping(ctx, rdb); err != nil {
+			rdb.Close()
+			return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
+		}
+	}
+	c, err := redislock.New(rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &redisStore{rdb: rdb, where: where, c: c}, nil
+}
+
+// pingError explains why a server did not answer, without credentials.
+func pingError(where, rawURL string, tls bool, err error) error {
+	msg := redact(err.Error(), rawURL)
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return unavailableErrorf("%s refused: %s", where, msg)
+	case tls && errors.Is(err, context.DeadlineExceeded):
+		return unavailableErrorf("cannot reach %s: no TLS answer within %v (is TLS enabled on the server?)", where, pingTimeout)
+	}
+	return unavailableErrorf("cannot reach %s: %s", where, msg)
+}
+
+// ping checks that rdb answers, and reports whether it is a Cluster node.
+func ping(ctx context.Context, rdb redis.UniversalClient) (cluster bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	info, err := rdb.Info(ctx, "cluster").Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// INFO refused (an ACL, a proxy): a server that answers PING is usable.
+		return false, rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(info, "cluster_enabled:1"), nil
+}
+
+func (s *redisStore) String() string { return s.where }
+
+func (s *redisStore) close() { _ = s.rdb.Close() }
+
+func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
+	if kind.slots != 1 {
+		return nil, usageErrorf("-n %d: semaphores are not available yet (-n 1 is the plain lock)", kind.slots)
+	}
+	if kind.fair {
+		return nil, usageErrorf("--fair: the fair lock is not available yet")
+	}
+	return redislock.New(s.rdb, opts...)
+}
+
+func (s *redisStore) inspect(ctx context.Context, key string) (lockInfo, error) {
+	info, err := s.c.Inspect(ctx, key)
+	if err != nil {
+		return lockInfo{}, err
+	}
+	return newLockInfo(info), nil
+}
+
+func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, error) {
+	infos, err := s.c.List(ctx, pattern)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lockInfo, len(infos))
+	for i, info := range infos {
+		out[i] = newLockInfo(info)
+	}
+	return out, nil
+}
+
+func (s *redisStore) forceUnlock(ctx context.Context, key string) (lockInfo, error) {
+	info, err := s.c.ForceUnlock(ctx, key)
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		return lockInfo{}, err
+	}
+	return newLockInfo(info), err
+}
+
+func newLockInfo(info redislock.LockInfo) lockInfo {
+	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken}
+	if info.Held {
+		li.TTLms = info.TTL.Milliseconds()
+		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)
+	}
+	return li
+}
+
+var _ fmt.Stringer = (*redisStore)(nil)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// exitError is an error that decides dlock's exit code. Its message is printed
+// after "dlock COMMAND: ", on one line.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+func unavailableErrorf(format string, args ...any) error {
+	return &exitError{code: exitUnavailable, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode maps an error to dlock's exit code.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, dlock.ErrInvalid):
+		return exitUsage
+	case errors.Is(err, dlock.ErrConflict):
+		return exitDataErr
+	case errors.Is(err, dlock.ErrUnavailable):
+		return exitUnavailable
+	}
+	return exitFailure
+}
+
+// fail prints err as one line (plus a usage hint for usage errors) and returns
+// its exit code.
+func fail(e *env, cmd string, err error) int {
+	code := exitCode(err)
+	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "dlock: ")
+	fmt.Fprintf(e.stderr, "dlock %s: %s\n", cmd, msg)
+	if code == exitUsage {
+		fmt.Fprintf(e.stderr, "Run 'dlock %s --help' for usage.\n", cmd)
+	}
+	return code
+}
+
+// newFlagSet returns a flag set that reports errors to its caller only.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs. It returns ok false with the exit code when
+// the command should stop: after --help (exit 0) or a bad flag (exit 64).
+func parseFlags(e *env, c command, fs *flag.FlagSet, args []string) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil {
+		return 0, true
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(e.stdout, c, fs)
+		return exitOK, false
+	}
+	return fail(e, c.name, usageErrorf("%v", err)), false
+}
+
+// printHelp writes a command's usage, description, flags and examples.
+func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", c.synopsis, strings.TrimSpace(c.help))
+	if fs == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nflags:")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, use := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		left := dash + f.Name
+		if name != "" {
+			left += " " + name
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "0s" && f.DefValue != "false" && f.DefValue != "[]" {
+			def = " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(w, "  %-28s %s%s\n", left, use, def)
+	})
+}
+
+// durationFlag is a duration flag with bounds and clear errors for values that
+// do not parse or make no sense.
+type durationFlag struct {
+	d       time.Duration
+	set     bool
+	min     time.Duration
+	max     time.Duration
+	wholeMS bool   // reject fractions of a millisecond
+	zero    string // when non-empty, 0 is allowed and means this
+	def     string // the default, as shown in help
+}
+
+func (f *durationFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	if !f.set && f.def != "" {
+		return f.def
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d < 0:
+		return errors.New("must not be negative")
+	case d == 0 && f.zero != "":
+	case d < f.min:
+		return fmt.Errorf("below the minimum %v", f.min)
+	case f.max > 0 && d > f.max:
+		return fmt.Errorf("above the maximum %v", f.max)
+	case f.wholeMS && d%time.Millisecond != 0:
+		return fmt.Errorf("not a whole number of milliseconds (the server keeps milliseconds): write %v", d.Round(time.Millisecond))
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// parseDuration parses Go duration syntax and explains the usual mistakes.
+func parseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "0" {
+		return 0, nil
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("missing unit: write %ss or %sms", s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("not a duration, or out of range (Go syntax: 500ms, 2s, 1m30s, 2h)")
+	}
+	return d, nil
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string {
+	if f == nil || len(*f) == 0 {
+		return ""
+	}
+	return strings.Join(*f, ",")
+}
+
+func (f *stringsFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("empty value")
+	}
+	*f = append(*f, s)
+	return nil
+}

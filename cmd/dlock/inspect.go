@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// holderMeta is what dlock run stores with its lock (dlock.WithMetadata, JSON).
+type holderMeta struct {
+	Host        string    `json:"host,omitempty"`
+	PID         int       `json:"pid,omitempty"`
+	User        string    `json:"user,omitempty"`
+	Since       time.Time `json:"since"`
+	Description string    `json:"description,omitempty"`
+}
+
+// lockInfo is one lock as status, list and unlock print it; its JSON form is
+// what --json prints.
+type lockInfo struct {
+	Key       string      `json:"key"`
+	Held      bool        `json:"held"`
+	Token     uint64      `json:"token,omitempty"`
+	TTLms     int64       `json:"ttl_ms,omitempty"`
+	Holder    *holderMeta `json:"holder,omitempty"`
+	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
+	LastToken uint64      `json:"last_token,omitempty"`
+}
+
+// parseMeta reads the metadata of a lock: a holderMeta when dlock run wrote it,
+// and otherwise the raw text. The acquisition time is taken from the fencing
+// token when that is a plausible server time in microseconds: run writes its
+// metadata before it starts waiting.
+func parseMeta(raw string, token uint64) (*holderMeta, string) {
+	var m holderMeta
+	if raw == "" || json.Unmarshal([]byte(raw), &m) != nil || m.Since.IsZero() {
+		return nil, raw
+	}
+	if token < 1<<62 {
+		at := time.UnixMicro(int64(token)).UTC()
+		if !at.Before(m.Since.Add(-time.Minute)) && at.Before(time.Now().Add(time.Minute)) {
+			m.Since = at.Truncate(time.Millisecond)
+		}
+	}
+	return &m, ""
+}
+
+// holderLine is a one-line description of who holds a lock.
+func (li lockInfo) holderLine(now time.Time) string {
+	if !li.Held {
+		return "nobody"
+	}
+	var parts []string
+	if h := li.Holder; h != nil {
+		who := h.Host
+		if h.PID != 0 {
+			who += " pid " + strconv.Itoa(h.PID)
+		}
+		if h.User != "" {
+			who = h.User + "@" + who
+		}
+		parts = append(parts, strings.TrimSpace(who))
+		parts = append(parts, "since "+h.Since.Local().Format("15:04:05")+" ("+ago(now, h.Since)+" ago)")
+		if h.Description != "" {
+			parts = append(parts, strconv.Quote(h.Description))
+		}
+	} else if li.Metadata != "" {
+		parts = append(parts, strconv.Quote(li.Metadata))
+	} else {
+		parts = append(parts, "an unnamed holder")
+	}
+	return strings.Join(parts, " ")
+}
+
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func ttlString(ms int64) string {
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// inspectFlags are the flags of status, list and unlock.
+type inspectFlags struct {
+	servers servers
+	json    bool
+	names   bool
+	force   bool
+}
+
+func (o *inspectFlags) define(name string) *flag.FlagSet {
+	fs := newFlagSet(name)
+	o.servers.define(fs)
+	fs.BoolVar(&o.json, "json", false, "print JSON for scripts")
+	if name == "list" {
+		fs.BoolVar(&o.names, "names", false, "print only the names of the held locks, one a line")
+	}
+	if name == "unlock" {
+		fs.BoolVar(&o.force, "force", false, "really remove a lock another process holds")
+	}
+	return fs
+}
+
+func statusCommand() command {
+	return command{
+		name: "status", summary: "show who holds a lock, its TTL and fencing token",
+		synopsis: "dlock status [flags] KEY",
+		help: `Shows whether KEY is held and by whom (host, pid, user, since when, the
+description given to "dlock run --description"), the time left before it expires
+unless renewed, and its fencing token. Exits 0 when the lock is held, 1 when it
+is free.
+
+examples:
+  dlock status nightly-report
+  dlock status --json nightly-report | jq .holder.host
+  dlock status nightly-report >/dev/null && echo busy`,
+		flags: func() *flag.FlagSet { return new(inspectFlags).define("status") },
+		run:   runStatus,
+	}
+}
+
+func listCommand() command {
+	return command{
+		name: "list", summary: "list held locks whose names match a pattern",
+		synopsis: "dlock list [flags] [PATTERN]",
+		help: `Lists the held locks whose names match PATTERN (a Redis glob: * ? [abc];
+default *), with holder, TTL left and fencing token. On a Redis Cluster every
+master is scanned.
+
+examples:
+  dlock list
+  dlock list 'deploy:*'
+  dlock list --json | jq -r '.[].key'
+  dlock list --names 'cron:*' | xargs -n1 dlock status`,
+		flags: func() *flag.FlagSet { return new(inspectFlags).define("list") },
+		run:   runList,
+	}
+}
+
+func unlockCommand() command {
+	return command{
+		name: "unlock", summary: "remove a lock whoever holds it (admin; needs --force)",
+		synopsis: "dlock unlock --force [flags] KEY",
+		help: `Removes the lock KEY whoever holds it and says whose lock it removed. The
+holder is not told: a "dlock run" holding it notices at its next renewal, stops
+its command and exits 76. The fencing counter is kept, so the next holder's token
+is still greater than every earlier one. Refuses without --force (exit 64); exits
+1 when the lock is free.
+
+examples:
+  dlock unlock --force nightly-report
+  dlock unlock --force --json nightly-report`,
+		flags: func() *flag.FlagSet { return new(inspectFlags).define("unlock") },
+		run:   runUnlock,
+	}
+}
+
+// withStore parses the flags and the single argument of status, list and
+// unlock, connects, and runs fn. def is the argument's default ("" = a
+// required KEY).
+func withStore(ctx context.Context, e *env, c command, args []string, def string, fn func(o *inspectFlags, arg string, st store) int) int {
+	o := new(inspectFlags)
+	fs := o.define(c.name)
+	if code, ok := parseFlags(e, c, fs, args); !ok {
+		return code
+	}
+	arg := def
+	switch {
+	case fs.NArg() == 1:
+		arg = fs.Arg(0)
+	case fs.NArg() > 1:
+		return fail(e, c.name, usageErrorf("unexpected arguments after %q (flags go before it)", fs.Arg(0)))
+	case arg == "":
+		return fail(e, c.name, usageErrorf("missing KEY"))
+	}
+	if def == "" {
+		if err := dlock.ValidateKey(arg); err != nil {
+			return fail(e, c.name, err)
+		}
+	}
+	if c.name == "unlock" && !o.force {
+		return fail(e, c.name, usageErrorf("refusing to remove %q without --force (it may be held by a running job)", arg))
+	}
+	st, err := o.servers.open(ctx, e)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	defer st.close()
+	return fn(o, arg, st)
+}
+
+func runStatus(ctx context.Context, e *env, args []string) int {
+	c := statusCommand()
+	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
+		li, err := st.inspect(ctx, key)
+		switch {
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, li)
+		default:
+			writeStatus(e.stdout, li, time.Now())
+		}
+		if !li.Held {
+			return exitFailure
+		}
+		return exitOK
+	})
+}
+
+func writeStatus(w io.Writer, li lockInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "key\t%s\n", li.Key)
+	if !li.Held {
+		fmt.Fprintf(tw, "state\tfree\n")
+		if li.LastToken != 0 {
+			fmt.Fprintf(tw, "last token\t%d\n", li.LastToken)
+		}
+		tw.Flush()
+		return
+	}
+	fmt.Fprintf(tw, "state\theld\n")
+	if h := li.Holder; h != nil {
+		fmt.Fprintf(tw, "host\t%s\n", h.Host)
+		fmt.Fprintf(tw, "pid\t%d\n", h.PID)
+		if h.User != "" {
+			fmt.Fprintf(tw, "user\t%s\n", h.User)
+		}
+		fmt.Fprintf(tw, "since\t%s (%s ago)\n", h.Since.Local().Format(time.RFC3339), ago(now, h.Since))
+		if h.Description != "" {
+			fmt.Fprintf(tw, "description\t%s\n", h.Description)
+		}
+	} else if li.Metadata != "" {
+		fmt.Fprintf(tw, "metadata\t%s\n", li.Metadata)
+	}
+	fmt.Fprintf(tw, "ttl\t%s\n", ttlString(li.TTLms))
+	fmt.Fprintf(tw, "token\t%d\n", li.Token)
+	tw.Flush()
+}
+
+func runList(ctx context.Context, e *env, args []string) int {
+	c := listCommand()
+	return withStore(ctx, e, c, args, "*", func(o *inspectFlags, pattern string, st store) int {
+		infos, err := st.list(ctx, pattern)
+		switch {
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, infos)
+		case o.names:
+			for _, li := range infos {
+				fmt.Fprintln(e.stdout, li.Key)
+			}
+		default:
+			writeList(e.stdout, infos, time.Now())
+		}
+		return exitOK
+	})
+}
+
+func writeList(w io.Writer, infos []lockInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tDESCRIPTION")
+	for _, li := range infos {
+		host, pid, since, desc := "-", "-", "-", li.Metadata
+		if h := li.Holder; h != nil {
+			host, pid, since, desc = h.Host, strconv.Itoa(h.PID), ago(now, h.Since)+" ago", h.Description
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", li.Key, host, pid, since, ttlString(li.TTLms), li.Token, desc)
+	}
+	tw.Flush()
+}
+
+func runUnlock(ctx context.Context, e *env, args []string) int {
+	c := unlockCommand()
+	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
+		li, err := st.forceUnlock(ctx, key)
+		switch {
+		case errors.Is(err, dlock.ErrNotHeld):
+			fmt.Fprintf(e.stderr, "dlock unlock: %q is not held: nothing removed\n", key)
+			return exitFailure
+		case err != nil:
+			return fail(e, c.name, err)
+		case o.json:
+			writeJSON(e.stdout, li)
+		default:
+			fmt.Fprintf(e.stdout, "removed lock %q held by %s (token %d, %s left)\n", key, li.holderLine(time.Now()), li.Token, ttlString(li.TTLms))
+		}
+		return exitOK
+	})
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // a closed pipe is not an error worth reporting
+}

@@ -1,0 +1,904 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// Built once by TestMain: the dlock binary and the server the tests lock on.
+var (
+	dlockBin string
+	srv      *testserver.Redis
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("DLOCK_TEST_HELPER") == "count-sigint" {
+		os.Exit(countSIGINT())
+	}
+	os.Exit(testMain(m))
+}
+
+// countSIGINT is a command for dlock run: it writes "ok" to $DLOCK_TEST_READY,
+// and after the first SIGINT exits with 10 + the number of SIGINTs it got
+// within the next half second.
+func countSIGINT() int {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, os.Interrupt)
+	if err := os.WriteFile(os.Getenv("DLOCK_TEST_READY"), []byte("ok"), 0o644); err != nil {
+		return 1
+	}
+	<-c
+	n := 1
+	quiet := time.After(500 * time.Millisecond)
+	for {
+		select {
+		case <-c:
+			n++
+		case <-quiet:
+			return 10 + n
+		}
+	}
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "dlock-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	dlockBin = filepath.Join(dir, "dlock")
+	if out, err := exec.Command("go", "build", "-o", dlockBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		return 1
+	}
+	srv, err = testserver.NewRedis(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	srv.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+func redisURL() string { return "redis://" + srv.Addr + "/0" }
+
+// dlockCmd returns an exec.Cmd running the built dlock with DLOCK_REDIS set to
+// the test server.
+func dlockCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(dlockBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DLOCK_") && !strings.HasPrefix(kv, "REDIS_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DLOCK_REDIS="+redisURL())
+	cmd.Dir = t.TempDir()
+	// Its own process group, so that it never shares the controlling terminal
+	// of whoever runs the tests.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	t.Cleanup(func() {
+		if cmd.Process != nil && cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_, _ = cmd.Process.Wait()
+		}
+	})
+	return cmd
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+// dlockRun runs dlock to completion (bounded) and returns what it did.
+func dlockRun(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCmd(t, dlockCmd(t, args...))
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if cmd.Stdout == nil {
+		cmd.Stdout = &stdout
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = &stderr
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return wait(t, cmd, start, &stdout, &stderr)
+}
+
+func wait(t *testing.T, cmd *exec.Cmd, start time.Time, stdout, stderr *bytes.Buffer) result {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("dlock %v did not finish within 30s; stderr: %s", cmd.Args[1:], stderr)
+	}
+	r := result{code: childCode(cmd.ProcessState), stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+	return r
+}
+
+func newRDB(t *testing.T) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// waitFor polls cond (a check of state another process changes) until it
+// holds, failing the test after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fileHas(path, s string) func() bool {
+	return func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), s)
+	}
+}
+
+func held(t *testing.T, rdb *redis.Client, key string) func() bool {
+	return func() bool {
+		n, err := rdb.Exists(context.Background(), redislock.LockKey(key)).Result()
+		if err != nil {
+			t.Error(err)
+		}
+		return n == 1
+	}
+}
+
+// checkOneLine checks a failing dlock's stderr: one line, plus a usage hint for
+// usage errors, and no stack trace.
+func checkOneLine(t *testing.T, r result) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	want := 1
+	if r.code == exitUsage {
+		want = 2
+		if !strings.Contains(lines[len(lines)-1], "--help") {
+			t.Errorf("no usage hint: %q", r.stderr)
+		}
+	}
+	if len(lines) != want || strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
+		t.Errorf("stderr is not a one-line error: %q", r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "dlock") {
+		t.Errorf("stderr does not start with dlock: %q", r.stderr)
+	}
+}
+
+func TestRunNeverOverlaps(t *testing.T) {
+	key := dlocktest.Key(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	script := fmt.Sprintf(`echo "start $$ $(date +%%s%%N)" >> %[1]s; sleep 0.05; echo "stop $$ $(date +%%s%%N)" >> %[1]s`, marks)
+	const procs, rounds = 4, 3
+	errs := make(chan error, procs)
+	for p := 0; p < procs; p++ {
+		cmd := dlockCmd(t, "run", "--ttl", "2s", key, "--", "sh", "-c", script)
+		go func() {
+			for i := 0; i < rounds; i++ {
+				if out, err := cmd.CombinedOutput(); err != nil {
+					errs <- fmt.Errorf("%v: %s", err, out)
+					return
+				}
+				cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
+			}
+			errs <- nil
+		}()
+	}
+	for p := 0; p < procs; p++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(marks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2*procs*rounds {
+		t.Fatalf("%d marks, want %d:\n%s", len(lines), 2*procs*rounds, b)
+	}
+	var lastStop int64
+	for i := 0; i < len(lines); i += 2 {
+		start, stop := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if start[0] != "start" || stop[0] != "stop" || start[1] != stop[1] {
+			t.Fatalf("critical sections interleave at line %d:\n%s", i+1, b)
+		}
+		t0, _ := strconv.ParseInt(start[2], 10, 64)
+		t1, _ := strconv.ParseInt(stop[2], 10, 64)
+		if t0 < lastStop || t1 < t0 {
+			t.Fatalf("critical sections overlap in time at line %d:\n%s", i+1, b)
+		}
+		lastStop = t1
+	}
+}
+
+func TestRunExitCodePassesThrough(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		code   int
+	}{
+		{"exit 0", 0},
+		{"exit 3", 3},
+		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
+		{"kill -KILL $$", 128 + int(syscall.SIGKILL)},
+	} {
+		key := dlocktest.Key(t)
+		r := dlockRun(t, "run", key, "--", "sh", "-c", tc.script)
+		if r.code != tc.code || r.stdout != "" {
+			t.Errorf("%q: exit %d stdout %q stderr %q, want exit %d and no output", tc.script, r.code, r.stdout, r.stderr, tc.code)
+		}
+		if held(t, newRDB(t), key)() {
+			t.Errorf("%q: lock left behind", tc.script)
+		}
+	}
+}
+
+func TestRunPassesEnvironmentAndStreams(t *testing.T) {
+	key := dlocktest.Key(t)
+	cmd := dlockCmd(t, "run", key, "--", "sh", "-c", `read line; echo "$line|$DLOCK_KEY|$DLOCK_TOKEN"; echo err >&2`)
+	cmd.Stdin = strings.NewReader("hello\n")
+	r := runCmd(t, cmd)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
+	if len(parts) != 3 || parts[0] != "hello" || parts[1] != key {
+		t.Fatalf("stdout %q, want hello|%s|TOKEN", r.stdout, key)
+	}
+	if tok, err := strconv.ParseUint(parts[2], 10, 64); err != nil || tok == 0 {
+		t.Errorf("DLOCK_TOKEN %q is not a positive integer", parts[2])
+	}
+	if r.stderr != "err\n" {
+		t.Errorf("stderr %q, want only the child's", r.stderr)
+	}
+	// Tokens increase from one run to the next.
+	r2 := runCmd(t, dlockCmd(t, "run", key, "--", "sh", "-c", `echo $DLOCK_TOKEN`))
+	t1, _ := strconv.ParseUint(parts[2], 10, 64)
+	t2, _ := strconv.ParseUint(strings.TrimSpace(r2.stdout), 10, 64)
+	if t2 <= t1 {
+		t.Errorf("second token %d not above first %d", t2, t1)
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2} {
+		key := dlocktest.Key(t)
+		dir := t.TempDir()
+		ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+		script := fmt.Sprintf(`trap 'echo %[1]s > %[2]s; exit 5' %[1]s; echo ok > %[3]s; while :; do sleep 0.02; done`,
+			strings.TrimPrefix(signalName(sig), "SIG"), got, ready)
+		cmd := dlockCmd(t, "run", key, "--", "sh", "-c", script)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the child to start", fileHas(ready, "ok"))
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		r := wait(t, cmd, start, new(bytes.Buffer), &stderr)
+		if r.code != 5 || !fileHas(got, strings.TrimPrefix(signalName(sig), "SIG"))() {
+			t.Errorf("%v: exit %d (want the child's 5), child saw it: %v; stderr %q", sig, r.code, fileHas(got, "")(), r.stderr)
+		}
+		if held(t, newRDB(t), key)() {
+			t.Errorf("%v: lock left behind", sig)
+		}
+	}
+}
+
+// startHolder starts "dlock run KEY -- sh -c SCRIPT" and waits until the child
+// has written "ok" to the ready file the script is given as $1.
+func startHolder(t *testing.T, flags []string, key, script string) (*exec.Cmd, *bytes.Buffer, string) {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "ready")
+	args := append(append([]string{"run"}, flags...), key, "--", "sh", "-c", script, "sh", ready)
+	cmd := dlockCmd(t, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holder's command to start", fileHas(ready, "ok"))
+	return cmd, &stderr, ready
+}
+
+func TestRunLockLostStopsChild(t *testing.T) {
+	for _, tc := range []struct {
+		name, trap string
+	}{
+		{"child stops on SIGTERM", `trap 'echo TERM >> "$1"; exit 0' TERM`},
+		{"child ignoring SIGTERM is killed after the grace", `trap 'echo TERM >> "$1"' TERM`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			rdb := newRDB(t)
+			script := tc.trap + `; echo ok >> "$1"; while :; do sleep 0.02; done`
+			cmd, stderr, ready := startHolder(t, []string{"--ttl", "600ms", "--grace", "300ms"}, key, script)
+			start := time.Now()
+			if err := rdb.Del(context.Background(), redislock.LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t, cmd, start, new(bytes.Buffer), stderr)
+			if r.code != exitLockLost {
+				t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLockLost, r.stderr)
+			}
+			if !fileHas(ready, "TERM")() {
+				t.Errorf("the child never got SIGTERM")
+			}
+			if !strings.Contains(r.stderr, "lost the lock") {
+				t.Errorf("stderr %q does not say the lock was lost", r.stderr)
+			}
+			// Renewal every ttl/3, then at most the grace period (plus slack
+			// for a loaded machine).
+			if r.elapsed > 4*time.Second {
+				t.Errorf("took %v to stop the child", r.elapsed)
+			}
+		})
+	}
+}
+
+func TestKilledHolderFreesLockAfterTTL(t *testing.T) {
+	key := dlocktest.Key(t)
+	const ttl = time.Second
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	holder, _, _ := startHolder(t, []string{"--ttl", ttl.String()}, key,
+		fmt.Sprintf(`echo $$ > %s; echo ok > "$1"; exec sleep 30`, pidFile))
+	b, _ := os.ReadFile(pidFile)
+	childPID, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = holder.Process.Wait()
+	killed := time.Now()
+
+	r := dlockRun(t, "run", "--wait", "10s", key, "--", "true")
+	if r.code != 0 {
+		t.Fatalf("next run: exit %d, stderr %q", r.code, r.stderr)
+	}
+	waited := time.Since(killed)
+	if waited > ttl+3*time.Second {
+		t.Errorf("next run got in %v after the kill, TTL %v", waited, ttl)
+	}
+	// The orphaned child got SIGTERM when dlock died.
+	waitFor(t, "the orphaned child to end", func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", childPID))
+		return err != nil || strings.Contains(string(st), ") Z ")
+	})
+}
+
+func TestRunExitCodes(t *testing.T) {
+	rdb := newRDB(t)
+	busy := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, nil, busy, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	foreign := dlocktest.Key(t) + "-foreign"
+	rdb.Set(context.Background(), redislock.LockKey(foreign), "x", time.Minute)
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	guarded := testserver.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: guarded.Addr})
+	err = admin.ConfigSet(context.Background(), "requirepass", "right-pw").Err()
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPass := "redis://:s3cret-pw@" + guarded.Addr + "/0"
+	key := dlocktest.Key(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"run", "--bogus", key, "--", "true"}, 64, "not defined"},
+		{"missing --", []string{"run", key, "true"}, 64, `missing "--"`},
+		{"missing command", []string{"run", key, "--"}, 64, "missing COMMAND"},
+		{"missing key", []string{"run"}, 64, "missing KEY"},
+		{"bad key", []string{"run", "a{b}", "--", "true"}, 64, "reserved"},
+		{"ttl without unit", []string{"run", "--ttl", "10", key, "--", "true"}, 64, "missing unit"},
+		{"negative ttl", []string{"run", "--ttl", "-1s", key, "--", "true"}, 64, "negative"},
+		{"zero ttl", []string{"run", "--ttl", "0", key, "--", "true"}, 64, "minimum"},
+		{"huge ttl", []string{"run", "--ttl", "1e9h", key, "--", "true"}, 64, "not a duration"},
+		{"ttl abc", []string{"run", "--ttl", "abc", key, "--", "true"}, 64, "not a duration"},
+		{"sub-ms ttl", []string{"run", "--ttl", "1.5s5us", key, "--", "true"}, 64, "whole number of milliseconds"},
+		{"negative wait", []string{"run", "--wait", "-1s", key, "--", "true"}, 64, "negative"},
+		{"renew not below ttl", []string{"run", "--ttl", "1s", "--renew-every", "1s", key, "--", "true"}, 64, "renew-every"},
+		{"fair not yet", []string{"run", "--fair", key, "--", "true"}, 64, "fair"},
+		{"semaphore not yet", []string{"run", "-n", "3", key, "--", "true"}, 64, "semaphore"},
+		{"redlock not yet", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "Redlock"},
+		{"etcd not yet", []string{"run", "--etcd", "http://127.0.0.1:2379", key, "--", "true"}, 64, "etcd"},
+		{"two backends", []string{"run", "--redis", redisURL(), "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
+		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad Redis URL"},
+		{"bad port", []string{"run", "--redis", "redis://127.0.0.1:99999/0", key, "--", "true"}, 64, "no valid port"},
+		{"missing socket", []string{"run", "--redis", "unix://" + filepath.Join(t.TempDir(), "nope.sock"), key, "--", "true"}, 69, "cannot reach"},
+		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad Redis URL"},
+		{"unreachable", []string{"run", "--redis", down, key, "--", "true"}, 69, "cannot reach"},
+		{"wrong password", []string{"run", "--redis", wrongPass, key, "--", "true"}, 69, "WRONGPASS"},
+		{"status unreachable", []string{"status", "--redis", down, key}, 69, "cannot reach"},
+		{"not found", []string{"run", key, "--", "no-such-command-dlock"}, 127, "command not found"},
+		{"not executable", []string{"run", key, "--", notExec}, 126, "permission denied"},
+		{"busy, no wait", []string{"run", "--wait", "0", busy, "--", "touch", marker}, 75, "not waiting"},
+		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "touch", marker}, 75, "gave up after"},
+		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "touch", marker}, 3, "held by"},
+		{"bad -E", []string{"run", "-E", "300", key, "--", "true"}, 64, "0..255"},
+		{"foreign data", []string{"run", foreign, "--", "true"}, 65, "foreign"},
+		{"status free", []string{"status", key}, 1, ""},
+		{"status missing key", []string{"status"}, 64, "missing KEY"},
+		{"unlock without force", []string{"unlock", busy}, 64, "without --force"},
+		{"unlock free", []string{"unlock", "--force", key}, 1, "not held"},
+		{"list bad pattern", []string{"list", "a{"}, 64, "pattern"},
+		{"unknown command", []string{"frobnicate"}, 64, "unknown command"},
+		{"completion unknown shell", []string{"completion", "fish"}, 64, "unknown shell"},
+	} {
+		r := dlockRun(t, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: exit %d stderr %q, want exit %d and %q", tc.name, r.code, r.stderr, tc.code, tc.want)
+			continue
+		}
+		if tc.code != 1 {
+			checkOneLine(t, r)
+		}
+		if strings.Contains(r.stderr, "s3cret") {
+			t.Errorf("%s: password echoed: %q", tc.name, r.stderr)
+		}
+		if tc.args[0] == "run" && r.stdout != "" {
+			t.Errorf("%s: dlock run wrote to stdout: %q", tc.name, r.stdout)
+		}
+		if tc.name == "unreachable" && r.elapsed > 5*time.Second {
+			t.Errorf("unreachable server took %v to report", r.elapsed)
+		}
+	}
+	if held(t, rdb, key)() {
+		t.Errorf("a failed run left the lock %q behind", key)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a command ran although its lock was not obtained")
+	}
+	if busyNow := held(t, rdb, busy); !busyNow() {
+		t.Errorf("the holder lost its lock")
+	}
+}
+
+func TestRunInterruptedWhileWaiting(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	marker := filepath.Join(t.TempDir(), "ran")
+	cmd := dlockCmd(t, "run", key, "--", "touch", marker)
+	term := ptyStart(t, cmd, 0)
+	term.waitFor("waiting")
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	term.finish()
+	r := result{code: childCode(cmd.ProcessState), stderr: term.text()}
+	if r.code != 128+int(syscall.SIGINT) {
+		t.Errorf("exit %d, want %d; stderr %q", r.code, 128+int(syscall.SIGINT), r.stderr)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran although the lock was never obtained")
+	}
+}
+
+func TestStatusListUnlock(t *testing.T) {
+	rdb := newRDB(t)
+	prefix := dlocktest.Key(t)
+	keyA, keyB := prefix+":a", prefix+":b"
+	holderA, stderrA, _ := startHolder(t, []string{"--description", "nightly report", "--ttl", "1s"}, keyA, `echo ok > "$1"; exec sleep 30`)
+	holderB, _, _ := startHolder(t, nil, keyB, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holderB.Process.Kill() }()
+
+	r := dlockRun(t, "status", keyA)
+	host, _ := os.Hostname()
+	for _, want := range []string{keyA, "held", host, strconv.Itoa(holderA.Process.Pid), "nightly report", "ttl", "token"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 0 {
+		t.Errorf("status of a held lock: exit %d", r.code)
+	}
+
+	r = dlockRun(t, "status", "--json", keyA)
+	var st lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if !st.Held || st.Token == 0 || st.TTLms <= 0 || st.Holder == nil || st.Holder.PID != holderA.Process.Pid ||
+		st.Holder.Description != "nightly report" || st.Holder.Host != host || time.Since(st.Holder.Since) > time.Minute {
+		t.Errorf("status --json: %+v %+v", st, st.Holder)
+	}
+
+	r = dlockRun(t, "list", prefix+":*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "KEY") || !strings.HasPrefix(lines[1], keyA) || !strings.HasPrefix(lines[2], keyB) {
+		t.Errorf("list:\n%s", r.stdout)
+	}
+	r = dlockRun(t, "list", "--json", prefix+":*")
+	var list []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || list[0].Key != keyA || list[1].Key != keyB {
+		t.Errorf("list --json: %v\n%s", err, r.stdout)
+	}
+	r = dlockRun(t, "list", "--names", prefix+":*")
+	if r.stdout != keyA+"\n"+keyB+"\n" {
+		t.Errorf("list --names: %q", r.stdout)
+	}
+	r = dlockRun(t, "list", "--json", prefix+":nothing*")
+	if strings.TrimSpace(r.stdout) != "[]" || r.code != 0 {
+		t.Errorf("empty list --json: exit %d %q", r.code, r.stdout)
+	}
+
+	r = dlockRun(t, "unlock", "--force", keyA)
+	if r.code != 0 || !strings.Contains(r.stdout, "nightly report") || !strings.Contains(r.stdout, strconv.Itoa(holderA.Process.Pid)) {
+		t.Errorf("unlock --force: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if n, _ := rdb.Exists(context.Background(), redislock.FenceKey(keyA)).Result(); n != 1 {
+		t.Errorf("unlock --force deleted the fence counter")
+	}
+	// The holder notices at its next renewal and stops its command.
+	rh := wait(t, holderA, time.Now(), new(bytes.Buffer), stderrA)
+	if rh.code != exitLockLost {
+		t.Errorf("holder after unlock --force: exit %d, stderr %q", rh.code, rh.stderr)
+	}
+
+	r = dlockRun(t, "unlock", "--force", "--json", keyB)
+	var un lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &un); err != nil || un.Key != keyB || un.Holder == nil || un.Holder.PID != holderB.Process.Pid {
+		t.Errorf("unlock --force --json: %v %q", err, r.stdout)
+	}
+}
+
+func TestListScansEveryClusterMaster(t *testing.T) {
+	cluster := testserver.StartCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locker, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := dlocktest.Key(t)
+	var keys []string
+	ctx := context.Background()
+	for i := 0; i < 12; i++ {
+		key := fmt.Sprintf("%s:%02d", prefix, i)
+		lease, err := locker.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lease.Unlock(context.Background()) })
+		keys = append(keys, key)
+	}
+	cmd := dlockCmd(t, "list", "--json", prefix+":*")
+	cmd.Env = append(cmd.Env, "DLOCK_REDIS=redis://"+cluster.Nodes[0].Addr)
+	r := runCmd(t, cmd)
+	var list []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
+		t.Fatalf("%v: %q %q", err, r.stdout, r.stderr)
+	}
+	var got []string
+	for _, li := range list {
+		got = append(got, li.Key)
+	}
+	if strings.Join(got, " ") != strings.Join(keys, " ") {
+		t.Errorf("list on a cluster found %v, want %v", got, keys)
+	}
+	// run and status through any node, whatever slot the key is in.
+	for i, node := range cluster.Nodes {
+		url := "redis://" + node.Addr
+		key := fmt.Sprintf("%s:run%d", prefix, i)
+		cmd := dlockCmd(t, "run", "--redis", url, key, "--", "sh", "-c", "echo $DLOCK_TOKEN")
+		if r := runCmd(t, cmd); r.code != 0 || strings.TrimSpace(r.stdout) == "" {
+			t.Errorf("run on a cluster through %s: exit %d %q %q", node.Addr, r.code, r.stdout, r.stderr)
+		}
+		if r := dlockRun(t, "status", "--redis", url, keys[i]); r.code != 0 || !strings.Contains(r.stdout, "held") {
+			t.Errorf("status on a cluster through %s: exit %d %q %q", node.Addr, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestWaitingShownOnTerminalOnly(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--description", "the holder"}, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+
+	// Not a terminal: only the one-line reason.
+	r := dlockRun(t, "run", "--wait", "1500ms", key, "--", "true")
+	if r.code != exitNotObtained || strings.Contains(r.stderr, "waiting") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("without a terminal: exit %d stderr %q", r.code, r.stderr)
+	}
+
+	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
+	term := ptyStart(t, cmd, 0)
+	term.finish()
+	out := term.text()
+	if code := childCode(cmd.ProcessState); code != exitNotObtained {
+		t.Errorf("on a terminal: exit %d", code)
+	}
+	for _, want := range []string{"waiting", key, "the holder", strconv.Itoa(holder.Process.Pid)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("terminal output lacks %q: %q", want, out)
+		}
+	}
+}
+
+func TestHelpForEveryCommand(t *testing.T) {
+	for _, c := range commands() {
+		r := dlockRun(t, c.name, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "usage: dlock "+c.name) || !strings.Contains(r.stdout+r.stderr, "examples:") {
+			t.Errorf("dlock %s --help: exit %d\n%s%s", c.name, r.code, r.stdout, r.stderr)
+		}
+	}
+	r := dlockRun(t, "help")
+	for _, c := range commands() {
+		if !strings.Contains(r.stdout, c.name) {
+			t.Errorf("dlock help does not list %s", c.name)
+		}
+	}
+	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") {
+		t.Errorf("dlock help run: %q", r.stdout)
+	}
+	if r := dlockRun(t); r.code != exitUsage {
+		t.Errorf("dlock without arguments: exit %d", r.code)
+	}
+}
+
+func TestCompletionScriptsParse(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh"} {
+		r := dlockRun(t, "completion", shell)
+		if r.code != 0 || !strings.Contains(r.stdout, "--ttl") || !strings.Contains(r.stdout, "unlock") {
+			t.Errorf("completion %s: exit %d %q", shell, r.code, r.stdout)
+			continue
+		}
+		if _, err := exec.LookPath(shell); err != nil {
+			t.Logf("%s not installed: syntax not checked", shell)
+			continue
+		}
+		check := exec.Command(shell, "-n")
+		check.Stdin = strings.NewReader(r.stdout)
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Errorf("%s -n rejects the script: %v\n%s", shell, err, out)
+		}
+	}
+	// bash completes the subcommands, the flags of run, and held lock names.
+	if bash, err := exec.LookPath("bash"); err == nil {
+		key := dlocktest.Key(t)
+		holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
+		defer func() { _ = holder.Process.Kill() }()
+		script := dlockRun(t, "completion", "bash").stdout + `
+COMP_WORDS=(dlock ru); COMP_CWORD=1; _dlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(dlock run --tt); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+COMP_WORDS=(dlock status "$1"); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+`
+		cmd := dlockCmd(t, "")
+		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4]}
+		cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if want := "run\n--ttl\n" + key + "\n"; err != nil || string(out) != want {
+			t.Errorf("bash completion: %v %q, want %q", err, out, want)
+		}
+	}
+}
+
+func TestOutputToClosedPipe(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	for _, args := range [][]string{{"list"}, {"status", key}, {"completion", "bash"}, {"help"}} {
+		cmd := dlockCmd(t, args...)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr.Close() // nobody reads
+		cmd.Stdout = pw
+		r := runCmd(t, cmd)
+		pw.Close()
+		if r.code == 2 || strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("dlock %v to a closed pipe: exit %d stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestRunCtrlCReachesCommandOnce(t *testing.T) {
+	key := dlocktest.Key(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := dlockCmd(t, "run", key, "--", self)
+	cmd.Env = append(cmd.Env, "DLOCK_TEST_HELPER=count-sigint", "DLOCK_TEST_READY="+ready)
+	term := ptyStart(t, cmd, withControllingTerminal)
+	waitFor(t, "the command to start", fileHas(ready, "ok"))
+	term.write("\x03") // Ctrl-C: SIGINT to the terminal's foreground group
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != 11 {
+		t.Errorf("exit %d: the command got %d SIGINTs, want 1; terminal: %q", code, code-10, term.text())
+	}
+}
+
+func TestRunLostLockPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		say   string
+	}{
+		{"warn keeps the command running", []string{"--ttl", "600ms", "--on-lost", "warn"}, "keeps running"},
+		{"loss noticed at release", nil, "before the command ended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			dir := t.TempDir()
+			stderrFile, goFile := filepath.Join(dir, "stderr"), filepath.Join(dir, "go")
+			f, err := os.Create(stderrFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ready := filepath.Join(dir, "ready")
+			args := append(append([]string{"run"}, tc.flags...), key, "--", "sh", "-c",
+				`trap 'echo TERM >> "$1"' TERM; echo ok >> "$1"; while [ ! -e "$2" ]; do sleep 0.02; done`, "sh", ready, goFile)
+			cmd := dlockCmd(t, args...)
+			cmd.Stderr = f
+			start := time.Now()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the command to start", fileHas(ready, "ok"))
+			if err := newRDB(t).Del(context.Background(), redislock.LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.flags != nil {
+				waitFor(t, "the loss warning", fileHas(stderrFile, "lost the lock"))
+			}
+			if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t, cmd, start, new(bytes.Buffer), new(bytes.Buffer))
+			b, _ := os.ReadFile(stderrFile)
+			if r.code != exitLockLost || !strings.Contains(string(b), tc.say) {
+				t.Errorf("exit %d stderr %q, want %d and %q", r.code, b, exitLockLost, tc.say)
+			}
+			if fileHas(ready, "TERM")() {
+				t.Errorf("the command got SIGTERM")
+			}
+		})
+	}
+}
+
+func TestDemoStillRuns(t *testing.T) {
+	r := dlockRun(t, "demo", "--workers", "2", "--rounds", "5", "--stock", "5")
+	if r.code != 0 || !strings.Contains(r.stdout, "with dlock") || !strings.Contains(r.stdout, "nothing is oversold") {
+		t.Errorf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, "demo", "--redis", "redis://u:s3cret-pw@[bad")
+	if r.code != exitUsage || strings.Contains(r.stderr, "s3cret") {
+		t.Errorf("demo with a bad URL: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestRunRenewsWhileCommandRuns(t *testing.T) {
+	key := dlocktest.Key(t)
+	const ttl = 300 * time.Millisecond
+	holder, stderr, ready := startHolder(t, []string{"--ttl", ttl.String()}, key,
+		`echo ok > "$1"; while [ ! -e "$1.done" ]; do sleep 0.02; done`)
+	start := time.Now()
+	// Three TTLs later the lock is still held: nobody else gets in.
+	for time.Since(start) < 3*ttl {
+		if r := dlockRun(t, "run", "--wait", "0", key, "--", "true"); r.code != exitNotObtained {
+			t.Fatalf("another run got exit %d %v into a renewed %v lease: %q", r.code, time.Since(start), ttl, r.stderr)
+		}
+	}
+	if err := os.WriteFile(ready+".done", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, holder, start, new(bytes.Buffer), stderr); r.code != 0 {
+		t.Errorf("holder: exit %d %q", r.code, r.stderr)
+	}
+}
+
+func TestServerFromEnvironment(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		code int
+	}{
+		{"DLOCK_REDIS", []string{"DLOCK_REDIS=" + redisURL()}, 0},
+		{"REDIS_URL", []string{"DLOCK_REDIS=", "REDIS_URL=" + redisURL()}, 0},
+		{"DLOCK_REDIS wins", []string{"DLOCK_REDIS=" + redisURL(), "REDIS_URL=" + down}, 0},
+		{"--redis wins", []string{"DLOCK_REDIS=" + down}, 0},
+		{"none", []string{"DLOCK_REDIS="}, exitUsage},
+		{"several", []string{"DLOCK_REDIS=" + redisURL() + " " + redisURL()}, exitUsage},
+	} {
+		args := []string{"run", dlocktest.Key(t), "--", "true"}
+		if tc.name == "--redis wins" {
+			args = append([]string{"run", "--redis", redisURL()}, args[1:]...)
+		}
+		cmd := dlockCmd(t, args...)
+		cmd.Env = append(cmd.Env, tc.env...)
+		if r := runCmd(t, cmd); r.code != tc.code {
+			t.Errorf("%s: exit %d, want %d; stderr %q", tc.name, r.code, tc.code, r.stderr)
+		}
+	}
+}
+
+func TestRunLockLostOnSilentNetwork(t *testing.T) {
+	key := dlocktest.Key(t)
+	proxy := testproxy.Start(t, srv.Addr)
+	const ttl, grace = 600 * time.Millisecond, 300 * time.Millisecond
+	cmd, stderr, ready := startHolder(t, []string{"--redis", "redis://" + proxy.Addr + "/0", "--ttl", ttl.String(), "--grace", grace.String()},
+		key, `trap 'echo TERM >> "$1"; exit 0' TERM; echo ok >> "$1"; while :; do sleep 0.02; done`)
+	start := time.Now()
+	proxy.Blackhole(testproxy.Upstream, true)
+	proxy.Blackhole(testproxy.Downstream, true)
+	r := wait(t, cmd, start, new(bytes.Buffer), stderr)
+	if r.code != exitLockLost || !fileHas(ready, "TERM")() {
+		t.Fatalf("exit %d (want %d), child got SIGTERM: %v; stderr %q", r.code, exitLockLost, fileHas(ready, "TERM")(), r.stderr)
+	}
+	// Noticed by the lease's local deadline: at most a TTL after the cut, then
+	// at most the grace (plus slack for a loaded machine).
+	if limit := ttl + grace + 2*time.Second; r.elapsed > limit {
+		t.Errorf("took %v to give up a lock behind a silent network, limit %v", r.elapsed, limit)
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// progress shows on a terminal that dlock run is waiting, for how long, and who
+// holds the lock, redrawing one line of stderr.
+type progress struct {
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	e      *env
+}
+
+func startProgress(ctx context.Context, e *env, st store, key string, since time.Time) *progress {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &progress{cancel: cancel, e: e}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			ictx, icancel := context.WithTimeout(ctx, progressEvery)
+			who := "another process"
+			if li, err := st.inspect(ictx, key); err == nil && li.Held {
+				who = li.holderLine(time.Now())
+				if li.TTLms > 0 {
+					who += ", ttl " + ttlString(li.TTLms)
+				}
+			}
+			icancel()
+			if ctx.Err() != nil {
+				return
+			}
+			fmt.Fprintf(e.stderr, "\r\x1b[Kdlock: waiting %v for %q, held by %s", time.Since(since).Round(time.Second), key, who)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the display and clears its line. A nil progress does nothing.
+func (p *progress) stop() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	p.done.Wait()
+	fmt.Fprint(p.e.stderr, "\r\x1b[K")
+}

@@ -1,0 +1,444 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Limits of dlock run's flags.
+const (
+	minRunTTL      = 100 * time.Millisecond // shorter leases cannot be renewed reliably by a process
+	defaultGrace   = 5 * time.Second
+	maxDescription = 1024
+	releaseTimeout = 3 * time.Second // the library adds one more short attempt
+	progressEvery  = time.Second
+
+	onLostStop = "stop"
+	onLostWarn = "warn"
+)
+
+// runFlags are the flags of dlock run.
+type runFlags struct {
+	servers     servers
+	ttl         durationFlag
+	renewEvery  durationFlag
+	wait        durationFlag
+	grace       durationFlag
+	onLost      string
+	fair        bool
+	slots       int
+	conflict    int
+	description string
+}
+
+func (o *runFlags) define() *flag.FlagSet {
+	fs := newFlagSet("run")
+	o.servers.define(fs)
+	o.ttl = durationFlag{d: dlock.DefaultTTL, min: minRunTTL, max: dlock.MaxTTL, wholeMS: true}
+	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs; a crashed holder keeps the lock this long")
+	o.renewEvery = durationFlag{min: time.Millisecond, def: "ttl/3"}
+	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
+	o.wait = durationFlag{zero: "try once", def: "forever"}
+	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock; 0 = one attempt")
+	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
+	fs.Var(&o.grace, "grace", "after losing the lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL) or warn")
+	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
+	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
+	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
+	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
+	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
+	return fs
+}
+
+func runCommand() command {
+	return command{
+		name: "run", summary: "run a command while holding a lock (flock across machines)",
+		synopsis: "dlock run [flags] KEY -- COMMAND [ARGS...]",
+		help: `Takes the lock KEY, runs COMMAND while renewing the lease, and releases the
+lock when COMMAND ends. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing
+token, strictly increasing per key) in its environment; its stdin, stdout and
+stderr pass through, and dlock prints nothing on stdout. SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to COMMAND (Ctrl-C and
+Ctrl-\ on a terminal reach it directly, once). While waiting on a terminal,
+dlock shows on stderr how long it has waited and who holds the lock.
+
+exit codes:
+  the command's own    it ran (killed by signal N: 128+N)
+  75 (see -E)          not obtained within --wait; the command did not start
+  76                   the lock was lost while the command ran: it got SIGTERM,
+                       then SIGKILL after --grace (unless --on-lost warn)
+  64                   bad usage      69  server unreachable or failing
+  65                   the key holds data that is not a dlock lock
+  126, 127             the command is not executable, not found (no lock taken)
+  128+N                interrupted by signal N while waiting
+
+If dlock itself is killed with SIGKILL, the command gets SIGTERM (Linux) and the
+lock stays until its TTL runs out.
+
+examples:
+  export DLOCK_REDIS=redis://127.0.0.1:6379/0
+  dlock run nightly-report -- ./report.sh --full
+  dlock run --wait 0 -E 0 cron:cleanup -- ./cleanup.sh   # skip quietly if busy
+  dlock run --wait 30s --ttl 1m --description "deploy v42" deploy -- make deploy
+  dlock run --redis rediss://:secret@redis.internal:6380/0 job -- sh -c 'echo $DLOCK_TOKEN'`,
+		flags:   func() *flag.FlagSet { return new(runFlags).define() },
+		run:     runRun,
+		signals: true,
+	}
+}
+
+// runRequest is a parsed and checked dlock run.
+type runRequest struct {
+	flags *runFlags
+	key   string
+	path  string   // the command's executable
+	argv  []string // the command and its arguments
+}
+
+func runRun(ctx context.Context, e *env, args []string) int {
+	c := runCommand()
+	r, code, ok := parseRun(e, c, args)
+	if !ok {
+		return code
+	}
+	// Register before connecting, so that no signal is lost from here on.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	st, err := r.flags.servers.open(ctx, e)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	defer st.close()
+	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots}, r.lockOptions()...)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	lease, code, ok := r.acquire(ctx, e, st, locker, sigs)
+	if !ok {
+		return code
+	}
+	return r.supervise(e, lease, sigs)
+}
+
+// parseRun parses "[flags] KEY [flags] -- COMMAND [ARGS...]" and checks
+// everything that needs no server.
+func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
+	o := new(runFlags)
+	fs := o.define()
+	if code, ok := parseFlags(e, c, fs, args); !ok {
+		return nil, code, false
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return nil, fail(e, c.name, usageErrorf("missing KEY and command: dlock run [flags] KEY -- COMMAND [ARGS...]")), false
+	}
+	key := rest[0]
+	rest = rest[1:]
+	if len(rest) > 0 && rest[0] != "--" {
+		// Flags after the key.
+		if code, ok := parseFlags(e, c, fs, rest); !ok {
+			return nil, code, false
+		}
+		after := fs.Args()
+		if !consumedTerminator(rest, after) {
+			return nil, fail(e, c.name, usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- COMMAND [ARGS...]", key)), false
+		}
+		rest = append([]string{"--"}, after...)
+	}
+	switch {
+	case len(rest) == 0:
+		return nil, fail(e, c.name, usageErrorf("missing \"--\" and COMMAND after KEY %q", key)), false
+	case len(rest) == 1:
+		return nil, fail(e, c.name, usageErrorf("missing COMMAND after \"--\"")), false
+	}
+	r := &runRequest{flags: o, key: key, argv: rest[1:]}
+	if err := r.check(); err != nil {
+		return nil, fail(e, c.name, err), false
+	}
+	path, err := exec.LookPath(r.argv[0])
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found through "." in $PATH: a shell would run it too
+	}
+	if err != nil {
+		return nil, commandError(e, r.argv[0], err), false
+	}
+	r.path = path
+	return r, 0, true
+}
+
+// consumedTerminator reports whether parsing args left rest right after a "--"
+// that the flag package consumed.
+func consumedTerminator(args, rest []string) bool {
+	i := len(args) - len(rest) - 1
+	return i >= 0 && args[i] == "--"
+}
+
+// check validates what the flags and the key say, before any I/O.
+func (r *runRequest) check() error {
+	o := r.flags
+	if err := dlock.ValidateKey(r.key); err != nil {
+		return err
+	}
+	if o.renewEvery.set && o.renewEvery.d >= o.ttl.d/2 {
+		return usageErrorf("--renew-every %v must be below half the --ttl %v", o.renewEvery.d, o.ttl.d)
+	}
+	if o.onLost != onLostStop && o.onLost != onLostWarn {
+		return usageErrorf("--on-lost %q: stop or warn", o.onLost)
+	}
+	if o.slots < 1 {
+		return usageErrorf("-n %d: a semaphore needs at least 1 slot", o.slots)
+	}
+	if o.conflict < 0 || o.conflict > 255 {
+		return usageErrorf("-E %d: an exit code is 0..255", o.conflict)
+	}
+	if len(o.description) > maxDescription {
+		return usageErrorf("--description of %d bytes exceeds %d", len(o.description), maxDescription)
+	}
+	return nil
+}
+
+// commandError reports a command that cannot be run, with the shell's codes.
+func commandError(e *env, name string, err error) int {
+	code, why := exitNotExec, "not executable"
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		code, why = exitNotFound, "command not found"
+	case errors.Is(err, syscall.EISDIR):
+		why = "is a directory"
+	case errors.Is(err, fs.ErrPermission):
+		why = "permission denied"
+	}
+	fmt.Fprintf(e.stderr, "dlock run: %s: %s\n", name, why)
+	return code
+}
+
+// lockOptions are the lease options of this run, with the holder's metadata.
+func (r *runRequest) lockOptions() []dlock.Option {
+	o := r.flags
+	m := holderMeta{PID: os.Getpid(), Since: time.Now().UTC(), Description: o.description}
+	m.Host, _ = os.Hostname()
+	if u, err := user.Current(); err == nil {
+		m.User = u.Username
+	}
+	meta, _ := json.Marshal(m)
+	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta))}
+	if o.renewEvery.set {
+		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
+	}
+	return opts
+}
+
+// acquire takes the lock: one attempt, then (unless --wait 0) waiting until it
+// is obtained, --wait has passed, or a signal arrives.
+func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock.Locker, sigs <-chan os.Signal) (*dlock.Lease, int, bool) {
+	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		got os.Signal
+		wg  sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case s := <-sigs:
+				if !interrupts(s) {
+					continue // no command yet to pass it to
+				}
+				mu.Lock()
+				got = s
+				mu.Unlock()
+				cancel()
+			case <-stop:
+			}
+			return
+		}
+	}()
+	lease, err := locker.TryLock(ctx, r.key)
+	if errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && (!r.flags.wait.set || r.flags.wait.d > 0) {
+		wctx := ctx
+		if r.flags.wait.set {
+			var wcancel context.CancelFunc
+			wctx, wcancel = context.WithDeadline(ctx, start.Add(r.flags.wait.d))
+			defer wcancel()
+		}
+		var p *progress
+		if e.stderrTTY {
+			p = startProgress(wctx, e, st, r.key, start)
+		}
+		lease, err = locker.Lock(wctx, r.key)
+		p.stop()
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	sig := got
+	mu.Unlock()
+	if s, ok := sig.(syscall.Signal); ok {
+		if err == nil { // obtained as the signal came: the command must not start
+			release(e, lease)
+		}
+		fmt.Fprintf(e.stderr, "dlock run: interrupted by %s while waiting for %q\n", signalName(s), r.key)
+		return nil, 128 + int(s), false
+	}
+	if err == nil {
+		return lease, 0, true
+	}
+	if errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
+		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
+		return nil, r.flags.conflict, false
+	}
+	return nil, fail(e, "run", fmt.Errorf("locking %q on %s: %w", r.key, st, err)), false
+}
+
+// notObtained says why the lock was not obtained, naming its holder.
+func (r *runRequest) notObtained(st store, waited time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	who := "another process"
+	if li, err := st.inspect(ctx, r.key); err == nil && li.Held {
+		who = li.holderLine(time.Now())
+	}
+	if !r.flags.wait.set || r.flags.wait.d == 0 {
+		return fmt.Sprintf("%q is held by %s (not waiting: --wait 0)", r.key, who)
+	}
+	return fmt.Sprintf("%q is held by %s; gave up after %v (--wait %v)", r.key, who, waited.Round(time.Millisecond), r.flags.wait.d)
+}
+
+// supervise runs the command under lease and returns dlock's exit code.
+func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal) int {
+	cmd := &exec.Cmd{
+		Path:   r.path,
+		Args:   r.argv,
+		Env:    append(os.Environ(), "DLOCK_KEY="+r.key, "DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10)),
+		Stdin:  e.stdin,
+		Stdout: e.stdout,
+		Stderr: e.stderr,
+	}
+	if err := startChild(cmd); err != nil {
+		release(e, lease)
+		return commandError(e, r.argv[0], err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the exit status is read from cmd.ProcessState
+		close(exited)
+	}()
+	lost := lease.Done()
+	var kill <-chan time.Time
+	wasLost := false
+	for {
+		select {
+		case s := <-sigs:
+			if !fromTerminal(s) {
+				_ = cmd.Process.Signal(s)
+			}
+			continue
+		case <-lost:
+			lost, wasLost = nil, true
+			if r.flags.onLost == onLostWarn {
+				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): the command keeps running (--on-lost warn)\n", r.key, lease.Err())
+				continue
+			}
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lease.Err())
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			t := time.NewTimer(r.flags.grace.d)
+			defer t.Stop()
+			kill = t.C
+			continue
+		case <-kill:
+			kill = nil
+			_ = cmd.Process.Kill()
+			continue
+		case <-exited:
+		}
+		break
+	}
+	code := childCode(cmd.ProcessState)
+	if wasLost {
+		// Nothing to release, and the connection may be dead: the lease has
+		// stopped renewing, and a holding the server may still have expires.
+		return exitLockLost
+	}
+	if err := release(e, lease); errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
+		return exitLockLost
+	}
+	return code
+}
+
+// forwarded are the signals dlock run passes on to its command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// interrupts reports whether s, arriving while dlock run waits for its lock,
+// ends the wait.
+func interrupts(s os.Signal) bool {
+	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
+}
+
+// signalName names the signals dlock run handles.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	}
+	return s.String()
+}
+
+// childCode is the shell's view of how the command ended.
+func childCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return exitFailure
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if code := ps.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitFailure
+}
+
+// release unlocks after the command ended, on a fresh bounded context. An
+// error other than ErrNotHeld is reported here: the lock then stays until its
+// TTL runs out.
+func release(e *env, lease *dlock.Lease) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := lease.Unlock(ctx)
+	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %v (it expires in at most %v)\n", lease.Key(), err, time.Until(lease.Deadline()).Round(time.Millisecond))
+	}
+	return err
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRedactHidesEveryFormOfThePassword(t *testing.T) {
+	for _, tc := range []struct{ url, msg string }{
+		{"redis://:hunter2@h:1/0", `dial redis://:hunter2@h:1/0 failed`},
+		{"redis://bob:p%40ss@h:1/0", `bad password p@ss or p%40ss for bob:p%40ss`},
+		{"rediss://onlyuser@h:1", `user onlyuser rejected`},
+		{"redis://u:pa ss@[bad", `parse "redis://u:pa ss@[bad": missing ']'`},
+	} {
+		got := redact(tc.msg, tc.url)
+		for _, secret := range []string{"hunter2", "p@ss", "p%40ss", "onlyuser", "pa ss"} {
+			if strings.Contains(tc.url, strings.ReplaceAll(secret, "@", "%40")) && strings.Contains(got, secret) {
+				t.Errorf("redact(%q) = %q still shows %q", tc.msg, got, secret)
+			}
+		}
+	}
+	if got := redact("no secrets here", "redis://h:1/0"); got != "no secrets here" {
+		t.Errorf("redact changed a message without secrets: %q", got)
+	}
+}
+
+func TestDurationFlag(t *testing.T) {
+	ttl := func() *durationFlag { return &durationFlag{min: minRunTTL, max: 720 * time.Hour, wholeMS: true} }
+	wait := func() *durationFlag { return &durationFlag{zero: "try once"} }
+	for _, tc := range []struct {
+		f    *durationFlag
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{ttl(), "2s", 2 * time.Second, ""},
+		{ttl(), "1m30s", 90 * time.Second, ""},
+		{ttl(), "10", 0, "missing unit"},
+		{ttl(), "-1s", 0, "negative"},
+		{ttl(), "0", 0, "minimum"},
+		{ttl(), "1e9h", 0, "not a duration"},
+		{ttl(), "abc", 0, "not a duration"},
+		{ttl(), "1.5ms", 0, "minimum"},
+		{ttl(), "100.5ms", 0, "whole number of milliseconds"},
+		{ttl(), "99999999h", 0, "not a duration"},
+		{ttl(), "800h", 0, "maximum"},
+		{wait(), "0", 0, ""},
+		{wait(), "1.5ms", 1500 * time.Microsecond, ""},
+		{wait(), "-1s", 0, "negative"},
+	} {
+		err := tc.f.Set(tc.in)
+		switch {
+		case tc.err == "" && (err != nil || tc.f.d != tc.want || !tc.f.set):
+			t.Errorf("Set(%q) = %v, %v; want %v", tc.in, tc.f.d, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("Set(%q) error %v, want %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+func TestExitCodeOfErrors(t *testing.T) {
+	if exitCode(usageErrorf("x")) != exitUsage || exitCode(unavailableErrorf("x")) != exitUnavailable ||
+		exitCode(errors.New("x")) != exitFailure || exitCode(nil) != exitOK {
+		t.Error("exit codes of errors")
+	}
+}
+
+func TestParseMetaTakesSinceFromToken(t *testing.T) {
+	since := time.Now().Add(-10 * time.Second).UTC().Truncate(time.Millisecond)
+	acquired := since.Add(3 * time.Second)
+	raw := `{"host":"h","pid":7,"since":"` + since.Format(time.RFC3339Nano) + `"}`
+	m, rest := parseMeta(raw, uint64(acquired.UnixMicro()))
+	if m == nil || rest != "" || m.Host != "h" || m.PID != 7 || !m.Since.Equal(acquired) {
+		t.Errorf("parseMeta = %+v, %q; want since %v", m, rest, acquired)
+	}
+	// A token that is no plausible time leaves the stored time alone.
+	if m, _ := parseMeta(raw, 42); m == nil || !m.Since.Equal(since) {
+		t.Errorf("parseMeta with a small token = %+v", m)
+	}
+	// Foreign metadata is shown raw.
+	if m, rest := parseMeta("job 7", 42); m != nil || rest != "job 7" {
+		t.Errorf("parseMeta(foreign) = %+v, %q", m, rest)
+	}
+}
