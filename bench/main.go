@@ -18,6 +18,7 @@
 //	c2  many keys with one waiter each: subscription connections, memory and
 //	    commands per hand-over
 //
+// The redis-server executable is found in PATH, or named by $DLOCK_REDIS_SERVER.
 // The tables go to standard output, with one JSON object per measurement on a line
 // of its own (or in the -json file); progress goes to standard error.
 package main
@@ -38,20 +39,19 @@ import (
 
 // config is everything the flags set.
 type config struct {
-	scenarios   map[string]bool
-	reps        int
-	aDur, bDur  time.Duration
-	wait        time.Duration
-	aG, bG      []int
-	cWaiters    int
-	cKeys       int
-	cPollCap    int
-	cSettle     time.Duration
-	cDrain      time.Duration
-	only        map[string]bool // variant names; empty means all
-	redisServer string
-	jsonPath    string
-	quick       bool
+	scenarios  map[string]bool
+	reps       int
+	aDur, bDur time.Duration
+	wait       time.Duration
+	aG, bG     []int
+	cWaiters   int
+	cKeys      int
+	cPollCap   int
+	cSettle    time.Duration
+	cDrain     time.Duration
+	only       map[string]bool // variant names; empty means all
+	jsonPath   string
+	quick      bool
 }
 
 func defaultConfig() config {
@@ -130,7 +130,6 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	cSettle := fs.Duration("c-settle", 0, "time the waiters of scenario c wait before the release (default 1s)")
 	cDrain := fs.Duration("c-drain", 0, "longest hand-over phase of scenario c (default 5s)")
 	only := fs.String("variants", "", "comma-separated variant names to run (default all)")
-	fs.StringVar(&cfg.redisServer, "redis-server", envOr("DLOCK_REDIS_SERVER", "redis-server"), "redis-server executable")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the JSON lines to this file instead of standard output")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -185,13 +184,6 @@ func setIf[T int | time.Duration](dst *T, v T) {
 	if v != 0 {
 		*dst = v
 	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func splitList(s string) []string {

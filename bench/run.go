@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -85,13 +86,19 @@ func (e *env) logf(format string, args ...any) {
 // run starts a redis-server, runs the selected scenarios and stops the server. It
 // returns every measurement (runs and medians).
 func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measurement, error) {
-	srv, err := startServer(cfg.redisServer)
+	dir, err := os.MkdirTemp("", "dlock-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// The module path nests under dlock's, so its internal packages are ours too.
+	srv, err := testserver.NewRedis(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Stop()
-	e := &env{cfg: cfg, addr: srv.addr, jw: jw, logw: logw}
-	e.admin = redis.NewClient(&redis.Options{Addr: srv.addr})
+	e := &env{cfg: cfg, addr: srv.Addr, jw: jw, logw: logw}
+	e.admin = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer e.admin.Close()
 	if err := e.header(ctx, out); err != nil {
 		return nil, err
@@ -296,7 +303,7 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	for _, v := range variants {
 		fmt.Fprintf(out, "  %-12s %s\n", v.name, v.desc)
 	}
-	fmt.Fprintln(out)
+	fmt.Fprint(out, readingNotes)
 	b, _ := json.Marshal(map[string]any{
 		"kind": "env", "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
 		"redis": version, "pool_size": poolSize, "reps": e.cfg.reps, "quick": e.cfg.quick,
@@ -326,3 +333,31 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// readingNotes explains the columns of the tables.
+const readingNotes = `
+How to read the tables:
+- cmds client: commands the measured go-redis client sent through its command
+  hooks (pub/sub traffic does not pass there), excluding the critical section's
+  own GET and SET. cmds server: the server's INFO commandstats delta, which also
+  counts every command a Lua script runs, minus the critical section's GET and
+  SET and the bench's own bookkeeping (INFO, CLIENT, PUBSUB, HELLO, ...).
+- b: a handoff is a critical section run by a different goroutine than the one
+  before it; handoff % is handoffs per critical section. Waits are from calling
+  lock to holding it; an acquire not done within -wait counts as timed out (waits
+  cut short by the end of a run count as nothing). Jain is Jain's fairness index
+  over the goroutines' critical-section counts (1 = equal shares, 1/G = one
+  goroutine got everything). max/(G·CS) is the longest wait over G times the
+  median critical section. lost = acknowledged increments missing from the
+  counter; overlaps = critical sections entered while another was running.
+- c: waiters start after the lock is taken; once all have called lock they get
+  half the settle time to reach a steady state, then idle cmds/s (commands while
+  nobody releases), connections (CLIENT LIST), sub conns (connections in pub/sub
+  mode), channels (PUBSUB CHANNELS + SHARDCHANNELS) and bytes/waiter (Go heap and
+  stack growth after GC, per waiter, goroutine included) are taken. Then the
+  holder releases (c2: every holder) and the hand-over phase runs until every
+  waiter has held and released the lock, or for at most -c-drain. Polling
+  lockers get at most -c-poll-cap waiters: thousands of pollers measure the
+  server's overload, not the lock.
+
+`
