@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,20 +31,31 @@ type measurement struct {
 	M        metrics // the figures
 }
 
-// MarshalJSON writes the measurement as one flat object; NaN figures become null.
+// MarshalJSON writes the measurement as one flat object, identifying fields
+// first and figures in name order; NaN figures become null.
 func (m measurement) MarshalJSON() ([]byte, error) {
-	o := map[string]any{"scenario": m.Scenario, "kind": m.Kind, "variant": m.Variant, "n": m.N}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"kind":%q,"scenario":%q,"variant":%q,"n":%d`, m.Kind, m.Scenario, m.Variant, m.N)
 	if m.Rep > 0 {
-		o["rep"] = m.Rep
+		fmt.Fprintf(&b, `,"rep":%d`, m.Rep)
 	}
-	for k, v := range m.M {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			o[k] = nil
-		} else {
-			o[k] = v
+	names := make([]string, 0, len(m.M))
+	for k := range m.M {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v, err := json.Marshal(m.M[k])
+		if math.IsNaN(m.M[k]) || math.IsInf(m.M[k], 0) {
+			v, err = []byte("null"), nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, `,%q:%s`, k, v)
 	}
-	return json.Marshal(o)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // env is the state shared by every run of one bench invocation.
