@@ -151,3 +151,20 @@ func TestStats(t *testing.T) {
 		t.Errorf("p50 of nothing = %v", p)
 	}
 }
+
+func TestFlat(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []int64
+		want bool
+	}{
+		{[]int64{0, 0, 0}, true},
+		{[]int64{100, 105, 95, 100}, true},
+		{[]int64{100, 100, 130}, false},
+		{[]int64{0, 0, 5}, false},
+		{[]int64{1351, 1090, 1001, 1042, 455}, false},
+	} {
+		if got := flat(tc.xs); got != tc.want {
+			t.Errorf("flat(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}

@@ -127,7 +127,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
 	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
-	cSettle := fs.Duration("c-settle", 0, "time the waiters of scenario c wait before the release (default 1s)")
+	cSettle := fs.Duration("c-settle", 0, "window over which scenario c measures the idle waiters, once their command rate is steady (default 1s)")
 	cDrain := fs.Duration("c-drain", 0, "longest hand-over phase of scenario c (default 5s)")
 	only := fs.String("variants", "", "comma-separated variant names to run (default all)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the JSON lines to this file instead of standard output")

@@ -102,18 +102,14 @@ func serverCalls(ctx context.Context, admin *redis.Client) (int64, error) {
 	return total, nil
 }
 
-// conns describes the client connections the server sees, excluding the
-// bench's administrative connection.
+// conns describes the connections of one client as the server sees them.
 type conns struct {
-	total int // every connection of the measured client
+	total int // every connection
 	sub   int // connections in pub/sub mode (SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE)
 }
 
-func clientConns(ctx context.Context, admin *redis.Client) (conns, error) {
-	self, err := admin.ClientID(ctx).Result()
-	if err != nil {
-		return conns{}, err
-	}
+// clientConns returns the connections named name (go-redis Options.ClientName).
+func clientConns(ctx context.Context, admin *redis.Client, name string) (conns, error) {
 	s, err := admin.ClientList(ctx).Result()
 	if err != nil {
 		return conns{}, err
@@ -128,7 +124,7 @@ func clientConns(ctx context.Context, admin *redis.Client) (conns, error) {
 			k, v, _ := strings.Cut(f, "=")
 			fields[k] = v
 		}
-		if fields["id"] == strconv.FormatInt(self, 10) {
+		if fields["name"] != name {
 			continue
 		}
 		c.total++

@@ -69,9 +69,10 @@ type env struct {
 }
 
 // newClient returns a go-redis client with the options every variant gets (the
-// go-redis defaults), and the hook counting its commands.
-func (e *env) newClient() (*redis.Client, *cmdCounter) {
-	rdb := redis.NewClient(&redis.Options{Addr: e.addr})
+// go-redis defaults; name only labels its connections in CLIENT LIST), and the
+// hook counting its commands.
+func (e *env) newClient(name string) (*redis.Client, *cmdCounter) {
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr, ClientName: name})
 	c := &cmdCounter{}
 	rdb.AddHook(c)
 	return rdb, c
@@ -309,7 +310,7 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
 	fmt.Fprintf(out, "go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
 	fmt.Fprintf(out, "client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
-	fmt.Fprintf(out, "settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle %v, hand-over phase at most %v\n",
+	fmt.Fprintf(out, "settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
 		e.cfg.reps, e.cfg.aDur, e.cfg.bDur, e.cfg.wait, e.cfg.cWaiters, e.cfg.cKeys, e.cfg.cPollCap, e.cfg.cSettle, e.cfg.cDrain)
 	fmt.Fprintf(out, "\nvariants:\n")
 	for _, v := range variants {
@@ -362,14 +363,17 @@ How to read the tables:
   goroutine got everything). max/(G·CS) is the longest wait over G times the
   median critical section. lost = acknowledged increments missing from the
   counter; overlaps = critical sections entered while another was running.
-- c: waiters start after the lock is taken; once all have called lock they get
-  half the settle time to reach a steady state, then idle cmds/s (commands while
-  nobody releases), connections (CLIENT LIST), sub conns (connections in pub/sub
-  mode), channels (PUBSUB CHANNELS + SHARDCHANNELS) and bytes/waiter (Go heap and
-  stack growth after GC, per waiter, goroutine included) are taken. Then the
-  holder releases (c2: every holder) and the hand-over phase runs until every
-  waiter has held and released the lock, or for at most -c-drain. Polling
-  lockers get at most -c-poll-cap waiters: thousands of pollers measure the
-  server's overload, not the lock.
+- c: the holders lock through a go-redis client of their own: client-side
+  counts, conns and memory are the waiters' client's; server-side counts include
+  the holders' releases. Waiters start once the lock is held. When all have
+  called lock and their command rate is steady (five 100ms samples within 10% of
+  their mean), idle cmds/s (commands while nobody releases) is measured over the
+  settle window; then conns (CLIENT LIST), sub conns (connections in pub/sub
+  mode), channels (PUBSUB CHANNELS + SHARDCHANNELS) and bytes/waiter (Go heap
+  and stack growth after GC, per waiter, its goroutine included) are taken.
+  Then the holder releases (c2: every holder) and the hand-over phase runs until
+  every waiter has held and released the lock, or for at most -c-drain.
+  Polling lockers get at most -c-poll-cap waiters: thousands of pollers measure
+  the server's overload, not the lock.
 
 `

@@ -17,13 +17,16 @@ import (
 // run cannot spin.
 const errorPause = 10 * time.Millisecond
 
+// steadyMax bounds the wait for scenario c's waiters to reach a steady state.
+const steadyMax = 10 * time.Second
+
 // setupWorkers is the parallelism of scenario set-up and tear-down loops.
 const setupWorkers = 16
 
 // runA is scenario a: g goroutines, each locking and unlocking its own key as fast
 // as it can for the configured duration.
 func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
-	rdb, cnt := e.newClient()
+	rdb, cnt := e.newClient("bench")
 	defer rdb.Close()
 	lk, err := v.open(rdb)
 	if err != nil {
@@ -142,7 +145,7 @@ func (c *counter) lost(ctx context.Context, admin *redis.Client) (int64, error) 
 // one increment of a shared counter, for the configured duration. Each acquire
 // waits at most cfg.wait; waits cut short by the end of the run are not counted.
 func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
-	rdb, cnt := e.newClient()
+	rdb, cnt := e.newClient("bench")
 	defer rdb.Close()
 	lk, err := v.open(rdb)
 	if err != nil {
@@ -247,12 +250,21 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	}, nil
 }
 
+// Client names of scenario c: the waiters' client is the one measured; the
+// holders lock through a client of their own.
+const (
+	waitersName = "bench-waiters"
+	holdersName = "bench-holders"
+)
+
 // waiterRun is the shared bookkeeping of scenario c.
 type waiterRun struct {
 	e        *env
-	rdb      *redis.Client
+	rdb      *redis.Client // the waiters'
 	cnt      *cmdCounter
 	lk       locker
+	hrdb     *redis.Client // the holders'
+	hlk      locker
 	n        int // waiters
 	started  atomic.Int64
 	acquired atomic.Int64
@@ -261,16 +273,27 @@ type waiterRun struct {
 }
 
 func (e *env) newWaiterRun(v variant, n int) (*waiterRun, error) {
-	rdb, cnt := e.newClient()
-	lk, err := v.open(rdb)
+	rdb, cnt := e.newClient(waitersName)
+	hrdb, _ := e.newClient(holdersName)
+	w := &waiterRun{e: e, rdb: rdb, cnt: cnt, hrdb: hrdb, allDone: make(chan struct{})}
+	var err error
+	if w.lk, err = v.open(rdb); err == nil {
+		w.hlk, err = v.open(hrdb)
+	}
 	if err != nil {
-		rdb.Close()
+		w.close()
 		return nil, err
 	}
-	if !lk.notified() && n > e.cfg.cPollCap {
+	if !w.lk.notified() && n > e.cfg.cPollCap {
 		n = e.cfg.cPollCap
 	}
-	return &waiterRun{e: e, rdb: rdb, cnt: cnt, lk: lk, n: n, allDone: make(chan struct{})}, nil
+	w.n = n
+	return w, nil
+}
+
+func (w *waiterRun) close() {
+	w.rdb.Close()
+	w.hrdb.Close()
 }
 
 // wait starts one waiter on m: it waits until it holds the lock or ctx ends, then
@@ -322,20 +345,21 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// Half the settle time to reach a steady state, half to measure it.
-	time.Sleep(w.e.cfg.cSettle / 2)
+	if err := w.steady(ctx); err != nil {
+		return nil, err
+	}
 	s0, err := w.snap(ctx)
 	if err != nil {
 		return nil, err
 	}
 	w0 := work()
-	time.Sleep(w.e.cfg.cSettle / 2)
+	time.Sleep(w.e.cfg.cSettle)
 	s1, err := w.snap(ctx)
 	if err != nil {
 		return nil, err
 	}
 	mem := liveBytes() - base
-	cs, err := clientConns(ctx, w.e.admin)
+	cs, err := clientConns(ctx, w.e.admin, waitersName)
 	if err != nil {
 		return nil, err
 	}
@@ -355,6 +379,54 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 	}, nil
 }
 
+// steadyWindow and steadySamples set how steady waits for a steady state.
+const (
+	steadyWindow  = 100 * time.Millisecond
+	steadySamples = 5
+)
+
+// steady waits until the waiters' command rate (client and server side) has
+// stopped changing: steadySamples consecutive steadyWindow samples all within
+// 10% of their mean, or all zero. Waiters that subscribe or enqueue first and
+// then go quiet need a moment for that, and pollers that started together need
+// a few rounds to spread out. It gives up waiting after steadyMax.
+func (w *waiterRun) steady(ctx context.Context) error {
+	prev, err := w.snap(ctx)
+	if err != nil {
+		return err
+	}
+	var rates []int64
+	for deadline := time.Now().Add(steadyMax); time.Now().Before(deadline); {
+		time.Sleep(steadyWindow)
+		cur, err := w.snap(ctx)
+		if err != nil {
+			return err
+		}
+		rates = append(rates, cur.client-prev.client+cur.server-prev.server)
+		prev = cur
+		if len(rates) >= steadySamples && flat(rates[len(rates)-steadySamples:]) {
+			return nil
+		}
+	}
+	w.e.logf("waiters not steady after %v; measuring anyway", steadyMax)
+	return nil
+}
+
+// flat reports whether every x is within 10% of the mean of xs.
+func flat(xs []int64) bool {
+	var sum int64
+	for _, x := range xs {
+		sum += x
+	}
+	n := int64(len(xs))
+	for _, x := range xs {
+		if d := x*n - sum; 10*max(d, -d) > sum {
+			return false
+		}
+	}
+	return true
+}
+
 // drain measures the hand-over phase that starts with release: how long all
 // waiters take to get the lock (bounded by cfg.cDrain) and the commands spent.
 func (w *waiterRun) drain(ctx context.Context, m metrics, release func() error, work func() int64) error {
@@ -363,11 +435,11 @@ func (w *waiterRun) drain(ctx context.Context, m metrics, release func() error, 
 		return err
 	}
 	w0 := work()
+	t := time.NewTimer(w.e.cfg.cDrain)
+	defer t.Stop()
 	if err := release(); err != nil {
 		return err
 	}
-	t := time.NewTimer(w.e.cfg.cDrain)
-	defer t.Stop()
 	complete := 1.0
 	select {
 	case <-w.allDone:
@@ -399,11 +471,11 @@ func (e *env) runC1(ctx context.Context, v variant, n int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer w.rdb.Close()
+	defer w.close()
 	prefix := e.prefix("c1")
 	key := prefix + "lock"
 	ctr := newCounter(w.rdb, prefix+"counter")
-	holder := w.lk.mutex(key)
+	holder := w.hlk.mutex(key)
 	if err := holder.lock(ctx); err != nil {
 		return nil, fmt.Errorf("holder: %w", err)
 	}
@@ -450,13 +522,13 @@ func (e *env) runC2(ctx context.Context, v variant, n int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer w.rdb.Close()
+	defer w.close()
 	prefix := e.prefix("c2")
 	keys := make([]string, w.n)
 	holders := make([]mutex, w.n)
 	for i := range keys {
 		keys[i] = prefix + strconv.Itoa(i)
-		holders[i] = w.lk.mutex(keys[i])
+		holders[i] = w.hlk.mutex(keys[i])
 	}
 	held := make([]bool, w.n)
 	defer func() { // release whatever is still held when the run fails
