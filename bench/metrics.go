@@ -140,18 +140,22 @@ func clientConns(ctx context.Context, admin *redis.Client, name string) (conns, 
 	return c, nil
 }
 
-// channels returns the number of pub/sub channels and shard channels with at least
-// one subscriber.
-func channels(ctx context.Context, admin *redis.Client) (int, error) {
-	a, err := admin.PubSubChannels(ctx, "*").Result()
+// channels returns the number of pub/sub channels, shard channels and patterns
+// with at least one subscriber, from INFO stats.
+func channels(ctx context.Context, admin *redis.Client) (int64, error) {
+	s, err := admin.Info(ctx, "stats").Result()
 	if err != nil {
 		return 0, err
 	}
-	b, err := admin.PubSubShardChannels(ctx, "*").Result()
-	if err != nil {
-		return 0, err
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "pubsub_channels" || name == "pubsubshard_channels" || name == "pubsub_patterns") {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+		}
 	}
-	return len(a) + len(b), nil
+	return total, nil
 }
 
 // liveBytes returns the heap and stack memory in use after a garbage collection.

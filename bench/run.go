@@ -366,14 +366,15 @@ How to read the tables:
 - c: the holders lock through a go-redis client of their own: client-side
   counts, conns and memory are the waiters' client's; server-side counts include
   the holders' releases. Waiters start once the lock is held. When all have
-  called lock and their command rate is steady (five 100ms samples within 10% of
-  their mean), idle cmds/s (commands while nobody releases) is measured over the
-  settle window; then conns (CLIENT LIST), sub conns (connections in pub/sub
-  mode), channels (PUBSUB CHANNELS + SHARDCHANNELS) and bytes/waiter (Go heap
-  and stack growth after GC, per waiter, its goroutine included) are taken.
-  Then the holder releases (c2: every holder) and the hand-over phase runs until
-  every waiter has held and released the lock, or for at most -c-drain.
-  Polling lockers get at most -c-poll-cap waiters: thousands of pollers measure
-  the server's overload, not the lock.
+  called lock and are steady (five 100ms samples with the same number of
+  subscribed channels and command counts within 10% of their mean), idle
+  cmds/s (commands while nobody releases) is measured over the settle window;
+  then conns (CLIENT LIST), sub conns (connections in pub/sub mode), channels
+  (channels, shard channels and patterns subscribed, INFO stats) and
+  bytes/waiter (Go heap and stack growth after GC, per waiter, its goroutine
+  included) are taken. Then the holder releases (c2: every holder) and the
+  hand-over phase runs until every waiter has held and released the lock, or
+  for at most -c-drain. Polling lockers get at most -c-poll-cap waiters:
+  thousands of pollers measure the server's overload, not the lock.
 
 `

@@ -324,14 +324,19 @@ func (w *waiterRun) wait(ctx context.Context, wg *sync.WaitGroup, m mutex, cs fu
 
 // snapshot is a point in time of the command counters.
 type snapshot struct {
-	at     time.Time
-	client int64
-	server int64
+	at       time.Time
+	client   int64 // the waiters' client's lock commands
+	server   int64 // non-administrative server commands
+	channels int64 // subscribed pub/sub channels
 }
 
 func (w *waiterRun) snap(ctx context.Context) (snapshot, error) {
 	s, err := serverCalls(ctx, w.e.admin)
-	return snapshot{at: time.Now(), client: w.cnt.lock.Load(), server: s}, err
+	if err != nil {
+		return snapshot{}, err
+	}
+	c, err := channels(ctx, w.e.admin)
+	return snapshot{at: time.Now(), client: w.cnt.lock.Load(), server: s, channels: c}, err
 }
 
 // settle lets the started waiters reach their steady state and measures what
@@ -363,10 +368,6 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 	if err != nil {
 		return nil, err
 	}
-	chans, err := channels(ctx, w.e.admin)
-	if err != nil {
-		return nil, err
-	}
 	d := s1.at.Sub(s0.at).Seconds()
 	return metrics{
 		"waiters":                float64(w.n),
@@ -375,7 +376,7 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 		"bytes_per_waiter":       float64(mem) / float64(w.n),
 		"conns":                  float64(cs.total),
 		"sub_conns":              float64(cs.sub),
-		"channels":               float64(chans),
+		"channels":               float64(s1.channels),
 	}, nil
 }
 
@@ -385,17 +386,23 @@ const (
 	steadySamples = 5
 )
 
-// steady waits until the waiters' command rate (client and server side) has
-// stopped changing: steadySamples consecutive steadyWindow samples all within
-// 10% of their mean, or all zero. Waiters that subscribe or enqueue first and
-// then go quiet need a moment for that, and pollers that started together need
-// a few rounds to spread out. It gives up waiting after steadyMax.
+// steady waits until the waiters have stopped changing their subscriptions and
+// their command rate (client and server side) is steady: the number of
+// subscribed channels has not changed over the samples compared, and either the
+// last steadySamples steadyWindow samples of the command count are all within
+// 10% of their mean (or all zero), or the last second's count is within 10% of
+// the second before (waiters that do something every second or so). Waiters
+// that subscribe or enqueue first and then go quiet need a moment for that, and
+// pollers that started together need a few rounds to spread out. It gives up
+// waiting after steadyMax.
 func (w *waiterRun) steady(ctx context.Context) error {
 	prev, err := w.snap(ctx)
 	if err != nil {
 		return err
 	}
+	perSecond := int(time.Second / steadyWindow)
 	var rates []int64
+	same := 0 // samples since the channel count last changed
 	for deadline := time.Now().Add(steadyMax); time.Now().Before(deadline); {
 		time.Sleep(steadyWindow)
 		cur, err := w.snap(ctx)
@@ -403,24 +410,38 @@ func (w *waiterRun) steady(ctx context.Context) error {
 			return err
 		}
 		rates = append(rates, cur.client-prev.client+cur.server-prev.server)
+		same++
+		if cur.channels != prev.channels {
+			same = 0
+		}
 		prev = cur
-		if len(rates) >= steadySamples && flat(rates[len(rates)-steadySamples:]) {
+		if same >= steadySamples && flat(rates[len(rates)-steadySamples:]) {
 			return nil
+		}
+		if same >= 2*perSecond {
+			r := rates[len(rates)-2*perSecond:]
+			if flat([]int64{sum(r[:perSecond]), sum(r[perSecond:])}) {
+				return nil
+			}
 		}
 	}
 	w.e.logf("waiters not steady after %v; measuring anyway", steadyMax)
 	return nil
 }
 
+func sum(xs []int64) int64 {
+	var s int64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // flat reports whether every x is within 10% of the mean of xs.
 func flat(xs []int64) bool {
-	var sum int64
+	total, n := sum(xs), int64(len(xs))
 	for _, x := range xs {
-		sum += x
-	}
-	n := int64(len(xs))
-	for _, x := range xs {
-		if d := x*n - sum; 10*max(d, -d) > sum {
+		if d := x*n - total; 10*max(d, -d) > total {
 			return false
 		}
 	}
