@@ -163,7 +163,7 @@ func headlineB(out io.Writer, meds []measurement) {
 			}
 			h := m["handoffs_per_s"]
 			rows = append(rows, []string{v.name, fmt.Sprint(n), fmt.Sprintf("%.0f", h), fmtRatio(h, rs),
-				bestName + " " + fmtNum(best), fmtRatio(h, best), cell("%.1f", m, "handoff_pct"),
+				strings.TrimSpace(bestName + " " + fmtNum(best)), fmtRatio(h, best), cell("%.1f", m, "handoff_pct"),
 				cell("%.0f", m, "timeouts"), cell("%.2f", m, "jain"), cell("%.2f", m, "cmds_per_cs_client")})
 		}
 	}
