@@ -23,28 +23,84 @@ const steadyMax = 10 * time.Second
 // setupWorkers is the parallelism of scenario set-up and tear-down loops.
 const setupWorkers = 16
 
+// measured is a variant opened on a fresh go-redis client whose commands are
+// counted.
+type measured struct {
+	e   *env
+	rdb *redis.Client
+	cnt *cmdCounter
+	lk  locker
+}
+
+func (e *env) openMeasured(v variant, name string) (*measured, error) {
+	rdb, cnt := e.newClient(name)
+	lk, err := v.open(rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &measured{e: e, rdb: rdb, cnt: cnt, lk: lk}, nil
+}
+
+func (m *measured) close() { m.rdb.Close() }
+
+// reading is a point in time of the command counters, or the difference of two.
+type reading struct {
+	at       time.Time
+	d        time.Duration // between the two readings of a difference
+	client   int64         // lock commands of the measured client
+	work     int64         // critical-section commands of the measured client
+	server   int64         // non-administrative server commands, work included
+	channels int64         // subscribed pub/sub channels
+}
+
+func (m *measured) read(ctx context.Context) (reading, error) {
+	s, err := serverCalls(ctx, m.e.admin)
+	if err != nil {
+		return reading{}, err
+	}
+	c, err := channels(ctx, m.e.admin)
+	return reading{at: time.Now(), client: m.cnt.lock.Load(), work: m.cnt.work.Load(), server: s, channels: c}, err
+}
+
+// since returns the counts from r0 to r.
+func (r reading) since(r0 reading) reading {
+	return reading{at: r.at, d: r.at.Sub(r0.at), client: r.client - r0.client, work: r.work - r0.work,
+		server: r.server - r0.server, channels: r.channels}
+}
+
+// usedSince returns the counts from r0 to now, or the context's error if it ended.
+func (m *measured) usedSince(ctx context.Context, r0 reading) (reading, error) {
+	if err := ctx.Err(); err != nil {
+		return reading{}, err
+	}
+	r1, err := m.read(ctx)
+	return r1.since(r0), err
+}
+
+// lockServer is the server's count of lock commands (work taken out).
+func (r reading) lockServer() int64 { return r.server - r.work }
+
 // runA is scenario a: g goroutines, each locking and unlocking its own key as fast
 // as it can for the configured duration.
 func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
-	rdb, cnt := e.newClient("bench")
-	defer rdb.Close()
-	lk, err := v.open(rdb)
+	ms, err := e.openMeasured(v, "bench")
 	if err != nil {
 		return nil, err
 	}
+	defer ms.close()
 	prefix := e.prefix("a")
-	srv0, err := serverCalls(ctx, e.admin)
+	r0, err := ms.read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	lock0 := cnt.lock.Load()
 	lat := make([][]time.Duration, g)
 	var errs atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(e.cfg.aDur)
 	for i := range g {
-		m := lk.mutex(prefix + strconv.Itoa(i))
+		m := ms.lk.mutex(prefix + strconv.Itoa(i))
 		wg.Go(func() {
 			samples := make([]time.Duration, 0, 1<<14)
 			for ctx.Err() == nil {
@@ -67,10 +123,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	srv1, err := serverCalls(ctx, e.admin)
+	used, err := ms.usedSince(ctx, r0)
 	if err != nil {
 		return nil, err
 	}
@@ -82,8 +135,8 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 		"cycles_per_s":          n / elapsed.Seconds(),
 		"lat_p50_us":            micros(percentile(all, 0.50)),
 		"lat_p99_us":            micros(percentile(all, 0.99)),
-		"cmds_per_cycle_client": ratio(float64(cnt.lock.Load()-lock0), n),
-		"cmds_per_cycle_server": ratio(float64(srv1-srv0), n),
+		"cmds_per_cycle_client": ratio(float64(used.client), n),
+		"cmds_per_cycle_server": ratio(float64(used.lockServer()), n),
 		"errors":                float64(errs.Load()),
 	}, nil
 }
@@ -145,20 +198,18 @@ func (c *counter) lost(ctx context.Context, admin *redis.Client) (int64, error) 
 // one increment of a shared counter, for the configured duration. Each acquire
 // waits at most cfg.wait; waits cut short by the end of the run are not counted.
 func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
-	rdb, cnt := e.newClient("bench")
-	defer rdb.Close()
-	lk, err := v.open(rdb)
+	ms, err := e.openMeasured(v, "bench")
 	if err != nil {
 		return nil, err
 	}
+	defer ms.close()
 	prefix := e.prefix("b")
 	key := prefix + "lock"
-	ctr := newCounter(rdb, prefix+"counter")
-	srv0, err := serverCalls(ctx, e.admin)
+	ctr := newCounter(ms.rdb, prefix+"counter")
+	r0, err := ms.read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	lock0, work0 := cnt.lock.Load(), cnt.work.Load()
 
 	runCtx, stop := context.WithTimeout(ctx, e.cfg.bDur)
 	defer stop()
@@ -169,7 +220,7 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range g {
-		m := lk.mutex(key)
+		m := ms.lk.mutex(key)
 		wg.Go(func() {
 			for runCtx.Err() == nil {
 				t0 := time.Now()
@@ -206,10 +257,7 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	srv1, err := serverCalls(ctx, e.admin)
+	used, err := ms.usedSince(ctx, r0)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +274,6 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	wk := slices.Concat(works...)
 	slices.Sort(wk)
 	csTime := percentile(wk, 0.5)
-	work := cnt.work.Load() - work0
 	n := float64(cs)
 	return metrics{
 		"cs":                 n,
@@ -243,8 +290,8 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 		"jain":               jain(per),
 		"lost":               float64(lost),
 		"overlaps":           float64(ctr.overlaps.Load()),
-		"cmds_per_cs_client": ratio(float64(cnt.lock.Load()-lock0), n),
-		"cmds_per_cs_server": ratio(float64(srv1-srv0-work), n),
+		"cmds_per_cs_client": ratio(float64(used.client), n),
+		"cmds_per_cs_server": ratio(float64(used.lockServer()), n),
 		"errors":             float64(errs.Load()),
 		"unlock_errors":      float64(unlockErrs.Load()),
 	}, nil
@@ -259,41 +306,34 @@ const (
 
 // waiterRun is the shared bookkeeping of scenario c.
 type waiterRun struct {
-	e        *env
-	rdb      *redis.Client // the waiters'
-	cnt      *cmdCounter
-	lk       locker
-	hrdb     *redis.Client // the holders'
-	hlk      locker
-	n        int // waiters
-	started  atomic.Int64
-	acquired atomic.Int64
-	errs     atomic.Int64
-	allDone  chan struct{}
+	*measured           // the waiters'
+	holders   *measured // the holders', on a client of their own
+	n         int       // waiters
+	started   atomic.Int64
+	acquired  atomic.Int64
+	errs      atomic.Int64
+	allDone   chan struct{}
 }
 
 func (e *env) newWaiterRun(v variant, n int) (*waiterRun, error) {
-	rdb, cnt := e.newClient(waitersName)
-	hrdb, _ := e.newClient(holdersName)
-	w := &waiterRun{e: e, rdb: rdb, cnt: cnt, hrdb: hrdb, allDone: make(chan struct{})}
-	var err error
-	if w.lk, err = v.open(rdb); err == nil {
-		w.hlk, err = v.open(hrdb)
-	}
+	waiters, err := e.openMeasured(v, waitersName)
 	if err != nil {
-		w.close()
 		return nil, err
 	}
-	if !w.lk.notified() && n > e.cfg.cPollCap {
+	holders, err := e.openMeasured(v, holdersName)
+	if err != nil {
+		waiters.close()
+		return nil, err
+	}
+	if !waiters.lk.notified() && n > e.cfg.cPollCap {
 		n = e.cfg.cPollCap
 	}
-	w.n = n
-	return w, nil
+	return &waiterRun{measured: waiters, holders: holders, n: n, allDone: make(chan struct{})}, nil
 }
 
 func (w *waiterRun) close() {
-	w.rdb.Close()
-	w.hrdb.Close()
+	w.measured.close()
+	w.holders.close()
 }
 
 // wait starts one waiter on m: it waits until it holds the lock or ctx ends, then
@@ -322,27 +362,10 @@ func (w *waiterRun) wait(ctx context.Context, wg *sync.WaitGroup, m mutex, cs fu
 	})
 }
 
-// snapshot is a point in time of the command counters.
-type snapshot struct {
-	at       time.Time
-	client   int64 // the waiters' client's lock commands
-	server   int64 // non-administrative server commands
-	channels int64 // subscribed pub/sub channels
-}
-
-func (w *waiterRun) snap(ctx context.Context) (snapshot, error) {
-	s, err := serverCalls(ctx, w.e.admin)
-	if err != nil {
-		return snapshot{}, err
-	}
-	c, err := channels(ctx, w.e.admin)
-	return snapshot{at: time.Now(), client: w.cnt.lock.Load(), server: s, channels: c}, err
-}
-
 // settle lets the started waiters reach their steady state and measures what
 // they cost meanwhile: commands per second while nobody releases, memory,
 // connections and pub/sub channels. base is the live memory before the waiters.
-func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (metrics, error) {
+func (w *waiterRun) settle(ctx context.Context, base int64) (metrics, error) {
 	// Bounded: every waiter goroutine increments started before it blocks.
 	for i := 0; w.started.Load() < int64(w.n); i++ {
 		if i > 10000 || ctx.Err() != nil {
@@ -353,13 +376,12 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 	if err := w.steady(ctx); err != nil {
 		return nil, err
 	}
-	s0, err := w.snap(ctx)
+	r0, err := w.read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	w0 := work()
 	time.Sleep(w.e.cfg.cSettle)
-	s1, err := w.snap(ctx)
+	idle, err := w.usedSince(ctx, r0)
 	if err != nil {
 		return nil, err
 	}
@@ -368,15 +390,14 @@ func (w *waiterRun) settle(ctx context.Context, base int64, work func() int64) (
 	if err != nil {
 		return nil, err
 	}
-	d := s1.at.Sub(s0.at).Seconds()
 	return metrics{
 		"waiters":                float64(w.n),
-		"idle_cmds_per_s_client": float64(s1.client-s0.client) / d,
-		"idle_cmds_per_s_server": float64(s1.server-s0.server-(work()-w0)) / d,
+		"idle_cmds_per_s_client": float64(idle.client) / idle.d.Seconds(),
+		"idle_cmds_per_s_server": float64(idle.lockServer()) / idle.d.Seconds(),
 		"bytes_per_waiter":       float64(mem) / float64(w.n),
 		"conns":                  float64(cs.total),
 		"sub_conns":              float64(cs.sub),
-		"channels":               float64(s1.channels),
+		"channels":               float64(idle.channels),
 	}, nil
 }
 
@@ -396,7 +417,7 @@ const (
 // pollers that started together need a few rounds to spread out. It gives up
 // waiting after steadyMax.
 func (w *waiterRun) steady(ctx context.Context) error {
-	prev, err := w.snap(ctx)
+	prev, err := w.read(ctx)
 	if err != nil {
 		return err
 	}
@@ -405,11 +426,12 @@ func (w *waiterRun) steady(ctx context.Context) error {
 	same := 0 // samples since the channel count last changed
 	for deadline := time.Now().Add(steadyMax); time.Now().Before(deadline); {
 		time.Sleep(steadyWindow)
-		cur, err := w.snap(ctx)
+		cur, err := w.read(ctx)
 		if err != nil {
 			return err
 		}
-		rates = append(rates, cur.client-prev.client+cur.server-prev.server)
+		d := cur.since(prev)
+		rates = append(rates, d.client+d.server)
 		same++
 		if cur.channels != prev.channels {
 			same = 0
@@ -450,12 +472,11 @@ func flat(xs []int64) bool {
 
 // drain measures the hand-over phase that starts with release: how long all
 // waiters take to get the lock (bounded by cfg.cDrain) and the commands spent.
-func (w *waiterRun) drain(ctx context.Context, m metrics, release func() error, work func() int64) error {
-	s0, err := w.snap(ctx)
+func (w *waiterRun) drain(ctx context.Context, m metrics, release func() error) error {
+	r0, err := w.read(ctx)
 	if err != nil {
 		return err
 	}
-	w0 := work()
 	t := time.NewTimer(w.e.cfg.cDrain)
 	defer t.Stop()
 	if err := release(); err != nil {
@@ -469,18 +490,17 @@ func (w *waiterRun) drain(ctx context.Context, m metrics, release func() error, 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	s1, err := w.snap(ctx)
+	used, err := w.usedSince(ctx, r0)
 	if err != nil {
 		return err
 	}
 	h := float64(w.acquired.Load())
-	d := s1.at.Sub(s0.at).Seconds()
 	m["handoffs"] = h
-	m["drain_s"] = d
+	m["drain_s"] = used.d.Seconds()
 	m["complete"] = complete
-	m["handoffs_per_s"] = h / d
-	m["cmds_per_handoff_client"] = ratio(float64(s1.client-s0.client), h)
-	m["cmds_per_handoff_server"] = ratio(float64(s1.server-s0.server-(work()-w0)), h)
+	m["handoffs_per_s"] = h / used.d.Seconds()
+	m["cmds_per_handoff_client"] = ratio(float64(used.client), h)
+	m["cmds_per_handoff_server"] = ratio(float64(used.lockServer()), h)
 	return nil
 }
 
@@ -496,7 +516,7 @@ func (e *env) runC1(ctx context.Context, v variant, n int) (metrics, error) {
 	prefix := e.prefix("c1")
 	key := prefix + "lock"
 	ctr := newCounter(w.rdb, prefix+"counter")
-	holder := w.hlk.mutex(key)
+	holder := w.holders.lk.mutex(key)
 	if err := holder.lock(ctx); err != nil {
 		return nil, fmt.Errorf("holder: %w", err)
 	}
@@ -515,12 +535,11 @@ func (e *env) runC1(ctx context.Context, v variant, n int) (metrics, error) {
 		id := int64(i)
 		w.wait(runCtx, &wg, w.lk.mutex(key), func() error { return ctr.increment(ctx, id) })
 	}
-	work := w.cnt.work.Load
-	m, err := w.settle(ctx, base, work)
+	m, err := w.settle(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	err = w.drain(ctx, m, func() error { released = true; return holder.unlock(ctx) }, work)
+	err = w.drain(ctx, m, func() error { released = true; return holder.unlock(ctx) })
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +568,7 @@ func (e *env) runC2(ctx context.Context, v variant, n int) (metrics, error) {
 	holders := make([]mutex, w.n)
 	for i := range keys {
 		keys[i] = prefix + strconv.Itoa(i)
-		holders[i] = w.hlk.mutex(keys[i])
+		holders[i] = w.holders.lk.mutex(keys[i])
 	}
 	held := make([]bool, w.n)
 	defer func() { // release whatever is still held when the run fails
@@ -577,8 +596,7 @@ func (e *env) runC2(ctx context.Context, v variant, n int) (metrics, error) {
 	for _, k := range keys {
 		w.wait(runCtx, &wg, w.lk.mutex(k), nil)
 	}
-	work := w.cnt.work.Load
-	m, err := w.settle(ctx, base, work)
+	m, err := w.settle(ctx, base)
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +605,7 @@ func (e *env) runC2(ctx context.Context, v variant, n int) (metrics, error) {
 			held[i] = false
 			return holders[i].unlock(ctx)
 		})
-	}, work)
+	})
 	if err != nil {
 		return nil, err
 	}
