@@ -305,16 +305,16 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	poolSize := probe.Options().PoolSize
 	probe.Close()
 	host, _ := os.Hostname()
-	fmt.Fprintf(out, "# dlock bench\n\n")
-	fmt.Fprintf(out, "machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
+	fmt.Fprintf(out, "## Run\n\n")
+	fmt.Fprintf(out, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
-	fmt.Fprintf(out, "go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
-	fmt.Fprintf(out, "client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
-	fmt.Fprintf(out, "settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
+	fmt.Fprintf(out, "- go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
+	fmt.Fprintf(out, "- client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
+	fmt.Fprintf(out, "- settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
 		e.cfg.reps, e.cfg.aDur, e.cfg.bDur, e.cfg.wait, e.cfg.cWaiters, e.cfg.cKeys, e.cfg.cPollCap, e.cfg.cSettle, e.cfg.cDrain)
-	fmt.Fprintf(out, "\nvariants:\n")
+	fmt.Fprintf(out, "\nVariants:\n\n")
 	for _, v := range variants {
-		fmt.Fprintf(out, "  %-12s %s\n", v.name, v.desc)
+		fmt.Fprintf(out, "- `%s`: %s\n", v.name, v.desc)
 	}
 	fmt.Fprint(out, readingNotes)
 	b, _ := json.Marshal(map[string]any{
@@ -350,6 +350,7 @@ func loadAvg() string {
 // readingNotes explains the columns of the tables.
 const readingNotes = `
 How to read the tables:
+
 - cmds client: commands the measured go-redis client sent through its command
   hooks (pub/sub traffic does not pass there), excluding the critical section's
   own GET and SET. cmds server: the server's INFO commandstats delta, which also
