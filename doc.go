@@ -36,16 +36,27 @@
 // # What each backend guarantees
 //
 // Redis (package redislock), one server or a Sentinel/Cluster master:
-//   - Exclusion holds while the server keeps its data and its clock runs at a rate
-//     within the drift factor.
+//   - Exclusion holds while the server keeps its data, its clock runs at a rate
+//     within the drift factor, and the holder is not paused past its local
+//     deadline between checking its lease and acting on it.
+//   - A holder is told first: Done closes at its local deadline, measured on the
+//     monotonic clock and, on Linux, also on CLOCK_BOOTTIME, so a suspended host
+//     wakes up to a lost lease instead of a valid-looking one. Lease.Err checks the
+//     deadline itself, so a resumed holder sees the loss at its first check.
 //   - A restart without persistence, an eviction (maxmemory-policy other than
 //     noeviction) or a failover to an asynchronous replica can drop a held lock:
 //     another client may then acquire while the old holder still believes it
-//     holds the lock, until its next renewal fails. Fencing tokens still increase
-//     across all of these, since they never fall below the server clock in
-//     microseconds; a fenced resource therefore rejects the old holder's writes.
+//     holds the lock, until its next renewal is refused. A pause of the holder
+//     longer than the TTL (GC, SIGSTOP, VM freeze) has the same effect. Fencing
+//     tokens still increase across all of these, since they never fall below the
+//     server clock in microseconds; a resource that checks them (redislock.Fence
+//     for Redis data, a fence_token column for SQL) rejects the old holder's
+//     writes with ErrStaleToken.
 //   - Tokens assume the server's wall clock never steps back by more than
-//     redislock.FenceRetention while its counter is gone.
+//     redislock.FenceRetention while its counter is gone. A server clock that
+//     jumps forward expires keys early, like an eviction.
+//
+// docs/safety.md in the repository covers each fault and what answers it.
 //
 // All errors wrap the sentinels in this package (ErrNotObtained, ErrNotHeld,
 // ErrLockLost, ErrInvalid, ErrConflict, ErrUnavailable), checked with errors.Is.

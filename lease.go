@@ -45,7 +45,11 @@ type Lease struct {
 
 	mu       sync.Mutex
 	state    leaseState
-	deadline time.Time // local validity deadline, on the monotonic clock
+	deadline time.Time                    // local validity deadline, on the monotonic clock
+	valid    time.Duration                // deadline minus the start of the last round trip
+	boot     func() (time.Duration, bool) // bootClock when the lease was made
+	bootAt   time.Duration                // boot clock at that start
+	bootOK   bool
 	timer    *time.Timer
 	wdStop   context.CancelFunc // stops the watchdog; nil without one
 	wdDone   chan struct{}      // closed when the watchdog has returned
@@ -60,8 +64,46 @@ func newLease(d Driver, key, owner string, token uint64, start time.Time, cfg *c
 		l.renewEvery = cfg.renewEvery
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	l.deadline = start.Add(cfg.ttl - cfg.driftMargin(cfg.ttl))
+	l.valid = cfg.ttl - cfg.driftMargin(cfg.ttl)
+	l.deadline = start.Add(l.valid)
+	l.boot = bootClock
+	if b, ok := l.boot(); ok {
+		l.bootAt, l.bootOK = b-time.Since(start), true
+	}
 	return l
+}
+
+// bootClock reads a clock that, unlike Go's monotonic clock, keeps running while
+// the host is suspended (CLOCK_BOOTTIME on Linux); ok is false where there is none.
+// A variable so that tests can simulate a suspend.
+var bootClock = readBootClock
+
+// pastDeadline reports whether the local validity has run out, on either the
+// monotonic clock or the suspend-aware one. A suspended host wakes up with its
+// monotonic clock (and so its timers) behind the server's: only the second clock
+// sees the lease as gone. l.mu is held.
+func (l *Lease) pastDeadline() bool {
+	if !time.Now().Before(l.deadline) {
+		return true
+	}
+	if l.bootOK {
+		if b, ok := l.boot(); ok && b-l.bootAt >= l.valid {
+			return true
+		}
+	}
+	return false
+}
+
+// expireIfPast ends a held lease whose local validity has run out, without waiting
+// for the deadline timer: a holder resumed from a pause or a suspend learns of the
+// loss at its first check, not when a late timer fires.
+func (l *Lease) expireIfPast() {
+	l.mu.Lock()
+	past := l.state == held && l.pastDeadline()
+	l.mu.Unlock()
+	if past {
+		_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost))
+	}
 }
 
 // start arms the deadline timer and the watchdog.
@@ -143,11 +185,14 @@ func (l *Lease) Context() context.Context {
 }
 
 // Err returns nil while the lease is held, and otherwise why it ended: an error
-// matching ErrLockLost, or ErrReleased.
+// matching ErrLockLost, or ErrReleased. It checks the local deadline itself, so a
+// holder that was paused or suspended past it sees the loss at once, even before
+// Done is closed.
 func (l *Lease) Err() error {
 	if l == nil {
 		return ErrNotHeld
 	}
+	l.expireIfPast()
 	if l.ctx.Err() == nil {
 		return nil
 	}
@@ -194,10 +239,11 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.check(); err != nil {
 		return err
 	}
+	bootStart, _ := l.boot()
 	start := time.Now()
 	err := l.d.Extend(ctx, l.key, l.owner, ttl)
 	if err == nil {
-		return l.extended(start, ttl)
+		return l.extended(start, bootStart, ttl)
 	}
 	if errors.Is(err, ErrNotHeld) {
 		return l.lose(fmt.Errorf("%w: extend refused: %w", ErrLockLost, err))
@@ -233,6 +279,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return invalidf("nil context")
 	}
+	l.expireIfPast() // report a loss its timer has not delivered yet
 	l.mu.Lock()
 	st := l.state
 	if st == released {
@@ -268,6 +315,7 @@ func (l *Lease) margin(ttl time.Duration) time.Duration {
 
 // check returns the error for a lease that no longer holds its lock.
 func (l *Lease) check() error {
+	l.expireIfPast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch l.state {
@@ -280,7 +328,7 @@ func (l *Lease) check() error {
 }
 
 // extended records a successful extend whose round trip started at start.
-func (l *Lease) extended(start time.Time, ttl time.Duration) error {
+func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch l.state {
@@ -289,7 +337,9 @@ func (l *Lease) extended(start time.Time, ttl time.Duration) error {
 	case lost: // the deadline passed while the extend was in flight: never resurrect
 		return context.Cause(l.ctx)
 	}
-	l.deadline = start.Add(ttl - l.margin(ttl))
+	l.valid = ttl - l.margin(ttl)
+	l.deadline = start.Add(l.valid)
+	l.bootAt = bootStart
 	l.timer.Reset(time.Until(l.deadline))
 	return nil
 }
@@ -314,7 +364,7 @@ func (l *Lease) onDeadline() {
 		l.mu.Unlock()
 		return
 	}
-	if d := time.Until(l.deadline); d > 0 { // extended meanwhile
+	if d := time.Until(l.deadline); d > 0 && !l.pastDeadline() { // extended meanwhile
 		l.timer.Reset(d)
 		l.mu.Unlock()
 		return

@@ -18,6 +18,8 @@ var (
 	extendSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+	//go:embed fence.lua
+	fenceSrc string
 )
 
 // Mutex scripts. See each .lua file for its keys, arguments and reply.
@@ -27,3 +29,6 @@ var (
 	Extend  = redis.NewScript(extendSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )
+
+// Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
+var Fenced = redis.NewScript(fenceSrc)

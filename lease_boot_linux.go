@@ -1,0 +1,16 @@
+package dlock
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readBootClock returns CLOCK_BOOTTIME: monotonic, and counting time suspended.
+func readBootClock() (time.Duration, bool) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, false
+	}
+	return time.Duration(ts.Nano()), true
+}

@@ -1,0 +1,120 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+func newRedisLocker(t *testing.T, opts ...dlock.Option) *redislock.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := redislock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// suspendClock is a boot clock that can be moved forward, as a host suspend moves
+// CLOCK_BOOTTIME but not Go's monotonic clock.
+type suspendClock struct{ slept atomic.Int64 }
+
+func (c *suspendClock) now() (time.Duration, bool) {
+	return time.Duration(time.Now().UnixNano()) + time.Duration(c.slept.Load()), true
+}
+
+func (c *suspendClock) suspend(d time.Duration) { c.slept.Add(int64(d)) }
+
+func TestLeaseLostAfterSuspend(t *testing.T) {
+	clk := &suspendClock{}
+	defer dlock.SetBootClock(clk.now)()
+	ctx := context.Background()
+	c := newRedisLocker(t)
+
+	t.Run("checked by Err", func(t *testing.T) {
+		lease, err := c.TryLock(ctx, t.Name(), dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Unlock(ctx)
+		if err := lease.Err(); err != nil {
+			t.Fatalf("fresh lease: %v", err)
+		}
+		clk.suspend(11 * time.Second)
+		if err := lease.Err(); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Err after a suspend longer than the TTL = %v, want ErrLockLost", err)
+		}
+		select {
+		case <-lease.Done():
+		default:
+			t.Fatal("Done not closed once Err reported the loss")
+		}
+		if err := lease.Extend(ctx, 10*time.Second); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Extend after the loss = %v, want ErrLockLost", err)
+		}
+	})
+
+	t.Run("reported by Unlock", func(t *testing.T) {
+		lease, err := c.TryLock(ctx, t.Name(), dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.suspend(11 * time.Second)
+		if err := lease.Unlock(ctx); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("Unlock after a suspend longer than the TTL = %v, want ErrLockLost", err)
+		}
+	})
+
+	t.Run("noticed by the watchdog", func(t *testing.T) {
+		lease, err := c.TryLock(ctx, t.Name(), dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Unlock(ctx)
+		clk.suspend(2 * time.Second)
+		select {
+		case <-lease.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("watchdog did not report the loss after a suspend")
+		}
+		if err := context.Cause(lease.Context()); !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("cause = %v, want ErrLockLost", err)
+		}
+	})
+}
+
+func TestRenewalSettingsRejected(t *testing.T) {
+	c := newRedisLocker(t)
+	ctx := context.Background()
+	cases := map[string][]dlock.Option{
+		"renewal interval longer than the ttl": {dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(2 * time.Second)},
+		"renewal interval equal to the ttl":    {dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(time.Second)},
+		"renewal interval not positive":        {dlock.WithRenewEvery(0)},
+		"ttl shorter than the drift margin":    {dlock.WithTTL(dlock.MinTTL), dlock.WithDriftFactor(0.4)},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			if l, err := c.TryLock(ctx, dlocktest.Key(t), opts...); !errors.Is(err, dlock.ErrInvalid) {
+				l.Unlock(ctx)
+				t.Fatalf("TryLock = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(time.Second), dlock.WithDriftFactor(0.4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	if err := l.Extend(ctx, dlock.MinTTL); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("Extend with a ttl inside the drift margin = %v, want ErrInvalid", err)
+	}
+}
