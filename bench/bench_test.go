@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestQuickRun runs the whole -quick bench against a real redis-server and checks
+// that every lock kept its critical sections apart and lost no update, that every
+// variant made progress, and that every JSON line parses.
+func TestQuickRun(t *testing.T) {
+	cfg, err := parseFlags([]string{"-quick"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var tables, lines, progress bytes.Buffer
+	ms, err := run(ctx, cfg, &tables, &lines, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, progress.String())
+	}
+	if strings.Contains(progress.String(), "error:") {
+		t.Errorf("a run failed:\n%s", progress.String())
+	}
+	seen := map[string]int{}
+	for _, m := range ms {
+		if m.Kind != "run" {
+			continue
+		}
+		seen[m.Scenario]++
+		for _, f := range []string{"lost", "overlaps"} {
+			if v, ok := m.M[f]; ok && v != 0 {
+				t.Errorf("%s n=%d %s: %s = %v", m.Scenario, m.N, m.Variant, f, v)
+			}
+		}
+		switch m.Scenario {
+		case "a":
+			if m.M["cycles"] == 0 {
+				t.Errorf("a n=%d %s: no lock cycle", m.N, m.Variant)
+			}
+		case "b":
+			if m.M["cs"] == 0 {
+				t.Errorf("b n=%d %s: no critical section", m.N, m.Variant)
+			}
+			if _, ok := m.M["lost"]; !ok {
+				t.Errorf("b n=%d %s: lost updates not measured", m.N, m.Variant)
+			}
+		case "c1", "c2":
+			if m.M["handoffs"] == 0 {
+				t.Errorf("%s n=%d %s: no hand-over", m.Scenario, m.N, m.Variant)
+			}
+		}
+	}
+	for _, s := range []string{"a", "b", "c1", "c2"} {
+		if seen[s] == 0 {
+			t.Errorf("scenario %s produced no measurement", s)
+		}
+	}
+	sc := bufio.NewScanner(&lines)
+	n := 0
+	for sc.Scan() {
+		var o map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &o); err != nil {
+			t.Errorf("JSON line %q: %v", sc.Text(), err)
+		}
+		n++
+	}
+	if n <= len(ms) {
+		t.Errorf("%d JSON lines for %d measurements", n, len(ms))
+	}
+	for _, want := range []string{"### a.", "### b.", "### c1.", "### c2.", "× redsync default"} {
+		if !strings.Contains(tables.String(), want) {
+			t.Errorf("tables lack %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log("\n" + tables.String())
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{nil, true},
+		{[]string{"-quick", "-scenarios", "b", "-b-g", "2,3", "-variants", "dlock,raw"}, true},
+		{[]string{"-scenarios", "d"}, false},
+		{[]string{"-scenarios", ""}, false},
+		{[]string{"-variants", "nosuch"}, false},
+		{[]string{"-b-g", "0"}, false},
+		{[]string{"-reps", "-1"}, false},
+		{[]string{"-wait", "0s"}, false},
+		{[]string{"extra"}, false},
+	} {
+		_, err := parseFlags(tc.args, io.Discard)
+		if (err == nil) != tc.ok {
+			t.Errorf("parseFlags(%q) = %v, want ok %v", tc.args, err, tc.ok)
+		}
+	}
+	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	if j := jain([]int64{5, 5, 5, 5}); j != 1 {
+		t.Errorf("jain equal = %v, want 1", j)
+	}
+	if j := jain([]int64{8, 0, 0, 0}); j != 0.25 {
+		t.Errorf("jain one-takes-all = %v, want 0.25", j)
+	}
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median odd = %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median even = %v", m)
+	}
+	ds := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	if p := percentile(ds, 0.5); p != 5 {
+		t.Errorf("p50 = %v", p)
+	}
+	if p := percentile(ds, 0.99); p != 10 {
+		t.Errorf("p99 = %v", p)
+	}
+	if p := percentile(nil, 0.5); p != 0 {
+		t.Errorf("p50 of nothing = %v", p)
+	}
+}
+
+func TestFlat(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []int64
+		want bool
+	}{
+		{[]int64{0, 0, 0}, true},
+		{[]int64{100, 105, 95, 100}, true},
+		{[]int64{100, 100, 130}, false},
+		{[]int64{0, 0, 5}, false},
+		{[]int64{1351, 1090, 1001, 1042, 455}, false},
+	} {
+		if got := flat(tc.xs); got != tc.want {
+			t.Errorf("flat(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// errNotObtained is what every adapter returns when its library gave up waiting.
+var errNotObtained = errors.New("bench: lock not obtained")
+
+// Scenario bits: which scenarios a variant takes part in.
+const (
+	inA = 1 << iota
+	inB
+	inC
+)
+
+// peerTTL is the lease time given to the libraries that have no default (bsm and
+// the raw baseline). redsync keeps its own default (8s), dlock its own (15s, renewed).
+const peerTTL = 10 * time.Second
+
+// fixedRetry is the short polling interval the peers are also measured with.
+const fixedRetry = time.Millisecond
+
+// variant is one locker configuration measured by the bench: a library with its
+// retry setting.
+type variant struct {
+	name string // column name
+	lib  string // library, for grouping: raw, dlock, redsync, bsm
+	peer bool   // a third-party library (counts for "best peer")
+	// retry1ms marks a peer polling every fixedRetry instead of its default retry.
+	retry1ms bool
+	in       int    // scenarios it runs in
+	desc     string // configuration, printed in the header
+	open     func(rdb *redis.Client) (locker, error)
+}
+
+// variants is the registry of everything the bench measures, in table order.
+var variants = []variant{
+	{name: "raw", lib: "raw", in: inA | inB,
+		desc: "go-redis SET NX PX 10s + compare-and-delete script; waits by polling every 1ms",
+		open: func(rdb *redis.Client) (locker, error) { return rawLocker{rdb}, nil }},
+	{name: "dlock", lib: "dlock", in: inA | inB | inC,
+		desc: "redislock.New(rdb), all defaults (15s TTL renewed by the watchdog)",
+		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.New(rdb)) }},
+	{name: "dlock/ttl", lib: "dlock", in: inA,
+		desc: "redislock.New(rdb, dlock.WithTTL(10s)): fixed lease, no watchdog",
+		open: func(rdb *redis.Client) (locker, error) {
+			return openDlock(redislock.New(rdb, dlock.WithTTL(peerTTL)))
+		}},
+	{name: "redsync", lib: "redsync", peer: true, in: inA | inB | inC,
+		desc: "redsync v4 goredis/v9 pool, defaults (8s expiry, retry delay rand 50-250ms); tries unbounded so only the wait ends it",
+		open: func(rdb *redis.Client) (locker, error) { return newRedsync(rdb), nil }},
+	{name: "redsync/1ms", lib: "redsync", peer: true, retry1ms: true, in: inB,
+		desc: "redsync as above with WithRetryDelay(1ms)",
+		open: func(rdb *redis.Client) (locker, error) {
+			return newRedsync(rdb, redsync.WithRetryDelay(fixedRetry)), nil
+		}},
+	{name: "bsm", lib: "bsm", peer: true, in: inA | inB | inC,
+		desc: "bsm/redislock, TTL 10s, LinearBackoff(100ms) (its README's retry example; its default is no retry)",
+		open: func(rdb *redis.Client) (locker, error) { return bsmLocker{bsm.New(rdb), 100 * time.Millisecond}, nil }},
+	{name: "bsm/1ms", lib: "bsm", peer: true, retry1ms: true, in: inB,
+		desc: "bsm/redislock, TTL 10s, LinearBackoff(1ms)",
+		open: func(rdb *redis.Client) (locker, error) { return bsmLocker{bsm.New(rdb), fixedRetry}, nil }},
+}
+
+// locker is one library opened on a go-redis client.
+type locker interface {
+	// mutex returns a handle on key for one goroutine's sequential use.
+	mutex(key string) mutex
+	// notified reports whether waiters are woken by the server rather than polling.
+	notified() bool
+}
+
+// mutex is a per-goroutine lock handle. lock waits until the lock is held or ctx
+// ends (then it returns an error; errNotObtained when the library gave up).
+type mutex interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+// --- dlock ---
+
+type dlockLocker struct{ c *redislock.Client }
+
+func openDlock(c *redislock.Client, err error) (locker, error) {
+	if err != nil {
+		return nil, err
+	}
+	return dlockLocker{c}, nil
+}
+
+func (d dlockLocker) mutex(key string) mutex { return &dlockMutex{c: d.c, key: key} }
+
+func (d dlockLocker) notified() bool {
+	_, ok := d.c.Driver().(dlock.Notifier)
+	return ok
+}
+
+type dlockMutex struct {
+	c     *redislock.Client
+	key   string
+	lease *dlock.Lease
+}
+
+func (m *dlockMutex) lock(ctx context.Context) error {
+	l, err := m.c.Lock(ctx, m.key)
+	if err != nil {
+		if errors.Is(err, dlock.ErrNotObtained) {
+			return errors.Join(errNotObtained, err)
+		}
+		return err
+	}
+	m.lease = l
+	return nil
+}
+
+func (m *dlockMutex) unlock(ctx context.Context) error {
+	l := m.lease
+	m.lease = nil
+	return l.Unlock(ctx)
+}
+
+// --- redsync ---
+
+type redsyncLocker struct {
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func newRedsync(rdb *redis.Client, opts ...redsync.Option) redsyncLocker {
+	// The default of 32 tries would end some waits before the bench's wait bound;
+	// the wait is bounded by the context instead, as for every other library.
+	opts = append([]redsync.Option{redsync.WithTries(1 << 30)}, opts...)
+	return redsyncLocker{rs: redsync.New(goredis.NewPool(rdb)), opts: opts}
+}
+
+func (r redsyncLocker) mutex(key string) mutex {
+	return redsyncMutex{r.rs.NewMutex(key, r.opts...)}
+}
+
+func (redsyncLocker) notified() bool { return false }
+
+type redsyncMutex struct{ m *redsync.Mutex }
+
+func (m redsyncMutex) lock(ctx context.Context) error {
+	err := m.m.LockContext(ctx)
+	if errors.Is(err, redsync.ErrFailed) {
+		return errors.Join(errNotObtained, err)
+	}
+	return err
+}
+
+func (m redsyncMutex) unlock(ctx context.Context) error {
+	ok, err := m.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock failed")
+	}
+	return err
+}
+
+// --- bsm/redislock ---
+
+type bsmLocker struct {
+	c     *bsm.Client
+	retry time.Duration
+}
+
+func (b bsmLocker) mutex(key string) mutex { return &bsmMutex{b: b, key: key} }
+
+func (bsmLocker) notified() bool { return false }
+
+type bsmMutex struct {
+	b   bsmLocker
+	key string
+	l   *bsm.Lock
+}
+
+func (m *bsmMutex) lock(ctx context.Context) error {
+	l, err := m.b.c.Obtain(ctx, m.key, peerTTL, &bsm.Options{RetryStrategy: bsm.LinearBackoff(m.b.retry)})
+	if err != nil {
+		if errors.Is(err, bsm.ErrNotObtained) || ctx.Err() != nil {
+			return errors.Join(errNotObtained, err)
+		}
+		return err
+	}
+	m.l = l
+	return nil
+}
+
+func (m *bsmMutex) unlock(ctx context.Context) error {
+	l := m.l
+	m.l = nil
+	return l.Release(ctx)
+}
+
+// --- raw go-redis baseline ---
+
+// rawRelease deletes KEYS[1] if it still holds ARGV[1].
+var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+
+type rawLocker struct{ rdb *redis.Client }
+
+func (r rawLocker) mutex(key string) mutex { return &rawMutex{rdb: r.rdb, key: key} }
+
+func (rawLocker) notified() bool { return false }
+
+type rawMutex struct {
+	rdb   *redis.Client
+	key   string
+	token string
+}
+
+func (m *rawMutex) lock(ctx context.Context) error {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	var t *time.Timer
+	for {
+		ok, err := m.rdb.SetNX(ctx, m.key, token, peerTTL).Result()
+		if err != nil {
+			if ctx.Err() != nil {
+				// The outcome is unknown: take back a lock that may have been set.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				_ = rawRelease.Run(cctx, m.rdb, []string{m.key}, token).Err()
+				cancel()
+				return errors.Join(errNotObtained, err)
+			}
+			return err
+		}
+		if ok {
+			m.token = token
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(fixedRetry)
+			defer t.Stop()
+		} else {
+			t.Reset(fixedRetry)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(errNotObtained, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (m *rawMutex) unlock(ctx context.Context) error {
+	n, err := rawRelease.Run(ctx, m.rdb, []string{m.key}, m.token).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("raw: lock not held at release")
+	}
+	return err
+}

@@ -1,0 +1,221 @@
+// Command bench measures dlock's Redis locks next to go-redsync/redsync,
+// bsm/redislock and a raw go-redis baseline, against a redis-server it starts on a
+// free loopback port and stops when it is done.
+//
+// Run it from the repository root:
+//
+//	go -C bench run . [-quick] [-scenarios a,b,c] [-reps 3] [-json FILE]
+//
+// Scenarios (every variant gets a fresh go-redis client with the same options,
+// variants are interleaved within each repetition, and the tables show medians
+// over the repetitions):
+//
+//	a   uncontended: G goroutines, each locking and unlocking its own key
+//	b   contended: G goroutines on one key, each critical section a non-atomic
+//	    GET + SET increment of a shared counter; waits bounded at -wait
+//	c1  many waiters on one key: the waiters' idle cost, then the hand-over of the
+//	    lock through all of them
+//	c2  many keys with one waiter each: subscription connections, memory and
+//	    commands per hand-over
+//
+// The redis-server executable is found in PATH, or named by $DLOCK_REDIS_SERVER.
+// The tables go to standard output, with one JSON object per measurement on a line
+// of its own (or in the -json file); progress goes to standard error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is everything the flags set.
+type config struct {
+	scenarios  map[string]bool
+	reps       int
+	aDur, bDur time.Duration
+	wait       time.Duration
+	aG, bG     []int
+	cWaiters   int
+	cKeys      int
+	cPollCap   int
+	cSettle    time.Duration
+	cDrain     time.Duration
+	only       map[string]bool // variant names; empty means all
+	jsonPath   string
+	quick      bool
+}
+
+func defaultConfig() config {
+	return config{
+		scenarios: map[string]bool{"a": true, "b": true, "c": true},
+		reps:      3,
+		aDur:      2 * time.Second,
+		bDur:      4 * time.Second,
+		wait:      2 * time.Second,
+		aG:        []int{1, 8},
+		bG:        []int{4, 16, 64},
+		cWaiters:  1000,
+		cKeys:     10000,
+		cPollCap:  1000,
+		cSettle:   time.Second,
+		cDrain:    5 * time.Second,
+	}
+}
+
+// quickConfig shortens everything so that a full pass takes well under a minute.
+func quickConfig(c config) config {
+	c.quick = true
+	c.reps = 1
+	c.aDur = 300 * time.Millisecond
+	c.bDur = 600 * time.Millisecond
+	c.cWaiters = 200
+	c.cKeys = 1000
+	c.cPollCap = 200
+	c.cSettle = 300 * time.Millisecond
+	c.cDrain = 2 * time.Second
+	return c
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	jw := io.Writer(os.Stdout)
+	if cfg.jsonPath != "" {
+		f, err := os.Create(cfg.jsonPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		jw = f
+	}
+	if _, err := run(ctx, cfg, os.Stdout, jw, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, errOut io.Writer) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys (under a minute)")
+	scen := fs.String("scenarios", "a,b,c", "scenarios to run, comma separated: a, b, c")
+	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
+	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
+	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
+	wait := fs.Duration("wait", cfg.wait, "longest wait of one acquire in scenario b; longer waits count as timed out")
+	aG := fs.String("a-g", "1,8", "goroutine counts of scenario a")
+	bG := fs.String("b-g", "4,16,64", "goroutine counts of scenario b")
+	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
+	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
+	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
+	cSettle := fs.Duration("c-settle", 0, "window over which scenario c measures the idle waiters, once their command rate is steady (default 1s)")
+	cDrain := fs.Duration("c-drain", 0, "longest hand-over phase of scenario c (default 5s)")
+	only := fs.String("variants", "", "comma-separated variant names to run (default all)")
+	fs.StringVar(&cfg.jsonPath, "json", "", "write the JSON lines to this file instead of standard output")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	if *quick {
+		cfg = quickConfig(cfg)
+	}
+	setIf(&cfg.reps, *reps)
+	setIf(&cfg.aDur, *aDur)
+	setIf(&cfg.bDur, *bDur)
+	setIf(&cfg.cWaiters, *cWaiters)
+	setIf(&cfg.cKeys, *cKeys)
+	setIf(&cfg.cPollCap, *cPollCap)
+	setIf(&cfg.cSettle, *cSettle)
+	setIf(&cfg.cDrain, *cDrain)
+	cfg.wait = *wait
+	var err error
+	if cfg.aG, err = parseInts(*aG); err != nil {
+		return cfg, fmt.Errorf("bench: -a-g: %w", err)
+	}
+	if cfg.bG, err = parseInts(*bG); err != nil {
+		return cfg, fmt.Errorf("bench: -b-g: %w", err)
+	}
+	cfg.scenarios = map[string]bool{}
+	for _, s := range splitList(*scen) {
+		if s != "a" && s != "b" && s != "c" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b or c)", s)
+		}
+		cfg.scenarios[s] = true
+	}
+	if len(cfg.scenarios) == 0 {
+		return cfg, errors.New("bench: no scenario selected")
+	}
+	cfg.only = map[string]bool{}
+	for _, v := range splitList(*only) {
+		if !knownVariant(v) {
+			return cfg, fmt.Errorf("bench: unknown variant %q", v)
+		}
+		cfg.only[v] = true
+	}
+	if cfg.reps < 1 || cfg.wait <= 0 || cfg.cWaiters < 1 || cfg.cKeys < 1 || cfg.cPollCap < 1 ||
+		cfg.aDur <= 0 || cfg.bDur <= 0 || cfg.cSettle <= 0 || cfg.cDrain <= 0 {
+		return cfg, errors.New("bench: counts and durations must be positive")
+	}
+	return cfg, nil
+}
+
+func setIf[T int | time.Duration](dst *T, v T) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no counts")
+	}
+	return out, nil
+}
+
+func knownVariant(name string) bool {
+	for _, v := range variants {
+		if v.name == name {
+			return true
+		}
+	}
+	return false
+}
