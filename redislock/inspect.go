@@ -37,6 +37,11 @@ type LockInfo struct {
 	// counter), also after the lock was released; 0 once the counter has expired
 	// (see FenceRetention).
 	LastToken uint64
+
+	// Waiters is the number of waiters queued for a fair lock (see NewFair),
+	// including any whose queue entry is about to be dropped. Waiters of a plain
+	// lock wait in their own processes and are not counted.
+	Waiters int
 }
 
 // Inspect reads the lock named key without changing it. A free lock is not an
@@ -57,8 +62,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 }
 
 func (d *Driver) inspect(ctx context.Context, key string) (LockInfo, error) {
-	res, err := inspectScript.Run(ctx, d.rdb, []string{LockKey(key), FenceKey(key)}).Slice()
+	res, err := inspectScript.Run(ctx, d.rdb, inspectKeys(key)).Slice()
 	return inspectReply(key, res, err)
+}
+
+func inspectKeys(key string) []string {
+	return []string{LockKey(key), FenceKey(key), QueueKey(key)}
 }
 
 // inspectReply decodes the reply of inspect.lua for key.
@@ -66,11 +75,12 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, mapErr(err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return LockInfo{}, fmt.Errorf("redislock: unexpected inspect reply %v", res)
 	}
 	info := LockInfo{Key: key}
 	info.LastToken = replyUint(res[4])
+	info.Waiters = int(replyUint(res[5]))
 	pttl, _ := res[3].(int64)
 	owner, _ := res[0].(string)
 	if owner == "" || pttl == -2 {
@@ -160,7 +170,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, name := range batch {
 			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
-			cmds[i] = inspectScript.Eval(ctx, pipe, []string{LockKey(name), FenceKey(name)})
+			cmds[i] = inspectScript.Eval(ctx, pipe, inspectKeys(name))
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {

@@ -1,7 +1,8 @@
 -- Read a dlock mutex without changing it.
--- KEYS[1] lock hash   KEYS[2] fence counter (same hash slot)
--- Returns {owner, token, metadata, pttl, last token}; owner, token, metadata and
--- last token are nil when absent, pttl is -2 when the lock is free.
+-- KEYS[1] lock hash   KEYS[2] fence counter   KEYS[3] fair-lock queue (same hash slot)
+-- Returns {owner, token, metadata, pttl, last token, queued}; owner, token,
+-- metadata and last token are nil when absent, pttl is -2 when the lock is free,
+-- queued is the length of the fair-lock queue.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local v = {false, false, false}
 if kind == 'hash' then
@@ -10,4 +11,8 @@ end
 if kind ~= 'none' and not v[1] then
   return redis.error_reply('DLOCKCONFLICT key holds data that is not a dlock lock')
 end
-return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+local queued = 0
+if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
+  queued = redis.call('LLEN', KEYS[3])
+end
+return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), queued}

@@ -269,6 +269,9 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 		eventually(t, "waiter subscribed", func() bool { return numSub(probe, key) == 1 })
 		if fair {
 			eventually(t, "waiter queued", func() bool { return probe.LLen(ctx, redislock.QueueKey(key)).Val() == 1 })
+			if info, err := waiter.Inspect(ctx, key); err != nil || !info.Held || info.Waiters != 1 {
+				t.Errorf("Inspect with one queued waiter: %+v, %v", info, err)
+			}
 		}
 		cancel()
 		if err := <-done; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
@@ -280,6 +283,9 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 			}
 		}
 		eventually(t, "channel unsubscribed", func() bool { return numSub(probe, key) == 0 })
+		if info, err := waiter.Inspect(ctx, key); err != nil || info.Waiters != 0 {
+			t.Errorf("Inspect after the waiter left: %+v, %v", info, err)
+		}
 	})
 }
 

@@ -218,7 +218,7 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 		return nil, usageErrorf("-n %d: semaphores are not available yet (-n 1 is the plain lock)", kind.slots)
 	}
 	if kind.fair {
-		return nil, usageErrorf("--fair: the fair lock is not available yet")
+		return redislock.NewFair(s.rdb, opts...)
 	}
 	return redislock.New(s.rdb, opts...)
 }
@@ -252,7 +252,7 @@ func (s *redisStore) forceUnlock(ctx context.Context, key string) (lockInfo, err
 }
 
 func newLockInfo(info redislock.LockInfo) lockInfo {
-	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken}
+	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken, Waiters: info.Waiters}
 	if info.Held {
 		li.TTLms = info.TTL.Milliseconds()
 		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)

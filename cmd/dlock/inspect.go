@@ -34,6 +34,7 @@ type lockInfo struct {
 	Holder    *holderMeta `json:"holder,omitempty"`
 	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
 	LastToken uint64      `json:"last_token,omitempty"`
+	Waiters   int         `json:"waiters,omitempty"` // queued fair-lock waiters
 }
 
 // parseMeta reads the metadata of a lock: a holderMeta when dlock run wrote it,
@@ -251,6 +252,9 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	}
 	fmt.Fprintf(tw, "ttl\t%s\n", ttlString(li.TTLms))
 	fmt.Fprintf(tw, "token\t%d\n", li.Token)
+	if li.Waiters > 0 {
+		fmt.Fprintf(tw, "waiters\t%d (fair queue)\n", li.Waiters)
+	}
 	tw.Flush()
 }
 

@@ -259,6 +259,61 @@ func TestRunNeverOverlaps(t *testing.T) {
 	}
 }
 
+// TestRunFairInArrivalOrder queues three --fair runs behind a holder and checks
+// that status counts them and that they run in the order they arrived.
+func TestRunFairInArrivalOrder(t *testing.T) {
+	key := dlocktest.Key(t)
+	order := filepath.Join(t.TempDir(), "order")
+	holder, _, ready := startHolder(t, []string{"--fair"}, key, `echo ok $$ > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	b, err := os.ReadFile(ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	childPID, err := strconv.Atoi(strings.Fields(string(b))[1])
+	if err != nil {
+		t.Fatalf("ready file %q: %v", b, err)
+	}
+
+	queued := func(n int) func() bool {
+		return func() bool {
+			var st lockInfo
+			r := dlockRun(t, "status", "--json", key)
+			return json.Unmarshal([]byte(r.stdout), &st) == nil && st.Waiters == n
+		}
+	}
+	const waiters = 3
+	results := make(chan error, waiters)
+	for i := 1; i <= waiters; i++ {
+		cmd := dlockCmd(t, "run", "--fair", "--ttl", "2s", key, "--", "sh", "-c", fmt.Sprintf(`echo %d >> %s`, i, order))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { results <- cmd.Wait() }()
+		waitFor(t, fmt.Sprintf("%d queued waiters", i), queued(i))
+	}
+	r := dlockRun(t, "status", key)
+	if !strings.Contains(r.stdout, "waiters") {
+		t.Errorf("status of a fair lock with waiters does not show them:\n%s", r.stdout)
+	}
+
+	// The holder's command ends; dlock run releases and the queue drains in order.
+	if err := syscall.Kill(childPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < waiters; i++ {
+		if err := <-results; err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+	}
+	if b, _ := os.ReadFile(order); string(b) != "1\n2\n3\n" {
+		t.Errorf("fair runs ran in order %q, want 1 2 3", b)
+	}
+	if rh := wait(t, holder, time.Now(), new(bytes.Buffer), new(bytes.Buffer)); rh.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("holder: exit %d, want %d", rh.code, 128+int(syscall.SIGTERM))
+	}
+}
+
 func TestRunExitCodePassesThrough(t *testing.T) {
 	for _, tc := range []struct {
 		script string
@@ -461,7 +516,6 @@ func TestRunExitCodes(t *testing.T) {
 		{"sub-ms ttl", []string{"run", "--ttl", "1.5s5us", key, "--", "true"}, 64, "whole number of milliseconds"},
 		{"negative wait", []string{"run", "--wait", "-1s", key, "--", "true"}, 64, "negative"},
 		{"renew not below ttl", []string{"run", "--ttl", "1s", "--renew-every", "1s", key, "--", "true"}, 64, "renew-every"},
-		{"fair not yet", []string{"run", "--fair", key, "--", "true"}, 64, "fair"},
 		{"semaphore not yet", []string{"run", "-n", "3", key, "--", "true"}, 64, "semaphore"},
 		{"redlock not yet", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "Redlock"},
 		{"etcd not yet", []string{"run", "--etcd", "http://127.0.0.1:2379", key, "--", "true"}, 64, "etcd"},
