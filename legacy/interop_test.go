@@ -21,42 +21,58 @@ type contender struct {
 	name   string
 	c      oldClient
 	rounds int // critical sections to run
+	// until, when set, keeps the contender going after its rounds until closed.
+	until <-chan struct{}
+}
+
+func (c contender) more(done int) bool {
+	if done < c.rounds {
+		return true
+	}
+	if c.until == nil {
+		return false
+	}
+	select {
+	case <-c.until:
+		return false
+	default:
+		return true
+	}
+}
+
+// run takes the lock c.rounds times, polling every millisecond as the recipes
+// do (bounded by ctx), and holds it for hold each time, reporting to o.
+func (c contender) run(ctx context.Context, o *overlap, hold time.Duration) error {
+	for done := 0; c.more(done); {
+		ok, err := c.c.tryLock(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: %d of %d rounds: %w", c.name, done, c.rounds, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
+		o.enter(c.name)
+		time.Sleep(hold) // the protected work
+		o.leave()
+		done++
+		if err := c.c.unlock(ctx); err != nil {
+			return fmt.Errorf("%s unlock: %w", c.name, err)
+		}
+	}
+	return nil
 }
 
 // contend runs every contender in its own goroutine until each has run its
-// rounds of critical sections, polling every millisecond as the recipes do
-// (bounded by ctx), and returns the checker.
+// rounds, and returns the checker.
 func contend(ctx context.Context, t *testing.T, cs []contender, hold time.Duration) *overlap {
 	t.Helper()
 	o := &overlap{}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, c := range cs {
-		g.Go(func() error {
-			for done := 0; done < c.rounds; {
-				ok, err := c.c.tryLock(gctx)
-				if err != nil {
-					return fmt.Errorf("%s: %w", c.name, err)
-				}
-				if !ok {
-					select {
-					case <-gctx.Done():
-						return fmt.Errorf("%s: %d of %d rounds: %w", c.name, done, c.rounds, gctx.Err())
-					case <-time.After(time.Millisecond):
-					}
-					continue
-				}
-				o.enter(c.name)
-				time.Sleep(hold) // the protected work
-				o.leave()
-				done++
-				if err := c.c.unlock(gctx); err != nil {
-					return fmt.Errorf("%s unlock: %w", c.name, err)
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := runContenders(ctx, o, cs, hold); err != nil {
 		t.Fatal(err)
 	}
 	return o
@@ -84,9 +100,9 @@ func TestInteropMillis(t *testing.T) {
 	var cs []contender
 	for i := 0; i < 2; i++ {
 		cs = append(cs,
-			contender{"java000", &java000{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, 10},
-			contender{"java002", &java002{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, 10},
-			contender{"dlock", &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock.")}), key: key, opts: []dlock.Option{dlock.WithTTL(expire)}}, 10},
+			contender{name: "java000", c: &java000{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, rounds: 10},
+			contender{name: "java002", c: &java002{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, rounds: 10},
+			contender{name: "dlock", c: &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock.")}), key: key, opts: []dlock.Option{dlock.WithTTL(expire)}}, rounds: 10},
 		)
 	}
 	o := contend(ctxT(t, 40*time.Second), t, cs, 200*time.Microsecond)
@@ -106,11 +122,11 @@ func TestInteropSeconds(t *testing.T) {
 	var cs []contender
 	for i := 0; i < 2; i++ {
 		cs = append(cs,
-			contender{"cpp003", &cpp003{rdb: newRDB(t), key: lk, timeout: 5, now: time.Now}, 8},
-			contender{"dlock", &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock."), Unit: time.Second}), key: key, opts: []dlock.Option{dlock.WithTTL(5 * time.Second)}}, 8},
+			contender{name: "cpp003", c: &cpp003{rdb: newRDB(t), key: lk, timeout: 5, now: time.Now}, rounds: 8},
+			contender{name: "dlock", c: &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock."), Unit: time.Second}), key: key, opts: []dlock.Option{dlock.WithTTL(5 * time.Second)}}, rounds: 8},
 		)
 	}
-	cs = append(cs, contender{"php001", &php001{rdb: newRDB(t), key: lk, expire: 1, now: time.Now}, 1})
+	cs = append(cs, contender{name: "php001", c: &php001{rdb: newRDB(t), key: lk, expire: 1, now: time.Now}, rounds: 1})
 	o := contend(ctxT(t, 40*time.Second), t, cs, 200*time.Microsecond)
 	t.Logf("SUMMARY interop seconds: %d critical sections (%s), %d overlaps", o.entries.Load(), o.summary(), o.overlaps.Load())
 	if o.overlaps.Load() != 0 {

@@ -262,6 +262,7 @@ type overlap struct {
 	inside   atomic.Int32
 	overlaps atomic.Int32
 	entries  atomic.Int32
+	phase    atomic.Int32 // when set, counts are per name and phase
 	mu       sync.Mutex
 	by       map[string]int
 }
@@ -274,6 +275,9 @@ func (o *overlap) enter(name string) {
 	o.mu.Lock()
 	if o.by == nil {
 		o.by = map[string]int{}
+	}
+	if p := o.phase.Load(); p != 0 {
+		name += "@phase" + strconv.Itoa(int(p))
 	}
 	o.by[name]++
 	o.mu.Unlock()
