@@ -235,3 +235,102 @@ func TestWrongTypeTouchesNothing(t *testing.T) {
 		t.Fatalf("companion created for a conflicting key")
 	}
 }
+
+// TestExpireSafetyNet: with Format.Expire the key gets a real expiry one unit
+// after its stamp, so a holder that never unlocks leaves nothing behind.
+func TestExpireSafetyNet(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	rdb := newRDB(t)
+	key := dlocktest.Key(t)
+	c := newLegacy(t, legacy.Format{Expire: true})
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(80*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rdb.PTTL(ctx, key).Val(); p <= 0 || p > 82*time.Millisecond {
+		t.Fatalf("PTTL %v, want in (0, 82ms]", p)
+	}
+	<-l.Done() // the holder "crashes": no Unlock
+	for rdb.Exists(ctx, key).Val() == 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("key still there")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestRenewInSecondsKeepsPace: renewing a seconds lease more often than once a
+// second does not push its stamp ahead of now+ttl (Extend never moves a stamp
+// back, but does not add a unit either when it would write the same one).
+func TestRenewInSecondsKeepsPace(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	rdb := newRDB(t)
+	key := dlocktest.Key(t)
+	c := newLegacy(t, legacy.Format{Unit: time.Second})
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := l.Extend(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := rdb.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := time.Now().Add(time.Second).Unix() + 1; s > max {
+		t.Fatalf("stamp %d after 10 quick renewals, want at most %d", s, max)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzForeignValue: whatever string the lock key holds, an attempt either
+// treats it as a stamp in the unit (taking it over or waiting) or reports
+// dlock.ErrConflict and leaves it as it was; it never fails otherwise.
+func FuzzForeignValue(f *testing.F) {
+	for _, s := range []string{"", "0", "1", "-5", "+5", "1.5", " 1700000000000", "1700000000000", "1700000000",
+		"99999999999999999999", "999999999999999", "1e12", "0x10", "abc", "١٧٠٠٠٠٠٠٠٠٠٠٠", "170000000000\x00"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, v string, seconds bool) {
+		rdb := newRDB(t)
+		ctx := ctxT(t, 10*time.Second)
+		key := dlocktest.Key(t)
+		if err := rdb.Set(ctx, key, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Del(context.Background(), key)
+		f := legacy.Format{}
+		if seconds {
+			f.Unit = time.Second
+		}
+		l, err := newLegacy(t, f).TryLock(ctx, key)
+		switch {
+		case err == nil:
+			_ = l.Unlock(ctx)
+		case errors.Is(err, dlock.ErrConflict):
+			if got := rdb.Get(ctx, key).Val(); got != v {
+				t.Fatalf("conflicting value %q changed to %q", v, got)
+			}
+		case errors.Is(err, dlock.ErrNotObtained):
+		default:
+			t.Fatalf("value %q: %v", v, err)
+		}
+		n, perr := strconv.ParseUint(v, 10, 64)
+		valid := perr == nil && len(v) <= 15 && v[0] != '+'
+		if seconds {
+			valid = valid && n < 100_000_000_000
+		} else {
+			valid = valid && n >= 100_000_000_000
+		}
+		if valid == errors.Is(err, dlock.ErrConflict) {
+			t.Fatalf("value %q (valid stamp %v): %v", v, valid, err)
+		}
+	})
+}

@@ -77,8 +77,9 @@ local function owned(now)
   return s
 end
 
--- write stores stamp s in the legacy key, with a real expiry as a safety net when
--- px is not '' (ms after which every reader takes the stamp as run out).
+-- write stores stamp s in the legacy key. When expire is '1' the key also gets a
+-- real expiry as a safety net, one unit after the stamp runs out, when every
+-- recipe reads the stamp as run out.
 local function write(s, now, expire)
   if expire == '1' then
     redis.call('SET', KEYS[1], fmt(s), 'PX', fmt((s + 1) * unit - now))
