@@ -65,7 +65,6 @@ package legacy
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -73,6 +72,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -359,26 +359,5 @@ func heldReply(key string, held bool, err error) error {
 	return nil
 }
 
-// unavailable are server replies that mean "not now" rather than "no".
-var unavailable = []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY ", "NOREPLICAS"}
-
 // mapErr turns a go-redis error into one matching the dlock sentinels.
-func mapErr(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
-	}
-	msg := rerr.Error()
-	if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "DLOCKCONFLICT") {
-		return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
-	}
-	for _, p := range unavailable {
-		if strings.HasPrefix(msg, p) {
-			return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
-		}
-	}
-	return fmt.Errorf("legacy: %w", err)
-}
+func mapErr(err error) error { return redisscript.MapErr("legacy", err) }
