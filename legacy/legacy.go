@@ -48,7 +48,7 @@
 //
 // A stamp is held while it is above the current time in its unit: with stamp S
 // and unit u, the lock is free from the instant S×u on. That is the strictest
-// reading among the recipes (seed Java code frees it one unit later, never
+// reading among the recipes (the Java recipes free it one unit later, never
 // earlier). dlock writes floor((now+ttl)/u)+1, the recipes' "+1", so every
 // recipe sees the lock held for at least the lease's TTL. With seconds, the lock
 // is held up to one second longer than the TTL; the lease's local deadline stays
