@@ -12,7 +12,7 @@ if cur then
   if not old then
     return conflict(cur)
   end
-  if old > math.floor(now / unit) then
+  if live(old, now) then
     local foreign = 1
     if redis.call('HEXISTS', KEYS[2], 'o') == 1 and redis.call('HGET', KEYS[2], 'v') == cur then
       foreign = 0

@@ -46,14 +46,16 @@
 //
 // # Time
 //
-// A stamp is held while it is above the current time in its unit: with stamp S
-// and unit u, the lock is free from the instant S×u on. That is the strictest
-// reading among the recipes (the Java recipes free it one unit later, never
-// earlier). dlock writes floor((now+ttl)/u)+1, the recipes' "+1", so every
-// recipe sees the lock held for at least the lease's TTL. With seconds, the lock
-// is held up to one second longer than the TTL; the lease's local deadline stays
-// at TTL, so the holder gives up first. TTL and waiting use the stamp less its
-// extra unit.
+// A stamp holds the lock until the current time in its unit has passed it: with
+// stamp S and unit u, the lock is free from the instant (S+1)×u on. That is the
+// strictest reading among the recipes (the Java and C++ code; the PHP script
+// frees it one unit earlier), so dlock never takes over a lock that any of them
+// still counts as held. dlock writes floor((now+ttl)/u)+1, the recipes' "+1", so
+// every recipe sees the lock held for at least the lease's TTL. With seconds,
+// the lock is held up to two seconds longer than the TTL; the lease's local
+// deadline stays at the TTL, so the holder gives up first. Lease.TTL and the
+// time a waiter sleeps count to the stamp less its extra unit while that lies
+// ahead, then to the stamp's end.
 //
 // The clock is the local one by default (Format.Clock), as the old clients use;
 // every client's clock must agree with the others' to well within the TTL.

@@ -9,8 +9,8 @@
 -- ARGV[3] lowest and ARGV[4] highest stamp taken as a timestamp in this unit;
 --         anything else (another unit, not a number) is foreign data
 -- ARGV[5] owner
--- A lock is held while its stamp is above the current time in the unit
--- (stamp > floor(now / unit)); a stamp equal to the current time is free.
+-- A lock is held until the current time in the unit has passed its stamp
+-- (stamp >= floor(now / unit)), the strictest reading among the recipes.
 
 local unit = tonumber(ARGV[1])
 local lo, hi = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -40,17 +40,22 @@ local function stamp(v)
   return n
 end
 
+-- live reports whether stamp s still holds the lock at now (ms).
+local function live(s, now)
+  return s >= math.floor(now / unit)
+end
+
 local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- remaining returns the ms until stamp s runs out: until the expiry its writer
+-- remaining returns the ms left on live stamp s: until the expiry its writer
 -- meant (the stamp less the one unit the recipes add) while that lies ahead,
--- else until the stamp itself is reached.
+-- else until the stamp has passed.
 local function remaining(s, now)
   local r = (s - 1) * unit - now
   if r <= 0 then
-    r = s * unit - now
+    r = (s + 1) * unit - now
   end
   return r
 end
@@ -71,15 +76,14 @@ local function owned(now)
   if not cur or o ~= ARGV[5] or redis.call('HGET', KEYS[2], 'v') ~= cur then
     return false
   end
-  if s <= math.floor(now / unit) then
+  if not live(s, now) then
     return false
   end
   return s
 end
 
 -- write stores stamp s in the legacy key. When expire is '1' the key also gets a
--- real expiry as a safety net, one unit after the stamp runs out, when every
--- recipe reads the stamp as run out.
+-- real expiry as a safety net, once the stamp has passed.
 local function write(s, now, expire)
   if expire == '1' then
     redis.call('SET', KEYS[1], fmt(s), 'PX', fmt((s + 1) * unit - now))

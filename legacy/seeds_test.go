@@ -239,6 +239,10 @@ type dlockClient struct {
 	key   string
 	opts  []dlock.Option
 	lease *dlock.Lease
+	// lost counts Unlocks that found the lease's stamp replaced: an old client's
+	// losing GETSET (it read a run-out stamp just before this lease took the
+	// lock over) overwrites the stamp without taking the lock.
+	lost atomic.Int32
 }
 
 func (c *dlockClient) tryLock(ctx context.Context) (bool, error) {
@@ -253,6 +257,10 @@ func (c *dlockClient) tryLock(ctx context.Context) (bool, error) {
 func (c *dlockClient) unlock(ctx context.Context) error {
 	err := c.lease.Unlock(ctx)
 	c.lease = nil
+	if errors.Is(err, dlock.ErrNotHeld) {
+		c.lost.Add(1)
+		return nil
+	}
 	return err
 }
 
