@@ -102,9 +102,13 @@ func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uin
 	return token, nil
 }
 
-// Extend implements dlock.Driver: both halves. Losing either loses the lease.
+// Extend implements dlock.Driver: both halves, at the same time (a renewal has
+// to fit in what is left of the lease). Losing either loses the lease.
 func (b *BridgeDriver) Extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	return errors.Join(b.safe.Extend(ctx, key, owner, ttl), b.legacy.Extend(ctx, key, owner, ttl))
+	safe := make(chan error, 1)
+	go func() { safe <- b.safe.Extend(ctx, key, owner, ttl) }()
+	err := b.legacy.Extend(ctx, key, owner, ttl)
+	return errors.Join(<-safe, err)
 }
 
 // Release implements dlock.Driver: the legacy key, then the redislock key; each

@@ -470,7 +470,7 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 	var kept int
 	for r := 0; r < rounds; r++ {
 		key := dlocktest.Key(t)
-		l, err := newLegacy(t, f).TryLock(ctx, key, dlock.WithTTL(short))
+		l, err := newLegacy(t, f).TryLock(ctx, key, dlock.WithTTL(200*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -248,18 +248,17 @@ func (d *Driver) keys(key string) ([]string, error) {
 	return []string{k, c}, nil
 }
 
-// load loads the scripts on first use, so that the first stamp is not computed
-// before a connection has been dialled and a script sent twice (EVALSHA, then
-// EVAL): the stamp counts from the time it is computed, and that should be as
-// close as it can to the time the script runs.
+// load loads the acquire script on first use, so that the first stamp is not
+// computed before a script is sent twice (EVALSHA, then EVAL on NOSCRIPT): the
+// stamp counts from the time it is computed, and that should be as close as it
+// can to the time the script runs. The other scripts are loaded by their first
+// run.
 func (d *Driver) load(ctx context.Context) error {
 	if d.loaded.Load() {
 		return nil
 	}
-	for _, s := range []*redis.Script{acquireScript, extendScript, releaseScript, ttlScript} {
-		if err := s.Load(ctx, d.rdb).Err(); err != nil {
-			return mapErr(err)
-		}
+	if err := acquireScript.Load(ctx, d.rdb).Err(); err != nil {
+		return mapErr(err)
 	}
 	d.loaded.Store(true)
 	return nil

@@ -90,8 +90,7 @@ func TestConformance(t *testing.T) {
 		occupant string
 		skip     map[string]string
 	}{
-		{name: "millis", f: legacy.Format{Key: legacy.Prefix("lock.")}, occupant: "1700000000"},
-		{name: "millis-expire-serverclock", f: legacy.Format{Key: legacy.Suffix("_lock"), Expire: true, ServerClock: true}, occupant: "not a stamp"},
+		{name: "millis", f: legacy.Format{Key: legacy.Suffix("_lock")}, occupant: "1700000000"},
 		{
 			name: "seconds", f: legacy.Format{Key: legacy.Prefix("lock."), Unit: time.Second, Expire: true}, occupant: "1700000000000",
 			skip: map[string]string{
@@ -178,11 +177,13 @@ func TestStampFormat(t *testing.T) {
 	rdb := newRDB(t)
 	ctx := ctxT(t, 10*time.Second)
 	for _, tc := range []struct {
-		unit time.Duration
-		ttl  time.Duration
-	}{{time.Millisecond, 3 * time.Second}, {time.Second, 3 * time.Second}, {time.Second, 1500 * time.Millisecond}} {
+		unit        time.Duration
+		ttl         time.Duration
+		serverClock bool
+	}{{time.Millisecond, 3 * time.Second, false}, {time.Second, 3 * time.Second, false}, {time.Second, 1500 * time.Millisecond, false},
+		{time.Millisecond, 3 * time.Second, true}, {time.Second, 1500 * time.Millisecond, true}} {
 		key := dlocktest.Key(t)
-		c := newLegacy(t, legacy.Format{Key: legacy.Prefix("lock."), Unit: tc.unit})
+		c := newLegacy(t, legacy.Format{Key: legacy.Prefix("lock."), Unit: tc.unit, ServerClock: tc.serverClock})
 		before := time.Now()
 		l, err := c.TryLock(ctx, key, dlock.WithTTL(tc.ttl))
 		if err != nil {
