@@ -34,7 +34,7 @@
 //     resource that checks them rejects a stale dlock holder. Legacy clients do
 //     not draw tokens, so a resource fenced with them cannot tell a legacy holder
 //     from nobody: fencing protects against paused dlock holders only.
-//   - Format.Expire adds a real key expiry (PEXPIRE) as a safety net, so that a
+//   - Format.Expire adds a real key expiry (SET PX) as a safety net, so that a
 //     lock key left by a crashed process disappears even if no client ever looks
 //     at its stamp again.
 //
@@ -215,7 +215,7 @@ func (d *Driver) LockKey(key string) (string, error) {
 }
 
 // CompanionKey returns the hash where dlock keeps the owner, the last stamp it
-// wrote and the fencing counter of the legacy lock key lockKey. It lies in the
+// wrote, the fencing counter and the metadata of the legacy lock key lockKey. It lies in the
 // same Redis Cluster slot: "{lockKey}:dlock", or "{tag}:dlock:lockKey" when
 // lockKey has a hash tag of its own. A lock key with a '}' outside a hash tag
 // cannot share a slot this way and is dlock.ErrInvalid.
@@ -233,7 +233,8 @@ func CompanionKey(lockKey string) (string, error) {
 
 // ForeignHolds counts the acquisition attempts that found the lock held by a
 // client other than a dlock locker (an old client of the fleet). During a
-// migration it shows whether old clients are still taking the lock.
+// migration it shows that old clients are still taking the lock; it cannot show
+// that none are, since it only sees the ones an attempt runs into.
 func (d *Driver) ForeignHolds() uint64 { return d.foreign.Load() }
 
 func (d *Driver) keys(key string) ([]string, error) {
