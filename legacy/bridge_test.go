@@ -51,7 +51,7 @@ func TestBridgeExcludesBoth(t *testing.T) {
 	key := dlocktest.Key(t)
 	br := newBridge(t, f, dlock.WithTTL(10*time.Second))
 	safe := newSafe(t)
-	old := &java002{rdb: newRDB(t), key: "lock." + key, expire: 10 * time.Second, now: time.Now}
+	old := &springLock{rdb: newRDB(t), key: "lock." + key, expire: 10 * time.Second, now: time.Now}
 
 	l, err := br.TryLock(ctx, key)
 	if err != nil {
@@ -137,8 +137,8 @@ func TestMigration(t *testing.T) {
 	end := make(chan struct{})
 	for i := 0; i < 2; i++ {
 		old = append(old,
-			contender{name: "java000", c: &java000{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, rounds: 8},
-			contender{name: "java002", c: &java002{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, rounds: 8},
+			contender{name: "jedis", c: &jedisLock{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, rounds: 8},
+			contender{name: "spring", c: &springLock{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, rounds: 8},
 			contender{name: "legacy", c: &dlockClient{l: newLegacy(t, f), key: key, opts: opts}, rounds: 8},
 		)
 		bridges = append(bridges, contender{name: "bridge", c: &dlockClient{l: newBridge(t, f), key: key, opts: opts}, rounds: 8, until: end})
@@ -180,7 +180,7 @@ func TestMigration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := &java002{rdb: newRDB(t), key: "lock." + k, expire: expire, now: time.Now}
+		j := &springLock{rdb: newRDB(t), key: "lock." + k, expire: expire, now: time.Now}
 		if ok, err := j.tryLock(ctx); err != nil {
 			t.Fatal(err)
 		} else if ok {

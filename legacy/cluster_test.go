@@ -64,7 +64,7 @@ func TestCluster(t *testing.T) {
 			if _, err := mk(t).TryLock(ctx, key); err == nil {
 				t.Fatal("second TryLock succeeded")
 			}
-			old := &java002{key: "lock." + key, expire: time.Second, now: time.Now}
+			old := &springLock{key: "lock." + key, expire: time.Second, now: time.Now}
 			if n := rdb.Exists(ctx, old.key).Val(); n != 1 {
 				t.Fatalf("legacy key missing")
 			}

@@ -110,8 +110,8 @@ func TestInteropMillis(t *testing.T) {
 	var cs []contender
 	for i := 0; i < 2; i++ {
 		cs = append(cs,
-			contender{name: "java000", c: &java000{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, rounds: 10},
-			contender{name: "java002", c: &java002{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, rounds: 10},
+			contender{name: "jedis", c: &jedisLock{rdb: newRDB(t), key: lk, expired: expire, now: time.Now}, rounds: 10},
+			contender{name: "spring", c: &springLock{rdb: newRDB(t), key: lk, expire: expire, now: time.Now}, rounds: 10},
 			contender{name: "dlock", c: &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock.")}), key: key, opts: []dlock.Option{dlock.WithTTL(expire)}}, rounds: 10},
 		)
 	}
@@ -135,11 +135,11 @@ func TestInteropSeconds(t *testing.T) {
 	var cs []contender
 	for i := 0; i < 2; i++ {
 		cs = append(cs,
-			contender{name: "cpp003", c: &cpp003{rdb: newRDB(t), key: lk, timeout: 5, now: time.Now}, rounds: 8},
+			contender{name: "cpp", c: &cppLock{rdb: newRDB(t), key: lk, timeout: 5, now: time.Now}, rounds: 8},
 			contender{name: "dlock", c: &dlockClient{l: newLegacy(t, legacy.Format{Key: legacy.Prefix("lock."), Unit: time.Second}), key: key, opts: []dlock.Option{dlock.WithTTL(5 * time.Second)}}, rounds: 8},
 		)
 	}
-	cs = append(cs, contender{name: "php001", c: &php001{rdb: newRDB(t), key: lk, expire: 1, now: time.Now}, rounds: 1})
+	cs = append(cs, contender{name: "php", c: &phpLock{rdb: newRDB(t), key: lk, expire: 1, now: time.Now}, rounds: 1})
 	o := contend(ctxT(t, 40*time.Second), t, cs, 200*time.Microsecond)
 	// When the PHP stamp runs out, a C++ client may read it, dlock take the lock
 	// over, and the C++ client's GETSET then replace dlock's stamp (it loses,
@@ -170,7 +170,7 @@ func TestFaultSkewedClockTakesLiveLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := &java002{rdb: rdb, key: "lock." + key, expire: 10 * time.Second, now: skewed(skew)}
+		j := &springLock{rdb: rdb, key: "lock." + key, expire: 10 * time.Second, now: skewed(skew)}
 		if ok, err := j.tryLock(ctx); err != nil {
 			t.Fatal(err)
 		} else if ok {
@@ -252,11 +252,11 @@ func TestFaultGetSetRace(t *testing.T) {
 			var read sync.WaitGroup
 			read.Add(racers)
 			go_ := make(chan struct{})
-			cs := make([]*java002, racers)
+			cs := make([]*springLock, racers)
 			won := make([]bool, racers)
 			g, gctx := errgroup.WithContext(ctx)
 			for i := range cs {
-				cs[i] = &java002{rdb: conns[i], key: key, expire: mix.timeouts[i%len(mix.timeouts)], now: time.Now,
+				cs[i] = &springLock{rdb: conns[i], key: key, expire: mix.timeouts[i%len(mix.timeouts)], now: time.Now,
 					beforeGetSet: func() { read.Done(); <-go_ }}
 				g.Go(func() error {
 					ok, err := cs[i].tryLock(gctx)
@@ -310,10 +310,10 @@ func TestFaultGetSetRace(t *testing.T) {
 	read.Add(2)
 	turn := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	res := make([]chan bool, 2)
-	cs := make([]*java002, 2)
+	cs := make([]*springLock, 2)
 	for i, e := range []time.Duration{60 * time.Second, 10 * time.Second} {
 		res[i] = make(chan bool, 1)
-		cs[i] = &java002{rdb: conns[i], key: key, expire: e, now: time.Now, beforeGetSet: func() { read.Done(); <-turn[i] }}
+		cs[i] = &springLock{rdb: conns[i], key: key, expire: e, now: time.Now, beforeGetSet: func() { read.Done(); <-turn[i] }}
 		go func() {
 			ok, err := cs[i].tryLock(ctx)
 			res[i] <- ok && err == nil
@@ -343,7 +343,7 @@ func TestFaultGetSetRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lease *dlock.Lease
-	j := &java002{rdb: conns[0], key: key, expire: 10 * time.Second, now: time.Now, beforeGetSet: func() {
+	j := &springLock{rdb: conns[0], key: key, expire: 10 * time.Second, now: time.Now, beforeGetSet: func() {
 		var err error
 		lease, err = lockers[0].TryLock(ctx, key)
 		if err != nil {
@@ -442,9 +442,9 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 	var doubled int
 	for r := 0; r < rounds; r++ {
 		key := dlocktest.Key(t)
-		a := &java002{rdb: newRDB(t), key: key, expire: short, now: time.Now}
-		b := &java002{rdb: newRDB(t), key: key, expire: 10 * time.Second, now: time.Now}
-		c := &java000{rdb: newRDB(t), key: key, expired: 10 * time.Second, now: time.Now}
+		a := &springLock{rdb: newRDB(t), key: key, expire: short, now: time.Now}
+		b := &springLock{rdb: newRDB(t), key: key, expire: 10 * time.Second, now: time.Now}
+		c := &jedisLock{rdb: newRDB(t), key: key, expired: 10 * time.Second, now: time.Now}
 		if ok, err := a.tryLock(ctx); !ok || err != nil {
 			t.Fatalf("a: %v %v", ok, err)
 		}
@@ -475,7 +475,7 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-l.Done() // runs past its lease
-		b := &java002{rdb: newRDB(t), key: key, expire: 10 * time.Second, now: time.Now}
+		b := &springLock{rdb: newRDB(t), key: key, expire: 10 * time.Second, now: time.Now}
 		waitStampPast(ctx, t, func() (int64, error) { return rdb.Get(ctx, key).Int64() })
 		if ok, err := b.tryLock(ctx); !ok || err != nil {
 			t.Fatalf("b takeover: %v %v", ok, err)
@@ -487,7 +487,7 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 		if rdb.Get(ctx, key).Val() == before {
 			kept++
 		}
-		c := &java000{rdb: newRDB(t), key: key, expired: 10 * time.Second, now: time.Now}
+		c := &jedisLock{rdb: newRDB(t), key: key, expired: 10 * time.Second, now: time.Now}
 		if ok, _ := c.tryLock(ctx); ok {
 			t.Fatal("a third client got in beside the successor")
 		}
@@ -504,7 +504,7 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 func TestFaultPHPUnlockKeepsLock(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	key := dlocktest.Key(t)
-	p := &php001{rdb: newRDB(t), key: key, expire: 3, now: time.Now}
+	p := &phpLock{rdb: newRDB(t), key: key, expire: 3, now: time.Now}
 	if ok, err := p.tryLock(ctx); !ok || err != nil {
 		t.Fatalf("php lock: %v %v", ok, err)
 	}

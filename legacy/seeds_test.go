@@ -29,17 +29,17 @@ type clockFunc func() time.Time
 
 func skewed(d time.Duration) clockFunc { return func() time.Time { return time.Now().Add(d) } }
 
-// java000 is seed 000's acquireLock (Jedis): SETNX the stamp now+expired+1; if the
+// jedisLock is seed 000's acquireLock (Jedis): SETNX the stamp now+expired+1; if the
 // key exists, GET it and, when the stamp is below now, GETSET the same new stamp
 // and keep the lock when GETSET returned the stamp read. Unlock is a DEL.
-type java000 struct {
+type jedisLock struct {
 	rdb     *redis.Client
 	key     string
 	expired time.Duration
 	now     clockFunc
 }
 
-func (c *java000) tryLock(ctx context.Context) (bool, error) {
+func (c *jedisLock) tryLock(ctx context.Context) (bool, error) {
 	value := c.now().UnixMilli() + c.expired.Milliseconds() + 1
 	ok, err := c.rdb.SetNX(ctx, c.key, strconv.FormatInt(value, 10), 0).Result()
 	if err != nil || ok {
@@ -64,13 +64,13 @@ func (c *java000) tryLock(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-func (c *java000) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
+func (c *jedisLock) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
 
-// java002 is seed 002's RedisLock.lock (Spring RedisTemplate), one pass of its
+// springLock is seed 002's RedisLock.lock (Spring RedisTemplate), one pass of its
 // loop: SETNX expires (now+expireMsecs+1); else GET; when the value is not null and
 // below now, GETSET expires and keep the lock when the old value equals the one
 // read (as strings). unlock() is a DEL without any check.
-type java002 struct {
+type springLock struct {
 	rdb    *redis.Client
 	key    string
 	expire time.Duration
@@ -81,7 +81,7 @@ type java002 struct {
 	wrote        int64
 }
 
-func (c *java002) tryLock(ctx context.Context) (bool, error) {
+func (c *springLock) tryLock(ctx context.Context) (bool, error) {
 	expires := c.now().UnixMilli() + c.expire.Milliseconds() + 1
 	expiresStr := strconv.FormatInt(expires, 10)
 	ok, err := c.rdb.SetNX(ctx, c.key, expiresStr, 0).Result()
@@ -110,14 +110,14 @@ func (c *java002) tryLock(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-func (c *java002) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
+func (c *springLock) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
 
-// php001Acquire behaves as seed 001's lock script (Predis, EVAL): SETNX the stamp
+// phpAcquire behaves as seed 001's lock script (Predis, EVAL): SETNX the stamp
 // then EXPIRE lock_expire+1 (0); a vanished key is 1; a stamp above now is 2;
 // else GETSET the stamp plus lock_expire+1 and EXPIRE it when GETSET returned the
 // stamp read (0), otherwise 3. Stamps are in seconds.
 // KEYS[1] lock key  ARGV[1] time()+LOCK_EXPIRE+1  ARGV[2] LOCK_EXPIRE  ARGV[3] time()
-var php001Acquire = redis.NewScript(`
+var phpAcquire = redis.NewScript(`
 local stamp = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local now = tonumber(ARGV[3])
@@ -141,10 +141,10 @@ end
 return 3
 `)
 
-// php001Release behaves as seed 001's unlock script: GET the stamp and DEL the key
+// phpRelease behaves as seed 001's unlock script: GET the stamp and DEL the key
 // only when the stamp is at or below now. The condition is the wrong way round
 // (the text says "delete unless expired"), so a live lock is never released.
-var php001Release = redis.NewScript(`
+var phpRelease = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and tonumber(cur) <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
@@ -152,19 +152,19 @@ end
 return 0
 `)
 
-// php001 is seed 001's Lock class: lock() runs the script up to LOCK_RETRY_MAX
+// phpLock is seed 001's Lock class: lock() runs the script up to LOCK_RETRY_MAX
 // (3) times; PHP's sleep(0.3) sleeps zero seconds (sleep takes an int).
-type php001 struct {
+type phpLock struct {
 	rdb    *redis.Client
 	key    string
 	expire int64 // LOCK_EXPIRE, seconds
 	now    clockFunc
 }
 
-func (c *php001) tryLock(ctx context.Context) (bool, error) {
+func (c *phpLock) tryLock(ctx context.Context) (bool, error) {
 	for retry := 1; ; retry++ {
 		now := c.now().Unix()
-		res, err := php001Acquire.Run(ctx, c.rdb, []string{c.key}, now+c.expire+1, c.expire, now).Int64()
+		res, err := phpAcquire.Run(ctx, c.rdb, []string{c.key}, now+c.expire+1, c.expire, now).Int64()
 		if err != nil {
 			return false, err
 		}
@@ -177,28 +177,28 @@ func (c *php001) tryLock(ctx context.Context) (bool, error) {
 	}
 }
 
-func (c *php001) unlock(ctx context.Context) error {
-	return php001Release.Run(ctx, c.rdb, []string{c.key}, c.now().Unix()).Err()
+func (c *phpLock) unlock(ctx context.Context) error {
+	return phpRelease.Run(ctx, c.rdb, []string{c.key}, c.now().Unix()).Err()
 }
 
-// cpp003 is seed 003's lock() (C++): SETNX time(NULL)+lock_timeout in seconds; if
+// cppLock is seed 003's lock() (C++): SETNX time(NULL)+lock_timeout in seconds; if
 // the key exists, GET it and, when is_expire (the stamp is below time(NULL); the
 // article does not show the function), GETSET the new stamp and keep the lock when
 // the old one is expired too. It does not compare the old stamp with the one it
 // read. unlock() is a DEL.
-type cpp003 struct {
+type cppLock struct {
 	rdb     *redis.Client
 	key     string
 	timeout int64 // seconds
 	now     clockFunc
 }
 
-func (c *cpp003) isExpire(v string) bool {
+func (c *cppLock) isExpire(v string) bool {
 	n, err := strconv.ParseInt(v, 10, 64)
 	return err == nil && n < c.now().Unix()
 }
 
-func (c *cpp003) tryLock(ctx context.Context) (bool, error) {
+func (c *cppLock) tryLock(ctx context.Context) (bool, error) {
 	expire := strconv.FormatInt(c.now().Unix()+c.timeout, 10)
 	ok, err := c.rdb.SetNX(ctx, c.key, expire, 0).Result()
 	if err != nil || ok {
@@ -218,7 +218,7 @@ func (c *cpp003) tryLock(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-func (c *cpp003) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
+func (c *cppLock) unlock(ctx context.Context) error { return c.rdb.Del(ctx, c.key).Err() }
 
 // getset sends GETSET, as the old clients do (go-redis marks it deprecated in
 // favour of SET GET).
