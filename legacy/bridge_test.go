@@ -203,3 +203,44 @@ func runContenders(ctx context.Context, o *overlap, cs []contender, hold time.Du
 	}
 	return g.Wait()
 }
+
+// TestBridgeReleaseWakesRedislockWaiters: in phase 2, a redislock client
+// waiting on a Bridge's lease is woken by the Bridge's release (it publishes on
+// the redislock key's channel), not left to sleep out the lease's TTL.
+func TestBridgeReleaseWakesRedislockWaiters(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	rdb := newRDB(t)
+	key := dlocktest.Key(t)
+	br := newBridge(t, legacy.Format{}, dlock.WithTTL(10*time.Second))
+	l, err := br.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newSafe(t)
+	got := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Lock(ctx, key, dlock.WithWait(8*time.Second))
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The waiter marks the holding it waits on.
+	for !rdb.HExists(ctx, redislock.LockKey(key), "w").Val() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("waiter never marked the lock")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	start := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("waiter took the lock %v after the Bridge released it", el)
+	}
+}
