@@ -244,12 +244,12 @@ func TestExpireSafetyNet(t *testing.T) {
 	rdb := newRDB(t)
 	key := dlocktest.Key(t)
 	c := newLegacy(t, legacy.Format{Expire: true})
-	l, err := c.TryLock(ctx, key, dlock.WithTTL(80*time.Millisecond))
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := rdb.PTTL(ctx, key).Val(); p <= 0 || p > 82*time.Millisecond {
-		t.Fatalf("PTTL %v, want in (0, 82ms]", p)
+	if p := rdb.PTTL(ctx, key).Val(); p <= 0 || p > 302*time.Millisecond {
+		t.Fatalf("PTTL %v, want in (0, 302ms]", p)
 	}
 	<-l.Done() // the holder "crashes": no Unlock
 	for rdb.Exists(ctx, key).Val() == 1 {
