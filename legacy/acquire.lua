@@ -20,16 +20,11 @@ if cur then
     return {0, remaining(old, now), foreign}
   end
 end
--- The recipes' stamp: the time the lock runs out, plus one unit. Every stamp
--- dlock writes on a key is above the one it replaces and above every stamp dlock
--- wrote on it before, so a stamp names one holding.
+-- The recipes' stamp: the time the lock runs out, plus one unit. It is above the
+-- run-out stamp it replaces (kept so even for a clock far behind).
 local s = math.floor((now + tonumber(ARGV[6])) / unit) + 1
 if old and s <= old then
   s = old + 1
-end
-local last = tonumber(redis.call('HGET', KEYS[2], 'v') or '')
-if last and s <= last then
-  s = last + 1
 end
 -- Fencing token: max(last + 1, server time in microseconds), as the dlock mutex.
 local t = redis.call('TIME')

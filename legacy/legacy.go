@@ -20,15 +20,19 @@
 //     cannot interleave, a losing attempt writes nothing, and Unlock and Extend act
 //     only while the key still holds the stamp this lease wrote and that stamp has
 //     not run out (the recipes' DEL deletes whatever is there).
-//   - The stamp carries no owner, so dlock keeps the owner, the last stamp it wrote
+//   - The stamp carries no owner, so dlock keeps the owner, the stamp it wrote
 //     and the fencing counter in a companion hash in the same Redis Cluster slot
 //     (CompanionKey). A lease owns the lock while the companion names its owner
-//     and the key holds exactly the stamp it wrote. Every stamp dlock writes on a
-//     key is above the stamp it replaces and above every stamp dlock wrote there
-//     before, so among dlock lockers a stamp names one holding. A legacy client can
-//     write a stamp equal to a live dlock stamp only after the key was deleted
-//     under it (the recipes' unchecked DEL) or with a skewed clock, that is only
-//     once exclusion is already broken.
+//     and the key holds exactly the stamp it wrote, not yet run out: the owner
+//     tells dlock holdings apart, the stamp tells them from an old client's
+//     takeover, which always writes a stamp above the run-out one it replaces.
+//     An old client can write a stamp equal to a live dlock stamp only after the
+//     key was deleted under it (the recipes' unchecked DEL) or with a skewed
+//     clock, that is once exclusion is already broken, or as the loser of a
+//     GETSET race in the same millisecond with the same timeout, and then nobody
+//     else holds the lock and the stamp is the one the lease asked for. Stamps
+//     therefore carry nothing to make them unique; random extra units would only
+//     make locks last longer.
 //   - Fencing tokens come from the companion hash (max(last+1, server time in
 //     µs), as in redislock). They order the holdings of dlock lockers, so a
 //     resource that checks them rejects a stale dlock holder. Legacy clients do
@@ -214,8 +218,8 @@ func (d *Driver) LockKey(key string) (string, error) {
 	return k, nil
 }
 
-// CompanionKey returns the hash where dlock keeps the owner, the last stamp it
-// wrote, the fencing counter and the metadata of the legacy lock key lockKey. It lies in the
+// CompanionKey returns the hash where dlock keeps the owner, the stamp it wrote,
+// the fencing counter and the metadata of the legacy lock key lockKey. It lies in the
 // same Redis Cluster slot: "{lockKey}:dlock", or "{tag}:dlock:lockKey" when
 // lockKey has a hash tag of its own. A lock key with a '}' outside a hash tag
 // cannot share a slot this way and is dlock.ErrInvalid.

@@ -335,3 +335,36 @@ func FuzzForeignValue(f *testing.F) {
 		}
 	})
 }
+
+// TestStampFollowsEachLease: a short lease after a long one on the same key gets
+// a stamp for its own TTL, not one above the earlier lease's.
+func TestStampFollowsEachLease(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	rdb := newRDB(t)
+	key := dlocktest.Key(t)
+	c := newLegacy(t, legacy.Format{})
+	long, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.TryLock(ctx, key, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rdb.Get(ctx, key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := time.Now().Add(time.Second).UnixMilli() + 1; s > max {
+		t.Fatalf("stamp %v after a 1s TryLock, want at most %v", time.UnixMilli(s), time.UnixMilli(max))
+	}
+	if ttl, err := short.TTL(ctx); err != nil || ttl > time.Second {
+		t.Fatalf("TTL %v %v", ttl, err)
+	}
+	if err := short.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

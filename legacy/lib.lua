@@ -2,7 +2,7 @@
 -- The lock is the fleet's own string key holding an expiry timestamp, as the
 -- SETNX/GETSET recipes write it; dlock keeps its own bookkeeping beside it.
 -- KEYS[1] legacy lock key: a decimal timestamp in the fleet's unit
--- KEYS[2] companion hash in the same slot: o owner, v last stamp dlock wrote,
+-- KEYS[2] companion hash in the same slot: o owner, v the stamp the owner wrote,
 --         t last fencing token, m metadata
 -- ARGV[1] unit in ms (1 or 1000)
 -- ARGV[2] now in ms from the caller's clock, or '' to use the server clock
