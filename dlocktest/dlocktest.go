@@ -37,6 +37,11 @@ type Backend struct {
 	// intact. It is used to check that foreign data is reported with
 	// dlock.ErrConflict and never touched.
 	Occupy func(t testing.TB, key string) (intact func() bool)
+
+	// Skip names subtests that cannot apply to the backend, each with the reason
+	// it gives when skipped (for example a storage format that cannot express
+	// what the subtest checks).
+	Skip map[string]string
 }
 
 // Run runs the whole suite as subtests of t.
@@ -66,7 +71,12 @@ func Run(t *testing.T, b Backend) {
 		{"ForeignDataIsConflict", testConflict},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })
+		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := b.Skip[tc.name]; ok {
+				t.Skip(why)
+			}
+			tc.fn(t, b)
+		})
 	}
 }
 

@@ -44,10 +44,8 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -204,27 +202,5 @@ func (d *Driver) TTL(ctx context.Context, key, owner string) (time.Duration, err
 	return time.Duration(n) * time.Millisecond, nil
 }
 
-// unavailablePrefixes are server replies that mean "not now" rather than "no".
-var unavailablePrefixes = []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY ", "NOREPLICAS"}
-
 // mapErr turns a go-redis error into one matching the dlock sentinels.
-func mapErr(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		msg := rerr.Error()
-		switch {
-		case strings.Contains(msg, "WRONGTYPE"), strings.Contains(msg, "DLOCKCONFLICT"):
-			return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
-		}
-		for _, p := range unavailablePrefixes {
-			if strings.HasPrefix(msg, p) {
-				return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
-			}
-		}
-		return fmt.Errorf("redislock: %w", err)
-	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
-}
+func mapErr(err error) error { return redisscript.MapErr("redislock", err) }

@@ -1,0 +1,45 @@
+-- Take the legacy lock if it is free or its stamp has run out, in one step
+-- (the SETNX, GET and GETSET of the recipes, made atomic).
+-- ARGV[6] ttl ms   ARGV[7] '1' to set the real expiry   ARGV[8] fence retention ms
+-- ARGV[9] metadata ('' = none)
+-- Returns {1, token, stamp} when taken, {0, remaining ms, foreign} when held, where
+-- foreign is 1 when the holder is not a dlock locker.
+local now = now_ms()
+local cur = redis.call('GET', KEYS[1])
+local old = nil
+if cur then
+  old = stamp(cur)
+  if not old then
+    return conflict(cur)
+  end
+  if live(old, now) then
+    local foreign = 1
+    if redis.call('HEXISTS', KEYS[2], 'o') == 1 and redis.call('HGET', KEYS[2], 'v') == cur then
+      foreign = 0
+    end
+    return {0, remaining(old, now), foreign}
+  end
+end
+-- The recipes' stamp: the time the lock runs out, plus one unit. It is above the
+-- run-out stamp it replaces (kept so even for a clock far behind).
+local s = math.floor((now + tonumber(ARGV[6])) / unit) + 1
+if old and s <= old then
+  s = old + 1
+end
+-- Fencing token: max(last + 1, server time in microseconds), as the dlock mutex.
+local t = redis.call('TIME')
+local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local lt = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
+if lt and lt >= token then
+  token = lt + 1
+end
+write(s, now, ARGV[7])
+redis.call('HDEL', KEYS[2], 'm')
+local fields = {'o', ARGV[5], 'v', fmt(s), 't', fmt(token)}
+if ARGV[9] ~= '' then
+  fields[#fields + 1] = 'm'
+  fields[#fields + 1] = ARGV[9]
+end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
+return {1, token, fmt(s)}
