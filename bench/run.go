@@ -154,7 +154,25 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			tableC(out, sc.name, sc.n, ms)
 		}
 	}
+	ts := checkTargets(all)
+	tableTargets(out, ts)
+	for _, t := range ts {
+		e.emitTarget(t)
+	}
 	return all, nil
+}
+
+func (e *env) emitTarget(t target) {
+	v := any(t.value)
+	if math.IsNaN(t.value) {
+		v = nil
+	}
+	b, err := json.Marshal(map[string]any{"kind": "target", "target": t.name, "value": v, "want": t.bound, "met": t.met})
+	if err != nil {
+		fmt.Fprintln(e.logw, "bench: json:", err)
+		return
+	}
+	fmt.Fprintf(e.jw, "%s\n", b)
 }
 
 // runner measures one variant once with parameter n.
