@@ -102,6 +102,24 @@ func serverCalls(ctx context.Context, admin *redis.Client) (int64, error) {
 	return total, nil
 }
 
+// serverCPU returns the CPU time (user and system) the server has used, from
+// INFO cpu.
+func serverCPU(ctx context.Context, admin *redis.Client) (time.Duration, error) {
+	s, err := admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(s, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			x, _ := strconv.ParseFloat(v, 64)
+			total += x
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // conns describes the connections of one client as the server sees them.
 type conns struct {
 	total int // every connection

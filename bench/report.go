@@ -78,6 +78,8 @@ func tableA(out io.Writer, g int, ms []measurement) {
 		{"× raw", "lat_p99_us_vs_raw", "%.2f"},
 		{"cmds/cycle client", "cmds_per_cycle_client", "%.2f"},
 		{"server", "cmds_per_cycle_server", "%.2f"},
+		{"CPU µs/cycle client", "client_cpu_us_per_cycle", "%.1f"},
+		{"server", "server_cpu_us_per_cycle", "%.1f"},
 		{"errors", "errors", "%.0f"},
 	})
 }

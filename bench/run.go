@@ -374,6 +374,9 @@ How to read the tables:
   own GET and SET. cmds server: the server's INFO commandstats delta, which also
   counts every command a Lua script runs, minus the critical section's GET and
   SET and the bench's own bookkeeping (INFO, CLIENT, PUBSUB, HELLO, ...).
+- a: CPU µs/cycle is the CPU time (user and system) per lock cycle of the bench
+  process (client, whose only work then is the measured lock) and of the
+  redis-server process (INFO cpu).
 - b: a handoff is a critical section run by a different goroutine than the one
   before it; handoff % is handoffs per critical section. Waits are from calling
   lock to holding it; an acquire not done within -wait counts as timed out (waits
