@@ -206,4 +206,9 @@ func TestCheckTargets(t *testing.T) {
 	if tg, ok := byName["b G=64: dlock/fair Jain index"]; ok {
 		t.Errorf("target for a G not measured: %+v", tg)
 	}
+	for _, tg := range checkTargets(ms[:6]) { // scenario a only
+		if strings.HasPrefix(tg.name, "lost") || strings.HasPrefix(tg.name, "overlapping") {
+			t.Errorf("target without a counter measured: %+v", tg)
+		}
+	}
 }
