@@ -324,8 +324,8 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	probe.Close()
 	host, _ := os.Hostname()
 	fmt.Fprintf(out, "## Run\n\n")
-	fmt.Fprintf(out, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
+	fmt.Fprintf(out, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
 	fmt.Fprintf(out, "- go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
 	fmt.Fprintf(out, "- client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
 	fmt.Fprintf(out, "- settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
@@ -336,7 +336,7 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprint(out, readingNotes)
 	b, _ := json.Marshal(map[string]any{
-		"kind": "env", "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
+		"kind": "env", "cpu": cpuModel(), "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
 		"redis": version, "pool_size": poolSize, "reps": e.cfg.reps, "quick": e.cfg.quick,
 		"a_dur_s": e.cfg.aDur.Seconds(), "b_dur_s": e.cfg.bDur.Seconds(), "wait_s": e.cfg.wait.Seconds(),
 	})
@@ -348,6 +348,20 @@ func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 			return v
+		}
+	}
+	return "?"
+}
+
+// cpuModel returns the first model name in /proc/cpuinfo, or "?".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
 		}
 	}
 	return "?"
