@@ -51,8 +51,10 @@ type Lease struct {
 	bootAt   time.Duration                // boot clock at that start
 	bootOK   bool
 	timer    *time.Timer
-	wdStop   context.CancelFunc // stops the watchdog; nil without one
-	wdDone   chan struct{}      // closed when the watchdog has returned
+	wdTimer  *time.Timer        // starts the watchdog at the first renewal; nil without one
+	wdEnded  bool               // stopTimers ran: a watchdog not yet running must not start
+	wdStop   context.CancelFunc // stops a running watchdog; nil until it runs
+	wdDone   chan struct{}      // closed when the watchdog has returned or will never run
 }
 
 func newLease(d Driver, key, owner string, token uint64, start time.Time, cfg *config) *Lease {
@@ -106,29 +108,51 @@ func (l *Lease) expireIfPast() {
 	}
 }
 
-// start arms the deadline timer and the watchdog.
+// start arms the deadline timer and the watchdog. The watchdog's goroutine is
+// the timer's, started when the first renewal is due: a lease unlocked before
+// that costs no goroutine.
 func (l *Lease) start(*config) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
 	if l.renewEvery > 0 {
-		var wctx context.Context
-		wctx, l.wdStop = context.WithCancel(l.ctx)
 		l.wdDone = make(chan struct{})
-		go l.watchdog(wctx)
+		l.wdTimer = time.AfterFunc(l.renewEvery, l.runWatchdog)
 	}
 }
 
-// stopTimers stops the timer and watchdog of a lease that is being discarded.
+// runWatchdog runs the watchdog from its timer, unless the lease has ended or is
+// being discarded.
+func (l *Lease) runWatchdog() {
+	defer close(l.wdDone)
+	l.mu.Lock()
+	if l.wdEnded || l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	l.wdStop = cancel
+	l.mu.Unlock()
+	defer cancel()
+	l.watchdog(ctx)
+}
+
+// stopTimers stops the timer and watchdog of a lease that is being discarded,
+// waiting for a running watchdog to return.
 func (l *Lease) stopTimers() {
 	l.mu.Lock()
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	stop, done := l.wdStop, l.wdDone
+	l.wdEnded = true
+	wt, stop, done := l.wdTimer, l.wdStop, l.wdDone
 	l.mu.Unlock()
-	if stop != nil {
-		stop()
+	if wt != nil && !wt.Stop() {
+		// The watchdog has started: it either runs (stop is set) or returns at
+		// once, having seen wdEnded.
+		if stop != nil {
+			stop()
+		}
 		<-done
 	}
 	l.cancel(ErrReleased)
@@ -373,18 +397,18 @@ func (l *Lease) onDeadline() {
 	_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost))
 }
 
-// watchdog renews the lease every renewEvery until ctx ends, the lease is lost, or
-// the MaxHold cap is reached. A failed renewal is retried within the remaining
-// validity; each round trip is bounded by the local deadline.
+// watchdog renews the lease at once and then every renewEvery until ctx ends, the
+// lease is lost, or the MaxHold cap is reached. A failed renewal is retried within
+// the remaining validity; each round trip is bounded by the local deadline.
 func (l *Lease) watchdog(ctx context.Context) {
-	defer close(l.wdDone)
-	t := time.NewTimer(l.renewEvery)
-	defer t.Stop()
+	var t *time.Timer
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if t != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		ttl := l.ttl
 		if l.maxHold > 0 {
@@ -398,7 +422,12 @@ func (l *Lease) watchdog(ctx context.Context) {
 		if stop {
 			return
 		}
-		t.Reset(next)
+		if t == nil {
+			t = time.NewTimer(next)
+			defer t.Stop()
+		} else {
+			t.Reset(next)
+		}
 	}
 }
 

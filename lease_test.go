@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,5 +118,57 @@ func TestRenewalSettingsRejected(t *testing.T) {
 	defer l.Unlock(ctx)
 	if err := l.Extend(ctx, dlock.MinTTL); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("Extend with a ttl inside the drift margin = %v, want ErrInvalid", err)
+	}
+}
+
+// TestWatchdogStartsAtFirstRenewal checks that a renewed lease costs no goroutine
+// until its first renewal is due, and that Unlock stops a watchdog that runs.
+func TestWatchdogStartsAtFirstRenewal(t *testing.T) {
+	c := newRedisLocker(t)
+	ctx := context.Background()
+	const n = 200
+	before := runtime.NumGoroutine()
+	leases := make([]*dlock.Lease, 0, n)
+	for i := range n {
+		l, err := c.TryLock(ctx, dlocktest.Key(t)+"."+strconv.Itoa(i)) // default TTL: renewed
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if g := runtime.NumGoroutine() - before; g >= n/2 {
+		t.Errorf("%d renewed leases before their first renewal run %d more goroutines", n, g)
+	}
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A watchdog that has started renews, and Unlock stops it and releases.
+	const ttl = 150 * time.Millisecond
+	key := dlocktest.Key(t)
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithRenewEvery(ttl/5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("renewed lease lost: %v", l.Err())
+	case <-time.After(3 * ttl):
+	}
+	left, err := l.TTL(ctx)
+	if err != nil || left <= ttl/2 {
+		t.Fatalf("TTL after three TTLs of renewal = %v, %v; want more than %v", left, err, ttl/2)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a running watchdog: %v", err)
+	}
+	l2, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after Unlock: %v", err)
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

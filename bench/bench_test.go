@@ -92,7 +92,7 @@ func TestQuickRun(t *testing.T) {
 	if n <= len(ms) {
 		t.Errorf("%d JSON lines for %d measurements", n, len(ms))
 	}
-	for _, want := range []string{"### a.", "### b.", "### c1.", "### c2.", "× redsync default"} {
+	for _, want := range []string{"### a.", "### b.", "### c1.", "### c2.", "× redsync default", "### Targets", "lost updates, every run"} {
 		if !strings.Contains(tables.String(), want) {
 			t.Errorf("tables lack %q", want)
 		}
@@ -165,6 +165,50 @@ func TestFlat(t *testing.T) {
 	} {
 		if got := flat(tc.xs); got != tc.want {
 			t.Errorf("flat(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
+
+func TestCheckTargets(t *testing.T) {
+	run := func(scenario, variant string, n, rep int, m metrics) measurement {
+		return measurement{Scenario: scenario, Kind: "run", Variant: variant, N: n, Rep: rep, M: m}
+	}
+	ms := []measurement{
+		run("a", "raw", 1, 1, metrics{"cycles_per_s": 1000}),
+		run("a", "dlock", 1, 1, metrics{"cycles_per_s": 960}),
+		run("a", "raw", 1, 2, metrics{"cycles_per_s": 2000}),
+		run("a", "dlock", 1, 2, metrics{"cycles_per_s": 1800}),
+		run("a", "raw", 1, 3, metrics{"cycles_per_s": 500}),
+		run("a", "dlock", 1, 3, metrics{"cycles_per_s": 490}),
+		run("b", "dlock/fair", 16, 1, metrics{"handoffs_per_s": 2000, "timeouts": 0, "lost": 0, "overlaps": 0}),
+		run("b", "dlock/fair", 16, 2, metrics{"handoffs_per_s": 2000, "timeouts": 1, "lost": 0, "overlaps": 0}),
+		run("b", "redsync", 16, 1, metrics{"handoffs_per_s": 50, "lost": 0}),
+		run("b", "redsync", 16, 2, metrics{"handoffs_per_s": 200, "lost": 3}),
+	}
+	byName := map[string]target{}
+	for _, tg := range checkTargets(ms) {
+		byName[tg.name] = tg
+	}
+	// Per-repetition ratios 0.96, 0.90, 0.98: median 0.96.
+	if tg := byName["a G=1: dlock cycles/s × raw"]; tg.value != 0.96 || !tg.met {
+		t.Errorf("a target = %+v, want 0.96, met", tg)
+	}
+	// Ratios 40 and 10: median 25.
+	if tg := byName["b G=16: dlock/fair handoffs/s × redsync default"]; tg.value != 25 || !tg.met {
+		t.Errorf("redsync target = %+v, want 25, met", tg)
+	}
+	if tg := byName["b G=16: dlock/fair timed-out acquires (worst run)"]; tg.value != 1 || tg.met {
+		t.Errorf("timeouts target = %+v, want 1, not met", tg)
+	}
+	if tg := byName["lost updates, every run of every variant"]; tg.value != 3 || tg.met {
+		t.Errorf("lost target = %+v, want 3, not met", tg)
+	}
+	if tg, ok := byName["b G=64: dlock/fair Jain index"]; ok {
+		t.Errorf("target for a G not measured: %+v", tg)
+	}
+	for _, tg := range checkTargets(ms[:6]) { // scenario a only
+		if strings.HasPrefix(tg.name, "lost") || strings.HasPrefix(tg.name, "overlapping") {
+			t.Errorf("target without a counter measured: %+v", tg)
 		}
 	}
 }

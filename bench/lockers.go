@@ -58,6 +58,9 @@ var variants = []variant{
 		open: func(rdb *redis.Client) (locker, error) {
 			return openDlock(redislock.New(rdb, dlock.WithTTL(peerTTL)))
 		}},
+	{name: "dlock/fair", lib: "dlock", in: inA | inB | inC,
+		desc: "redislock.NewFair(rdb), all defaults: FIFO queue in Redis, the release hands the lock to the head",
+		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.NewFair(rdb)) }},
 	{name: "redsync", lib: "redsync", peer: true, in: inA | inB | inC,
 		desc: "redsync v4 goredis/v9 pool, defaults (8s expiry, retry delay rand 50-250ms); tries unbounded so only the wait ends it",
 		open: func(rdb *redis.Client) (locker, error) { return newRedsync(rdb), nil }},

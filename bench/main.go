@@ -18,9 +18,14 @@
 //	c2  many keys with one waiter each: subscription connections, memory and
 //	    commands per hand-over
 //
+// A last table checks the targets: uncontended cycles/s against raw, the fair
+// lock's hand-overs, fairness and waits against the peers, lock commands per
+// critical section, subscription connections, lost updates and overlaps.
+//
 // The redis-server executable is found in PATH, or named by $DLOCK_REDIS_SERVER.
-// The tables go to standard output, with one JSON object per measurement on a line
-// of its own (or in the -json file); progress goes to standard error.
+// The tables go to standard output, with one JSON object per measurement and per
+// target on a line of its own (or in the -json file); progress goes to standard
+// error.
 package main
 
 import (
@@ -62,7 +67,7 @@ func defaultConfig() config {
 		bDur:      4 * time.Second,
 		wait:      2 * time.Second,
 		aG:        []int{1, 8},
-		bG:        []int{4, 16, 64},
+		bG:        []int{2, 4, 16, 64},
 		cWaiters:  1000,
 		cKeys:     10000,
 		cPollCap:  1000,
@@ -123,7 +128,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
 	wait := fs.Duration("wait", cfg.wait, "longest wait of one acquire in scenario b; longer waits count as timed out")
 	aG := fs.String("a-g", "1,8", "goroutine counts of scenario a")
-	bG := fs.String("b-g", "4,16,64", "goroutine counts of scenario b")
+	bG := fs.String("b-g", "2,4,16,64", "goroutine counts of scenario b")
 	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
 	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")

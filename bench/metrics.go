@@ -102,6 +102,30 @@ func serverCalls(ctx context.Context, admin *redis.Client) (int64, error) {
 	return total, nil
 }
 
+// serverCPU returns the CPU time (user and system) the server has used, from
+// INFO cpu.
+func serverCPU(ctx context.Context, admin *redis.Client) (time.Duration, error) {
+	secs, err := infoSum(ctx, admin, "cpu", "used_cpu_user", "used_cpu_sys")
+	return time.Duration(secs * float64(time.Second)), err
+}
+
+// infoSum returns the sum of the named numeric fields of an INFO section.
+func infoSum(ctx context.Context, admin *redis.Client, section string, names ...string) (float64, error) {
+	s, err := admin.Info(ctx, section).Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(s, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && slices.Contains(names, name) {
+			x, _ := strconv.ParseFloat(v, 64)
+			total += x
+		}
+	}
+	return total, nil
+}
+
 // conns describes the connections of one client as the server sees them.
 type conns struct {
 	total int // every connection
@@ -143,19 +167,8 @@ func clientConns(ctx context.Context, admin *redis.Client, name string) (conns, 
 // channels returns the number of pub/sub channels, shard channels and patterns
 // with at least one subscriber, from INFO stats.
 func channels(ctx context.Context, admin *redis.Client) (int64, error) {
-	s, err := admin.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, line := range strings.Split(s, "\n") {
-		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if ok && (name == "pubsub_channels" || name == "pubsubshard_channels" || name == "pubsub_patterns") {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			total += n
-		}
-	}
-	return total, nil
+	n, err := infoSum(ctx, admin, "stats", "pubsub_channels", "pubsubshard_channels", "pubsub_patterns")
+	return int64(n), err
 }
 
 // liveBytes returns the heap and stack memory in use after a garbage collection.

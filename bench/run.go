@@ -154,7 +154,25 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			tableC(out, sc.name, sc.n, ms)
 		}
 	}
+	ts := checkTargets(all)
+	tableTargets(out, ts)
+	for _, t := range ts {
+		e.emitTarget(t)
+	}
 	return all, nil
+}
+
+func (e *env) emitTarget(t target) {
+	v := any(t.value)
+	if math.IsNaN(t.value) {
+		v = nil
+	}
+	b, err := json.Marshal(map[string]any{"kind": "target", "target": t.name, "value": v, "want": t.bound, "met": t.met})
+	if err != nil {
+		fmt.Fprintln(e.logw, "bench: json:", err)
+		return
+	}
+	fmt.Fprintf(e.jw, "%s\n", b)
 }
 
 // runner measures one variant once with parameter n.
@@ -306,8 +324,8 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	probe.Close()
 	host, _ := os.Hostname()
 	fmt.Fprintf(out, "## Run\n\n")
-	fmt.Fprintf(out, "- machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
+	fmt.Fprintf(out, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
 	fmt.Fprintf(out, "- go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
 	fmt.Fprintf(out, "- client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
 	fmt.Fprintf(out, "- settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
@@ -318,7 +336,7 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprint(out, readingNotes)
 	b, _ := json.Marshal(map[string]any{
-		"kind": "env", "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
+		"kind": "env", "cpu": cpuModel(), "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
 		"redis": version, "pool_size": poolSize, "reps": e.cfg.reps, "quick": e.cfg.quick,
 		"a_dur_s": e.cfg.aDur.Seconds(), "b_dur_s": e.cfg.bDur.Seconds(), "wait_s": e.cfg.wait.Seconds(),
 	})
@@ -330,6 +348,20 @@ func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 			return v
+		}
+	}
+	return "?"
+}
+
+// cpuModel returns the first model name in /proc/cpuinfo, or "?".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
 		}
 	}
 	return "?"
@@ -356,6 +388,9 @@ How to read the tables:
   own GET and SET. cmds server: the server's INFO commandstats delta, which also
   counts every command a Lua script runs, minus the critical section's GET and
   SET and the bench's own bookkeeping (INFO, CLIENT, PUBSUB, HELLO, ...).
+- a: CPU µs/cycle is the CPU time (user and system) per lock cycle of the bench
+  process (client, whose only work then is the measured lock) and of the
+  redis-server process (INFO cpu).
 - b: a handoff is a critical section run by a different goroutine than the one
   before it; handoff % is handoffs per critical section. Waits are from calling
   lock to holding it; an acquire not done within -wait counts as timed out (waits

@@ -94,6 +94,11 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	srvCPU0, err := serverCPU(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, cpuOK := processCPU()
 	lat := make([][]time.Duration, g)
 	var errs atomic.Int64
 	var wg sync.WaitGroup
@@ -123,6 +128,11 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
+	srvCPU1, err := serverCPU(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
 	used, err := ms.usedSince(ctx, r0)
 	if err != nil {
 		return nil, err
@@ -130,7 +140,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	n := float64(len(all))
-	return metrics{
+	m := metrics{
 		"cycles":                float64(len(all)),
 		"cycles_per_s":          n / elapsed.Seconds(),
 		"lat_p50_us":            micros(percentile(all, 0.50)),
@@ -138,7 +148,12 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 		"cmds_per_cycle_client": ratio(float64(used.client), n),
 		"cmds_per_cycle_server": ratio(float64(used.lockServer()), n),
 		"errors":                float64(errs.Load()),
-	}, nil
+	}
+	m["server_cpu_us_per_cycle"] = ratio(micros(srvCPU1-srvCPU0), n)
+	if cpuOK {
+		m["client_cpu_us_per_cycle"] = ratio(micros(cpu1-cpu0), n)
+	}
+	return m, nil
 }
 
 // counter is the shared state of a critical section protected by the lock under

@@ -7,7 +7,8 @@
 // an expiry, and a companion fence counter "dlock:{KEY}:fence". The hash tag keeps
 // every key of a lock in one Cluster slot, so every script is single-slot.
 // Acquire, extend and release are one Lua script each (one round trip),
-// owner-checked, and no code path creates a lock key without an expiry.
+// owner-checked, and no code path creates a lock key without an expiry. The
+// acquire script uses SET … GET: Redis 6.2 or later.
 //
 // # Waiting
 //

@@ -3,11 +3,11 @@
 -- KEYS[1] lock hash   ARGV[1] owner
 -- ARGV[2] publish command ('PUBLISH', 'SPUBLISH', or '' for none)   ARGV[3] wake channel
 -- Returns 1 when deleted, 0 when not held by owner.
-local owner = redis.call('HGET', KEYS[1], 'o')
+local f = redis.call('HMGET', KEYS[1], 'o', 'w')
+local owner = f[1]
 if owner == ARGV[1] then
-  local waited = redis.call('HEXISTS', KEYS[1], 'w')
   redis.call('DEL', KEYS[1])
-  if waited == 1 and ARGV[2] and ARGV[2] ~= '' then
+  if f[2] and ARGV[2] and ARGV[2] ~= '' then
     redis.pcall(ARGV[2], ARGV[3], '') -- a failed wake must not fail the release
   end
   return 1
