@@ -33,4 +33,7 @@ echo "test.sh: go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 
 echo "test.sh: examples/sqlfence (its own module)"
-(cd examples/sqlfence && go vet ./... && go test -count=1 ./...)
+(cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
+
+echo "test.sh: bench (its own module): vet and a quick run against a real redis-server"
+(cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
