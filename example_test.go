@@ -12,33 +12,13 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // redisAddr is the address of the redis-server TestMain starts for the examples.
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dlock-example")
-	if err != nil {
-		panic(err)
-	}
-	srv, err := testserver.NewRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = srv.Addr
-	code := m.Run()
-	srv.Stop()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testserver.Main(m, func(r *testserver.Redis) { redisAddr = r.Addr }))
 }
 
 func Example() {

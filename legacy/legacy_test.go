@@ -13,32 +13,12 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 var srv *testserver.Redis
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "legacy-test")
-	if err != nil {
-		panic(err)
-	}
-	srv, err = testserver.NewRedis(dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		println(err.Error())
-		os.Exit(1)
-	}
-	code := m.Run()
-	srv.Stop()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			println("goleak:", err.Error())
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testserver.Main(m, func(r *testserver.Redis) { srv = r }))
 }
 
 func newRDB(t testing.TB) *redis.Client {

@@ -21,7 +21,6 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // Built once by TestMain: the dlock binary and the server the tests lock on.
@@ -71,20 +70,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
 	}
-	srv, err = testserver.NewRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	srv.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
+	return testserver.Main(m, func(r *testserver.Redis) { srv = r })
 }
 
 func redisURL() string { return "redis://" + srv.Addr + "/0" }
