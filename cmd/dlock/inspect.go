@@ -280,13 +280,17 @@ func runList(ctx context.Context, e *env, args []string) int {
 
 func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tDESCRIPTION")
+	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tWAITERS\tDESCRIPTION")
 	for _, li := range infos {
 		host, pid, since, desc := "-", "-", "-", li.Metadata
 		if h := li.Holder; h != nil {
 			host, pid, since, desc = h.Host, strconv.Itoa(h.PID), ago(now, h.Since)+" ago", h.Description
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", li.Key, host, pid, since, ttlString(li.TTLms), li.Token, desc)
+		waiters := "-" // plain-lock waiters wait in their own processes, unseen
+		if li.Waiters > 0 {
+			waiters = strconv.Itoa(li.Waiters)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", li.Key, host, pid, since, ttlString(li.TTLms), li.Token, waiters, desc)
 	}
 	tw.Flush()
 }

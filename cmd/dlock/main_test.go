@@ -282,6 +282,14 @@ func TestRunFairInArrivalOrder(t *testing.T) {
 	if !strings.Contains(r.stdout, "waiters") {
 		t.Errorf("status of a fair lock with waiters does not show them:\n%s", r.stdout)
 	}
+	var list []lockInfo
+	r = dlockRun(t, "list", "--json", key)
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].Waiters != waiters {
+		t.Errorf("list --json of a fair lock with %d waiters: %v\n%s", waiters, err, r.stdout)
+	}
+	if r = dlockRun(t, "list", key); !strings.Contains(r.stdout, "WAITERS") {
+		t.Errorf("list has no WAITERS column:\n%s", r.stdout)
+	}
 
 	// The holder's command ends; dlock run releases and the queue drains in order.
 	if err := syscall.Kill(childPID, syscall.SIGTERM); err != nil {
