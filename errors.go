@@ -56,6 +56,7 @@ type BusyError struct {
 	Remaining time.Duration
 }
 
+// Error says that the lock is held, and for how long more when known.
 func (e *BusyError) Error() string {
 	if e.Remaining < 0 {
 		return ErrNotObtained.Error() + ": held by another owner"
