@@ -238,68 +238,70 @@ func TestFencingSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestFenceCounterAheadOfClock checks both ways the acquire script computes a
-// fencing token: one above a counter that is ahead of the server clock, and the
-// server time in microseconds once the counter is gone.
+// TestFenceCounterAheadOfClock checks both ways the acquire scripts (plain and
+// fair) compute a fencing token: one above a counter that is ahead of the server
+// clock, and the server time in microseconds once the counter is gone.
 func TestFenceCounterAheadOfClock(t *testing.T) {
-	rdb := newRDB(t, srv.Addr)
-	ctx := context.Background()
-	c := newClient(t, dlock.WithTTL(time.Second))
-	key := dlocktest.Key(t)
-	const ahead = 8_000_000_000_000_000 // µs, far beyond the clock, below 2^53
-	if err := rdb.Set(ctx, redislock.FenceKey(key), ahead, time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Token() != ahead+1 {
-		t.Errorf("token over a counter at %d = %d, want %d", uint64(ahead), l.Token(), uint64(ahead+1))
-	}
-	if v, _ := rdb.Get(ctx, redislock.FenceKey(key)).Uint64(); v != ahead+1 {
-		t.Errorf("fence counter = %d, want %d", v, uint64(ahead+1))
-	}
-	if ttl := rdb.PTTL(ctx, redislock.FenceKey(key)).Val(); ttl <= time.Minute {
-		t.Errorf("fence counter PTTL %v, want the retention (%v)", ttl, redislock.FenceRetention)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Without the counter the token is the server time. Twice: once early in a
-	// second of the server clock, whose microseconds have fewer digits.
-	for round := range 2 {
-		rdb.Del(ctx, redislock.FenceKey(key))
-		var before time.Time
-		for i := 0; ; i++ {
-			if before, err = rdb.Time(ctx).Result(); err != nil {
-				t.Fatal(err)
-			}
-			if round == 1 || before.Nanosecond() < 50_000_000 || i == 400 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
+	bothKinds(t, func(t *testing.T, fair bool) {
+		rdb := newRDB(t, srv.Addr)
+		ctx := context.Background()
+		c, _ := counted(t, fair, dlock.WithTTL(time.Second))
+		key := dlocktest.Key(t)
+		const ahead = 8_000_000_000_000_000 // µs, far beyond the clock, below 2^53
+		if err := rdb.Set(ctx, redislock.FenceKey(key), ahead, time.Minute).Err(); err != nil {
+			t.Fatal(err)
 		}
-		l, err = c.TryLock(ctx, key)
+		l, err := c.TryLock(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if min := uint64(before.UnixMicro()); l.Token() < min || l.Token() >= ahead {
-			t.Errorf("token without a counter = %d, want the server time in µs (at least %d)", l.Token(), min)
+		if l.Token() != ahead+1 {
+			t.Errorf("token over a counter at %d = %d, want %d", uint64(ahead), l.Token(), uint64(ahead+1))
 		}
-		want := strconv.FormatUint(l.Token(), 10)
-		if v := rdb.Get(ctx, redislock.FenceKey(key)).Val(); v != want {
-			t.Errorf("fence counter = %q, want the token %s", v, want)
+		if v, _ := rdb.Get(ctx, redislock.FenceKey(key)).Uint64(); v != ahead+1 {
+			t.Errorf("fence counter = %d, want %d", v, uint64(ahead+1))
 		}
-		if v := rdb.HGet(ctx, redislock.LockKey(key), "t").Val(); v != want {
-			t.Errorf("token field = %q, want %s", v, want)
+		if ttl := rdb.PTTL(ctx, redislock.FenceKey(key)).Val(); ttl <= time.Minute {
+			t.Errorf("fence counter PTTL %v, want the retention (%v)", ttl, redislock.FenceRetention)
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if t.Failed() {
-			return
+
+		// Without the counter the token is the server time. Twice: once early in a
+		// second of the server clock, whose microseconds have fewer digits.
+		for round := range 2 {
+			rdb.Del(ctx, redislock.FenceKey(key))
+			var before time.Time
+			for i := 0; ; i++ {
+				if before, err = rdb.Time(ctx).Result(); err != nil {
+					t.Fatal(err)
+				}
+				if round == 1 || before.Nanosecond() < 50_000_000 || i == 400 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			l, err = c.TryLock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if min := uint64(before.UnixMicro()); l.Token() < min || l.Token() >= ahead {
+				t.Errorf("token without a counter = %d, want the server time in µs (at least %d)", l.Token(), min)
+			}
+			want := strconv.FormatUint(l.Token(), 10)
+			if v := rdb.Get(ctx, redislock.FenceKey(key)).Val(); v != want {
+				t.Errorf("fence counter = %q, want the token %s", v, want)
+			}
+			if v := rdb.HGet(ctx, redislock.LockKey(key), "t").Val(); v != want {
+				t.Errorf("token field = %q, want %s", v, want)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if t.Failed() {
+				return
+			}
 		}
-	}
+	})
 }

@@ -1,4 +1,4 @@
--- Take a dlock mutex if it is free, in one step.
+-- Take a dlock mutex if it is free, in one step (token.lua is prepended).
 -- KEYS[1] lock hash   KEYS[2] fence counter (same hash slot)
 -- ARGV[1] owner       ARGV[2] ttl ms   ARGV[3] fence retention ms   ARGV[4] metadata ('' = none)
 -- ARGV[5] '1' when the caller waits if the lock is held: the holding is marked
@@ -20,20 +20,7 @@ if pttl ~= -2 then
   end
   return {0, pttl}
 end
--- The fencing token is max(last + 1, server time in microseconds): strictly
--- increasing while the counter lives, and still increasing after the counter is
--- lost (restart without persistence, eviction, deletion) as long as the server
--- clock does not step back. The counter is set to the time and read in one call;
--- it is set again in the rare case that the time was not above the last token.
-local now = redis.call('TIME')
-local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local t = now[1] .. string.sub('00000' .. now[2], -6) -- token in decimal, cheaper than format
-local last = tonumber(redis.call('SET', KEYS[2], t, 'PX', ARGV[3], 'GET') or '0')
-if last and last >= token then
-  token = last + 1
-  t = string.format('%.0f', token)
-  redis.call('SET', KEYS[2], t, 'PX', ARGV[3])
-end
+local token, t = next_token(KEYS[2], ARGV[3]) -- see token.lua
 local fields = {'o', ARGV[1], 't', t}
 if ARGV[4] ~= '' then
   fields[#fields + 1] = 'm'

@@ -6,9 +6,8 @@
 -- A lock handed over to this owner by a release (o = owner) is claimed: its TTL is
 -- set to ARGV[2] and the owner leaves the queue.
 -- Returns {1, token} when taken, {0, pttl} otherwise.
-local now = now_us()
-local now_ms = math.floor(now / 1000)
-prune(now_ms)
+local now = now_ms()
+prune(now)
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == ARGV[1] then
   if ARGV[4] ~= '' then
@@ -25,16 +24,16 @@ if not owner then
   local head = redis.call('LINDEX', KEYS[3], 0)
   if not head or head == ARGV[1] then
     dequeue(ARGV[1])
-    return {1, grant(ARGV[1], ARGV[2], ARGV[4], now, ARGV[3])}
+    return {1, grant(ARGV[1], ARGV[2], ARGV[4], ARGV[3])}
   end
   -- Free, but somebody queued first: the lock is theirs (expiry hand-over).
-  handoff(now, ARGV[3], ARGV[6], ARGV[7], ARGV[8])
+  handoff(ARGV[3], ARGV[6], ARGV[7], ARGV[8])
 end
 if ARGV[5] == '1' then
   if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
     redis.call('RPUSH', KEYS[3], ARGV[1])
   end
-  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[6]), ARGV[1])
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
 end

@@ -12,7 +12,6 @@ if owner ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local now = now_us()
-prune(math.floor(now / 1000))
-handoff(now, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+prune(now_ms())
+handoff(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return 1

@@ -10,6 +10,8 @@ import (
 )
 
 var (
+	//go:embed token.lua
+	tokenSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -30,7 +32,7 @@ var (
 
 // Mutex scripts. See each .lua file for its keys, arguments and reply.
 var (
-	Acquire = redis.NewScript(acquireSrc)
+	Acquire = redis.NewScript(tokenSrc + acquireSrc)
 	Release = redis.NewScript(releaseSrc)
 	Extend  = redis.NewScript(extendSrc)
 	PTTL    = redis.NewScript(pttlSrc)
@@ -39,9 +41,9 @@ var (
 // Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
 var Fenced = redis.NewScript(fenceSrc)
 
-// Fair (FIFO) mutex scripts: fairlib.lua followed by each script's own file. They
-// share Extend and PTTL with the mutex.
+// Fair (FIFO) mutex scripts: token.lua and fairlib.lua followed by each script's
+// own file. They share Extend and PTTL with the mutex.
 var (
-	FairAcquire = redis.NewScript(fairLibSrc + fairAcquireSrc)
-	FairRelease = redis.NewScript(fairLibSrc + fairReleaseSrc)
+	FairAcquire = redis.NewScript(tokenSrc + fairLibSrc + fairAcquireSrc)
+	FairRelease = redis.NewScript(tokenSrc + fairLibSrc + fairReleaseSrc)
 )

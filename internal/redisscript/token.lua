@@ -1,0 +1,21 @@
+-- Shared head of the scripts that hand out fencing tokens (prepended to them).
+
+-- next_token draws the next fencing token from the counter at key fence and
+-- returns it as a number and in decimal. The token is max(last + 1, server time
+-- in microseconds): strictly increasing while the counter lives, and still
+-- increasing after the counter is lost (restart without persistence, eviction,
+-- deletion) as long as the server clock does not step back. The counter is set
+-- to the time and read in one call, and set again in the rare case that the time
+-- was not above the last token; it lives retention ms.
+local function next_token(fence, retention)
+  local now = redis.call('TIME')
+  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local t = now[1] .. string.sub('00000' .. now[2], -6) -- cheaper than format
+  local last = tonumber(redis.call('SET', fence, t, 'PX', retention, 'GET') or '0')
+  if last and last >= token then
+    token = last + 1
+    t = string.format('%.0f', token)
+    redis.call('SET', fence, t, 'PX', retention)
+  end
+  return token, t
+end
