@@ -224,10 +224,8 @@ func (d *Driver) LockKey(key string) (string, error) {
 // lockKey has a hash tag of its own. A lock key with a '}' outside a hash tag
 // cannot share a slot this way and is dlock.ErrInvalid.
 func CompanionKey(lockKey string) (string, error) {
-	if i := strings.IndexByte(lockKey, '{'); i >= 0 {
-		if j := strings.IndexByte(lockKey[i+1:], '}'); j > 0 {
-			return "{" + lockKey[i+1:i+1+j] + "}:dlock:" + lockKey, nil
-		}
+	if tag, ok := redisscript.HashTag(lockKey); ok {
+		return "{" + tag + "}:dlock:" + lockKey, nil
 	}
 	if strings.ContainsRune(lockKey, '}') {
 		return "", fmt.Errorf("%w: legacy key %q has a '}' outside a hash tag", dlock.ErrInvalid, lockKey)

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -81,17 +80,6 @@ func (d *Driver) acquireFair(ctx context.Context, r dlock.AcquireRequest) (uint6
 		}
 	}
 	return token, err
-}
-
-func (d *Driver) releaseFair(ctx context.Context, key, owner string) error {
-	n, err := d.runFairRelease(ctx, key, owner)
-	if err != nil {
-		return err
-	}
-	if n != 1 {
-		return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
-	}
-	return nil
 }
 
 func (d *Driver) runFairRelease(ctx context.Context, key, owner string) (int64, error) {

@@ -69,27 +69,13 @@ func FenceRecordKey(resource string) (string, error) {
 	case strings.HasPrefix(resource, Prefix):
 		return "", fmt.Errorf("%w: resource %q is under the lock prefix %q", dlock.ErrInvalid, resource, Prefix)
 	}
-	if tag, ok := hashTag(resource); ok {
+	if tag, ok := redisscript.HashTag(resource); ok {
 		return Prefix + "fenced:{" + tag + "}:" + resource, nil
 	}
 	if strings.Contains(resource, "}") {
 		return "", fmt.Errorf("%w: resource %q contains '}' but no hash tag; give it one", dlock.ErrInvalid, resource)
 	}
 	return Prefix + "fenced:{" + resource + "}", nil
-}
-
-// hashTag returns the Redis Cluster hash tag of key: the text between the first
-// '{' and the next '}', when that is not empty.
-func hashTag(key string) (string, bool) {
-	i := strings.IndexByte(key, '{')
-	if i < 0 {
-		return "", false
-	}
-	j := strings.IndexByte(key[i+1:], '}')
-	if j <= 0 {
-		return "", false
-	}
-	return key[i+1 : i+1+j], true
 }
 
 // Set sets resource to value (with the given TTL; 0 means none) if tok is not

@@ -18,12 +18,12 @@
 // that TTL, whichever comes first, so a crashed holder's lock is taken as soon as
 // it expires and a lost message costs at most that. Each Client keeps one
 // subscription connection (on Redis Cluster, one per master with sharded pub/sub,
-// SSUBSCRIBE and SPUBLISH), shared by all its waiters on all keys; a key's
-// channel is subscribed while the Client has waiters for it (and for a second
-// after the last one leaves). When the
-// subscription connection drops, go-redis reconnects and subscribes again, and
-// the confirmation wakes every waiter to retry. With nobody waiting, a lock and unlock stay two round trips, with no
-// subscription and no message.
+// SSUBSCRIBE and SPUBLISH), shared by all its waiters on all keys; a key's channel
+// is subscribed while the Client has waiters for it (and for a second after the
+// last one leaves). When the subscription connection drops, go-redis reconnects
+// and subscribes again, and the confirmation wakes every waiter to retry. With
+// nobody waiting, a lock and unlock stay two round trips, with no subscription and
+// no message.
 //
 // The plain lock (New) is not fair but does not starve waiters: a message wakes
 // one waiter per Client, the longest waiting, and a Lock call that finds other
@@ -168,22 +168,26 @@ func (d *Driver) Extend(ctx context.Context, key, owner string, ttl time.Duratio
 		return mapErr(err)
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+		return notHeld(key)
 	}
 	return nil
 }
 
 // Release implements dlock.Driver.
 func (d *Driver) Release(ctx context.Context, key, owner string) error {
+	var n int64
+	var err error
 	if d.fair {
-		return d.releaseFair(ctx, key, owner)
+		n, err = d.runFairRelease(ctx, key, owner)
+	} else {
+		n, err = redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner, d.hub.publishCmd(), WakeChannel(key)).Int64()
+		err = mapErr(err)
 	}
-	n, err := redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner, d.hub.publishCmd(), WakeChannel(key)).Int64()
 	if err != nil {
-		return mapErr(err)
+		return err
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+		return notHeld(key)
 	}
 	return nil
 }
@@ -195,12 +199,16 @@ func (d *Driver) TTL(ctx context.Context, key, owner string) (time.Duration, err
 		return 0, mapErr(err)
 	}
 	if n == -2 {
-		return 0, fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+		return 0, notHeld(key)
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("redislock: lock %q has no expiry (PTTL %d)", key, n)
 	}
 	return time.Duration(n) * time.Millisecond, nil
+}
+
+func notHeld(key string) error {
+	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
 }
 
 // mapErr turns a go-redis error into one matching the dlock sentinels.

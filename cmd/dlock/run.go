@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"golang.org/x/sys/unix"
 )
 
 // Limits of dlock run's flags.
@@ -397,21 +398,10 @@ func interrupts(s os.Signal) bool {
 	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
 }
 
-// signalName names the signals dlock run handles.
+// signalName names s as the shell does ("SIGINT").
 func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	case syscall.SIGHUP:
-		return "SIGHUP"
-	case syscall.SIGQUIT:
-		return "SIGQUIT"
-	case syscall.SIGUSR1:
-		return "SIGUSR1"
-	case syscall.SIGUSR2:
-		return "SIGUSR2"
+	if n := unix.SignalName(s); n != "" {
+		return n
 	}
 	return s.String()
 }
