@@ -36,10 +36,24 @@ var (
 	// The underlying network or server error is wrapped as well.
 	ErrUnavailable = errors.New("dlock: backend unavailable")
 
+	// ErrRefused reports that the backend answered but refused the operation for a
+	// reason that waiting will not cure: missing permissions (Redis ACL NOPERM),
+	// failed authentication, or a server error dlock does not know. Lock does not
+	// retry it. errors.Is(ErrRefused, ErrUnavailable) is true, so code that treats
+	// every backend failure alike needs no new case.
+	ErrRefused error = &refusedError{}
+
 	// ErrStaleToken reports a fenced operation refused because a newer fencing token
 	// has already been used on the same resource. Nothing was changed.
 	ErrStaleToken = errors.New("dlock: stale fencing token")
 )
+
+type refusedError struct{}
+
+func (*refusedError) Error() string { return "dlock: refused by the backend" }
+
+// Is makes ErrRefused match ErrUnavailable.
+func (*refusedError) Is(target error) bool { return target == ErrUnavailable }
 
 type lostError struct{}
 
