@@ -27,7 +27,8 @@ const (
 // never run twice should also pass Token to the protected resource (fencing), since
 // no lease can survive an unbounded pause of its holder.
 //
-// A Lease is safe for concurrent use. The methods of a nil *Lease report ErrNotHeld.
+// A Lease is safe for concurrent use. The methods of a nil *Lease, or of a zero
+// Lease not made by a Locker, report ErrNotHeld.
 type Lease struct {
 	d          Driver
 	key, owner string
@@ -158,9 +159,13 @@ func (l *Lease) stopTimers() {
 	l.cancel(ErrReleased)
 }
 
+// zero reports whether l is nil or a zero Lease (not made by a Locker): such a
+// lease holds nothing, and its methods report ErrNotHeld.
+func (l *Lease) zero() bool { return l == nil || l.d == nil }
+
 // Key returns the lock key.
 func (l *Lease) Key() string {
-	if l == nil {
+	if l.zero() {
 		return ""
 	}
 	return l.key
@@ -171,7 +176,7 @@ func (l *Lease) Key() string {
 // lock protects and have the resource refuse tokens older than the newest it has
 // seen. Tokens are never 0.
 func (l *Lease) Token() uint64 {
-	if l == nil {
+	if l.zero() {
 		return 0
 	}
 	return l.token
@@ -179,7 +184,7 @@ func (l *Lease) Token() uint64 {
 
 // Owner returns the random owner token under which this lease holds the lock.
 func (l *Lease) Owner() string {
-	if l == nil {
+	if l.zero() {
 		return ""
 	}
 	return l.owner
@@ -190,7 +195,7 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 // Done returns a channel that is closed when the lease ends: lost (see Lease) or
 // released by Unlock. Context(ctx).Err and Err tell which.
 func (l *Lease) Done() <-chan struct{} {
-	if l == nil {
+	if l.zero() {
 		return closedCh
 	}
 	return l.ctx.Done()
@@ -200,7 +205,7 @@ func (l *Lease) Done() <-chan struct{} {
 // (context.Cause) is ErrLockLost (wrapped, with the reason) when the lock was lost,
 // and ErrReleased after Unlock. Run the protected work under this context.
 func (l *Lease) Context() context.Context {
-	if l == nil {
+	if l.zero() {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(ErrNotHeld)
 		return ctx
@@ -213,7 +218,7 @@ func (l *Lease) Context() context.Context {
 // holder that was paused or suspended past it sees the loss at once, even before
 // Done is closed.
 func (l *Lease) Err() error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	l.expireIfPast()
@@ -227,7 +232,7 @@ func (l *Lease) Err() error {
 // acquire or extend round trip plus its TTL minus the drift margin, on the
 // monotonic clock. Past it, the lease is lost unless extended.
 func (l *Lease) Deadline() time.Time {
-	if l == nil {
+	if l.zero() {
 		return time.Time{}
 	}
 	l.mu.Lock()
@@ -240,7 +245,7 @@ func (l *Lease) Deadline() time.Time {
 // so ErrNotHeld) when the lock is gone or belongs to somebody else, and the lease
 // ends. The watchdog, if on, keeps renewing with the lease's original TTL.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	if ctx == nil {
@@ -278,7 +283,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the time the lock has left as the server sees it, if the lease still
 // holds it; otherwise an error matching ErrNotHeld.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	if l == nil {
+	if l.zero() {
 		return 0, ErrNotHeld
 	}
 	if ctx == nil {
@@ -297,7 +302,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // attempted on a detached context bounded by a short timeout, so that a cancelled
 // caller does not leave the lock behind until its TTL.
 func (l *Lease) Unlock(ctx context.Context) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	if ctx == nil {

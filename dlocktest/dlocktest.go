@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math"
 	mrand "math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -484,6 +485,26 @@ func testDo(t *testing.T, b Backend) {
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do with a lost lock: %v, want ErrLockLost", err)
 	}
+	// A panic in fn that is recovered further up, and runtime.Goexit (t.FailNow),
+	// release the lock on their way out; the panic goes on.
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("Do did not pass fn's panic on: recovered %v", r)
+			}
+		}()
+		_ = dlock.Do(ctx, l, key, func(context.Context) error { panic("boom") })
+	}()
+	lease = mustLock(t, other, key)
+	unlock(t, lease)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		_ = dlock.Do(ctx, l, key, func(context.Context) error { runtime.Goexit(); return nil })
+	}()
+	<-exited
+	lease = mustLock(t, other, key)
+	unlock(t, lease)
 	if err := dlock.Do(ctx, l, key, nil); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Do(nil fn): %v", err)
 	}
