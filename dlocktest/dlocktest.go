@@ -283,7 +283,10 @@ func testExpiryFrees(t *testing.T, b Backend) {
 	if d := la.Deadline(); d.After(got) {
 		t.Errorf("holder deadline %v after the next acquisition", d.Sub(got))
 	}
-	if el := got.Sub(start); el < ttl-dlock.DriftFloor-time.Duration(float64(ttl)*dlock.DefaultDriftFactor) {
+	// The holder releases the lock when its local deadline passes, so the next
+	// holder may come a little before the server's expiry; never before the
+	// holder's deadline (checked above).
+	if el := got.Sub(start); el < ttl/2 {
 		t.Errorf("acquired %v after a %v lease was taken", el, ttl)
 	}
 	select {
