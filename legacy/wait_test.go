@@ -145,12 +145,16 @@ func TestWaiterGetsShareAgainstPoller(t *testing.T) {
 			if err == nil {
 				dlockWon.Add(1)
 				cancel()
-				err = l.Unlock(ctx)
 			} else if errors.Is(err, dlock.ErrNotObtained) && rctx.Err() != nil && gctx.Err() == nil {
 				err = nil // the old client got it first
 			}
+			// Unlock only once the old client has stopped polling, so that a
+			// win of both in one round means that both held the lock at once.
 			if perr := <-polled; perr != nil && rctx.Err() == nil {
 				return perr
+			}
+			if l != nil {
+				err = l.Unlock(ctx)
 			}
 			return err
 		})
