@@ -17,7 +17,7 @@ if cur then
     if redis.call('HEXISTS', KEYS[2], 'o') == 1 and redis.call('HGET', KEYS[2], 'v') == cur then
       foreign = 0
     end
-    return {0, remaining(old, now), foreign}
+    return {0, left(old, now), foreign}
   end
 end
 -- The recipes' stamp: the time the lock runs out, plus one unit. It is above the

@@ -59,7 +59,10 @@
 // the lock is held up to two seconds longer than the TTL; the lease's local
 // deadline stays at the TTL, so the holder gives up first. Lease.TTL and the
 // time a waiter sleeps count to the stamp less its extra unit while that lies
-// ahead, then to the stamp's end.
+// ahead, then to the stamp's end, or to the key's real expiry (PTTL) when that
+// comes first: the PHP recipe's takeover writes a stamp seconds beyond the
+// EXPIRE it sets, and a waiter sleeping to that stamp would wake long after the
+// key has gone and an old client has taken it.
 //
 // The clock is the local one by default (Format.Clock), as the old clients use;
 // every client's clock must agree with the others' to well within the TTL.
