@@ -32,9 +32,9 @@ import (
 // usable; create it with NewStore. It is safe for concurrent use.
 type Store struct {
 	mu      sync.Mutex
-	locks   map[string]*holding        // by key, while held (expired ones are removed lazily)
-	last    map[string]uint64          // the newest token handed out, by key
-	waiters map[string][]*waiter       // by key, in arrival order
+	locks   map[string]*holding             // by key, while held (expired ones are removed lazily)
+	last    map[string]uint64               // the newest token handed out, by key
+	waiters map[string][]*waiter            // by key, in arrival order
 	gone    map[string]map[string]time.Time // abandoned owners, by key, until when
 	now     func() time.Time
 }
