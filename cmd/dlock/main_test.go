@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -948,5 +949,71 @@ func TestRunLockLostOnSilentNetwork(t *testing.T) {
 	// at most the grace (plus slack for a loaded machine).
 	if limit := ttl + grace + 2*time.Second; r.elapsed > limit {
 		t.Errorf("took %v to give up a lock behind a silent network, limit %v", r.elapsed, limit)
+	}
+}
+
+// TestStatusListEscapeHolderText checks that holder-supplied text (a dlock run
+// --description, a library lease's WithMetadata) reaches the terminal with its
+// control characters escaped, in status, list and unlock, and unchanged in JSON.
+func TestStatusListEscapeHolderText(t *testing.T) {
+	prefix := dlocktest.Key(t)
+	keyA, keyB := prefix+":a", prefix+":b"
+	const desc = "deploy\x1b]0;pwned\x07\x1b[31m red\nforged-row\tx \u202e txt.exe \u009b2J"
+	holder, _, _ := startHolder(t, []string{"--description", desc}, keyA, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	locker, err := redislock.New(newRDB(t), dlock.WithMetadata(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := locker.Lock(context.Background(), keyB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Unlock(context.Background()) }()
+
+	raw := func(what, out string) {
+		t.Helper()
+		for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e", "\nforged", "\tx"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s prints %q raw:\n%s", what, bad, out)
+			}
+		}
+	}
+	for _, key := range []string{keyA, keyB} {
+		r := dlockRun(t, "status", key)
+		raw("status", r.stdout)
+		if !strings.Contains(r.stdout, `\x1b[31m red\nforged-row\tx \u202e txt.exe \u009b2J`) {
+			t.Errorf("status does not show the escaped text:\n%s", r.stdout)
+		}
+		r = dlockRun(t, "status", "--json", key)
+		raw("status --json", r.stdout)
+		var li lockInfo
+		if err := json.Unmarshal([]byte(r.stdout), &li); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, r.stdout)
+		}
+		if got := li.Metadata; li.Holder != nil {
+			got = li.Holder.Description
+			if got != desc {
+				t.Errorf("status --json description %q, want %q", got, desc)
+			}
+		} else if got != desc {
+			t.Errorf("status --json metadata %q, want %q", got, desc)
+		}
+	}
+	r := dlockRun(t, "list", prefix+":*")
+	raw("list", r.stdout)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 {
+		t.Errorf("list of 2 locks prints %d lines:\n%s", len(lines), r.stdout)
+	}
+	r = dlockRun(t, "list", "--json", prefix+":*")
+	raw("list --json", r.stdout)
+	var list []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || list[1].Metadata != desc {
+		t.Errorf("list --json: %v\n%s", err, r.stdout)
+	}
+	r = dlockRun(t, "unlock", "--force", keyB)
+	raw("unlock", r.stdout)
+	if r.code != 0 {
+		t.Errorf("unlock --force: exit %d %q", r.code, r.stderr)
 	}
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRedactHidesEveryFormOfThePassword(t *testing.T) {
@@ -82,5 +85,28 @@ func TestParseMetaTakesSinceFromToken(t *testing.T) {
 	// Foreign metadata is shown raw.
 	if m, rest := parseMeta("job 7", 42); m != nil || rest != "job 7" {
 		t.Errorf("parseMeta(foreign) = %+v, %q", m, rest)
+	}
+}
+
+func TestPrintableAndJSONEscapes(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, ünïcode":   "plain text, ünïcode",
+		"a\x1b[31mb\nc\td":      `a\x1b[31mb\nc\td`,
+		"csi\u009b rlo\u202e":   `csi\u009b rlo\u202e`,
+		"bad \xff utf8":         `bad \xff utf8`,
+		"tag \U000e0041 astral": `tag \U000e0041 astral`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+		js, _ := json.Marshal(in)
+		esc := escapeJSONControls(js)
+		var back string
+		if err := json.Unmarshal(esc, &back); err != nil || (back != in && utf8.ValidString(in)) {
+			t.Errorf("escapeJSONControls(%s) = %s, decodes to %q (%v)", js, esc, back, err)
+		}
+		if bytes.ContainsFunc(esc, func(r rune) bool { return r >= 0x7f && !isPrintable(r) && r != utf8.RuneError }) {
+			t.Errorf("escapeJSONControls(%s) = %s leaves a control character", js, esc)
+		}
 	}
 }
