@@ -2,14 +2,8 @@
 
 package main
 
-import (
-	"os"
-	"os/exec"
-)
+import "os/exec"
 
-// startChild starts cmd. Outside Linux a child outlives a dlock killed by SIGKILL.
+// startChild starts cmd. Outside Linux a child outlives a dlock killed by
+// SIGKILL, and orphans of the command are reaped by init, not dlock.
 func startChild(cmd *exec.Cmd) error { return cmd.Start() }
-
-// fromTerminal reports whether s was sent to the command by the terminal too.
-// Outside Linux every signal is forwarded.
-func fromTerminal(os.Signal) bool { return false }

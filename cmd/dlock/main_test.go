@@ -1017,3 +1017,81 @@ func TestStatusListEscapeHolderText(t *testing.T) {
 		t.Errorf("unlock --force: exit %d %q", r.code, r.stderr)
 	}
 }
+
+// gone reports whether process pid has ended (reaped, or a zombie waiting for
+// its reaper).
+func gone(pid int) func() bool {
+	return func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(st), ") Z ")
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q: %v", b, err)
+	}
+	return pid
+}
+
+// TestRunLockLostStopsGrandchildren loses the lock of a command that started a
+// process of its own, and checks that this grandchild is stopped too.
+func TestRunLockLostStopsGrandchildren(t *testing.T) {
+	key := dlocktest.Key(t)
+	cmd, stderr, ready := startHolder(t, []string{"--ttl", "600ms", "--grace", "300ms"}, key,
+		`sleep 100 & echo $! > "$1.pid"; echo ok > "$1"; wait`)
+	grandchild := readPID(t, ready+".pid")
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+	start := time.Now()
+	if err := newRDB(t).Del(context.Background(), redislock.LockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, cmd, start, new(bytes.Buffer), stderr); r.code != exitLockLost {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLockLost, r.stderr)
+	}
+	if !gone(grandchild)() {
+		t.Errorf("the command's child %d runs on after dlock lost the lock and exited", grandchild)
+	}
+}
+
+// TestRunStopsWhatCommandLeavesBehind checks that a background job of the
+// command does not outlive the lock: it is stopped before the release.
+func TestRunStopsWhatCommandLeavesBehind(t *testing.T) {
+	key := dlocktest.Key(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	r := dlockRun(t, "run", "--grace", "300ms", key, "--", "sh", "-c", `sleep 100 & echo $! > "$1"`, "sh", pidFile)
+	grandchild := readPID(t, pidFile)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+	if r.code != 0 || !strings.Contains(r.stderr, "left processes running") {
+		t.Errorf("exit %d stderr %q, want 0 and a note", r.code, r.stderr)
+	}
+	if !gone(grandchild)() {
+		t.Errorf("the command's background job %d outlives the lock", grandchild)
+	}
+	if held(t, newRDB(t), key)() {
+		t.Errorf("lock left behind")
+	}
+}
+
+// TestRunCommandReadsTerminal checks that a command run from a terminal's
+// foreground job can read the terminal (its process group is given the
+// terminal, so it is not stopped by SIGTTIN).
+func TestRunCommandReadsTerminal(t *testing.T) {
+	key := dlocktest.Key(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := dlockCmd(t, "run", key, "--", "sh", "-c", `echo ok > "$1"; read line; echo "got $line" >&2`, "sh", ready)
+	term := ptyStart(t, cmd, withControllingTerminal)
+	waitFor(t, "the command to start", fileHas(ready, "ok"))
+	term.write("hello\n")
+	term.waitFor("got hello")
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != 0 {
+		t.Errorf("exit %d; terminal: %q", code, term.text())
+	}
+}

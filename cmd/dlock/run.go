@@ -73,10 +73,17 @@ func runCommand() command {
 		help: `Takes the lock KEY, runs COMMAND while renewing the lease, and releases the
 lock when COMMAND ends. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing
 token, strictly increasing per key) in its environment; its stdin, stdout and
-stderr pass through, and dlock prints nothing on stdout. SIGINT, SIGTERM,
-SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to COMMAND (Ctrl-C and
-Ctrl-\ on a terminal reach it directly, once). While waiting on a terminal,
-dlock shows on stderr how long it has waited and who holds the lock.
+stderr pass through, and dlock prints nothing on stdout. While waiting on a
+terminal, dlock shows on stderr how long it has waited and who holds the lock.
+
+COMMAND runs in a process group of its own, with everything it starts there
+(pipelines, "cmd &"): SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+sent to dlock are forwarded to the whole group, and losing the lock stops the
+whole group. What the command leaves running when it exits is stopped too
+(SIGTERM, SIGKILL after --grace) before the lock is released. A process that
+leaves the group (setsid, setpgid: daemons) escapes all of this. From a
+terminal, the group is given the terminal: COMMAND reads it, and Ctrl-C,
+Ctrl-\ and Ctrl-Z reach it directly, once.
 
 exit codes:
   the command's own    it ran (killed by signal N: 128+N)
@@ -337,25 +344,22 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		Stdout: e.stdout,
 		Stderr: e.stderr,
 	}
-	if err := startChild(cmd); err != nil {
+	j, err := startJob(cmd)
+	if err != nil {
 		release(e, lease)
 		return commandError(e, r.argv[0], err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the exit status is read from cmd.ProcessState
-		close(exited)
-	}()
 	lost := lease.Done()
 	var kill <-chan time.Time
 	wasLost := false
+	var status syscall.WaitStatus
+wait:
 	for {
 		select {
 		case s := <-sigs:
-			if !fromTerminal(s) {
-				_ = cmd.Process.Signal(s)
+			if s, ok := s.(syscall.Signal); ok {
+				j.signal(s)
 			}
-			continue
 		case <-lost:
 			lost, wasLost = nil, true
 			if r.flags.onLost == onLostWarn {
@@ -363,20 +367,26 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 				continue
 			}
 			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lease.Err())
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			j.terminate()
 			t := time.NewTimer(r.flags.grace.d)
 			defer t.Stop()
 			kill = t.C
-			continue
 		case <-kill:
 			kill = nil
-			_ = cmd.Process.Kill()
-			continue
-		case <-exited:
+			j.signal(syscall.SIGKILL)
+		case status = <-j.events:
+			if status.Stopped() {
+				j.suspend()
+				continue
+			}
+			break wait
 		}
-		break
 	}
-	code := childCode(cmd.ProcessState)
+	j.closeTerminal()
+	code := waitCode(status)
+	if j.drain(r.flags.grace.d) {
+		fmt.Fprintf(e.stderr, "dlock run: the command left processes running in its process group: stopped them\n")
+	}
 	if wasLost {
 		// Nothing to release, and the connection may be dead: the lease has
 		// stopped renewing, and a holding the server may still have expires.
@@ -406,16 +416,25 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-// childCode is the shell's view of how the command ended.
+// childCode is the shell's view of how a process ended.
 func childCode(ps *os.ProcessState) int {
 	if ps == nil {
 		return exitFailure
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return waitCode(ws)
 	}
-	if code := ps.ExitCode(); code >= 0 {
-		return code
+	return exitFailure
+}
+
+// waitCode is the shell's view of a wait status: the exit code, or 128+N
+// after signal N.
+func waitCode(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	case ws.Exited():
+		return ws.ExitStatus()
 	}
 	return exitFailure
 }
