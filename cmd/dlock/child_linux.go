@@ -21,3 +21,14 @@ func startChild(cmd *exec.Cmd) error {
 	defer runtime.UnlockOSThread()
 	return cmd.Start()
 }
+
+// stopJob stops dlock's own job (SIGTSTP to its process group, as the terminal
+// would) and returns once it is continued. The signal to dlock's own thread
+// makes the stop take effect before the call returns; in an orphaned process
+// group the kernel discards it and the call returns at once.
+func stopJob() {
+	_ = unix.Kill(0, syscall.SIGTSTP)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), syscall.SIGTSTP)
+}

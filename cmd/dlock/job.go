@@ -111,7 +111,7 @@ func (j *job) alive() bool {
 // ("fg", not "bg") and continues the command.
 func (j *job) suspend() {
 	j.setForeground(unix.Getpgrp())
-	_ = unix.Kill(0, syscall.SIGTSTP) // returns once continued
+	stopJob()
 	if inForeground(j.tty) {
 		j.setForeground(j.pgid)
 	}
