@@ -476,6 +476,12 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	foreign := dlocktest.Key(t) + "-foreign"
 	rdb.Set(context.Background(), redislock.LockKey(foreign), "x", time.Minute)
+	foreignFence, foreignHash := foreign+"-fence", foreign+"-hash"
+	rdb.RPush(context.Background(), redislock.FenceKey(foreignFence), "x")
+	rdb.HSet(context.Background(), redislock.LockKey(foreignHash), "x", "y")
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), redislock.LockKey(foreign), redislock.FenceKey(foreignFence), redislock.LockKey(foreignHash))
+	})
 	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -528,7 +534,11 @@ func TestRunExitCodes(t *testing.T) {
 		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "touch", marker}, 75, "gave up after"},
 		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "touch", marker}, 3, "held by"},
 		{"bad -E", []string{"run", "-E", "300", key, "--", "true"}, 64, "0..255"},
-		{"foreign data", []string{"run", foreign, "--", "true"}, 65, "foreign"},
+		{"foreign data", []string{"run", foreign, "--", "true"}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"status of foreign data", []string{"status", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"unlock of foreign data", []string{"unlock", "--force", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"foreign fence counter", []string{"run", foreignFence, "--", "true"}, 65, `(Redis key "` + redislock.FenceKey(foreignFence) + `" is a list)`},
+		{"foreign hash", []string{"status", foreignHash}, 65, `(Redis key "` + redislock.LockKey(foreignHash) + `" is a hash without a lock owner)`},
 		{"status free", []string{"status", key}, 1, ""},
 		{"status missing key", []string{"status"}, 64, "missing KEY"},
 		{"unlock without force", []string{"unlock", busy}, 64, "without --force"},

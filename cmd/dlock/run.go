@@ -317,6 +317,9 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
 		return nil, r.flags.conflict, false
 	}
+	if errors.Is(err, dlock.ErrConflict) {
+		return nil, fail(e, "run", st.explain(ctx, r.key, err)), false
+	}
 	return nil, fail(e, "run", fmt.Errorf("locking %q on %s: %w", r.key, st, err)), false
 }
 
