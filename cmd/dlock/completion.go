@@ -27,19 +27,20 @@ examples:
 func runCompletion(_ context.Context, e *env, args []string) int {
 	c := completionCommand()
 	fs := newFlagSet(c.name)
-	if code, ok := parseFlags(e, c, fs, args); !ok {
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if len(a.before) != 1 || a.dashdash {
 		return fail(e, c.name, usageErrorf("name one shell: bash or zsh"))
 	}
-	switch fs.Arg(0) {
+	switch a.before[0] {
 	case "bash":
 		writeBash(e.stdout)
 	case "zsh":
 		writeZsh(e.stdout)
 	default:
-		return fail(e, c.name, usageErrorf("unknown shell %q: bash or zsh", fs.Arg(0)))
+		return fail(e, c.name, usageErrorf("unknown shell %q: bash or zsh", a.before[0]))
 	}
 	return exitOK
 }

@@ -178,15 +178,17 @@ examples:
 func withStore(ctx context.Context, e *env, c command, args []string, def string, fn func(o *inspectFlags, arg string, st store) int) int {
 	o := new(inspectFlags)
 	fs := o.define(c.name)
-	if code, ok := parseFlags(e, c, fs, args); !ok {
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
 		return code
 	}
+	rest := append(a.before, a.after...)
 	arg := def
 	switch {
-	case fs.NArg() == 1:
-		arg = fs.Arg(0)
-	case fs.NArg() > 1:
-		return fail(e, c.name, usageErrorf("unexpected arguments after %q (flags go before it)", fs.Arg(0)))
+	case len(rest) == 1:
+		arg = rest[0]
+	case len(rest) > 1:
+		return fail(e, c.name, usageErrorf("one %s expected, got %d arguments: %s", strings.Fields(c.synopsis)[len(strings.Fields(c.synopsis))-1], len(rest), strings.Join(rest, " ")))
 	case arg == "":
 		return fail(e, c.name, usageErrorf("missing KEY"))
 	}

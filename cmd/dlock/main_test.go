@@ -504,7 +504,11 @@ func TestRunExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown flag", []string{"run", "--bogus", key, "--", "true"}, 64, "not defined"},
+		{"unknown flag", []string{"run", "--bogus", key, "--", "true"}, 64, "not defined: --bogus"},
+		{"key forgotten", []string{"run", "--", "echo", "hi"}, 64, `missing KEY before "--"`},
+		{"flags named as in help", []string{"run", "--ttl", "10", key, "--", "true"}, 64, `for flag --ttl: missing unit`},
+		{"command flag without --", []string{"run", key, "ls", "-l"}, 64, `missing "--" between KEY and COMMAND`},
+		{"status of two keys", []string{"status", key, key}, 64, "one KEY expected"},
 		{"missing --", []string{"run", key, "true"}, 64, `missing "--"`},
 		{"missing command", []string{"run", key, "--"}, 64, "missing COMMAND"},
 		{"missing key", []string{"run"}, 64, "missing KEY"},
@@ -1103,5 +1107,28 @@ func TestRunCommandReadsTerminal(t *testing.T) {
 	term.finish()
 	if code := childCode(cmd.ProcessState); code != 0 {
 		t.Errorf("exit %d; terminal: %q", code, term.text())
+	}
+}
+
+// TestFlagsAfterArguments checks that every command takes its flags after its
+// arguments too.
+func TestFlagsAfterArguments(t *testing.T) {
+	key := dlocktest.Key(t)
+	r := dlockRun(t, "status", key, "--json")
+	var li lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &li); r.code != exitFailure || err != nil || li.Key != key {
+		t.Errorf("status KEY --json: exit %d %v stdout %q stderr %q", r.code, err, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "list", key+"*", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("list PATTERN --json: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "unlock", key, "--force"); r.code != exitFailure || !strings.Contains(r.stderr, "not held") {
+		t.Errorf("unlock KEY --force: exit %d stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, "run", key, "--wait", "0", "--", "sh", "-c", "echo $DLOCK_KEY"); r.code != 0 || r.stdout != key+"\n" {
+		t.Errorf("run KEY --wait 0 -- ...: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "completion", "bash", "--help"); r.code != 0 || !strings.Contains(r.stdout, "usage:") {
+		t.Errorf("completion bash --help: exit %d stderr %q", r.code, r.stderr)
 	}
 }

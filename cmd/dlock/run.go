@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"os/user"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -150,33 +152,28 @@ func runRun(ctx context.Context, e *env, args []string) int {
 func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	o := new(runFlags)
 	fs := o.define()
-	if code, ok := parseFlags(e, c, fs, args); !ok {
-		return nil, code, false
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return nil, fail(e, c.name, usageErrorf("missing KEY and command: dlock run [flags] KEY -- COMMAND [ARGS...]")), false
-	}
-	key := rest[0]
-	rest = rest[1:]
-	if len(rest) > 0 && rest[0] != "--" {
-		// Flags after the key.
-		if code, ok := parseFlags(e, c, fs, rest); !ok {
-			return nil, code, false
-		}
-		after := fs.Args()
-		if !consumedTerminator(rest, after) {
-			return nil, fail(e, c.name, usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- COMMAND [ARGS...]", key)), false
-		}
-		rest = append([]string{"--"}, after...)
-	}
+	a, err := splitArgs(fs, args)
 	switch {
-	case len(rest) == 0:
-		return nil, fail(e, c.name, usageErrorf("missing \"--\" and COMMAND after KEY %q", key)), false
-	case len(rest) == 1:
-		return nil, fail(e, c.name, usageErrorf("missing COMMAND after \"--\"")), false
+	case err != nil && (len(a.before) < 2 || slices.Contains(args, "--")):
+		return nil, flagError(e, c, fs, err), false
+	case err != nil:
+		// "dlock run KEY ls -l": a flag of the command, with no "--" before it.
+		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s ...", a.before[0], strings.Join(a.before[1:], " "))
+	case len(a.before) == 0 && a.dashdash:
+		err = usageErrorf("missing KEY before \"--\": dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case len(a.before) == 0:
+		err = usageErrorf("missing KEY and command: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case len(a.before) > 1:
+		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s", a.before[0], strings.Join(a.before[1:], " "))
+	case !a.dashdash:
+		err = usageErrorf("missing \"--\" and COMMAND after KEY %q", a.before[0])
+	case len(a.after) == 0:
+		err = usageErrorf("missing COMMAND after \"--\"")
 	}
-	r := &runRequest{flags: o, key: key, argv: rest[1:]}
+	if err != nil {
+		return nil, fail(e, c.name, err), false
+	}
+	r := &runRequest{flags: o, key: a.before[0], argv: a.after}
 	if err := r.check(); err != nil {
 		return nil, fail(e, c.name, err), false
 	}
@@ -189,13 +186,6 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	}
 	r.path = path
 	return r, 0, true
-}
-
-// consumedTerminator reports whether parsing args left rest right after a "--"
-// that the flag package consumed.
-func consumedTerminator(args, rest []string) bool {
-	i := len(args) - len(rest) - 1
-	return i >= 0 && args[i] == "--"
 }
 
 // check validates what the flags and the key say, before any I/O.
