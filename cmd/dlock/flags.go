@@ -52,12 +52,27 @@ func exitCode(err error) int {
 // its exit code.
 func fail(e *env, cmd string, err error) int {
 	code := exitCode(err)
-	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "dlock: ")
+	msg := strings.TrimPrefix(oneLine(err), "dlock: ")
 	fmt.Fprintf(e.stderr, "dlock %s: %s\n", cmd, msg)
 	if code == exitUsage {
 		fmt.Fprintf(e.stderr, "Run 'dlock %s --help' for usage.\n", cmd)
 	}
 	return code
+}
+
+// oneLine returns err's message on one line: the lines of joined errors
+// (errors.Join) are joined with "; ", each distinct line once.
+func oneLine(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	out := lines[:0]
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // newFlagSet returns a flag set that reports errors to its caller only.

@@ -62,11 +62,7 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
-		{
-			name: "demo", summary: "show lost updates without a lock and none with dlock (embedded Redis unless --redis)",
-			flags: func() *flag.FlagSet { return new(demoFlags).define() },
-			run:   runDemo,
-		},
+		demoCommand(),
 		completionCommand(),
 	}
 }

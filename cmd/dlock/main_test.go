@@ -1132,3 +1132,36 @@ func TestFlagsAfterArguments(t *testing.T) {
 		t.Errorf("completion bash --help: exit %d stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestDemoDeletesItsKeys runs the demo on a real server and checks that it
+// leaves no key behind.
+func TestDemoDeletesItsKeys(t *testing.T) {
+	r := dlockRun(t, "demo", "--redis", redisURL(), "--workers", "2", "--rounds", "3", "--stock", "3")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	keys, err := newRDB(t).Keys(context.Background(), "*dlock-demo*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("demo left keys behind: %v %v", keys, err)
+	}
+	if strings.Contains(r.stdout, "seed") {
+		t.Errorf("demo output speaks of seeds:\n%s", r.stdout)
+	}
+}
+
+// TestDemoErrorOnOneLine runs the demo as a user that may not run scripts:
+// every worker's Lock fails, and the demo says so on one line.
+func TestDemoErrorOnOneLine(t *testing.T) {
+	guarded := testserver.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: guarded.Addr})
+	err := admin.Do(context.Background(), "ACL", "SETUSER", "demo", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err()
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, "demo", "--redis", "redis://demo:pw@"+guarded.Addr+"/0", "--workers", "4", "--rounds", "2", "--stock", "2")
+	if r.code == 0 || !strings.Contains(r.stderr, "NOPERM") || !strings.Contains(r.stderr, "3 more workers failed") {
+		t.Errorf("demo without script permission: exit %d stderr %q", r.code, r.stderr)
+	}
+	checkOneLine(t, r)
+}

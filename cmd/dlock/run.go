@@ -356,10 +356,10 @@ wait:
 		case <-lost:
 			lost, wasLost = nil, true
 			if r.flags.onLost == onLostWarn {
-				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): the command keeps running (--on-lost warn)\n", r.key, lease.Err())
+				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): the command keeps running (--on-lost warn)\n", r.key, oneLine(lease.Err()))
 				continue
 			}
-			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lease.Err())
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): stopping the command\n", r.key, oneLine(lease.Err()))
 			j.terminate()
 			t := time.NewTimer(r.flags.grace.d)
 			defer t.Stop()
@@ -440,7 +440,7 @@ func release(e *env, lease *dlock.Lease) error {
 	defer cancel()
 	err := lease.Unlock(ctx)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %v (it expires in at most %v)\n", lease.Key(), err, time.Until(lease.Deadline()).Round(time.Millisecond))
+		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %s (it expires in at most %v)\n", lease.Key(), oneLine(err), time.Until(lease.Deadline()).Round(time.Millisecond))
 	}
 	return err
 }
