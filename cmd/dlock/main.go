@@ -7,6 +7,7 @@
 //	dlock unlock --force [flags] KEY
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
 //	dlock completion bash|zsh
+//	dlock version
 //
 // Run "dlock help" for the subcommands and "dlock COMMAND --help" for their flags.
 package main
@@ -64,6 +65,7 @@ func commands() []command {
 		unlockCommand(),
 		demoCommand(),
 		completionCommand(),
+		versionCommand(),
 	}
 }
 
@@ -91,6 +93,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "--version", "-version":
+		return runVersion(ctx, e, nil)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
@@ -124,7 +128,7 @@ func lookup(name string) (command, bool) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: dlock COMMAND [flags] [args]")
+	fmt.Fprintln(w, "usage: dlock COMMAND [flags] [args]   (dlock --version: the version)")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1164,4 +1165,21 @@ func TestDemoErrorOnOneLine(t *testing.T) {
 		t.Errorf("demo without script permission: exit %d stderr %q", r.code, r.stderr)
 	}
 	checkOneLine(t, r)
+}
+
+func TestVersion(t *testing.T) {
+	r := dlockRun(t, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("dlock version: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Built from a checkout: no module version, and the commit when git is there.
+	if !strings.HasPrefix(r.stdout, "dlock (devel)") {
+		t.Errorf("dlock version of a build from a checkout: %q", r.stdout)
+	}
+	if r2 := dlockRun(t, "--version"); r2.code != 0 || r2.stdout != r.stdout {
+		t.Errorf("dlock --version: exit %d %q, want %q", r2.code, r2.stdout, r.stdout)
+	}
+	if r := dlockRun(t, "version", "x"); r.code != exitUsage {
+		t.Errorf("dlock version x: exit %d", r.code)
+	}
 }

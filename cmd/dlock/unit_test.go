@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +109,26 @@ func TestPrintableAndJSONEscapes(t *testing.T) {
 		}
 		if bytes.ContainsFunc(esc, func(r rune) bool { return r >= 0x7f && !isPrintable(r) && r != utf8.RuneError }) {
 			t.Errorf("escapeJSONControls(%s) = %s leaves a control character", js, esc)
+		}
+	}
+}
+
+func TestDescribeBuild(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"},
+		{Key: "vcs.time", Value: "2026-01-02T03:04:05Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	for _, tc := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{bi, "dlock v1.2.0 (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "dlock (devel) go1.26.0"},
+		{nil, "dlock (devel) " + runtime.Version()},
+	} {
+		if got := describeBuild(tc.bi); got != tc.want {
+			t.Errorf("describeBuild = %q, want %q", got, tc.want)
 		}
 	}
 }
