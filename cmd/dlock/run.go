@@ -59,7 +59,7 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock; 0 = one attempt")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
 	fs.Var(&o.grace, "grace", "after losing the lock, wait `DURATION` between SIGTERM and SIGKILL")
-	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL) or warn")
+	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
 	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
@@ -91,7 +91,9 @@ exit codes:
   the command's own    it ran (killed by signal N: 128+N)
   75 (see -E)          not obtained within --wait; the command did not start
   76                   the lock was lost while the command ran: it got SIGTERM,
-                       then SIGKILL after --grace (unless --on-lost warn)
+                       then SIGKILL after --grace. With --on-lost warn the
+                       command runs on, dlock warns on stderr, and exits with
+                       the command's own status
   64                   bad usage      69  server unreachable or failing
   65                   the key holds data that is not a dlock lock
   126, 127             the command is not executable, not found (no lock taken)
@@ -380,16 +382,23 @@ wait:
 	if j.drain(r.flags.grace.d) {
 		fmt.Fprintf(e.stderr, "dlock run: the command left processes running in its process group: stopped them\n")
 	}
-	if wasLost {
-		// Nothing to release, and the connection may be dead: the lease has
-		// stopped renewing, and a holding the server may still have expires.
-		return exitLockLost
+	// When the lock was lost there is nothing to release, and the connection
+	// may be dead: the lease has stopped renewing, and a holding the server
+	// may still have expires.
+	if !wasLost {
+		wasLost = errors.Is(release(e, lease), dlock.ErrNotHeld)
+		if wasLost && r.flags.onLost == onLostStop {
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
+		}
 	}
-	if err := release(e, lease); errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
-		return exitLockLost
+	switch {
+	case !wasLost:
+		return code
+	case r.flags.onLost == onLostWarn:
+		fmt.Fprintf(e.stderr, "dlock run: warning: the command ran partly without the lock on %q (--on-lost warn); it exited %d\n", r.key, code)
+		return code
 	}
-	return code
+	return exitLockLost
 }
 
 // forwarded are the signals dlock run passes on to its command.
