@@ -54,7 +54,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	stderrTTY      bool // stderr is a terminal: progress may be shown there
+	stderrTTY      bool       // stderr is a terminal: progress may be shown there
+	width          func() int // the columns of that terminal now; 0 when unknown
 }
 
 func commands() []command {
@@ -78,6 +79,13 @@ func main() {
 	e := &env{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),
+		width: func() int {
+			w, _, err := term.GetSize(int(os.Stderr.Fd()))
+			if err != nil {
+				return 0
+			}
+			return w
+		},
 	}
 	os.Exit(run(context.Background(), e, os.Args[1:]))
 }

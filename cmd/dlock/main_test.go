@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -1182,5 +1183,30 @@ func TestVersion(t *testing.T) {
 	}
 	if r := dlockRun(t, "version", "x"); r.code != exitUsage {
 		t.Errorf("dlock version x: exit %d", r.code)
+	}
+}
+
+// TestWaitingLineFitsTerminal checks that the waiting line, redrawn in place,
+// is narrower than the terminal, so that it never wraps into a trail of lines.
+func TestWaitingLineFitsTerminal(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--description", strings.Repeat("a long description ", 8)}, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
+	term := ptyStart(t, cmd, 0)
+	term.finish()
+	out := term.text()
+	lines := 0
+	for _, line := range strings.Split(out, "\r\x1b[K") {
+		if !strings.Contains(line, "waiting") {
+			continue
+		}
+		lines++
+		if n := utf8.RuneCountInString(line); n >= ptyColumns {
+			t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
+		}
+	}
+	if lines == 0 {
+		t.Errorf("no waiting line: %q", out)
 	}
 }
