@@ -93,7 +93,19 @@ func writeBash(w io.Writer) {
 	fmt.Fprintln(w, `	esac`)
 	fmt.Fprintln(w, `	case "${COMP_WORDS[1]}:$cur" in`)
 	fmt.Fprintln(w, `	status:-* | unlock:-*) ;;`)
-	fmt.Fprintln(w, `	status:* | unlock:*) words=$(dlock list --names "${cur}*" 2>/dev/null) ;;`)
+	fmt.Fprintln(w, `	status:* | unlock:*)`)
+	// COMP_WORDBREAKS splits "cron:cleanup" at each ':', so the word being
+	// completed is read from the line, and what bash already has up to its last
+	// ':' is dropped from the candidates.
+	fmt.Fprintln(w, `		local word=$cur`)
+	fmt.Fprintln(w, `		if [ -n "${COMP_LINE+x}" ]; then word=${COMP_LINE:0:COMP_POINT}; word=${word##*[[:space:]]}; fi`)
+	fmt.Fprintln(w, `		words=$(dlock list --names "${word}*" 2>/dev/null)`)
+	fmt.Fprintln(w, `		COMPREPLY=($(compgen -W "$words" -- "$word"))`)
+	fmt.Fprintln(w, `		if [[ $word == *:* && $COMP_WORDBREAKS == *:* ]]; then`)
+	fmt.Fprintln(w, `			local colon=${word%"${word##*:}"}`)
+	fmt.Fprintln(w, `			COMPREPLY=("${COMPREPLY[@]#"$colon"}")`)
+	fmt.Fprintln(w, `		fi`)
+	fmt.Fprintln(w, `		return ;;`)
 	fmt.Fprintln(w, `	esac`)
 	fmt.Fprintln(w, `	COMPREPLY=($(compgen -W "$words" -- "$cur"))`)
 	fmt.Fprintln(w, "}")

@@ -785,16 +785,22 @@ func TestCompletionScriptsParse(t *testing.T) {
 		key := dlocktest.Key(t)
 		holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
 		defer func() { _ = holder.Process.Kill() }()
+		colonKey := key + ":nightly:job"
+		holder2, _, _ := startHolder(t, nil, colonKey, `echo ok > "$1"; exec sleep 30`)
+		defer func() { _ = holder2.Process.Kill() }()
+		// As bash splits a word at the ':' of COMP_WORDBREAKS.
 		script := dlockRun(t, "completion", "bash").stdout + `
 COMP_WORDS=(dlock ru); COMP_CWORD=1; _dlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(dlock run --tt); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(dlock status "$1"); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+COMP_LINE="dlock status $2:nightly:j"; COMP_POINT=${#COMP_LINE}
+COMP_WORDS=(dlock status "$2" : nightly : j); COMP_CWORD=6; _dlock; echo "${COMPREPLY[*]}"
 `
 		cmd := dlockCmd(t, "")
-		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4]}
+		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4], key}
 		cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
-		if want := "run\n--ttl\n" + key + "\n"; err != nil || string(out) != want {
+		if want := "run\n--ttl\n" + key + " " + colonKey + "\njob\n"; err != nil || string(out) != want {
 			t.Errorf("bash completion: %v %q, want %q", err, out, want)
 		}
 	}
