@@ -755,7 +755,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 			t.Errorf("dlock help does not list %s", c.name)
 		}
 	}
-	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") {
+	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") || !strings.Contains(r.stdout, "0: a single attempt, no waiting") {
 		t.Errorf("dlock help run: %q", r.stdout)
 	}
 	if r := dlockRun(t); r.code != exitUsage {

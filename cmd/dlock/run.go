@@ -55,10 +55,10 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs; a crashed holder keeps the lock this long")
 	o.renewEvery = durationFlag{min: time.Millisecond, def: "ttl/3"}
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
-	o.wait = durationFlag{zero: "try once", def: "forever"}
-	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock; 0 = one attempt")
+	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
+	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock, then exit 75 (-E); 0: a single attempt, no waiting")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
-	fs.Var(&o.grace, "grace", "after losing the lock, wait `DURATION` between SIGTERM and SIGKILL")
+	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
 	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
 	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
