@@ -1216,3 +1216,25 @@ func TestWaitingLineFitsTerminal(t *testing.T) {
 		t.Errorf("no waiting line: %q", out)
 	}
 }
+
+// TestRunServerLostWhileWaitingExits69 cuts a waiting run off its server: the
+// wait ends with exit 69 (server unavailable), not 75 (busy).
+func TestRunServerLostWhileWaitingExits69(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--ttl", "1s"}, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	proxy := testproxy.Start(t, srv.Addr)
+	cmd := dlockCmd(t, "run", "--redis", "redis://"+proxy.Addr+"/0", "--wait", "20s", key, "--", "true")
+	term := ptyStart(t, cmd, 0)
+	term.waitFor("waiting")
+	proxy.Close()
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != exitUnavailable {
+		t.Errorf("exit %d, want %d; stderr %q", code, exitUnavailable, term.text())
+	}
+	out := term.text()
+	last := out[strings.LastIndex(out, "\r\x1b[K")+len("\r\x1b[K"):]
+	if !strings.HasPrefix(last, "dlock run: ") || !strings.Contains(last, "unavailable") || strings.Count(strings.TrimSpace(last), "\n") != 0 {
+		t.Errorf("after the waiting line, stderr is not one line: %q", term.text())
+	}
+}
