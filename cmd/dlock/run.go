@@ -99,8 +99,8 @@ exit codes:
   126, 127             the command is not executable, not found (no lock taken)
   128+N                interrupted by signal N while waiting
 
-If dlock itself is killed with SIGKILL, the command gets SIGTERM (Linux) and the
-lock stays until its TTL runs out.
+If dlock itself is killed with SIGKILL, the command gets SIGTERM (Linux; the
+processes it started do not) and the lock stays until its TTL runs out.
 
 examples:
   export DLOCK_REDIS=redis://127.0.0.1:6379/0
