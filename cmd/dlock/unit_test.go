@@ -132,3 +132,27 @@ func TestDescribeBuild(t *testing.T) {
 		}
 	}
 }
+
+func TestOneLine(t *testing.T) {
+	a, b := errors.New("dlock: not obtained"), errors.New("dial tcp: connection refused")
+	if got, want := oneLine(errors.Join(a, errors.Join(b, b))), "dlock: not obtained; dial tcp: connection refused"; got != want {
+		t.Errorf("oneLine = %q, want %q", got, want)
+	}
+}
+
+func TestFit(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		width int
+		want  string
+	}{
+		{"short", 80, "short"},
+		{"exactly10!", 10, "exactly1…"},
+		{"anything", 0, "anything"},
+		{"ünïcödé line", 6, "ünïc…"},
+	} {
+		if got := fit(tc.line, tc.width); got != tc.want {
+			t.Errorf("fit(%q, %d) = %q, want %q", tc.line, tc.width, got, tc.want)
+		}
+	}
+}
