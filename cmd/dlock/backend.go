@@ -109,6 +109,9 @@ type store interface {
 	inspect(ctx context.Context, key string) (lockInfo, error)
 	list(ctx context.Context, pattern string) ([]lockInfo, error)
 	forceUnlock(ctx context.Context, key string) (lockInfo, error)
+	// explain returns err, or for an err matching dlock.ErrConflict an error
+	// saying what the server holds under key instead of a lock (exit 65).
+	explain(ctx context.Context, key string, err error) error
 	close()
 }
 
@@ -226,7 +229,7 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 func (s *redisStore) inspect(ctx context.Context, key string) (lockInfo, error) {
 	info, err := s.c.Inspect(ctx, key)
 	if err != nil {
-		return lockInfo{}, err
+		return lockInfo{}, s.explain(ctx, key, err)
 	}
 	return newLockInfo(info), nil
 }
@@ -246,9 +249,56 @@ func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, erro
 func (s *redisStore) forceUnlock(ctx context.Context, key string) (lockInfo, error) {
 	info, err := s.c.ForceUnlock(ctx, key)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		return lockInfo{}, err
+		return lockInfo{}, s.explain(ctx, key, err)
 	}
 	return newLockInfo(info), err
+}
+
+// redisKinds are the Redis keys of a lock and the type each has.
+func redisKinds(key string) []struct{ key, kind string } {
+	return []struct{ key, kind string }{
+		{redislock.LockKey(key), "hash"},
+		{redislock.FenceKey(key), "string"},
+		{redislock.QueueKey(key), "list"},
+		{redislock.QueueDeadlineKey(key), "zset"},
+	}
+}
+
+func (s *redisStore) explain(ctx context.Context, key string, err error) error {
+	if !errors.Is(err, dlock.ErrConflict) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
+	defer cancel()
+	what := ""
+	for _, k := range redisKinds(key) {
+		kind, terr := s.rdb.Type(ctx, k.key).Result()
+		if terr != nil {
+			break
+		}
+		if kind != "none" && kind != k.kind {
+			what = fmt.Sprintf(" (Redis key %q is a %s)", k.key, redisTypeName(kind))
+			break
+		}
+		if kind == "hash" {
+			if n, _ := s.rdb.HExists(ctx, k.key, "o").Result(); !n {
+				what = fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", k.key)
+				break
+			}
+		}
+	}
+	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock%s", key, what)}
+}
+
+// redisTypeName names a Redis TYPE reply in words.
+func redisTypeName(kind string) string {
+	switch kind {
+	case "zset":
+		return "sorted set"
+	case "string", "list", "set", "hash", "stream":
+		return kind
+	}
+	return "value of type " + kind
 }
 
 func newLockInfo(info redislock.LockInfo) lockInfo {
