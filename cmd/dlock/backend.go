@@ -106,9 +106,8 @@ type store interface {
 	String() string
 	// locker returns the lock of the requested kind, with opts as its defaults.
 	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
-	inspect(ctx context.Context, key string) (lockInfo, error)
-	list(ctx context.Context, pattern string) ([]lockInfo, error)
-	forceUnlock(ctx context.Context, key string) (lockInfo, error)
+	// inspector shows and forces the server's locks (status, list, unlock).
+	inspector() dlock.Inspector
 	// explain returns err, or for an err matching dlock.ErrConflict an error
 	// saying what the server holds under key instead of a lock (exit 65).
 	explain(ctx context.Context, key string, err error) error
@@ -226,16 +225,20 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 	return redislock.New(s.rdb, opts...)
 }
 
-func (s *redisStore) inspect(ctx context.Context, key string) (lockInfo, error) {
-	info, err := s.c.Inspect(ctx, key)
+func (s *redisStore) inspector() dlock.Inspector { return s.c }
+
+// inspectLock reads one lock through st's inspector.
+func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {
+	info, err := st.inspector().Inspect(ctx, key)
 	if err != nil {
-		return lockInfo{}, s.explain(ctx, key, err)
+		return lockInfo{}, st.explain(ctx, key, err)
 	}
 	return newLockInfo(info), nil
 }
 
-func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, error) {
-	infos, err := s.c.List(ctx, pattern)
+// listLocks lists the locks matching pattern through st's inspector.
+func listLocks(ctx context.Context, st store, pattern string) ([]lockInfo, error) {
+	infos, err := st.inspector().List(ctx, pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -246,10 +249,11 @@ func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, erro
 	return out, nil
 }
 
-func (s *redisStore) forceUnlock(ctx context.Context, key string) (lockInfo, error) {
-	info, err := s.c.ForceUnlock(ctx, key)
+// forceUnlock removes the holding of key through st's inspector.
+func forceUnlock(ctx context.Context, st store, key string) (lockInfo, error) {
+	info, err := st.inspector().ForceUnlock(ctx, key)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		return lockInfo{}, s.explain(ctx, key, err)
+		return lockInfo{}, st.explain(ctx, key, err)
 	}
 	return newLockInfo(info), err
 }
@@ -301,7 +305,7 @@ func redisTypeName(kind string) string {
 	return "value of type " + kind
 }
 
-func newLockInfo(info redislock.LockInfo) lockInfo {
+func newLockInfo(info dlock.LockInfo) lockInfo {
 	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken, Waiters: info.Waiters}
 	if info.Held {
 		li.TTLms = info.TTL.Milliseconds()

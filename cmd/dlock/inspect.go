@@ -211,7 +211,7 @@ func withStore(ctx context.Context, e *env, c command, args []string, def string
 func runStatus(ctx context.Context, e *env, args []string) int {
 	c := statusCommand()
 	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
-		li, err := st.inspect(ctx, key)
+		li, err := inspectLock(ctx, st, key)
 		switch {
 		case err != nil:
 			return fail(e, c.name, err)
@@ -265,7 +265,7 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 func runList(ctx context.Context, e *env, args []string) int {
 	c := listCommand()
 	return withStore(ctx, e, c, args, "*", func(o *inspectFlags, pattern string, st store) int {
-		infos, err := st.list(ctx, pattern)
+		infos, err := listLocks(ctx, st, pattern)
 		switch {
 		case err != nil:
 			return fail(e, c.name, err)
@@ -304,7 +304,7 @@ func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 func runUnlock(ctx context.Context, e *env, args []string) int {
 	c := unlockCommand()
 	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
-		li, err := st.forceUnlock(ctx, key)
+		li, err := forceUnlock(ctx, st, key)
 		switch {
 		case errors.Is(err, dlock.ErrNotHeld):
 			fmt.Fprintf(e.stderr, "dlock unlock: %q is not held: nothing removed\n", key)

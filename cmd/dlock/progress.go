@@ -27,7 +27,7 @@ func startProgress(ctx context.Context, e *env, st store, key string, since time
 		for {
 			ictx, icancel := context.WithTimeout(ctx, progressEvery)
 			who := "another process"
-			if li, err := st.inspect(ictx, key); err == nil && li.Held {
+			if li, err := inspectLock(ictx, st, key); err == nil && li.Held {
 				who = li.holderLine(time.Now())
 				if li.TTLms > 0 {
 					who += ", ttl " + ttlString(li.TTLms)

@@ -320,7 +320,7 @@ func (r *runRequest) notObtained(st store, waited time.Duration) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	who := "another process"
-	if li, err := st.inspect(ctx, r.key); err == nil && li.Held {
+	if li, err := inspectLock(ctx, st, r.key); err == nil && li.Held {
 		who = li.holderLine(time.Now())
 	}
 	if !r.flags.wait.set || r.flags.wait.d == 0 {
