@@ -1238,3 +1238,35 @@ func TestRunServerLostWhileWaitingExits69(t *testing.T) {
 		t.Errorf("after the waiting line, stderr is not one line: %q", term.text())
 	}
 }
+
+// TestRunServerRefusals: a server that refuses the lock's scripts (an ACL without
+// EVALSHA) or is out of memory makes run exit 69 (unavailable) with one line,
+// and a run that waits through an out-of-memory spell gets the lock.
+func TestRunServerRefusals(t *testing.T) {
+	s := testserver.StartRedis(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, "run", "--redis", "redis://noeval:pw@"+s.Addr+"/0", "--wait", "5s", "k", "--", "true")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "NOPERM") {
+		t.Errorf("NOPERM: exit %d, stderr %q; want 69 naming NOPERM", r.code, r.stderr)
+	}
+	checkOneLine(t, r)
+	if r.elapsed > 4*time.Second {
+		t.Errorf("NOPERM reported after %v: a refusal is not waited out", r.elapsed)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, "run", "--redis", "redis://"+s.Addr+"/0", "--wait", "500ms", "k", "--", "true")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "OOM") {
+		t.Errorf("OOM: exit %d, stderr %q; want 69 naming OOM", r.code, r.stderr)
+	}
+	if r.elapsed < 500*time.Millisecond {
+		t.Errorf("OOM reported after %v, before the wait of 500ms ended", r.elapsed)
+	}
+	checkOneLine(t, r)
+}

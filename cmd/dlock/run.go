@@ -276,7 +276,10 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		}
 	}()
 	lease, err := locker.TryLock(ctx, r.key)
-	if errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && (!r.flags.wait.set || r.flags.wait.d > 0) {
+	// Held, or a failure that waiting may cure (the server is down, loading, out
+	// of memory...): wait, as Lock retries those within its wait.
+	waitable := errors.Is(err, dlock.ErrNotObtained) || (errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrRefused))
+	if waitable && ctx.Err() == nil && (!r.flags.wait.set || r.flags.wait.d > 0) {
 		wctx := ctx
 		if r.flags.wait.set {
 			var wcancel context.CancelFunc
