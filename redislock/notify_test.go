@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -790,4 +791,58 @@ func TestOneReleaseWakesOneProcess(t *testing.T) {
 		t.Fatalf("%d commands for %d hand-overs, more than %d", after, clients, limit)
 	}
 	eventually(t, "the waiting set is gone", func() bool { return probe.Exists(ctx, redislock.WaitingKey(key)).Val() == 0 })
+}
+
+// TestServerCommandsPerCycle: an uncontended lock and unlock costs the server 9
+// commands for the plain lock and 10 for the fair one, counting every call the
+// scripts make (INFO commandstats on a server of the test's own).
+func TestServerCommandsPerCycle(t *testing.T) {
+	s, admin := startRedis(t)
+	ctx := context.Background()
+	calls := func() (n int64) {
+		for _, line := range strings.Split(admin.Info(ctx, "commandstats").Val(), "\n") {
+			if strings.HasPrefix(line, "cmdstat_info:") {
+				continue
+			}
+			if _, v, ok := strings.Cut(line, "calls="); ok {
+				v, _, _ = strings.Cut(v, ",")
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+		return n
+	}
+	for _, fair := range []bool{false, true} {
+		newc := redislock.New
+		want := 9.0
+		if fair {
+			newc, want = redislock.NewFair, 10
+		}
+		c, err := newc(newRDB(t, s.Addr), dlock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := dlocktest.Key(t)
+		l, err := c.Lock(ctx, key) // loads the scripts
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Unlock(ctx)
+		const n = 50
+		before := calls()
+		for range n {
+			l, err := c.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := float64(calls()-before-1) / n // less the INFO of the count before
+		t.Logf("fair %v: %.1f server commands per cycle", fair, got)
+		if got > want {
+			t.Errorf("fair %v: %.1f server commands per uncontended cycle, want %v", fair, got, want)
+		}
+	}
 }

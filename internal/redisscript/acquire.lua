@@ -65,10 +65,10 @@ if f[1] == ARGV[1] then
   return {1, tonumber(f[2])}
 end
 if not f[1] then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
-  end
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  if redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then
+    if redis.call('EXISTS', KEYS[1]) == 1 then
+      return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+    end
     return {2, 0}
   end
   -- Free while processes wait: the holding wakes the next of them on release.
