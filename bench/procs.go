@@ -262,7 +262,7 @@ func workerSection(ctx context.Context, rdb *redis.Client, prefix, me string, r 
 	if in != 1 {
 		r.Overlaps++
 	}
-	if last, err := rdb.GetSet(ctx, prefix+"last", me).Result(); err == nil && last != me {
+	if last, err := rdb.SetArgs(ctx, prefix+"last", me, redis.SetArgs{Get: true}).Result(); err == nil && last != me {
 		r.Handoffs++
 	}
 	n, err := rdb.Get(ctx, prefix+"counter").Int64()
