@@ -25,7 +25,6 @@ var (
 
 var _ dlock.Inspector = (*Client)(nil)
 
-
 // Inspect implements dlock.Inspector: it reads the legacy key and dlock's
 // companion. A lock held by an old client of the fleet is Held with an empty
 // Owner and no Token; Token and Owner are set when a dlock locker holds it.
