@@ -40,3 +40,6 @@ echo "test.sh: examples/sqlfence (its own module)"
 
 echo "test.sh: bench (its own module): vet and a quick run against a real redis-server"
 (cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
+(cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
