@@ -96,11 +96,7 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (str
 		if d.testHookCreate != nil {
 			d.testHookCreate()
 		}
-		var path string
-		err := d.call(ctx, func() (err error) {
-			path, err = d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
-			return err
-		})
+		path, err := d.createChild(ctx, lp, owner, data)
 		if err == nil {
 			return path[len(lp)+1:], nil
 		}
@@ -112,6 +108,60 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (str
 		if err := d.makePath(ctx, lp); err != nil {
 			return "", err
 		}
+	}
+}
+
+// ownerKey names the nodes of one owner under one lock node.
+type ownerKey struct{ lockPath, owner string }
+
+// createChild sends the create of owner's node and waits for its answer or for
+// ctx's end. The create is registered in d.inflight until it is answered.
+func (d *Driver) createChild(ctx context.Context, lp, owner string, data []byte) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	k := ownerKey{lp, owner}
+	done := make(chan struct{})
+	d.inflightMu.Lock()
+	d.inflight[k] = done
+	d.inflightMu.Unlock()
+	type result struct {
+		path string
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		p, err := d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
+		d.inflightMu.Lock()
+		if d.inflight[k] == done {
+			delete(d.inflight, k)
+		}
+		d.inflightMu.Unlock()
+		close(done)
+		res <- result{p, err}
+	}()
+	select {
+	case r := <-res:
+		return r.path, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// awaitCreate waits until no create of owner's node under lp is unanswered, or
+// ctx ends.
+func (d *Driver) awaitCreate(ctx context.Context, lp, owner string) error {
+	d.inflightMu.Lock()
+	done := d.inflight[ownerKey{lp, owner}]
+	d.inflightMu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -164,6 +214,9 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		return grant{}, err
 	}
 	lp := d.lockPath(key)
+	if err := d.awaitCreate(ctx, lp, owner); err != nil {
+		return grant{}, err
+	}
 	// A retry with this owner takes over any clean-up still pending for it.
 	d.sweep.forget(lp, owner)
 	for round := 0; round < maxRounds; round++ {
@@ -358,7 +411,11 @@ func (d *Driver) remove(ctx context.Context, key, owner string) (bool, error) {
 		return false, err
 	}
 	lp := d.lockPath(key)
-	q, err := d.list(ctx, lp)
+	err := d.awaitCreate(ctx, lp, owner)
+	var q []child
+	if err == nil {
+		q, err = d.list(ctx, lp)
+	}
 	if err != nil {
 		if !errors.Is(err, dlock.ErrConflict) {
 			d.sweep.add(sweepEntry{lockPath: lp, owner: owner})

@@ -112,6 +112,9 @@ func (d *Driver) sweepOne(e sweepEntry) bool {
 		case <-ctx.Done():
 		}
 	}()
+	if err := d.awaitCreate(ctx, e.lockPath, e.owner); err != nil {
+		return false
+	}
 	q, err := d.list(ctx, e.lockPath)
 	if err != nil {
 		return false

@@ -110,7 +110,15 @@ type Driver struct {
 
 	sweep sweeper
 
+	// inflight holds, per lock node and owner, a channel closed when a create
+	// of the owner's node has been answered (or failed): a later call for the
+	// same owner waits for it, so that it cannot miss a node the create makes
+	// after the caller gave up on it.
+	inflightMu sync.Mutex
+	inflight   map[ownerKey]chan struct{}
+
 	testHookCreate func() // called before each create of a lock node, in tests
+	onTimeout      func() // called when the negotiated session timeout is known
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -197,14 +205,18 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Driver, error)
 	if len(o.acl) == 0 {
 		return nil, fmt.Errorf("%w: empty ACL", dlock.ErrInvalid)
 	}
-	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{})}
+	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
+		inflight: map[ownerKey]chan struct{}{}}
 	d.sweep.init()
 	d.timeoutMs.Store(o.timeout.Milliseconds())
+	// The client logs the session timeout the server granted right after it
+	// reports the session established; the session is ready for the Driver once
+	// that line is in.
 	established := make(chan struct{})
 	var once sync.Once
+	d.onTimeout = func() { once.Do(func() { close(established) }) }
 	onEvent := zk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
-			once.Do(func() { close(established) })
 			select {
 			case d.session <- struct{}{}:
 			default:
@@ -227,7 +239,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Driver, error)
 	case <-established:
 	case <-ctx.Done():
 		conn.Close()
-		return nil, errors.Join(dlock.ErrUnavailable, fmt.Errorf("zklock: no session with %v", servers), ctx.Err())
+		return nil, errors.Join(dlock.ErrUnavailable, fmt.Errorf("zklock: no session with %v (or github.com/go-zookeeper/zk did not log the session timeout it negotiated, as v1.0.4 does)", servers), ctx.Err())
 	}
 	for _, a := range o.auth {
 		if err := d.call(ctx, func() error { return conn.AddAuth(a.scheme, a.auth) }); err != nil {
@@ -258,8 +270,10 @@ func checkRoot(root string) error {
 }
 
 // logger passes the ZooKeeper client's log lines on, and reads the session
-// timeout the server granted from its "authenticated" line: the client keeps
-// it in an unexported field.
+// timeout the server granted from its "authenticated" line, logged after each
+// session establishment: the client keeps the timeout in an unexported field.
+// (Between a reconnect and that line the previous value stands; it differs only
+// when the servers of one ensemble are configured with different bounds.)
 type logger struct {
 	d    *Driver
 	logf func(format string, args ...any)
@@ -269,6 +283,7 @@ func (l logger) Printf(format string, args ...any) {
 	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
 		if ms, ok := args[1].(int32); ok && ms > 0 {
 			l.d.timeoutMs.Store(int64(ms))
+			l.d.onTimeout()
 		}
 	}
 	if l.logf != nil {
