@@ -96,7 +96,11 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (str
 		if d.testHookCreate != nil {
 			d.testHookCreate()
 		}
-		path, err := d.createChild(ctx, lp, owner, data)
+		var path string
+		err := d.ownerCall(ctx, lp, owner, func() (err error) {
+			path, err = d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
+			return err
+		})
 		if err == nil {
 			return path[len(lp)+1:], nil
 		}
@@ -114,51 +118,53 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (str
 // ownerKey names the nodes of one owner under one lock node.
 type ownerKey struct{ lockPath, owner string }
 
-// createChild sends the create of owner's node and waits for its answer or for
-// ctx's end. The create is registered in d.inflight until it is answered.
-func (d *Driver) createChild(ctx context.Context, lp, owner string, data []byte) (string, error) {
+// ownerCall is call for a request that changes owner's nodes under lp: the
+// request is registered in d.inflight until it is answered, also when ctx ends
+// first, so that awaitOwner can order later requests of the owner after it.
+func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error) error {
 	if err := ctx.Err(); err != nil {
-		return "", err
+		return err
 	}
 	k := ownerKey{lp, owner}
-	done := make(chan struct{})
 	d.inflightMu.Lock()
-	d.inflight[k] = done
+	ops := d.inflight[k]
+	if ops == nil {
+		ops = &opSet{done: make(chan struct{})}
+		d.inflight[k] = ops
+	}
+	ops.n++
 	d.inflightMu.Unlock()
-	type result struct {
-		path string
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		p, err := d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
-		d.inflightMu.Lock()
-		if d.inflight[k] == done {
-			delete(d.inflight, k)
-		}
-		d.inflightMu.Unlock()
-		close(done)
-		res <- result{p, err}
-	}()
-	select {
-	case r := <-res:
-		return r.path, r.err
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
+	return d.call(ctx, func() error {
+		defer func() {
+			d.inflightMu.Lock()
+			if ops.n--; ops.n == 0 {
+				delete(d.inflight, k)
+				close(ops.done)
+			}
+			d.inflightMu.Unlock()
+		}()
+		return f()
+	})
 }
 
-// awaitCreate waits until no create of owner's node under lp is unanswered, or
-// ctx ends.
-func (d *Driver) awaitCreate(ctx context.Context, lp, owner string) error {
+// opSet counts the unanswered requests of one owner under one lock node; done
+// is closed when the count is back to zero.
+type opSet struct {
+	n    int
+	done chan struct{}
+}
+
+// awaitOwner waits until every request ownerCall sent for owner under lp has
+// been answered, or ctx ends.
+func (d *Driver) awaitOwner(ctx context.Context, lp, owner string) error {
 	d.inflightMu.Lock()
-	done := d.inflight[ownerKey{lp, owner}]
+	ops := d.inflight[ownerKey{lp, owner}]
 	d.inflightMu.Unlock()
-	if done == nil {
+	if ops == nil {
 		return nil
 	}
 	select {
-	case <-done:
+	case <-ops.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -185,7 +191,7 @@ func (d *Driver) makePath(ctx context.Context, p string) error {
 // deleteNode deletes one node of owner's; a node that is gone already counts as
 // deleted. When the outcome is unknown, the node is left to the sweeper.
 func (d *Driver) deleteNode(ctx context.Context, lp, owner, name string) error {
-	err := d.call(ctx, func() error { return d.conn.Delete(lp+"/"+name, -1) })
+	err := d.ownerCall(ctx, lp, owner, func() error { return d.conn.Delete(lp+"/"+name, -1) })
 	if err == nil || errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -214,7 +220,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		return grant{}, err
 	}
 	lp := d.lockPath(key)
-	if err := d.awaitCreate(ctx, lp, owner); err != nil {
+	if err := d.awaitOwner(ctx, lp, owner); err != nil {
 		return grant{}, err
 	}
 	// A retry with this owner takes over any clean-up still pending for it.
@@ -411,7 +417,7 @@ func (d *Driver) remove(ctx context.Context, key, owner string) (bool, error) {
 		return false, err
 	}
 	lp := d.lockPath(key)
-	err := d.awaitCreate(ctx, lp, owner)
+	err := d.awaitOwner(ctx, lp, owner)
 	var q []child
 	if err == nil {
 		q, err = d.list(ctx, lp)

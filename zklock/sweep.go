@@ -112,7 +112,7 @@ func (d *Driver) sweepOne(e sweepEntry) bool {
 		case <-ctx.Done():
 		}
 	}()
-	if err := d.awaitCreate(ctx, e.lockPath, e.owner); err != nil {
+	if err := d.awaitOwner(ctx, e.lockPath, e.owner); err != nil {
 		return false
 	}
 	q, err := d.list(ctx, e.lockPath)
@@ -121,7 +121,8 @@ func (d *Driver) sweepOne(e sweepEntry) bool {
 	}
 	for _, c := range q {
 		if c.owner == e.owner && (e.name == "" || c.name == e.name) {
-			if err := d.call(ctx, func() error { return d.conn.Delete(e.lockPath+"/"+c.name, -1) }); err != nil && !isNoNode(err) {
+			err := d.ownerCall(ctx, e.lockPath, e.owner, func() error { return d.conn.Delete(e.lockPath+"/"+c.name, -1) })
+			if err != nil && !isNoNode(err) {
 				return false
 			}
 		}

@@ -110,12 +110,12 @@ type Driver struct {
 
 	sweep sweeper
 
-	// inflight holds, per lock node and owner, a channel closed when a create
-	// of the owner's node has been answered (or failed): a later call for the
-	// same owner waits for it, so that it cannot miss a node the create makes
-	// after the caller gave up on it.
+	// inflight holds, per lock node and owner, the requests that change the
+	// owner's nodes and are not answered yet, also those whose caller gave up:
+	// a later call for the same owner waits for them, so that it cannot miss a
+	// node a create makes late, and a late delete cannot remove a newer node.
 	inflightMu sync.Mutex
-	inflight   map[ownerKey]chan struct{}
+	inflight   map[ownerKey]*opSet
 
 	testHookCreate func() // called before each create of a lock node, in tests
 	onTimeout      func() // called when the negotiated session timeout is known
@@ -206,7 +206,7 @@ func New(ctx context.Context, servers []string, opts ...Option) (*Driver, error)
 		return nil, fmt.Errorf("%w: empty ACL", dlock.ErrInvalid)
 	}
 	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
-		inflight: map[ownerKey]chan struct{}{}}
+		inflight: map[ownerKey]*opSet{}}
 	d.sweep.init()
 	d.timeoutMs.Store(o.timeout.Milliseconds())
 	// The client logs the session timeout the server granted right after it
