@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -98,5 +99,56 @@ func TestErrorsMatch(t *testing.T) {
 	}
 	if !errors.Is(&dlock.BusyError{Remaining: time.Second}, dlock.ErrNotObtained) {
 		t.Error("BusyError does not match ErrNotObtained")
+	}
+}
+
+// A zero Lease (new(dlock.Lease)) behaves like a nil *Lease: no panic, no
+// deadlock on a second call, ErrNotHeld everywhere, a cancelled Context.
+func TestZeroLeaseIsNotHeld(t *testing.T) {
+	for name, l := range map[string]*dlock.Lease{"nil": nil, "zero": new(dlock.Lease)} {
+		for range 2 {
+			ctx := context.Background()
+			if l.Key() != "" || l.Owner() != "" || l.Token() != 0 || !l.Deadline().IsZero() {
+				t.Errorf("%s: Key/Owner/Token/Deadline not zero", name)
+			}
+			select {
+			case <-l.Done():
+			default:
+				t.Errorf("%s: Done not closed", name)
+			}
+			if c := l.Context(); c == nil || !errors.Is(context.Cause(c), dlock.ErrNotHeld) {
+				t.Errorf("%s: Context %v", name, c)
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Err %v", name, err)
+			}
+			if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Extend %v", name, err)
+			}
+			if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: TTL %v", name, err)
+			}
+			if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Unlock %v", name, err)
+			}
+		}
+	}
+}
+
+func TestMatchKey(t *testing.T) {
+	cases := []struct {
+		p, k string
+		ok   bool
+	}{
+		{"*", "anything", true}, {"*", "", true}, {"jobs:*", "jobs:1", true}, {"jobs:*", "job:1", false},
+		{"a?c", "abc", true}, {"a?c", "ac", false}, {"*:fence", "x:fence", true}, {"a*b*c", "aXbYc", true},
+		{"a*b*c", "aXbY", false}, {"[ab]x", "bx", true}, {"[ab]x", "cx", false}, {"[^ab]x", "cx", true},
+		{"[a-c]1", "b1", true}, {"[a-c]1", "d1", false}, {`\*`, "*", true}, {`\*`, "a", false},
+		{"[ab", "a", false}, {"ключ*", "ключ:1", true}, {"a/*", "a/b/c", true},
+	}
+	for _, c := range cases {
+		if got := dlock.MatchKey(c.p, c.k); got != c.ok {
+			t.Errorf("MatchKey(%q, %q) = %v, want %v", c.p, c.k, got, c.ok)
+		}
 	}
 }
