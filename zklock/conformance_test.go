@@ -13,17 +13,13 @@ import (
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
-			c, err := dlock.NewClient(newDriver(t), opts...)
+			c, err := New(newDriver(t), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return c
 		},
 		Occupy: occupy,
-		Skip: map[string]string{
-			"UnlockAfterExpiryTouchesNothing":   "a holder that is alive keeps its node until the Client releases it after the local loss (Core v2)",
-			"ExpiryFreesLockAfterHolderWasTold": "a holder that is alive keeps its node until the Client releases it after the local loss (Core v2)",
-		},
 	})
 }
 

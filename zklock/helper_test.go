@@ -38,7 +38,7 @@ func helperMain() bool {
 func runHelper(role, addr, key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d, err := New(ctx, []string{addr}, WithSessionTimeout(helperSession))
+	d, err := NewDriver(ctx, []string{addr}, WithSessionTimeout(helperSession))
 	if err != nil {
 		return err
 	}
@@ -55,11 +55,11 @@ func runHelper(role, addr, key string) error {
 		return nil
 	case "holder":
 		// Hold the lock with renewals, and report its loss.
-		c, err := dlock.NewClient(d)
+		c, err := New(d, dlock.WithTTL(d.SessionTimeout()))
 		if err != nil {
 			return err
 		}
-		l, err := c.Lock(ctx, key, dlock.WithTTL(d.SessionTimeout()), dlock.WithAutoRenew(true))
+		l, err := c.Lock(ctx, key, dlock.WithAutoRenew(true))
 		if err != nil {
 			return err
 		}

@@ -50,15 +50,18 @@ func remaining(nd nodeData, mtime int64) time.Duration {
 	return min(left, time.Duration(nd.TTL)*time.Millisecond)
 }
 
-// TTLLimits reports the TTLs the Driver can grant: from dlock.MinTTL to the
-// negotiated session timeout (see the package documentation).
-func (d *Driver) TTLLimits() (lo, hi time.Duration) {
-	return dlock.MinTTL, d.SessionTimeout()
+// TTLLimits implements dlock.TTLLimiter: TTLs from dlock.MinTTL to the
+// negotiated session timeout, in whole milliseconds (see the package
+// documentation).
+func (d *Driver) TTLLimits() dlock.TTLLimits {
+	return dlock.TTLLimits{Min: dlock.MinTTL, Max: d.SessionTimeout(), Step: time.Millisecond}
 }
 
+// checkTTL checks ttl against the limits once more: the session timeout can
+// change at a reconnect.
 func (d *Driver) checkTTL(ttl time.Duration) error {
-	if lo, hi := d.TTLLimits(); ttl < lo || ttl > hi {
-		return fmt.Errorf("%w: ttl %v outside [%v, %v] (the ZooKeeper session timeout bounds the TTL)", dlock.ErrInvalid, ttl, lo, hi)
+	if lim := d.TTLLimits(); ttl < lim.Min || ttl > lim.Max {
+		return fmt.Errorf("%w: ttl %v outside [%v, %v] (the ZooKeeper session timeout bounds the TTL)", dlock.ErrInvalid, ttl, lim.Min, lim.Max)
 	}
 	return nil
 }
@@ -204,11 +207,37 @@ type grant struct {
 	token uint64
 	ttl   time.Duration
 	node  string // the holder's node name
+	meta  string
 }
 
-// busy builds the error for a lock held by another owner with rem left.
-func (d *Driver) busy(rem time.Duration) error {
-	return &dlock.BusyError{Remaining: rem}
+// busy builds the error for a lock held by another owner with rem left; queued
+// is owner's node when the attempt left one in the queue, "" otherwise. A queued
+// waiter's watch is reliable (the client sets it again after a reconnect, and a
+// session expiry ends it with an event), so it may sleep a session timeout
+// without a wake.
+func (d *Driver) busy(rem time.Duration, queued, metadata string) error {
+	if queued == "" {
+		return &dlock.BusyError{Remaining: rem}
+	}
+	return &dlock.BusyError{Remaining: rem, RetryAfter: d.SessionTimeout(), Queued: true,
+		Handle: &handle{node: queued, metadata: metadata}}
+}
+
+// handle is the Handle of a grant and of a queued waiter's BusyError: the name
+// of the owner's node, and the metadata that Extend writes again.
+type handle struct {
+	node, metadata string
+}
+
+// nodeOf returns the node name in h's handle, if h has one of this driver's and
+// it is h.Owner's.
+func nodeOf(h dlock.Holding) (*handle, bool) {
+	hd, ok := h.Handle.(*handle)
+	if !ok || hd == nil {
+		return nil, false
+	}
+	c, ok := parseChild(hd.node)
+	return hd, ok && c.owner == h.Owner
 }
 
 // acquire is one acquisition attempt; see Acquire.
@@ -242,7 +271,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				if gone {
 					continue
 				}
-				return grant{}, d.busy(rem)
+				return grant{}, d.busy(rem, "", "")
 			}
 			if _, err := d.create(ctx, lp, owner, encodeData(ttl, metadata)); err != nil {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
@@ -287,9 +316,12 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				continue
 			}
 		}
-		return grant{}, d.busy(rem)
+		if !waiting {
+			return grant{}, d.busy(rem, "", "")
+		}
+		return grant{}, d.busy(rem, q[i].name, metadata)
 	}
-	return grant{}, fmt.Errorf("%w: zklock: the queue of %q kept changing", dlock.ErrUnavailable, key)
+	return grant{}, changing(key)
 }
 
 // take completes an acquisition by the node name, first in the queue: it reads
@@ -320,7 +352,7 @@ func (d *Driver) take(ctx context.Context, lp, name string, ttl time.Duration, m
 			return grant{}, mapErr(err)
 		}
 	}
-	return grant{token: uint64(st.Czxid), ttl: ttl, node: name}, nil
+	return grant{token: uint64(st.Czxid), ttl: ttl, node: name, meta: metadata}, nil
 }
 
 // holderTTL reads the holder's node: the TTL it has left (-1 unknown), or gone
@@ -342,71 +374,113 @@ func (d *Driver) holderTTL(ctx context.Context, lp string, holder child) (time.D
 	return remaining(nd, st.Mtime), false, nil
 }
 
-// holder finds owner's node, which must be first in the queue.
-func (d *Driver) holder(ctx context.Context, key, owner string) (lp, name string, err error) {
-	if err := d.checkArgs(key, owner); err != nil {
-		return "", "", err
+// holderNode returns the lock node of h.Key and h.Owner's node in it, which
+// holds the lock: from h's handle, or else found in the queue, where it must be
+// first.
+func (d *Driver) holderNode(ctx context.Context, h dlock.Holding) (string, *handle, error) {
+	if err := d.checkArgs(h.Key, h.Owner); err != nil {
+		return "", nil, err
 	}
-	lp = d.lockPath(key)
+	lp := d.lockPath(h.Key)
+	if hd, ok := nodeOf(h); ok {
+		return lp, hd, nil
+	}
 	q, err := d.list(ctx, lp)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	if len(q) == 0 || q[0].owner != owner {
-		return "", "", fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
-	}
-	return lp, q[0].name, nil
-}
-
-// extend rewrites the holder's node with ttl: it succeeds only while the node
-// exists, in a live session.
-func (d *Driver) extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	if err := d.checkTTL(ttl); err != nil {
-		return err
-	}
-	lp, name, err := d.holder(ctx, key, owner)
-	if err != nil {
-		return err
+	if len(q) == 0 || q[0].owner != h.Owner {
+		return "", nil, notHeld(h.Key)
 	}
 	var data []byte
 	err = d.call(ctx, func() (err error) {
-		data, _, err = d.conn.Get(lp + "/" + name)
+		data, _, err = d.conn.Get(lp + "/" + q[0].name)
 		return err
 	})
-	if err == nil {
-		nd, _ := decodeData(data)
-		var st *zk.Stat
-		err = d.call(ctx, func() (err error) {
-			st, err = d.conn.Set(lp+"/"+name, encodeData(ttl, nd.Metadata), -1)
-			return err
-		})
-		if err == nil && st.EphemeralOwner != d.conn.SessionID() {
-			return fmt.Errorf("%w: %q: node of another session", dlock.ErrNotHeld, key)
-		}
+	if isNoNode(err) {
+		return "", nil, notHeld(h.Key)
 	}
-	if errors.Is(err, zk.ErrNoNode) {
-		return fmt.Errorf("%w: %q: node gone", dlock.ErrNotHeld, key)
+	if err != nil {
+		return "", nil, mapErr(err)
 	}
-	return mapErr(err)
+	nd, _ := decodeData(data)
+	return lp, &handle{node: q[0].name, metadata: nd.Metadata}, nil
 }
 
-// ttlLeft returns the time the holder's node has left, from its last write.
-func (d *Driver) ttlLeft(ctx context.Context, key, owner string) (time.Duration, error) {
-	lp, name, err := d.holder(ctx, key, owner)
+func notHeld(key string) error {
+	return fmt.Errorf("%w: %q has no node of this owner", dlock.ErrNotHeld, key)
+}
+
+// extend rewrites the holder's node with ttl: it succeeds only while the node
+// exists, in this (live) session.
+func (d *Driver) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	if err := d.checkTTL(ttl); err != nil {
+		return 0, err
+	}
+	lp, hd, err := d.holderNode(ctx, h)
 	if err != nil {
 		return 0, err
 	}
-	rem, gone, err := d.holderTTL(ctx, lp, child{name: name})
+	var st *zk.Stat
+	err = d.call(ctx, func() (err error) {
+		st, err = d.conn.Set(lp+"/"+hd.node, encodeData(ttl, hd.metadata), -1)
+		return err
+	})
+	switch {
+	case isNoNode(err):
+		return 0, notHeld(h.Key)
+	case err != nil:
+		return 0, mapErr(err)
+	case st.EphemeralOwner != d.conn.SessionID():
+		return 0, fmt.Errorf("%w: %q: the node belongs to session %#x", dlock.ErrNotHeld, h.Key, st.EphemeralOwner)
+	}
+	return ttl, nil
+}
+
+// ttlLeft returns the time the holder's node has left, from its last write.
+func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	lp, hd, err := d.holderNode(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	rem, gone, err := d.holderTTL(ctx, lp, child{name: hd.node})
 	if err != nil {
 		return 0, err
 	}
 	if gone {
-		return 0, fmt.Errorf("%w: %q: node gone", dlock.ErrNotHeld, key)
+		return 0, notHeld(h.Key)
 	}
-	if rem < 0 {
-		rem = 0
+	return max(rem, 0), nil
+}
+
+// release deletes the holder's node named by h's handle, or else every node of
+// h.Owner (see remove). It fails with dlock.ErrNotHeld when there is none.
+func (d *Driver) release(ctx context.Context, h dlock.Holding) error {
+	hd, ok := nodeOf(h)
+	if !ok {
+		found, err := d.remove(ctx, h.Key, h.Owner)
+		if err == nil && !found {
+			return notHeld(h.Key)
+		}
+		return err
 	}
-	return rem, nil
+	if err := d.checkArgs(h.Key, h.Owner); err != nil {
+		return err
+	}
+	lp := d.lockPath(h.Key)
+	if err := d.awaitOwner(ctx, lp, h.Owner); err != nil {
+		d.sweep.add(sweepEntry{lockPath: lp, owner: h.Owner, name: hd.node})
+		return err
+	}
+	err := d.ownerCall(ctx, lp, h.Owner, func() error { return d.conn.Delete(lp+"/"+hd.node, -1) })
+	switch {
+	case isNoNode(err):
+		return notHeld(h.Key)
+	case err != nil:
+		d.sweep.add(sweepEntry{lockPath: lp, owner: h.Owner, name: hd.node})
+		return mapErr(err)
+	}
+	return nil
 }
 
 // remove deletes every node of owner under key's lock node (a holding, a

@@ -32,7 +32,7 @@ func newDriverAt(t testing.TB, addr string, opts ...Option) *Driver {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := New(ctx, []string{addr}, append([]Option{WithSessionTimeout(testSession)}, opts...)...)
+	d, err := NewDriver(ctx, []string{addr}, append([]Option{WithSessionTimeout(testSession)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,11 @@
 // safe against lost replies. It lives in a module of its own, so that programs
 // that use only the Redis backend never build the ZooKeeper client.
 //
-//	drv, err := zklock.New(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"})
+//	drv, err := zklock.NewDriver(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"})
 //	if err != nil { ... }
-//	defer drv.Close()
-//	locks, err := dlock.NewClient(drv)
+//	defer drv.Close() // ends the session: every lock it holds is released
+//	locker, err := zklock.New(drv)
+//	lease, err := locker.Lock(ctx, "orders:42")
 //
 // # Layout
 //
@@ -87,6 +88,46 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// Client is a dlock.Locker on ZooKeeper, over a Driver; it is also a
+// dlock.Inspector. It is safe for concurrent use.
+type Client struct {
+	*dlock.Client
+	d *Driver
+}
+
+var _ dlock.Inspector = (*Client)(nil)
+
+// New returns a Client that locks through d, with opts as the defaults of every
+// TryLock and Lock. Every TTL must lie within d's TTLLimits: dlock.DefaultTTL
+// fits the default session timeout. It returns an error matching
+// dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
+func New(d *Driver, opts ...dlock.Option) (*Client, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+	}
+	c, err := dlock.NewClient(d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: c, d: d}, nil
+}
+
+// Inspect reads the lock named key; see Driver.Inspect.
+func (c *Client) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return c.d.Inspect(ctx, key)
+}
+
+// List returns the held locks whose keys match pattern; see Driver.List.
+func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	return c.d.List(ctx, pattern)
+}
+
+// ForceUnlock removes the holding of key whoever holds it; see
+// Driver.ForceUnlock.
+func (c *Client) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return c.d.ForceUnlock(ctx, key)
+}
+
 // Defaults.
 const (
 	// DefaultRoot is the znode under which locks live unless WithRoot is given.
@@ -97,9 +138,10 @@ const (
 	DefaultSessionTimeout = dlock.DefaultTTL
 )
 
-// Driver is a dlock.Driver on one ZooKeeper session. It is safe for concurrent
-// use. Close ends the session, which deletes every node it holds: close a Driver
-// once no Client uses it any more. New makes the session.
+// Driver is a dlock.Driver on one ZooKeeper session: also a dlock.Notifier,
+// dlock.Abandoner, dlock.TTLLimiter and dlock.Inspector. It is safe for
+// concurrent use. NewDriver makes the session; Close ends it, which deletes
+// every node it holds: close a Driver once no Client uses it any more.
 type Driver struct {
 	conn *zk.Conn
 	root string
@@ -125,7 +167,7 @@ type Driver struct {
 	wg        sync.WaitGroup
 }
 
-// Option configures New.
+// Option configures NewDriver.
 type Option func(*options)
 
 type options struct {
@@ -174,10 +216,10 @@ func WithDialer(d func(network, address string, timeout time.Duration) (net.Conn
 	return func(o *options) { o.dialer = d }
 }
 
-// New connects to the ZooKeeper servers (host:port) and waits until the session
-// is established or ctx ends. The error matches dlock.ErrInvalid for bad options
-// and dlock.ErrUnavailable when no session could be made.
-func New(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
+// NewDriver connects to the ZooKeeper servers (host:port) and waits until the
+// session is established or ctx ends. The error matches dlock.ErrInvalid for bad
+// options and dlock.ErrUnavailable when no session could be made.
+func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}

@@ -87,7 +87,7 @@ func TestTokenIsCzxidAndSurvivesLockNodeRemoval(t *testing.T) {
 			t.Fatalf("token %d, node czxid %v (%v)", g.token, st, err)
 		}
 		last = g.token
-		if err := d.Release(ctx, key, "o"+strconv.Itoa(i)); err != nil {
+		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "o" + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.conn.Delete(lp, -1); err != nil {
@@ -123,13 +123,13 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 	if got := strings.Join(owners(q), ","); got != "holder,waiter" {
 		t.Fatalf("queue %s, want holder,waiter", got)
 	}
-	if err := b.Abandon(ctx, key, "waiter"); err != nil {
+	if err := b.Abandon(ctx, dlock.Holding{Key: key, Owner: "waiter"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx, key, "holder"); err != nil {
+	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "holder"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx, key, "holder"); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "holder"}); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("second Release: %v", err)
 	}
 }
@@ -145,8 +145,8 @@ func TestSessionTimeoutBoundsTTL(t *testing.T) {
 		if got := d.SessionTimeout(); got != tc.want {
 			t.Errorf("session timeout %v granted as %v, want %v", tc.ask, got, tc.want)
 		}
-		if lo, hi := d.TTLLimits(); lo != dlock.MinTTL || hi != tc.want {
-			t.Errorf("TTLLimits %v, %v", lo, hi)
+		if lim := d.TTLLimits(); lim.Min != dlock.MinTTL || lim.Max != tc.want || lim.Step != time.Millisecond {
+			t.Errorf("TTLLimits %+v", lim)
 		}
 		_, err := d.acquire(ctx, dlocktest.Key(t), "o", tc.want+time.Millisecond, "", false)
 		if !errors.Is(err, dlock.ErrInvalid) {
@@ -193,7 +193,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 		if _, err := d.acquire(ctx, key, n, 10*time.Second, "", true); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("waiter %s: %v", n, err)
 		}
-		w, cancel, err := d.Subscribe(ctx, key, n)
+		w, cancel, err := d.Subscribe(ctx, dlock.Holding{Key: key, Owner: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 		}
 	}
 	check(q)
-	if err := holder.Release(ctx, key, "a"); err != nil {
+	if err := holder.Release(ctx, dlock.Holding{Key: key, Owner: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -269,7 +269,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 	}
 	// A waiter that gives up in the middle moves its successor's watch without
 	// waking it.
-	if err := ds["c"].Abandon(ctx, key, "c"); err != nil {
+	if err := ds["c"].Abandon(ctx, dlock.Holding{Key: key, Owner: "c"}); err != nil {
 		t.Fatal(err)
 	}
 	gone[sid(ds["c"])] = true
@@ -305,7 +305,7 @@ func TestLostCreateReplyLeavesNoOrphan(t *testing.T) {
 	waitQueue(t, obs, lp, 5*time.Second, hasOwner("lost"))
 	// The clean-up release cannot get through either.
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = d.Release(ctx, key, "lost")
+	err = d.Release(ctx, dlock.Holding{Key: key, Owner: "lost"})
 	cancel()
 	if err == nil {
 		t.Fatal("release through a black hole succeeded")
@@ -363,7 +363,7 @@ func TestPausedHolderLosesLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	c, err := dlock.NewClient(newDriver(t))
+	c, err := New(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,6 +413,9 @@ func TestInspectListForceUnlock(t *testing.T) {
 		info.Token != tokens[1] || info.Waiters != 1 || info.TTL <= 9*time.Second || info.TTL > 10*time.Second {
 		t.Fatalf("Inspect: %+v, %v", info, err)
 	}
+	if free, err := b.Inspect(ctx, prefix+":free"); err != nil || free.Held {
+		t.Fatalf("Inspect of a free lock: %+v, %v", free, err)
+	}
 	all, err := b.List(ctx, prefix+":*")
 	if err != nil || len(all) != 3 || all[0].Key != keys[0] || all[2].Key != keys[2] {
 		t.Fatalf("List: %+v, %v", all, err)
@@ -420,23 +423,20 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if some, err := b.List(ctx, prefix+":[xz]*"); err != nil || len(some) != 2 {
 		t.Fatalf("List of a set: %+v, %v", some, err)
 	}
-	if _, err := b.List(ctx, "a[b"); !errors.Is(err, dlock.ErrInvalid) {
-		t.Fatalf("List with a bad pattern: %v", err)
+	if _, err := b.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("List with an empty pattern: %v", err)
 	}
-	if err := b.ForceUnlock(ctx, keys[1]); err != nil {
-		t.Fatal(err)
+	if forced, err := b.ForceUnlock(ctx, keys[1]); err != nil || forced.Owner != "holder" || forced.Token != tokens[1] {
+		t.Fatalf("ForceUnlock: %+v, %v", forced, err)
 	}
-	if err := a.Extend(ctx, keys[1], "holder", time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := a.Extend(ctx, dlock.Holding{Key: keys[1], Owner: "holder"}, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend after ForceUnlock: %v", err)
 	}
 	if g, err := b.acquire(ctx, keys[1], "waiter", time.Second, "", true); err != nil || g.token <= tokens[1] {
 		t.Fatalf("waiter after ForceUnlock: %v, %v", g, err)
 	}
-	if err := b.ForceUnlock(ctx, prefix+":free"); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := b.ForceUnlock(ctx, prefix+":free"); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("ForceUnlock of a free lock: %v", err)
-	}
-	if _, err := b.Inspect(ctx, prefix+":free"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Inspect of a free lock: %v", err)
 	}
 }
 
@@ -460,8 +460,11 @@ func TestEscape(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	//lint:ignore SA1012 a nil context is the bad input under test
-	if _, err := New(nil, []string{srv.Addr}); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
-		t.Errorf("New(nil ctx): %v", err)
+	if _, err := NewDriver(nil, []string{srv.Addr}); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
+		t.Errorf("NewDriver(nil ctx): %v", err)
+	}
+	if _, err := New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("New(nil driver): %v", err)
 	}
 	for name, tc := range map[string]struct {
 		servers []string
@@ -477,11 +480,11 @@ func TestBadInput(t *testing.T) {
 		"empty ACL":       {[]string{srv.Addr}, []Option{WithACL()}},
 		"nil option":      {[]string{srv.Addr}, []Option{nil}},
 	} {
-		if d, err := New(ctx, tc.servers, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
+		if d, err := NewDriver(ctx, tc.servers, tc.opts...); !errors.Is(err, dlock.ErrInvalid) {
 			if d != nil {
 				_ = d.Close()
 			}
-			t.Errorf("New with %s: %v", name, err)
+			t.Errorf("NewDriver with %s: %v", name, err)
 		}
 	}
 	d := newDriver(t)
