@@ -137,17 +137,23 @@ func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error
 	}
 	ops.n++
 	d.inflightMu.Unlock()
-	return d.call(ctx, func() error {
-		defer func() {
-			d.inflightMu.Lock()
-			if ops.n--; ops.n == 0 {
-				delete(d.inflight, k)
-				close(ops.done)
-			}
-			d.inflightMu.Unlock()
-		}()
-		return f()
-	})
+	done := make(chan error, 1)
+	go func() {
+		err := f()
+		d.inflightMu.Lock()
+		if ops.n--; ops.n == 0 {
+			delete(d.inflight, k)
+			close(ops.done)
+		}
+		d.inflightMu.Unlock()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // opSet counts the unanswered requests of one owner under one lock node; done
@@ -253,7 +259,9 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		return grant{}, err
 	}
 	// A retry with this owner takes over any clean-up still pending for it.
-	d.sweep.forget(lp, owner)
+	if err := d.sweep.forget(ctx, lp, owner); err != nil {
+		return grant{}, err
+	}
 	for round := 0; round < maxRounds; round++ {
 		q, err := d.list(ctx, lp)
 		if err != nil {

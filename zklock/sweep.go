@@ -21,15 +21,15 @@ type sweepEntry struct {
 // so that a lost reply leaves no node holding or queueing for the rest of the
 // session (ZOOKEEPER-1262).
 type sweeper struct {
-	busy sync.Mutex // held while an entry is being swept, so that forget waits for it
-
 	mu      sync.Mutex
 	pending map[sweepEntry]struct{}
+	active  map[ownerKey]chan struct{} // owners being swept; closed when done
 	poke    chan struct{}
 }
 
 func (s *sweeper) init() {
 	s.pending = map[sweepEntry]struct{}{}
+	s.active = map[ownerKey]chan struct{}{}
 	s.poke = make(chan struct{}, 1)
 }
 
@@ -44,15 +44,27 @@ func (s *sweeper) add(e sweepEntry) {
 }
 
 // forget drops the entries of owner under lp: a new attempt of the same owner
-// takes its nodes over. It waits for a sweep in progress.
-func (s *sweeper) forget(lp, owner string) {
-	s.busy.Lock()
-	defer s.busy.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for e := range s.pending {
-		if e.lockPath == lp && e.owner == owner {
-			delete(s.pending, e)
+// takes its nodes over. It waits for a sweep of the owner in progress, or for
+// ctx's end.
+func (s *sweeper) forget(ctx context.Context, lp, owner string) error {
+	k := ownerKey{lp, owner}
+	for {
+		s.mu.Lock()
+		busy := s.active[k]
+		if busy == nil {
+			for e := range s.pending {
+				if e.lockPath == lp && e.owner == owner {
+					delete(s.pending, e)
+				}
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -95,14 +107,31 @@ func (d *Driver) sweepLoop() {
 
 // sweepOne deletes the nodes of e, and reports whether the entry is done with.
 func (d *Driver) sweepOne(e sweepEntry) bool {
-	d.sweep.busy.Lock()
-	defer d.sweep.busy.Unlock()
-	d.sweep.mu.Lock()
-	_, ok := d.sweep.pending[e]
-	d.sweep.mu.Unlock()
-	if !ok {
-		return true // forgotten: a new attempt took the owner over
+	k := ownerKey{e.lockPath, e.owner}
+	s := &d.sweep
+	s.mu.Lock()
+	_, pending := s.pending[e]
+	if !pending || s.active[k] != nil {
+		s.mu.Unlock()
+		return !pending // forgotten: a new attempt took the owner over
 	}
+	busy := make(chan struct{})
+	s.active[k] = busy
+	s.mu.Unlock()
+	ok := d.sweepNodes(e)
+	s.mu.Lock()
+	delete(s.active, k)
+	close(busy)
+	if ok {
+		delete(s.pending, e)
+	}
+	s.mu.Unlock()
+	return ok
+}
+
+// sweepNodes deletes the nodes of e once the owner's requests in flight have
+// been answered, within a session timeout.
+func (d *Driver) sweepNodes(e sweepEntry) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d.SessionTimeout())
 	defer cancel()
 	go func() {
@@ -127,8 +156,5 @@ func (d *Driver) sweepOne(e sweepEntry) bool {
 			}
 		}
 	}
-	d.sweep.mu.Lock()
-	delete(d.sweep.pending, e)
-	d.sweep.mu.Unlock()
 	return true
 }

@@ -112,11 +112,17 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 	if err != nil || len(q) != 1 || q[0].owner != "holder" {
 		t.Fatalf("queue after TryLock: %v, %v", owners(q), err)
 	}
+	if busy.Queued || busy.Handle != nil {
+		t.Errorf("TryLock's busy error says it queued: %+v", busy)
+	}
 	// A waiting attempt queues, and a second attempt of the same owner finds
 	// its node instead of making another.
 	for i := 0; i < 2; i++ {
 		if _, err := b.acquire(ctx, key, "waiter", time.Second, "", true); !errors.As(err, &busy) {
 			t.Fatalf("waiting attempt %d: %v", i, err)
+		}
+		if !busy.Queued || busy.Handle == nil || busy.RetryAfter != b.SessionTimeout() {
+			t.Errorf("waiting attempt's busy error: %+v", busy)
 		}
 	}
 	q, _ = b.list(ctx, b.lockPath(key))
@@ -131,6 +137,21 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 	}
 	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "holder"}); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("second Release: %v", err)
+	}
+	// A TryLock that finds the lock free makes its node, but another owner's
+	// node comes first: it deletes its own and reports busy.
+	b.testHookCreate = func() {
+		b.testHookCreate = nil
+		if _, err := a.acquire(ctx, key, "first", 5*time.Second, "", false); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := b.acquire(ctx, key, "second", time.Second, "", false); !errors.As(err, &busy) || busy.Queued {
+		t.Fatalf("TryLock that lost the race to create: %v", err)
+	}
+	q, _ = b.list(ctx, b.lockPath(key))
+	if got := strings.Join(owners(q), ","); got != "first" {
+		t.Fatalf("queue %s, want first", got)
 	}
 }
 
@@ -303,12 +324,12 @@ func TestLostCreateReplyLeavesNoOrphan(t *testing.T) {
 		t.Fatalf("acquire with its reply lost: %v", err)
 	}
 	waitQueue(t, obs, lp, 5*time.Second, hasOwner("lost"))
-	// The clean-up release cannot get through either.
+	// The Client's abandon cannot get through either.
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = d.Release(ctx, dlock.Holding{Key: key, Owner: "lost"})
+	err = d.Abandon(ctx, dlock.Holding{Key: key, Owner: "lost"})
 	cancel()
 	if err == nil {
-		t.Fatal("release through a black hole succeeded")
+		t.Fatal("abandon through a black hole succeeded")
 	}
 	// The connection comes back in the same session: the node goes at once,
 	// not when the session expires.
