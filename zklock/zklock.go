@@ -17,9 +17,12 @@
 // creates an ephemeral sequential child lock-<owner>-<sequence>, whose data holds
 // the requested TTL and the metadata. The child with the lowest sequence holds
 // the lock; every other waits for the deletion of the child just before its own
-// (an exists watch on its predecessor only, so a release wakes one waiter, not
-// all of them). TryLock does not queue: it creates its child, and deletes it
-// again at once when it is not the lowest.
+// (a watch on its predecessor only, so a release wakes one waiter, not all of
+// them, and a waiter that gives up moves its successor's watch without waking
+// it). The watches survive reconnects, so a waiter polls only once a session
+// timeout (BusyError.RetryAfter). TryLock does not queue: it reads the queue
+// and creates nothing when the lock is held; on a free lock it creates its
+// child, and deletes it again at once when another came first.
 //
 // # Fencing tokens
 //
@@ -54,6 +57,10 @@
 //     session expires: the session timeout, not the TTL. A holder that closes its
 //     Driver frees its locks at once.
 //
+// dlock.DefaultTTL (15s, renewed) needs a session timeout of at least 15s, the
+// default of WithSessionTimeout; a server clamps it lower only with a tick under
+// 750ms or an explicit maxSessionTimeout. Give a shorter dlock.WithTTL then.
+//
 // # Lost replies
 //
 // A create whose reply is lost (ZOOKEEPER-1262) must not leave an orphan that
@@ -65,13 +72,16 @@
 //
 // # Client
 //
-// The Go client is github.com/go-zookeeper/zk, the maintained successor of
-// samuel/go-zookeeper and the one Go ZooKeeper client in wide use: pure Go,
-// sessions that survive reconnects, watches re-registered after a reconnect,
-// container nodes (ZooKeeper 3.5.3 and later). Its calls take no context; the
-// Driver runs each in a goroutine and returns when the context ends, and the
-// call itself ends when the server answers, the session's connection drops or
-// the Driver is closed.
+// The Go client is github.com/go-zookeeper/zk (v1.0.4), the maintained
+// successor of samuel/go-zookeeper and the one Go ZooKeeper client in wide use:
+// pure Go, sessions that survive reconnects, watches set again after a
+// reconnect, container nodes (ZooKeeper 3.5.3 and later). Its calls take no
+// context (the fork that added contexts, z-division/go-zookeeper, has not been
+// released since 2019); the Driver runs each call in a goroutine and returns
+// when the context ends, and the call itself ends when the server answers, the
+// session's connection drops or the Driver is closed. The Driver remembers
+// every unanswered call that changes an owner's nodes, and orders that owner's
+// next calls after it.
 package zklock
 
 import (
