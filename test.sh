@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs dlock's whole test suite on this machine: installs the servers the tests
-# start (redis-server, with apt-get, when run as root and it is missing), then
+# start (redis-server and etcd, with apt-get, when run as root and they are missing), then
 # checks formatting, go vet and staticcheck, and runs go test -race on every package.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -9,6 +9,7 @@ STATICCHECK_VERSION=v0.8.2 # release 2026.2.2
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"

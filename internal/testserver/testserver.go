@@ -1,5 +1,5 @@
-// Package testserver starts real redis-server processes on free loopback ports for
-// dlock's tests, and stops them when the test ends, also when it fails.
+// Package testserver starts real redis-server and etcd processes on free loopback
+// ports for dlock's tests, and stops them when the test ends, also when it fails.
 package testserver
 
 import (
@@ -28,22 +28,23 @@ type Redis struct {
 
 	dir  string
 	args []string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	logs *os.File
+	process
 }
 
 // RedisBinary is the redis-server executable to run; $DLOCK_REDIS_SERVER overrides.
 func RedisBinary() (string, error) {
-	name := os.Getenv("DLOCK_REDIS_SERVER")
-	if name == "" {
-		name = "redis-server"
+	return lookBinary("DLOCK_REDIS_SERVER", "redis-server", "redis-server")
+}
+
+// lookBinary finds the executable named by $envVar, or name, in PATH; the error
+// names it and the Debian package pkg that installs it.
+func lookBinary(envVar, name, pkg string) (string, error) {
+	if v := os.Getenv(envVar); v != "" {
+		name = v
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y redis-server, or run ./test.sh as root): %w", name, err)
+		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y %s, or run ./test.sh as root): %w", name, pkg, err)
 	}
 	return p, nil
 }
@@ -94,22 +95,10 @@ func (r *Redis) Start() error {
 	if err != nil {
 		return err
 	}
-	logs, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	done, err := r.start(bin, r.args, filepath.Join(r.dir, "redis.log"))
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, r.args...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logs.Close()
-		return fmt.Errorf("testserver: start %s: %w", bin, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	r.mu.Lock()
-	r.cmd, r.done, r.logs = cmd, done, logs
-	r.mu.Unlock()
 	if err := r.waitReady(done); err != nil {
 		r.Stop()
 		return fmt.Errorf("%w\n%s", err, r.tail())
@@ -153,13 +142,51 @@ func (r *Redis) ping() error {
 	return nil
 }
 
-// Stop kills the server (SIGKILL: no data is saved) and waits for it to exit. It is
-// safe to call more than once.
-func (r *Redis) Stop() {
-	r.mu.Lock()
-	cmd, done, logs := r.cmd, r.done, r.logs
-	r.cmd = nil
-	r.mu.Unlock()
+// Restart kills the server and starts it again on the same port: with no
+// persistence, every key is gone.
+func (r *Redis) Restart() error {
+	r.Stop()
+	return r.Start()
+}
+
+// process is one server process: its command, its exit and its log file.
+type process struct {
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logs    *os.File
+	logPath string
+}
+
+// start runs bin with args, its output appended to logPath, killed with this
+// process. The returned channel is closed when it exits.
+func (p *process) start(bin string, args []string, logPath string) (<-chan struct{}, error) {
+	logs, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("testserver: start %s: %w", bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done, p.logs, p.logPath = cmd, done, logs, logPath
+	p.mu.Unlock()
+	return done, nil
+}
+
+// Stop kills the server (SIGKILL: nothing is saved on the way out) and waits for
+// it to exit. It is safe to call more than once.
+func (p *process) Stop() {
+	p.mu.Lock()
+	cmd, done, logs := p.cmd, p.done, p.logs
+	p.cmd = nil
+	p.mu.Unlock()
 	if cmd == nil {
 		return
 	}
@@ -168,35 +195,32 @@ func (r *Redis) Stop() {
 	logs.Close()
 }
 
-// Restart kills the server and starts it again on the same port: with no
-// persistence, every key is gone.
-func (r *Redis) Restart() error {
-	r.Stop()
-	return r.Start()
-}
-
 // Signal sends sig to the server process (for example SIGSTOP and SIGCONT).
-func (r *Redis) Signal(sig os.Signal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
+func (p *process) Signal(sig os.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
 		return errors.New("testserver: not running")
 	}
-	return r.cmd.Process.Signal(sig)
+	return p.cmd.Process.Signal(sig)
 }
 
 // PID returns the server's process ID, or 0 when it is not running.
-func (r *Redis) PID() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
+func (p *process) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
 		return 0
 	}
-	return r.cmd.Process.Pid
+	return p.cmd.Process.Pid
 }
 
-func (r *Redis) tail() string {
-	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+// tail returns the end of the server's log.
+func (p *process) tail() string {
+	p.mu.Lock()
+	path := p.logPath
+	p.mu.Unlock()
+	b, _ := os.ReadFile(path)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}
