@@ -30,11 +30,21 @@ fi
 go vet ./...
 go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
 
+# The root module must not build etcd's client: it lives in the etcdlock module.
+if go list -deps -test ./... | grep -q 'etcd\.io'; then
+	echo "test.sh: the root module depends on etcd packages:" >&2
+	go list -deps -test ./... | grep 'etcd\.io' >&2
+	exit 1
+fi
+
 echo "test.sh: go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 
 echo "test.sh: examples/sqlfence (its own module)"
 (cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
+
+echo "test.sh: etcdlock (its own module): vet, staticcheck and tests against a real etcd"
+(cd etcdlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
 
 echo "test.sh: bench (its own module): vet and a quick run against a real redis-server"
 (cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
