@@ -7,6 +7,7 @@ require (
 	go.etcd.io/etcd/api/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
+	golang.org/x/sync v0.24.0
 	google.golang.org/grpc v1.83.2
 )
 
