@@ -417,3 +417,50 @@ func TestBadArguments(t *testing.T) {
 		t.Errorf("TTLLimits %+v", l)
 	}
 }
+
+// TestNoLeaseLeftBehind runs every operation, the failing ones included, and
+// checks that no lease is left once every holding is released.
+func TestNoLeaseLeftBehind(t *testing.T) {
+	d := newDriver(t)
+	ctx := ctxT(t, 10*time.Second)
+	leases := func() map[clientv3.LeaseID]bool {
+		resp, err := d.cli.Leases(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[clientv3.LeaseID]bool{}
+		for _, l := range resp.Leases {
+			ids[l.ID] = true
+		}
+		return ids
+	}
+	before := leases()
+	key := testKey(t)
+	a, w := owner(), owner()
+	ga := mustGrant(t, d, AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
+	ha := Holding{Key: key, Owner: a, Handle: ga.Handle}
+	mustBusy(t, d, AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second})
+	bw := mustBusy(t, d, AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true})
+	bw = mustBusy(t, d, AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true, Handle: bw.Handle})
+	if _, err := d.Extend(ctx, ha, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Extend(ctx, ha, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Abandon(ctx, Holding{Key: key, Owner: w, Handle: bw.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, ha); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, ha); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	// Leases of earlier tests may have expired meanwhile: only new ones count.
+	for id := range leases() {
+		if !before[id] {
+			t.Errorf("lease %x left behind", int64(id))
+		}
+	}
+}

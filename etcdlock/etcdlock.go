@@ -211,6 +211,8 @@ func (d *Driver) enqueue(ctx context.Context, r AcquireRequest, secs int64, h *h
 			if ok = resp.Succeeded; ok {
 				first = resp.Responses[0].GetResponseRange().Kvs
 				h.set(rev, lease, granted)
+			} else {
+				d.revokeDetached(ctx, lease) // it carries nothing now
 			}
 		}
 	} else {
