@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	mrand "math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -463,4 +464,33 @@ func TestNoLeaseLeftBehind(t *testing.T) {
 			t.Errorf("lease %x left behind", int64(id))
 		}
 	}
+}
+
+// TestCancelledAttemptsLeaveNothing cuts acquisition attempts short at random
+// points, cleans up the way the Client does (a release by owner on a detached
+// context), and checks that no entry of a failed attempt stays behind.
+func TestCancelledAttemptsLeaveNothing(t *testing.T) {
+	d, cli := newDriver(t), newEtcd(t)
+	key := testKey(t)
+	var got int
+	for i := 0; i < 40; i++ {
+		o := owner()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(mrand.N(3000))*time.Microsecond)
+		g, err := d.Acquire(ctx, AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: i%2 == 0})
+		cancel()
+		h := Holding{Key: key, Owner: o, Handle: g.Handle}
+		if err == nil {
+			got++
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		err = d.Release(ctxT(t, 5*time.Second), h)
+		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			t.Fatalf("clean-up %d: %v", i, err)
+		}
+		if left := entries(t, cli, key); len(left) != 0 {
+			t.Fatalf("attempt %d (%v) left entries %v", i, err, left)
+		}
+	}
+	t.Logf("40 attempts cut short: %d succeeded", got)
 }
