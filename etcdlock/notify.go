@@ -13,8 +13,9 @@ import (
 // another attempt: when the entry just older than its own (its predecessor) is
 // deleted and no older one is left, or at once when it has no predecessor. It
 // watches one key at a time, the current predecessor, so a release wakes one
-// waiter. A watch broken by a leader change or a lost connection is resumed
-// from the revision it had reached, so no deletion is missed. The wake channel
+// waiter. A watch that breaks (its member lost the leader, its connection
+// failed for good) is set up again from a fresh read of the queue, so a
+// deletion during the break is not missed. The wake channel
 // has capacity 1; cancel stops the watch and must be called exactly once.
 func (d *Driver) Subscribe(ctx context.Context, hd Holding) (<-chan struct{}, func(), error) {
 	h, err := handleOf(hd.Handle)
