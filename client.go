@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"reflect"
 	"time"
 )
@@ -20,14 +21,17 @@ type Locker interface {
 	TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 
 	// Lock waits until the lock is obtained, the context ends, or the wait given by
-	// WithWait has passed. It returns an error matching ErrNotObtained (joined with
-	// the context's error when that ended the wait) if the lock was not obtained.
+	// WithWait has passed, retrying meanwhile the backend failures that waiting
+	// may cure. When the lock was held to the end, the error matches
+	// ErrNotObtained (and the context's error when that ended the wait); when the
+	// backend was failing to the end, it matches ErrUnavailable instead, since
+	// nobody may hold the lock.
 	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 }
 
 // cleanupTimeout bounds the detached clean-up calls made after a cancelled or
-// failed request (releasing an acquisition whose outcome is unknown, an Unlock
-// called with an expired context).
+// failed request (abandoning an acquisition whose outcome is unknown, an Unlock
+// called with an expired context, the release after a lease was lost).
 const cleanupTimeout = 2 * time.Second
 
 // Client runs the backend-neutral lock algorithm (validation, waiting, retry,
@@ -35,21 +39,34 @@ const cleanupTimeout = 2 * time.Second
 // safe for concurrent use; create one per backend connection and share it.
 type Client struct {
 	d    Driver
+	lim  TTLLimits
 	base config
 }
 
 var _ Locker = (*Client)(nil)
 
 // NewClient returns a Client over d, with opts as defaults for every call. It
-// returns an error matching ErrInvalid for a nil driver or a bad option.
+// returns an error matching ErrInvalid for a nil driver, a driver whose TTLLimits
+// make no sense, or a bad option.
 func NewClient(d Driver, opts ...Option) (*Client, error) {
 	if isNil(d) {
 		return nil, invalidf("nil driver")
 	}
-	c := &Client{d: d, base: defaultConfig()}
+	lim := DefaultTTLLimits
+	if tl, ok := d.(TTLLimiter); ok {
+		lim = tl.TTLLimits()
+		if lim.Min <= 0 || lim.Max < lim.Min || lim.Step <= 0 {
+			return nil, invalidf("driver TTL limits %+v", lim)
+		}
+	}
+	c := &Client{d: d, lim: lim, base: defaultConfig()}
+	if lim.Min > DefaultTTL/3 || lim.Max < DefaultTTL {
+		// Keep the default usable: the shortest TTL that leaves room to renew.
+		c.base.ttl = min(max(DefaultTTL, 3*lim.Min), lim.Max)
+	}
 	c.base.apply(opts)
 	probe := c.base
-	if err := probe.check(); err != nil {
+	if err := probe.check(lim); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -57,6 +74,14 @@ func NewClient(d Driver, opts ...Option) (*Client, error) {
 
 // Driver returns the backend driver the Client runs on.
 func (c *Client) Driver() Driver { return c.d }
+
+// TTLLimits returns the lease times the Client's backend can grant.
+func (c *Client) TTLLimits() TTLLimits {
+	if c == nil {
+		return DefaultTTLLimits
+	}
+	return c.lim
+}
 
 func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config, error) {
 	if c == nil {
@@ -67,7 +92,7 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 	}
 	cfg := c.base
 	cfg.apply(opts)
-	if err := cfg.check(); err != nil {
+	if err := cfg.check(c.lim); err != nil {
 		return cfg, err
 	}
 	return cfg, ValidateKey(key)
@@ -79,128 +104,265 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Leas
 	if err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, key, &cfg, "", false)
+	return c.once(ctx, key, &cfg)
+}
+
+func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, error) {
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: newOwner()}
+	l, err := a.attempt(ctx)
+	if err != nil {
+		a.giveUp(ctx)
+		return nil, a.final(ctx, err, 1)
+	}
+	return l, nil
 }
 
 // Lock takes key, waiting while another owner holds it. Waiters are woken by the
 // backend's notifications where it has them, and otherwise retry with the
 // configured backoff; a waiter never sleeps past the holder's remaining TTL as
-// last reported by the server. See Locker.
+// last reported by a backend whose notifications may be lost. Failures that
+// waiting may cure (ErrUnavailable: the server is down, slow, out of memory,
+// read-only...) are retried with backoff until the wait ends; the error then
+// says what the last attempt met. See Locker.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.waitSet && cfg.wait == 0 {
-		return c.attempt(ctx, key, &cfg, "", false)
+		return c.once(ctx, key, &cfg)
 	}
-	// A fresh owner per attempt, unless the driver keeps per-waiter state (a queue
-	// position, a notification registration): then one owner for the whole call.
-	owner := ""
-	_, abandons := c.d.(Abandoner)
-	_, notifies := c.d.(Notifier)
-	if abandons || notifies {
-		owner = newOwner()
-	}
-	l, err := c.attempt(ctx, key, &cfg, owner, true)
-	var busy *BusyError
-	if err == nil || !errors.As(err, &busy) {
-		return l, err
-	}
-	return c.wait(ctx, key, &cfg, busy, owner)
-}
-
-// wait is Lock after a failed first attempt. With a Notifier, the waiter sleeps
-// until it is woken or until the holder's remaining TTL (as the last attempt
-// reported it) has passed, whichever comes first: a lost notification costs at
-// most that. The retry strategy then only counts attempts, and sets the sleep
-// when the remaining TTL is unknown or the driver cannot notify.
-func (c *Client) wait(ctx context.Context, key string, cfg *config, busy *BusyError, owner string) (l *Lease, err error) {
 	if cfg.waitSet {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
-	if a, ok := c.d.(Abandoner); ok {
-		defer func() {
-			if err != nil {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-				_ = a.Abandon(cctx, key, owner)
-				cancel()
+	a := &acquisition{c: c, key: key, cfg: &cfg, owner: newOwner(), waiting: true}
+	return a.wait(ctx)
+}
+
+// acquisition is one TryLock or Lock call: its attempts share one owner, so that
+// an attempt whose reply was lost is found again by the next one (Acquire is
+// idempotent for its owner), and a give-up can abandon them all.
+type acquisition struct {
+	c       *Client
+	key     string
+	cfg     *config
+	owner   string
+	waiting bool
+	handle  any  // the last BusyError's Handle
+	dirty   bool // an attempt may have left state behind: abandon on give-up
+	start   time.Time
+	busy    *BusyError // the last attempt that found the lock held
+	failed  error      // the last failure since then that the context did not cause
+}
+
+// attempt makes one acquisition attempt and wraps a success into a Lease.
+func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if a.start.IsZero() {
+		a.start = start
+	}
+	g, err := a.c.d.Acquire(ctx, AcquireRequest{
+		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
+		Waiting: a.waiting, Handle: a.handle,
+	})
+	if err != nil {
+		var busy *BusyError
+		switch {
+		case errors.As(err, &busy):
+			if busy.Handle != nil {
+				a.handle = busy.Handle
 			}
-		}()
-	}
-	var wake <-chan struct{}
-	if n, ok := c.d.(Notifier); ok {
-		w, cancel, err := n.Subscribe(ctx, key, owner)
-		if err == nil {
-			defer cancel()
-			wake = w
+			a.dirty = a.dirty || busy.Queued
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict), neverSent(err):
+		default:
+			a.dirty = true // no answer, or one we cannot read: it may have landed
 		}
+		return nil, err
 	}
+	ttl := g.TTL
+	if ttl <= 0 {
+		ttl = a.cfg.ttl
+	}
+	l := newLease(a.c, Holding{Key: a.key, Owner: a.owner, TTL: ttl, Handle: g.Handle}, g.Token, start, a.cfg)
+	if !time.Now().Before(l.deadline) {
+		// The reply came back too late for the lease to be of any use (F3). The
+		// holding is ours: a retry takes it again with a fresh validity.
+		a.dirty = true
+		l.stopTimers()
+		return nil, fmt.Errorf("%w: the lock was granted after its validity ran out (round trip %v, ttl %v)",
+			ErrUnavailable, time.Since(start).Round(time.Millisecond), ttl)
+	}
+	l.start()
+	return l, nil
+}
+
+// retryable reports whether waiting may cure err: the backend is unreachable,
+// slow or said "not now", or the request's own timeout (not ctx) cut it short.
+func retryable(ctx context.Context, err error) bool {
+	if errors.Is(err, ErrRefused) {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	return (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && ended(ctx) == nil
+}
+
+// wait is Lock. With a Notifier, the waiter sleeps until it is woken, or until the
+// driver's RetryAfter or the holder's remaining TTL (as the last attempt reported
+// it) has passed: a lost notification costs at most that. The retry strategy
+// counts attempts and sets the sleep when neither is known, when the driver cannot
+// notify, and after a transient failure.
+func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
+	defer func() {
+		if err != nil {
+			a.giveUp(ctx)
+		}
+	}()
+	var wake <-chan struct{}
+	subscribed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for n := 1; ; n++ {
-		delay := cfg.retry.Backoff(n)
-		if delay < 0 {
-			return nil, busy
+		l, err = a.attempt(ctx)
+		if err == nil {
+			return l, nil
 		}
-		if busy.Remaining >= 0 && (wake != nil || delay > busy.Remaining+time.Millisecond) {
-			// Expiry has millisecond resolution: wake just after it.
-			delay = busy.Remaining + time.Millisecond
+		if ended(ctx) != nil || cut(ctx, err) {
+			return nil, a.final(ctx, err, n)
+		}
+		a.note(ctx, err)
+		var busy *BusyError
+		isBusy := errors.As(err, &busy)
+		if !isBusy && !retryable(ctx, err) {
+			return nil, err
+		}
+		if isBusy && !subscribed {
+			subscribed = true
+			if nf, ok := a.c.d.(Notifier); ok {
+				h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+				if w, cancel, serr := nf.Subscribe(ctx, h); serr == nil {
+					defer cancel()
+					wake = w
+				}
+			}
+		}
+		delay := a.cfg.retry.Backoff(n)
+		if delay < 0 {
+			return nil, a.final(ctx, err, n)
+		}
+		if isBusy {
+			switch {
+			case wake != nil && busy.RetryAfter > 0:
+				delay = busy.RetryAfter
+			case busy.Remaining >= 0 && (wake != nil || delay > busy.Remaining+time.Millisecond):
+				// Expiry has millisecond resolution: wake just after it.
+				delay = busy.Remaining + time.Millisecond
+			}
 		}
 		timer.Reset(delay)
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(ErrNotObtained, ctx.Err())
-		case <-wake:
+			return nil, a.final(ctx, err, n)
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // notifications stopped: poll
+			}
 		case <-timer.C:
-		}
-		l, err = c.attempt(ctx, key, cfg, owner, true)
-		if err == nil || !errors.As(err, &busy) {
-			return l, err
 		}
 	}
 }
 
-// attempt makes one acquisition attempt and wraps a success into a Lease. An
-// attempt whose outcome is unknown (cancelled or failed in flight) is cleaned up
-// with a release on a detached context before the error is returned.
-func (c *Client) attempt(ctx context.Context, key string, cfg *config, owner string, waiting bool) (*Lease, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotObtained, err)
+// final is the error of an acquisition that gave up after n attempts, the last of
+// which failed with last. It says, in one line, what the attempts met: the holder
+// (a *BusyError, matching ErrNotObtained) or the backend's failure (matching
+// ErrUnavailable, not ErrNotObtained: nobody may hold the lock), and matches the
+// context's error when that ended the acquisition. An attempt cut short by the
+// context's end tells nothing, and so the one before it speaks; when none does,
+// the error matches ErrNotObtained.
+func (a *acquisition) final(ctx context.Context, last error, n int) error {
+	cerr := ended(ctx)
+	if cerr == nil && cut(ctx, last) {
+		cerr = context.DeadlineExceeded
 	}
-	if owner == "" {
-		owner = newOwner()
-	}
-	start := time.Now()
-	token, err := c.d.Acquire(ctx, AcquireRequest{Key: key, Owner: owner, TTL: cfg.ttl, Metadata: cfg.metadata, Waiting: waiting})
-	if err != nil {
-		var busy *BusyError
-		if errors.As(err, &busy) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrConflict) {
-			return nil, err
+	if cerr == nil || errors.Is(last, ErrInvalid) || errors.Is(last, ErrConflict) || errors.Is(last, ErrRefused) {
+		if errors.Is(last, ErrNotObtained) || !a.waiting {
+			return last
 		}
-		if !neverSent(err) {
-			c.cleanup(ctx, key, owner)
-		}
-		if cerr := ended(ctx); cerr != nil && !errors.Is(err, ErrNotObtained) {
-			if !errors.Is(err, cerr) {
-				err = errors.Join(err, cerr)
-			}
-			err = errors.Join(ErrNotObtained, err)
-		}
-		return nil, err
+		return fmt.Errorf("%w; gave up%s", last, a.waited(n))
 	}
-	l := newLease(c.d, key, owner, token, start, cfg)
-	if !time.Now().Before(l.deadline) {
-		// The reply came back too late for the lease to be of any use (F3).
-		c.cleanup(ctx, key, owner)
-		l.stopTimers()
-		return nil, fmt.Errorf("%w: acquired after its validity ran out (round trip %v, ttl %v)",
-			ErrNotObtained, time.Since(start), cfg.ttl)
+	var busy *BusyError
+	if !errors.As(last, &busy) {
+		busy = nil
+		if !errors.Is(last, context.Canceled) && !errors.Is(last, context.DeadlineExceeded) && !cut(ctx, last) && a.failed == nil && a.busy == nil {
+			a.failed = last // the only attempt there was
+		}
+		if a.failed == nil {
+			busy = a.busy
+		}
 	}
-	l.start(cfg)
-	return l, nil
+	switch {
+	case busy != nil:
+		return fmt.Errorf("%w%s: %w", busy, a.waited(n), cerr)
+	case a.failed != nil:
+		return fmt.Errorf("%w; gave up%s: %w", a.failed, a.waited(n), cerr)
+	}
+	return fmt.Errorf("%w%s: %w", ErrNotObtained, a.waited(n), cerr)
+}
+
+// note records the outcome of a failed attempt that the context did not cut short.
+func (a *acquisition) note(ctx context.Context, err error) {
+	var busy *BusyError
+	switch {
+	case errors.As(err, &busy):
+		a.busy, a.failed = busy, nil
+	case ended(ctx) == nil:
+		a.failed = err
+	}
+}
+
+func (a *acquisition) waited(n int) string {
+	if !a.waiting {
+		return ""
+	}
+	return fmt.Sprintf(" after waiting %v (%d attempts)", time.Since(a.start).Round(time.Millisecond), n)
+}
+
+// giveUp removes whatever the acquisition's attempts may have left in the store,
+// on a detached, bounded context.
+func (a *acquisition) giveUp(ctx context.Context) {
+	if !a.dirty {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+	if ab, ok := a.c.d.(Abandoner); ok {
+		_ = ab.Abandon(cctx, h)
+		return
+	}
+	_ = a.c.d.Release(cctx, h)
+}
+
+// cutSlack is how close to its context's deadline a network timeout must come to
+// count as cut short by the deadline: clients compute socket deadlines from a
+// coarse clock, so the timeout can fire a little before the context's.
+const cutSlack = 100 * time.Millisecond
+
+// cut reports whether err is a network timeout that the end of ctx's deadline
+// explains.
+func cut(ctx context.Context, err error) bool {
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < cutSlack
 }
 
 // ended returns ctx's error, or context.DeadlineExceeded once its deadline has
@@ -214,12 +376,6 @@ func ended(ctx context.Context) error {
 		return context.DeadlineExceeded
 	}
 	return nil
-}
-
-func (c *Client) cleanup(ctx context.Context, key, owner string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	_ = c.d.Release(cctx, key, owner)
 }
 
 // neverSent reports whether err shows that the request never left this process

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -98,5 +99,38 @@ func TestErrorsMatch(t *testing.T) {
 	}
 	if !errors.Is(&dlock.BusyError{Remaining: time.Second}, dlock.ErrNotObtained) {
 		t.Error("BusyError does not match ErrNotObtained")
+	}
+}
+
+// A zero Lease (new(dlock.Lease)) behaves like a nil *Lease: no panic, no
+// deadlock on a second call, ErrNotHeld everywhere, a cancelled Context.
+func TestZeroLeaseIsNotHeld(t *testing.T) {
+	for name, l := range map[string]*dlock.Lease{"nil": nil, "zero": new(dlock.Lease)} {
+		for range 2 {
+			ctx := context.Background()
+			if l.Key() != "" || l.Owner() != "" || l.Token() != 0 || !l.Deadline().IsZero() {
+				t.Errorf("%s: Key/Owner/Token/Deadline not zero", name)
+			}
+			select {
+			case <-l.Done():
+			default:
+				t.Errorf("%s: Done not closed", name)
+			}
+			if c := l.Context(); c == nil || !errors.Is(context.Cause(c), dlock.ErrNotHeld) {
+				t.Errorf("%s: Context %v", name, c)
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Err %v", name, err)
+			}
+			if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Extend %v", name, err)
+			}
+			if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: TTL %v", name, err)
+			}
+			if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("%s: Unlock %v", name, err)
+			}
+		}
 	}
 }

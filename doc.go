@@ -30,8 +30,13 @@
 //     margin (1% of the TTL plus DriftFloor), on the monotonic clock. When no
 //     renewal has succeeded by then, Done is closed, before the server lets anybody
 //     else in.
-//  5. Cancellation never leaves a lock behind: an acquisition whose outcome is
-//     unknown is released on a detached, short context before the error returns.
+//  5. Cancellation never leaves a lock behind: an acquisition that ends without
+//     a lease after an attempt whose outcome is unknown is abandoned on a
+//     detached, short context before the error returns. On Redis the abandon
+//     releases the holding if an attempt landed and marks the acquisition, so an
+//     attempt still in flight on another connection cannot take the lock after
+//     it, whatever order the server sees them in. A lease lost on the local side
+//     (its deadline passed) is released the same way after Done fires.
 //
 // # What each backend guarantees
 //
@@ -59,6 +64,9 @@
 // docs/safety.md in the repository covers each fault and what answers it.
 //
 // All errors wrap the sentinels in this package (ErrNotObtained, ErrNotHeld,
-// ErrLockLost, ErrInvalid, ErrConflict, ErrUnavailable), checked with errors.Is.
-// Bad input is rejected before any I/O.
+// ErrLockLost, ErrInvalid, ErrConflict, ErrUnavailable, ErrRefused), checked with
+// errors.Is. Bad input is rejected before any I/O.
+//
+// Backends implement Driver (see its documentation and docs/backends.md); a
+// Client runs the same algorithm over each of them.
 package dlock

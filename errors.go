@@ -66,8 +66,24 @@ func (*lostError) Is(target error) bool { return target == ErrNotHeld }
 // error of TryLock) when another owner holds the lock. It matches ErrNotObtained.
 type BusyError struct {
 	// Remaining is the holder's time to live as the server saw it, or a negative
-	// value when unknown. A waiter never needs to sleep longer than this.
+	// value when unknown. A polling waiter never needs to sleep longer than this.
 	Remaining time.Duration
+
+	// RetryAfter, when positive, is how long a waiter subscribed to the driver's
+	// notifications may sleep without a wake before it tries again. Drivers with
+	// reliable, ordered notifications (watches) set it long; drivers whose
+	// messages may be lost leave it zero, and the waiter then sleeps at most
+	// Remaining. Waiters without a subscription ignore it.
+	RetryAfter time.Duration
+
+	// Handle is the driver's state for a waiter that the attempt queued (for
+	// example its queue key): the next attempt of the same wait receives it in
+	// AcquireRequest.Handle.
+	Handle any
+
+	// Queued reports that the attempt left a queue entry in the store: the Client
+	// then abandons the acquisition (see Abandoner) if it gives up.
+	Queued bool
 }
 
 // Error says that the lock is held, and for how long more when known.

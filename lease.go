@@ -27,13 +27,16 @@ const (
 // never run twice should also pass Token to the protected resource (fencing), since
 // no lease can survive an unbounded pause of its holder.
 //
-// A Lease is safe for concurrent use. The methods of a nil *Lease report ErrNotHeld.
+// A Lease is safe for concurrent use. The methods of a nil *Lease, or of a zero
+// Lease not made by a Locker, report ErrNotHeld.
 type Lease struct {
+	c          *Client
 	d          Driver
 	key, owner string
+	handle     any // the driver's state for the holding (Grant.Handle)
 	token      uint64
 	acquired   time.Time
-	ttl        time.Duration
+	ttl        time.Duration // the TTL the watchdog renews with
 	drift      float64
 	renewEvery time.Duration
 	maxHold    time.Duration
@@ -45,6 +48,8 @@ type Lease struct {
 
 	mu       sync.Mutex
 	state    leaseState
+	cur      time.Duration                // the TTL of the last acquire or extend
+	lossDone chan struct{}                // closed when the release after a loss has returned; nil without one
 	deadline time.Time                    // local validity deadline, on the monotonic clock
 	valid    time.Duration                // deadline minus the start of the last round trip
 	boot     func() (time.Duration, bool) // bootClock when the lease was made
@@ -57,16 +62,17 @@ type Lease struct {
 	wdDone   chan struct{}      // closed when the watchdog has returned or will never run
 }
 
-func newLease(d Driver, key, owner string, token uint64, start time.Time, cfg *config) *Lease {
+func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
 	l := &Lease{
-		d: d, key: key, owner: owner, token: token,
-		acquired: start, ttl: cfg.ttl, drift: cfg.drift, maxHold: cfg.maxHold,
+		c: c, d: c.d, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
+		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
 	}
 	if cfg.renewing() {
 		l.renewEvery = cfg.renewEvery
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	l.valid = cfg.ttl - cfg.driftMargin(cfg.ttl)
+	l.cur = h.TTL
+	l.valid = h.TTL - cfg.driftMargin(h.TTL)
 	l.deadline = start.Add(l.valid)
 	l.boot = bootClock
 	if b, ok := l.boot(); ok {
@@ -104,14 +110,14 @@ func (l *Lease) expireIfPast() {
 	past := l.state == held && l.pastDeadline()
 	l.mu.Unlock()
 	if past {
-		_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost))
+		_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost), true)
 	}
 }
 
 // start arms the deadline timer and the watchdog. The watchdog's goroutine is
 // the timer's, started when the first renewal is due: a lease unlocked before
 // that costs no goroutine.
-func (l *Lease) start(*config) {
+func (l *Lease) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
@@ -158,9 +164,18 @@ func (l *Lease) stopTimers() {
 	l.cancel(ErrReleased)
 }
 
+// zero reports whether l is nil or a zero Lease (not made by a Locker): such a
+// lease holds nothing, and its methods report ErrNotHeld.
+func (l *Lease) zero() bool { return l == nil || l.c == nil }
+
+// holding names the lease's holding to the driver, with ttl as its TTL.
+func (l *Lease) holding(ttl time.Duration) Holding {
+	return Holding{Key: l.key, Owner: l.owner, TTL: ttl, Handle: l.handle}
+}
+
 // Key returns the lock key.
 func (l *Lease) Key() string {
-	if l == nil {
+	if l.zero() {
 		return ""
 	}
 	return l.key
@@ -171,7 +186,7 @@ func (l *Lease) Key() string {
 // lock protects and have the resource refuse tokens older than the newest it has
 // seen. Tokens are never 0.
 func (l *Lease) Token() uint64 {
-	if l == nil {
+	if l.zero() {
 		return 0
 	}
 	return l.token
@@ -179,7 +194,7 @@ func (l *Lease) Token() uint64 {
 
 // Owner returns the random owner token under which this lease holds the lock.
 func (l *Lease) Owner() string {
-	if l == nil {
+	if l.zero() {
 		return ""
 	}
 	return l.owner
@@ -190,7 +205,7 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 // Done returns a channel that is closed when the lease ends: lost (see Lease) or
 // released by Unlock. Context(ctx).Err and Err tell which.
 func (l *Lease) Done() <-chan struct{} {
-	if l == nil {
+	if l.zero() {
 		return closedCh
 	}
 	return l.ctx.Done()
@@ -200,7 +215,7 @@ func (l *Lease) Done() <-chan struct{} {
 // (context.Cause) is ErrLockLost (wrapped, with the reason) when the lock was lost,
 // and ErrReleased after Unlock. Run the protected work under this context.
 func (l *Lease) Context() context.Context {
-	if l == nil {
+	if l.zero() {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(ErrNotHeld)
 		return ctx
@@ -213,7 +228,7 @@ func (l *Lease) Context() context.Context {
 // holder that was paused or suspended past it sees the loss at once, even before
 // Done is closed.
 func (l *Lease) Err() error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	l.expireIfPast()
@@ -227,7 +242,7 @@ func (l *Lease) Err() error {
 // acquire or extend round trip plus its TTL minus the drift margin, on the
 // monotonic clock. Past it, the lease is lost unless extended.
 func (l *Lease) Deadline() time.Time {
-	if l == nil {
+	if l.zero() {
 		return time.Time{}
 	}
 	l.mu.Lock()
@@ -240,13 +255,13 @@ func (l *Lease) Deadline() time.Time {
 // so ErrNotHeld) when the lock is gone or belongs to somebody else, and the lease
 // ends. The watchdog, if on, keeps renewing with the lease's original TTL.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	if ctx == nil {
 		return invalidf("nil context")
 	}
-	ttl, err := NormalizeTTL(ttl)
+	ttl, err := l.c.lim.Normalize(ttl)
 	if err != nil {
 		return err
 	}
@@ -265,12 +280,12 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	bootStart, _ := l.boot()
 	start := time.Now()
-	err := l.d.Extend(ctx, l.key, l.owner, ttl)
+	granted, err := l.d.Extend(ctx, l.holding(ttl), ttl)
 	if err == nil {
-		return l.extended(start, bootStart, ttl)
+		return l.extended(start, bootStart, max(granted, ttl))
 	}
 	if errors.Is(err, ErrNotHeld) {
-		return l.lose(fmt.Errorf("%w: extend refused: %w", ErrLockLost, err))
+		return l.lose(fmt.Errorf("%w: extend refused: %w", ErrLockLost, err), false)
 	}
 	return err
 }
@@ -278,7 +293,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 // TTL returns the time the lock has left as the server sees it, if the lease still
 // holds it; otherwise an error matching ErrNotHeld.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	if l == nil {
+	if l.zero() {
 		return 0, ErrNotHeld
 	}
 	if ctx == nil {
@@ -287,7 +302,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(); err != nil {
 		return 0, err
 	}
-	return l.d.TTL(ctx, l.key, l.owner)
+	return l.d.TTL(ctx, l.holding(l.currentTTL()))
 }
 
 // Unlock releases the lock if the lease still holds it, stopping the watchdog
@@ -295,9 +310,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // owner holds the key, it returns an error matching ErrNotHeld. A second Unlock
 // returns ErrNotHeld without I/O. If ctx has already ended, the release is still
 // attempted on a detached context bounded by a short timeout, so that a cancelled
-// caller does not leave the lock behind until its TTL.
+// caller does not leave the lock behind until its TTL. After a loss, Unlock
+// returns the loss (ErrLockLost) once the release that followed it has returned.
 func (l *Lease) Unlock(ctx context.Context) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNotHeld
 	}
 	if ctx == nil {
@@ -311,26 +327,39 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: already unlocked", ErrNotHeld)
 	}
 	l.state = released
+	lossDone := l.lossDone
 	l.mu.Unlock()
 	l.stopTimers() // also cancels the lease context with ErrReleased (kept if lost)
 
-	err := l.release(ctx)
 	if st == lost {
+		// Released after the loss already, if it could still be ours.
+		if lossDone != nil {
+			select {
+			case <-lossDone:
+			case <-ctx.Done():
+			}
+		}
 		return context.Cause(l.ctx)
 	}
-	return err
+	return l.release(ctx)
 }
 
 func (l *Lease) release(ctx context.Context) error {
 	if ctx.Err() == nil {
-		err := l.d.Release(ctx, l.key, l.owner)
+		err := l.d.Release(ctx, l.holding(l.currentTTL()))
 		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrConflict) || ctx.Err() == nil {
 			return err
 		}
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	return l.d.Release(cctx, l.key, l.owner)
+	return l.d.Release(cctx, l.holding(l.currentTTL()))
+}
+
+func (l *Lease) currentTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur
 }
 
 func (l *Lease) margin(ttl time.Duration) time.Duration {
@@ -361,6 +390,7 @@ func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	case lost: // the deadline passed while the extend was in flight: never resurrect
 		return context.Cause(l.ctx)
 	}
+	l.cur = ttl
 	l.valid = ttl - l.margin(ttl)
 	l.deadline = start.Add(l.valid)
 	l.bootAt = bootStart
@@ -368,8 +398,12 @@ func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	return nil
 }
 
-// lose ends a held lease with cause and returns the cause.
-func (l *Lease) lose(cause error) error {
+// lose ends a held lease with cause and returns the cause. With release (a loss
+// on the local side: the deadline passed with the store's state unknown), one
+// best-effort, owner-checked release follows on a detached, bounded context, so
+// that a store that does not forget on its own (a ZooKeeper node while its
+// session lives) frees the lock now, and Redis a little before its expiry.
+func (l *Lease) lose(cause error, release bool) error {
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()
@@ -377,8 +411,22 @@ func (l *Lease) lose(cause error) error {
 	}
 	l.state = lost
 	l.timer.Stop()
+	var done chan struct{}
+	if release {
+		done = make(chan struct{})
+		l.lossDone = done
+	}
+	h := l.holding(l.cur)
 	l.mu.Unlock()
 	l.cancel(cause)
+	if release {
+		go func() {
+			defer close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			_ = l.d.Release(ctx, h)
+		}()
+	}
 	return cause
 }
 
@@ -394,7 +442,7 @@ func (l *Lease) onDeadline() {
 		return
 	}
 	l.mu.Unlock()
-	_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost))
+	_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost), true)
 }
 
 // watchdog renews the lease at once and then every renewEvery until ctx ends, the
@@ -413,10 +461,11 @@ func (l *Lease) watchdog(ctx context.Context) {
 		ttl := l.ttl
 		if l.maxHold > 0 {
 			left := l.maxHold - time.Since(l.acquired)
-			if left < MinTTL {
+			capped, err := l.c.lim.Normalize(min(ttl, left))
+			if left < l.c.lim.Min || err != nil {
 				return // cap reached: let the lease run out at its TTL
 			}
-			ttl = min(ttl, (left+time.Millisecond-1)/time.Millisecond*time.Millisecond)
+			ttl = capped
 		}
 		next, stop := l.renew(ctx, ttl)
 		if stop {

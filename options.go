@@ -104,9 +104,11 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
-// WithWait bounds how long Lock waits for a held lock to become free. Zero means a
-// single attempt, like TryLock. Negative values are invalid. The default is to wait
-// until the lock is obtained or the context ends. TryLock ignores it.
+// WithWait bounds how long Lock waits for a held lock to become free, retrying
+// meanwhile the failures that waiting may cure (ErrUnavailable). Zero makes Lock a
+// TryLock: one attempt, no waiting and no retry. Negative values are invalid. The
+// default is to wait until the lock is obtained or the context ends. TryLock
+// ignores it.
 func WithWait(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -203,11 +205,11 @@ func (c *config) renewing() bool {
 }
 
 // check validates the combined configuration and normalises the TTL.
-func (c *config) check() error {
+func (c *config) check(lim TTLLimits) error {
 	if c.err != nil {
 		return c.err
 	}
-	ttl, err := NormalizeTTL(c.ttl)
+	ttl, err := lim.Normalize(c.ttl)
 	if err != nil {
 		return err
 	}
@@ -226,18 +228,10 @@ func (c *config) check() error {
 	return nil
 }
 
-// NormalizeTTL validates a lease time and rounds it up to a whole millisecond, the
-// resolution of every backend. It returns an error matching ErrInvalid for a TTL
-// outside [MinTTL, MaxTTL].
+// NormalizeTTL validates a lease time against DefaultTTLLimits and rounds it up to
+// a whole millisecond, the resolution of the Redis backends. It returns an error
+// matching ErrInvalid for a TTL outside [MinTTL, MaxTTL]. A Client checks TTLs
+// against its driver's limits instead (see TTLLimiter).
 func NormalizeTTL(ttl time.Duration) (time.Duration, error) {
-	if ttl < MinTTL {
-		return 0, invalidf("ttl %v below the minimum %v", ttl, MinTTL)
-	}
-	if ttl > MaxTTL {
-		return 0, invalidf("ttl %v above the maximum %v", ttl, MaxTTL)
-	}
-	if r := ttl % time.Millisecond; r != 0 {
-		ttl += time.Millisecond - r
-	}
-	return ttl, nil
+	return DefaultTTLLimits.Normalize(ttl)
 }

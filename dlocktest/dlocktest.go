@@ -15,6 +15,7 @@ import (
 	"errors"
 	"math"
 	mrand "math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,7 +283,10 @@ func testExpiryFrees(t *testing.T, b Backend) {
 	if d := la.Deadline(); d.After(got) {
 		t.Errorf("holder deadline %v after the next acquisition", d.Sub(got))
 	}
-	if el := got.Sub(start); el < ttl-dlock.DriftFloor-time.Duration(float64(ttl)*dlock.DefaultDriftFactor) {
+	// The holder releases the lock when its local deadline passes, so the next
+	// holder may come a little before the server's expiry; never before the
+	// holder's deadline (checked above).
+	if el := got.Sub(start); el < ttl/2 {
 		t.Errorf("acquired %v after a %v lease was taken", el, ttl)
 	}
 	select {
@@ -484,6 +488,26 @@ func testDo(t *testing.T, b Backend) {
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do with a lost lock: %v, want ErrLockLost", err)
 	}
+	// A panic in fn that is recovered further up, and runtime.Goexit (t.FailNow),
+	// release the lock on their way out; the panic goes on.
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("Do did not pass fn's panic on: recovered %v", r)
+			}
+		}()
+		_ = dlock.Do(ctx, l, key, func(context.Context) error { panic("boom") })
+	}()
+	lease = mustLock(t, other, key)
+	unlock(t, lease)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		_ = dlock.Do(ctx, l, key, func(context.Context) error { runtime.Goexit(); return nil })
+	}()
+	<-exited
+	lease = mustLock(t, other, key)
+	unlock(t, lease)
 	if err := dlock.Do(ctx, l, key, nil); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Do(nil fn): %v", err)
 	}

@@ -2,8 +2,9 @@
 -- (the SETNX, GET and GETSET of the recipes, made atomic).
 -- ARGV[6] ttl ms   ARGV[7] '1' to set the real expiry   ARGV[8] fence retention ms
 -- ARGV[9] metadata ('' = none)
--- Returns {1, token, stamp} when taken, {0, remaining ms, foreign} when held, where
--- foreign is 1 when the holder is not a dlock locker.
+-- Returns {1, token, stamp} when taken (also when ARGV[5] holds it already: a
+-- retry), {0, remaining ms, foreign} when held, where foreign is 1 when the
+-- holder is not a dlock locker.
 local now = now_ms()
 local cur = redis.call('GET', KEYS[1])
 local old = nil
@@ -13,11 +14,24 @@ if cur then
     return conflict(cur)
   end
   if live(old, now) then
+    local h = redis.call('HMGET', KEYS[2], 'o', 'v', 't')
+    if h[1] == ARGV[5] and h[2] == cur then
+      -- Already ours: a retry whose earlier attempt landed. Renew it as
+      -- extend.lua does, and hand back its token.
+      local n = math.floor((now + tonumber(ARGV[6])) / unit) + 1
+      if n < old then
+        n = old
+      end
+      write(n, now, ARGV[7])
+      redis.call('HSET', KEYS[2], 'v', fmt(n))
+      redis.call('PEXPIRE', KEYS[2], ARGV[8])
+      return {1, tonumber(h[3]), fmt(n)}
+    end
     local foreign = 1
-    if redis.call('HEXISTS', KEYS[2], 'o') == 1 and redis.call('HGET', KEYS[2], 'v') == cur then
+    if h[1] and h[2] == cur then
       foreign = 0
     end
-    return {0, remaining(old, now), foreign}
+    return {0, left(old, now), foreign}
   end
 end
 -- The recipes' stamp: the time the lock runs out, plus one unit. It is above the

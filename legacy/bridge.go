@@ -87,45 +87,48 @@ func NewBridgeDriver(rdb redis.UniversalClient, f Format) (*BridgeDriver, error)
 func (b *BridgeDriver) Legacy() *Driver { return b.legacy }
 
 // Acquire implements dlock.Driver: the redislock key, then the legacy key.
-func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
+func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	r.Waiting = false // waiters poll; no wake-up marks on the redislock key
-	token, err := b.safe.Acquire(ctx, r)
+	g, err := b.safe.Acquire(ctx, r)
 	if err != nil {
-		return 0, err
+		return g, err
 	}
 	if _, err := b.legacy.Acquire(ctx, r); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bridgeRollbackTimeout)
 		defer cancel()
-		_ = b.safe.Release(cctx, r.Key, r.Owner)
-		return 0, err
+		_ = b.safe.Release(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
+		return dlock.Grant{}, err
 	}
-	return token, nil
+	return g, nil
 }
 
 // Extend implements dlock.Driver: both halves, at the same time (a renewal has
 // to fit in what is left of the lease). Losing either loses the lease.
-func (b *BridgeDriver) Extend(ctx context.Context, key, owner string, ttl time.Duration) error {
+func (b *BridgeDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	safe := make(chan error, 1)
-	go func() { safe <- b.safe.Extend(ctx, key, owner, ttl) }()
-	err := b.legacy.Extend(ctx, key, owner, ttl)
-	return errors.Join(<-safe, err)
+	go func() {
+		_, err := b.safe.Extend(ctx, h, ttl)
+		safe <- err
+	}()
+	_, err := b.legacy.Extend(ctx, h, ttl)
+	return ttl, errors.Join(<-safe, err)
 }
 
 // Release implements dlock.Driver: the legacy key, then the redislock key; each
 // only if this owner still holds it. The error matches dlock.ErrNotHeld when
 // either half was no longer held.
-func (b *BridgeDriver) Release(ctx context.Context, key, owner string) error {
-	err := b.legacy.Release(ctx, key, owner)
-	return errors.Join(err, b.safe.Release(ctx, key, owner))
+func (b *BridgeDriver) Release(ctx context.Context, h dlock.Holding) error {
+	err := b.legacy.Release(ctx, h)
+	return errors.Join(err, b.safe.Release(ctx, h))
 }
 
 // TTL implements dlock.Driver: the shorter of the two halves' time left.
-func (b *BridgeDriver) TTL(ctx context.Context, key, owner string) (time.Duration, error) {
-	s, err := b.safe.TTL(ctx, key, owner)
+func (b *BridgeDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	s, err := b.safe.TTL(ctx, h)
 	if err != nil {
 		return 0, err
 	}
-	l, err := b.legacy.TTL(ctx, key, owner)
+	l, err := b.legacy.TTL(ctx, h)
 	if err != nil {
 		return 0, err
 	}

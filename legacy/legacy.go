@@ -59,7 +59,10 @@
 // the lock is held up to two seconds longer than the TTL; the lease's local
 // deadline stays at the TTL, so the holder gives up first. Lease.TTL and the
 // time a waiter sleeps count to the stamp less its extra unit while that lies
-// ahead, then to the stamp's end.
+// ahead, then to the stamp's end, or to the key's real expiry (PTTL) when that
+// comes first: the PHP recipe's takeover writes a stamp seconds beyond the
+// EXPIRE it sets, and a waiter sleeping to that stamp would wake long after the
+// key has gone and an old client has taken it.
 //
 // The clock is the local one by default (Format.Clock), as the old clients use;
 // every client's clock must agree with the others' to well within the TTL.
@@ -290,21 +293,21 @@ func (d *Driver) expire() string {
 var retentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
 // Acquire implements dlock.Driver.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	keys, err := d.keys(r.Key)
 	if err != nil {
-		return 0, err
+		return dlock.Grant{}, err
 	}
 	if err := d.load(ctx); err != nil {
-		return 0, err
+		return dlock.Grant{}, err
 	}
 	res, err := acquireScript.Run(ctx, d.rdb, keys,
 		d.args(r.Owner, r.TTL.Milliseconds(), d.expire(), retentionMS, r.Metadata)...).Slice()
 	if err != nil {
-		return 0, mapErr(err)
+		return dlock.Grant{}, mapErr(err)
 	}
 	if len(res) != 3 {
-		return 0, fmt.Errorf("legacy: unexpected acquire reply %v", res)
+		return dlock.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", dlock.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
@@ -312,36 +315,37 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, e
 		if f, _ := res[2].(int64); f == 1 {
 			d.foreign.Add(1)
 		}
-		return 0, &dlock.BusyError{Remaining: time.Duration(v) * time.Millisecond}
+		return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(v) * time.Millisecond}
 	}
 	if v <= 0 {
-		return 0, fmt.Errorf("legacy: invalid fencing token %d", v)
+		return dlock.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)
 	}
-	return uint64(v), nil
+	return dlock.Grant{Token: uint64(v), TTL: r.TTL}, nil
 }
 
 // Extend implements dlock.Driver.
-func (d *Driver) Extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	keys, err := d.keys(key)
+func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	keys, err := d.keys(h.Key)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	n, err := extendScript.Run(ctx, d.rdb, keys, d.args(owner, ttl.Milliseconds(), d.expire(), retentionMS)...).Int64()
-	return heldReply(key, n == 1, err)
+	n, err := extendScript.Run(ctx, d.rdb, keys, d.args(h.Owner, ttl.Milliseconds(), d.expire(), retentionMS)...).Int64()
+	return ttl, heldReply(h.Key, n == 1, err)
 }
 
 // Release implements dlock.Driver.
-func (d *Driver) Release(ctx context.Context, key, owner string) error {
-	keys, err := d.keys(key)
+func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+	keys, err := d.keys(h.Key)
 	if err != nil {
 		return err
 	}
-	n, err := releaseScript.Run(ctx, d.rdb, keys, d.args(owner)...).Int64()
-	return heldReply(key, n == 1, err)
+	n, err := releaseScript.Run(ctx, d.rdb, keys, d.args(h.Owner)...).Int64()
+	return heldReply(h.Key, n == 1, err)
 }
 
 // TTL implements dlock.Driver.
-func (d *Driver) TTL(ctx context.Context, key, owner string) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	key, owner := h.Key, h.Owner
 	keys, err := d.keys(key)
 	if err != nil {
 		return 0, err

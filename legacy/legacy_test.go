@@ -348,3 +348,32 @@ func TestStampFollowsEachLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAcquireIsIdempotentForItsOwner: a second attempt by the owner that holds
+// the lock (its first reply was lost) gets the same holding and token back.
+func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
+	for _, f := range []legacy.Format{{}, {Unit: time.Second}} {
+		d, err := legacy.NewDriver(newRDB(t), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		key := dlocktest.Key(t)
+		r := dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: 3 * time.Second}
+		g1, err := d.Acquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, err := d.Acquire(ctx, r)
+		if err != nil || g2.Token != g1.Token {
+			t.Fatalf("retry by the holder: %+v, %v; want token %d", g2, err, g1.Token)
+		}
+		r.Owner = "ffffffffffffffffffffffffffffffff"
+		if _, err := d.Acquire(ctx, r); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("another owner: %v, want busy", err)
+		}
+		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "0123456789abcdef0123456789abcdef"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

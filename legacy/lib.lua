@@ -60,6 +60,19 @@ local function remaining(s, now)
   return r
 end
 
+-- left returns the ms left on live stamp s of KEYS[1]: remaining(s, now), or the
+-- key's real expiry if that comes first. A seconds recipe that EXPIREs its key
+-- (the PHP script) writes a takeover stamp seconds beyond that expiry, and a
+-- waiter that slept to the stamp would find the key long gone and taken.
+local function left(s, now)
+  local r = remaining(s, now)
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 and p < r then
+    r = p
+  end
+  return r
+end
+
 -- owned returns the current stamp when the legacy key holds the stamp ARGV[5]
 -- wrote and it has not run out, false when it does not, or an error reply when
 -- the key holds foreign data.

@@ -44,58 +44,100 @@ func QueueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:
 // A key must be locked either through fair Clients or through plain ones: a
 // plain Client ignores the queue. rdb and opts are as for New.
 func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(rdb)
+	d, err := NewFairDriver(rdb)
 	if err != nil {
 		return nil, err
 	}
-	d.fair = true
-	c, err := dlock.NewClient(d, opts...)
+	return newClient(d, d.c, d.release, opts)
+}
+
+// FairDriver is the dlock.Driver of the fair (FIFO) Redis mutex. Most users want
+// NewFair instead.
+type FairDriver struct {
+	c *conn
+}
+
+var (
+	_ dlock.Notifier  = (*FairDriver)(nil)
+	_ dlock.Abandoner = (*FairDriver)(nil)
+)
+
+// NewFairDriver returns the fair mutex driver over rdb.
+func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
+	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Client: c, d: d}, nil
+	return &FairDriver{c: c}, nil
 }
 
-func fairKeys(key string) []string {
-	return []string{LockKey(key), FenceKey(key), QueueKey(key), QueueDeadlineKey(key)}
+func fairKeys(key, owner string) []string {
+	return []string{LockKey(key), FenceKey(key), QueueKey(key), QueueDeadlineKey(key), AbandonKey(key, owner)}
 }
 
-func (d *Driver) acquireFair(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
+// Acquire implements dlock.Driver.
+func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	waiting := "0"
 	done := func(error) {}
 	if r.Waiting {
-		_, _, done = d.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, done = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
 	}
-	res, err := redisscript.FairAcquire.Run(ctx, d.rdb, fairKeys(r.Key),
+	res, err := redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
-		fairWaiterTTLMS, d.hub.publishCmd(), WakeChannel(r.Key)).Slice()
-	token, err := acquireReply(res, err)
+		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key)).Slice()
+	g, err := acquireReply(res, err, r.TTL)
 	done(err)
 	var busy *dlock.BusyError
 	if errors.As(err, &busy) && r.Waiting {
+		busy.Queued = true
 		// Come back in time to refresh the queue entry.
 		if refresh := FairWaiterTTL / 5; busy.Remaining < 0 || busy.Remaining > refresh {
 			busy.Remaining = refresh
 		}
 	}
-	return token, err
+	return g, err
 }
 
-func (d *Driver) runFairRelease(ctx context.Context, key, owner string) (int64, error) {
-	n, err := redisscript.FairRelease.Run(ctx, d.rdb, fairKeys(key),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.hub.publishCmd(), WakeChannel(key)).Int64()
-	return n, mapErr(err)
+// Extend implements dlock.Driver.
+func (d *FairDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	return d.c.extend(ctx, h, ttl)
 }
 
-// Abandon implements dlock.Abandoner: a fair-lock waiter that gives up leaves the
-// queue at once, and passes the lock on if it had just been handed to it. For a
-// plain lock it does nothing: a waiter leaves no state behind but a mark that
-// goes with the current holding.
-func (d *Driver) Abandon(ctx context.Context, key, owner string) error {
-	if !d.fair {
+// TTL implements dlock.Driver.
+func (d *FairDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	return d.c.ttl(ctx, h)
+}
+
+// Release implements dlock.Driver: the lock goes straight to the head of the
+// queue, which is woken.
+func (d *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
+	return d.release(ctx, h.Key, h.Owner)
+}
+
+func (d *FairDriver) release(ctx context.Context, key, owner string) error {
+	return d.run(ctx, key, owner, "")
+}
+
+func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
+	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner),
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(key), mark).Result()
+	return d.c.released(key, res, err)
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return d.c.hub.subscribe(ctx, WakeChannel(h.Key), h.Owner)
+}
+
+// Abandon implements dlock.Abandoner: a waiter that gives up leaves the queue at
+// once and passes the lock on if it had just been handed to it; its acquisition
+// is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
+// cannot queue it again or take the lock.
+func (d *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	err := d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10))
+	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}
-	_, err := d.runFairRelease(ctx, key, owner)
 	return err
 }

@@ -50,11 +50,10 @@ type Fence struct {
 // Sentinel failover client or any redis.UniversalClient). It returns an error
 // matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewFence(rdb redis.UniversalClient) (*Fence, error) {
-	d, err := NewDriver(rdb)
-	if err != nil {
-		return nil, err
+	if dlock.IsNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
-	return &Fence{rdb: d.rdb}, nil
+	return &Fence{rdb: rdb}, nil
 }
 
 // FenceRecordKey returns the key of the fence record of resource. It shares the

@@ -23,25 +23,12 @@ var inspectSrc string
 var inspectScript = redis.NewScript(inspectSrc)
 
 // LockInfo is what the server holds about one lock, as read by Inspect, List and
-// ForceUnlock. It is a snapshot: the lock may change hands right after.
-type LockInfo struct {
-	Key      string        // the lock name, as passed to Lock
-	Held     bool          // whether somebody holds the lock
-	Owner    string        // the holder's owner token; empty when free
-	Token    uint64        // the holder's fencing token; 0 when free
-	Metadata string        // the holder's WithMetadata text; may be empty
-	TTL      time.Duration // time left before the lock expires unless renewed; 0 when free
-
-	// LastToken is the newest fencing token handed out for the key (the fence
-	// counter), also after the lock was released; 0 once the counter has expired
-	// (see FenceRetention).
-	LastToken uint64
-
-	// Waiters is the number of waiters queued for a fair lock (see NewFair),
-	// including any whose queue entry is about to be dropped. Waiters of a plain
-	// lock wait in their own processes and are not counted.
-	Waiters int
-}
+// ForceUnlock. On Redis, TTL is 0 when the lock is free; LastToken is the fence
+// counter, 0 once it has expired (see FenceRetention); Waiters counts the
+// waiters queued for a fair lock (see NewFair), including any whose queue entry
+// is about to be dropped, while waiters of a plain lock wait in their own
+// processes and are not counted.
+type LockInfo = dlock.LockInfo
 
 // Inspect reads the lock named key without changing it. A free lock is not an
 // error: the result has Held false. The error matches dlock.ErrInvalid for a bad
@@ -57,11 +44,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if err := dlock.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
-	return c.d.inspect(ctx, key)
+	return c.c.inspect(ctx, key)
 }
 
-func (d *Driver) inspect(ctx context.Context, key string) (LockInfo, error) {
-	res, err := inspectScript.Run(ctx, d.rdb, inspectKeys(key)).Slice()
+func (c *conn) inspect(ctx context.Context, key string) (LockInfo, error) {
+	res, err := inspectScript.Run(ctx, c.rdb, inspectKeys(key)).Slice()
 	return inspectReply(key, res, err)
 }
 
@@ -140,7 +127,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		return iter.Err()
 	}
 	var err error
-	switch rdb := c.d.rdb.(type) {
+	switch rdb := c.c.rdb.(type) {
 	case *redis.ClusterClient:
 		err = rdb.ForEachMaster(ctx, scan)
 	case *redis.Ring:
@@ -165,7 +152,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	for len(names) > 0 {
 		batch := names[:min(len(names), listBatch)]
 		names = names[len(batch):]
-		pipe := c.d.rdb.Pipeline()
+		pipe := c.c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, name := range batch {
 			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
@@ -230,7 +217,7 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 		if !info.Held {
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
-		err = c.d.Release(ctx, key, info.Owner)
+		err = c.rel(ctx, key, info.Owner)
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			return info, err
 		}

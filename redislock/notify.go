@@ -3,6 +3,9 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,23 +28,38 @@ const idleLinger = 10 * time.Second
 // message, no round trip), since a waiter may register at any moment.
 const channelLinger = time.Second
 
-// hub is the notification side of a Driver: one subscription connection (one
-// per master on Redis Cluster, with sharded pub/sub) shared by every waiter of
-// the Driver on every key, subscribing a key's channel while it has waiters.
+// refusedRetry is how long a hub whose subscription the server refused (an ACL
+// without channel permissions) lets its waiters poll before it tries again.
+const refusedRetry = time.Minute
+
+// hub is the notification side of the drivers over one go-redis client: one
+// subscription connection (one per master on Redis Cluster, with sharded
+// pub/sub) shared by every waiter on every key, subscribing a key's channel while
+// it has waiters. No network I/O happens under its mutex: each connection has a
+// writer goroutine that sends the SUBSCRIBE and UNSUBSCRIBE commands in order, and
+// a waiter does not wait for its subscription to be written: the server's
+// confirmation wakes every waiter of the channel, which covers a release that
+// came before it.
 //
 // A message on a key's channel wakes one local waiter: the oldest whose wake
-// channel is empty when the payload is empty (a plain lock became free), or the
-// waiter named by the payload (a fair lock was handed to it). A waiter that
-// leaves without having used a wake passes it on. A subscription confirmed by
-// the server, first or again after the connection dropped and go-redis
-// reconnected, wakes every waiter of the key: messages may have been missed.
+// channel is empty when the payload is empty (a plain lock became free), every
+// waiter when it is "*", or the waiter named by the payload (a fair lock was
+// handed to it). A waiter that leaves without having used a wake passes it on. A
+// subscription confirmed by the server, first or again after the connection
+// dropped and go-redis reconnected, wakes every waiter of the key: messages may
+// have been missed. A subscription the server refuses (NOPERM) closes the wake
+// channels of the connection's waiters, which then poll, and is logged; so is a
+// wake-up that a release could not publish.
 type hub struct {
 	rdb     redis.UniversalClient
 	sharded bool
 
-	mu     sync.Mutex
-	topics map[string]*topic   // by channel
-	conns  map[string]*subConn // by master address ("" without Cluster)
+	mu          sync.Mutex
+	topics      map[string]*topic   // by channel
+	conns       map[string]*subConn // by master address ("" without Cluster)
+	refusal     error               // the server refused a subscription...
+	refusedTill time.Time           // ...and Subscribe fails until then
+	pubWarned   bool                // a failed wake-up publish was logged
 }
 
 type topic struct {
@@ -54,10 +72,11 @@ type topic struct {
 }
 
 type waiter struct {
-	owner string
-	wake  chan struct{}
-	woken bool // a wake was sent and no attempt has been made since
-	subs  int  // Subscribe calls holding this registration (0 or 1)
+	owner  string
+	wake   chan struct{}
+	woken  bool // a wake was sent and no attempt has been made since
+	closed bool // wake is closed: notifications stopped, the waiter polls
+	subs   int  // Subscribe calls holding this registration (0 or 1)
 }
 
 type subConn struct {
@@ -66,6 +85,14 @@ type subConn struct {
 	topics int
 	idle   *time.Timer
 	closed bool
+	ops    []subOp       // commands for the writer, in order
+	kick   chan struct{} // wakes the writer; closed with the connection
+}
+
+// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE of channel, for the writer.
+type subOp struct {
+	sub     bool
+	channel string
 }
 
 func newHub(rdb redis.UniversalClient) *hub {
@@ -81,13 +108,34 @@ func (h *hub) publishCmd() string {
 	return "PUBLISH"
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *Driver) Subscribe(ctx context.Context, key, owner string) (<-chan struct{}, func(), error) {
-	return d.hub.subscribe(ctx, WakeChannel(key), owner)
+// publishFailed reports, once per hub, a release whose wake-up the server
+// refused: waiters in other processes then wake at the holder's TTL at the latest.
+func (h *hub) publishFailed(reply string) {
+	h.mu.Lock()
+	warned := h.pubWarned
+	h.pubWarned = true
+	h.mu.Unlock()
+	if !warned {
+		slog.Warn("redislock: a release could not publish its wake-up; waiters elsewhere wake at the holder's TTL (check the ACL's channel permissions)", "reply", reply)
+	}
+}
+
+// refused returns the error of a refused subscription while waiters must poll;
+// h.mu is held.
+func (h *hub) refused() error {
+	if h.refusal != nil && time.Now().Before(h.refusedTill) {
+		return h.refusal
+	}
+	h.refusal = nil
+	return nil
 }
 
 func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan struct{}, func(), error) {
 	h.mu.Lock()
+	if err := h.refused(); err != nil {
+		h.mu.Unlock()
+		return nil, nil, err
+	}
 	t := h.topics[channel]
 	if t == nil {
 		h.mu.Unlock()
@@ -96,12 +144,13 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 			return nil, nil, err
 		}
 		h.mu.Lock()
+		if err := h.refused(); err != nil {
+			h.mu.Unlock()
+			return nil, nil, err
+		}
 		if t = h.topics[channel]; t == nil {
 			t = &topic{channel: channel, conn: h.conn(addr, node), owners: map[string]*waiter{}}
-			if err := h.attach(ctx, t); err != nil {
-				h.mu.Unlock()
-				return nil, nil, err
-			}
+			h.attach(t)
 		}
 	}
 	w := t.find(owner)
@@ -134,7 +183,7 @@ func (h *hub) node(ctx context.Context, channel string) (addr string, node redis
 }
 
 // conn returns the subscription connection to addr, opening it if needed (the
-// dial happens on first use); h.mu is held.
+// dial happens on first use, in its goroutines); h.mu is held.
 func (h *hub) conn(addr string, node redis.UniversalClient) *subConn {
 	if c := h.conns[addr]; c != nil {
 		return c
@@ -145,41 +194,67 @@ func (h *hub) conn(addr string, node redis.UniversalClient) *subConn {
 	} else {
 		ps = node.Subscribe(context.Background())
 	}
-	c := &subConn{addr: addr, ps: ps}
+	c := &subConn{addr: addr, ps: ps, kick: make(chan struct{}, 1)}
 	h.conns[addr] = c
 	go h.receive(c)
+	go h.writer(c)
 	return c
 }
 
-// attach subscribes t's channel on its connection and registers t; h.mu is held.
-func (h *hub) attach(ctx context.Context, t *topic) error {
+// attach registers t and has its channel subscribed; h.mu is held.
+func (h *hub) attach(t *topic) {
 	c := t.conn
 	if c.idle != nil {
 		c.idle.Stop()
 		c.idle = nil
 	}
-	// The waiter's context must not cut the write short: that would break the
-	// connection shared by every other waiter.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	var err error
-	if h.sharded {
-		err = c.ps.SSubscribe(ctx, t.channel)
-	} else {
-		err = c.ps.Subscribe(ctx, t.channel)
-	}
-	if err != nil && !errors.Is(err, redis.ErrClosed) {
-		// The connection is down; go-redis resubscribes when it reconnects and the
-		// confirmation wakes the waiters then.
-		err = nil
-	}
-	if err != nil {
-		h.lingerOrClose(c)
-		return mapErr(err)
-	}
 	c.topics++
 	h.topics[t.channel] = t
-	return nil
+	c.queue(subOp{sub: true, channel: t.channel})
+}
+
+// queue hands op to c's writer; h.mu is held.
+func (c *subConn) queue(op subOp) {
+	if c.closed {
+		return
+	}
+	c.ops = append(c.ops, op)
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writer sends c's SUBSCRIBE and UNSUBSCRIBE commands in order, and closes c's
+// PubSub once c is closed. A write that fails leaves the channel in the PubSub's
+// set: go-redis subscribes it again when it reconnects, and the confirmation wakes
+// the waiters.
+func (h *hub) writer(c *subConn) {
+	defer c.ps.Close()
+	for range c.kick {
+		for {
+			h.mu.Lock()
+			if c.closed || len(c.ops) == 0 {
+				h.mu.Unlock()
+				break
+			}
+			op := c.ops[0]
+			c.ops = c.ops[1:]
+			h.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			switch {
+			case op.sub && h.sharded:
+				_ = c.ps.SSubscribe(ctx, op.channel)
+			case op.sub:
+				_ = c.ps.Subscribe(ctx, op.channel)
+			case h.sharded:
+				_ = c.ps.SUnsubscribe(ctx, op.channel)
+			default:
+				_ = c.ps.Unsubscribe(ctx, op.channel)
+			}
+			cancel()
+		}
+	}
 }
 
 func (t *topic) find(owner string) *waiter { return t.owners[owner] }
@@ -241,15 +316,7 @@ func (h *hub) detach(t *topic) {
 	delete(h.topics, t.channel)
 	c := t.conn
 	c.topics--
-	if !c.closed {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if h.sharded {
-			_ = c.ps.SUnsubscribe(ctx, t.channel)
-		} else {
-			_ = c.ps.Unsubscribe(ctx, t.channel)
-		}
-		cancel()
-	}
+	c.queue(subOp{channel: t.channel})
 	h.lingerOrClose(c)
 }
 
@@ -267,8 +334,12 @@ func (h *hub) lingerOrClose(c *subConn) {
 	})
 }
 
-// closeConn closes c (its receive loop then ends); h.mu is held.
+// closeConn closes c: its writer closes the PubSub, and its receive loop then
+// ends; h.mu is held.
 func (h *hub) closeConn(c *subConn) {
+	if c.closed {
+		return
+	}
 	c.closed = true
 	if c.idle != nil {
 		c.idle.Stop()
@@ -277,7 +348,33 @@ func (h *hub) closeConn(c *subConn) {
 	if h.conns[c.addr] == c {
 		delete(h.conns, c.addr)
 	}
-	_ = c.ps.Close()
+	close(c.kick)
+}
+
+// refuse handles a subscription refused by the server on c: every waiter of c
+// polls from now on (its wake channel is closed), c is closed, and Subscribe
+// fails for refusedRetry; h.mu is held.
+func (h *hub) refuse(c *subConn, err error) {
+	if h.refusal == nil {
+		slog.Warn("redislock: the server refused a wake-up subscription; waiters poll (check the ACL's channel permissions)", "err", err)
+	}
+	h.refusal = fmt.Errorf("redislock: wake-up subscription refused: %w", mapErr(err))
+	h.refusedTill = time.Now().Add(refusedRetry)
+	for ch, t := range h.topics {
+		if t.conn != c {
+			continue
+		}
+		for _, w := range t.waiters {
+			if !w.closed {
+				w.closed = true
+				close(w.wake)
+			}
+		}
+		t.busy()
+		delete(h.topics, ch)
+	}
+	c.topics = 0
+	h.closeConn(c)
 }
 
 // wakeOne wakes the oldest waiter that has no wake pending.
@@ -296,6 +393,9 @@ func (t *topic) wakeAll() {
 }
 
 func (w *waiter) send() bool {
+	if w.closed {
+		return false
+	}
 	select {
 	case w.wake <- struct{}{}:
 		w.woken = true
@@ -322,6 +422,11 @@ func (h *hub) receive(c *subConn) {
 				h.mu.Unlock()
 				return
 			}
+			if refusal(err) {
+				h.refuse(c, err)
+				h.mu.Unlock()
+				return
+			}
 			// Dropped: go-redis reconnects and resubscribes on the next Receive,
 			// and the confirmation wakes the waiters to retry. Meanwhile they
 			// sleep on the holder's TTL, as for a lost message, and so ride
@@ -335,9 +440,12 @@ func (h *hub) receive(c *subConn) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if t := h.topics[m.Channel]; t != nil && t.conn == c {
-				if m.Payload == "" {
+				switch w := t.find(m.Payload); {
+				case m.Payload == "":
 					t.wakeOne()
-				} else if w := t.find(m.Payload); w != nil {
+				case m.Payload == "*":
+					t.wakeAll()
+				case w != nil:
 					w.send()
 				}
 			}
@@ -348,6 +456,17 @@ func (h *hub) receive(c *subConn) {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// refusal reports whether err is the server refusing a subscription (ACL
+// permissions or authentication), which reconnecting will not cure.
+func refusal(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	word, _, _ := strings.Cut(rerr.Error(), " ")
+	return word == "NOPERM" || word == "NOAUTH" || word == "WRONGPASS"
 }
 
 // each calls f on every topic of c; h.mu is held.

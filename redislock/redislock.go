@@ -63,14 +63,24 @@ const Prefix = "dlock:"
 // within one microsecond or after a backward clock step shorter than this.
 const FenceRetention = 24 * time.Hour
 
+// AbandonMarkTTL bounds how long the mark of an abandoned acquisition lives (at
+// least a second, and at most this or the acquisition's TTL, whichever is
+// longer): an attempt of that acquisition still in flight when it was abandoned
+// cannot take the lock while the mark lives.
+const AbandonMarkTTL = time.Minute
+
 // Client is a dlock.Locker on Redis. Create it with New or NewFair; it is safe
 // for concurrent use. Its connections are the go-redis client's, plus one
 // subscription connection (one per Cluster master) opened from it while Lock
-// calls wait, and closed some seconds after the last one.
+// calls wait, and closed some seconds after the last one. It is also a
+// dlock.Inspector.
 type Client struct {
 	*dlock.Client
-	d *Driver
+	c   *conn
+	rel func(ctx context.Context, key, owner string) error // the lock kind's release
 }
+
+var _ dlock.Inspector = (*Client)(nil)
 
 // New returns a Client that locks through rdb, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
@@ -81,27 +91,29 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := dlock.NewClient(d, opts...)
+	return newClient(d, d.c, d.release, opts)
+}
+
+func newClient(d dlock.Driver, c *conn, rel func(context.Context, string, string) error, opts []dlock.Option) (*Client, error) {
+	dc, err := dlock.NewClient(d, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Client: c, d: d}, nil
+	return &Client{Client: dc, c: c, rel: rel}, nil
 }
 
-// Driver is the dlock.Driver of a Client: single owner-checked attempts, one Lua
-// script round trip each. Most users want New instead.
-type Driver struct {
-	rdb  redis.UniversalClient
-	hub  *hub
-	fair bool
+// conn is what the drivers of every lock kind share: the go-redis client and the
+// wake-up hub.
+type conn struct {
+	rdb redis.UniversalClient
+	hub *hub
 }
 
-// NewDriver returns the Redis driver over rdb.
-func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
+func newConn(rdb redis.UniversalClient) (*conn, error) {
 	if dlock.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
-	return &Driver{rdb: rdb, hub: newHub(rdb)}, nil
+	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
 }
 
 // LockKey returns the Redis key of the lock named key.
@@ -110,101 +122,89 @@ func LockKey(key string) string { return Prefix + "{" + key + "}" }
 // FenceKey returns the Redis key of the fence counter of the lock named key.
 func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
 
+// AbandonKey returns the Redis key that marks owner's acquisition of the lock
+// named key as abandoned (see AbandonMarkTTL).
+func AbandonKey(key, owner string) string { return Prefix + "{" + key + "}:gone:" + owner }
+
 var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
-// Acquire implements dlock.Driver.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (uint64, error) {
-	if d.fair {
-		return d.acquireFair(ctx, r)
-	}
-	markBusy, markTaken := "0", "0"
-	done := func(error) {}
-	if r.Waiting {
-		mark, queued, fin := d.hub.attempt(WakeChannel(r.Key), r.Owner, true)
-		if queued > 0 {
-			// Other waiters of this process came first: wait for a wake in turn.
-			return 0, &dlock.BusyError{Remaining: queued}
-		}
-		markBusy, done = "1", fin
-		if mark {
-			markTaken = "1"
-		}
-	}
-	res, err := redisscript.Acquire.Run(ctx, d.rdb,
-		[]string{LockKey(r.Key), FenceKey(r.Key)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
-	token, err := acquireReply(res, err)
-	done(err)
-	return token, err
+// markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
+func markTTL(ttl time.Duration) int64 {
+	return max(ttl, time.Second, AbandonMarkTTL).Milliseconds()
 }
 
-// acquireReply decodes the {1, token} or {0, pttl} reply of an acquire script.
-func acquireReply(res []any, err error) (uint64, error) {
+// acquireReply decodes the {1, token}, {0, pttl} or {2, 0} reply of an acquire
+// script.
+func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) {
 	if err != nil {
-		return 0, mapErr(err)
+		return dlock.Grant{}, mapErr(err)
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("redislock: unexpected acquire reply %v", res)
+		return dlock.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
-	if ok != 1 {
+	switch ok {
+	case 1:
+	case 2:
+		return dlock.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+	default:
 		rem := time.Duration(v) * time.Millisecond
 		if v < 0 {
 			rem = -1
 		}
-		return 0, &dlock.BusyError{Remaining: rem}
+		return dlock.Grant{}, &dlock.BusyError{Remaining: rem}
 	}
 	if v <= 0 {
-		return 0, fmt.Errorf("redislock: invalid fencing token %d", v)
+		return dlock.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
 	}
-	return uint64(v), nil
+	return dlock.Grant{Token: uint64(v), TTL: ttl}, nil
 }
 
-// Extend implements dlock.Driver.
-func (d *Driver) Extend(ctx context.Context, key, owner string, ttl time.Duration) error {
-	n, err := redisscript.Extend.Run(ctx, d.rdb, []string{LockKey(key)}, owner, ttl.Milliseconds()).Int64()
+// extend resets the TTL of a lock hash owned by owner (both lock kinds).
+func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return mapErr(err)
+		return 0, mapErr(err)
 	}
 	if n != 1 {
-		return notHeld(key)
+		return 0, notHeld(h.Key)
 	}
-	return nil
+	return ttl, nil
 }
 
-// Release implements dlock.Driver.
-func (d *Driver) Release(ctx context.Context, key, owner string) error {
-	var n int64
-	var err error
-	if d.fair {
-		n, err = d.runFairRelease(ctx, key, owner)
-	} else {
-		n, err = redisscript.Release.Run(ctx, d.rdb, []string{LockKey(key)}, owner, d.hub.publishCmd(), WakeChannel(key)).Int64()
-		err = mapErr(err)
-	}
-	if err != nil {
-		return err
-	}
-	if n != 1 {
-		return notHeld(key)
-	}
-	return nil
-}
-
-// TTL implements dlock.Driver.
-func (d *Driver) TTL(ctx context.Context, key, owner string) (time.Duration, error) {
-	n, err := redisscript.PTTL.Run(ctx, d.rdb, []string{LockKey(key)}, owner).Int64()
+// ttl reads the time left on a lock hash owned by owner (both lock kinds).
+func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n == -2 {
-		return 0, notHeld(key)
+		return 0, notHeld(h.Key)
 	}
 	if n < 0 {
-		return 0, fmt.Errorf("redislock: lock %q has no expiry (PTTL %d)", key, n)
+		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, h.Key, n)
 	}
 	return time.Duration(n) * time.Millisecond, nil
+}
+
+// released turns the reply of a release script into the Release result: 1 is
+// done, 0 not held, and an error table a release whose wake-up failed.
+func (c *conn) released(key string, res any, err error) error {
+	if err != nil {
+		return mapErr(err)
+	}
+	switch v := res.(type) {
+	case int64:
+		if v == 1 {
+			return nil
+		}
+		return notHeld(key)
+	case []any:
+		c.hub.publishFailed(fmt.Sprint(v...))
+		return nil
+	}
+	return fmt.Errorf("%w: redislock: unexpected release reply %v", dlock.ErrRefused, res)
 }
 
 func notHeld(key string) error {

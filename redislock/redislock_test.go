@@ -181,16 +181,21 @@ func TestUnreachableServer(t *testing.T) {
 	start := time.Now()
 	for _, f := range []func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){c.TryLock, c.Lock} {
 		_, err = f(ctx, "k")
-		if !errors.Is(err, dlock.ErrUnavailable) {
-			t.Fatalf("lock on a closed port: %v, want ErrUnavailable", err)
+		if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("lock on a closed port: %v, want ErrUnavailable and not ErrNotObtained", err)
 		}
 		var op *net.OpError
 		if !errors.As(err, &op) {
 			t.Errorf("cause not wrapped: %v", err)
 		}
 	}
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("took %v, beyond the context deadline", el)
+	// Lock retries until the context ends. go-redis retries a refused dial a few
+	// times (DialerRetries) without watching the context: allow one such round.
+	if el := time.Since(start); el > 2*time.Second+time.Second {
+		t.Errorf("took %v, well beyond the context deadline", el)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock: %v, want the context's error too", err)
 	}
 }
 

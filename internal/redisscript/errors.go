@@ -10,13 +10,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// unavailablePrefixes are server replies that mean "not now" rather than "no".
-var unavailablePrefixes = []string{"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY ", "NOREPLICAS"}
+// Server error classes, by the first word of the reply. Every reply maps to a
+// dlock sentinel: a Lock retries the transient ones within its wait, and fails at
+// once on the others.
+var (
+	// transientPrefixes mean "not now": the server is loading, read-only, out of
+	// memory, failing to persist, busy with a script, or its cluster or
+	// replication is degraded.
+	transientPrefixes = []string{
+		"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY",
+		"NOREPLICAS", "OOM", "MISCONF", "UNBLOCKED",
+	}
+	// refusedPrefixes mean "no" for a reason waiting does not cure: ACL
+	// permissions and authentication.
+	refusedPrefixes = []string{"NOPERM", "NOAUTH", "WRONGPASS"}
+)
 
 // MapErr turns a go-redis error from a script or command into one matching the
 // dlock sentinels: ErrConflict for WRONGTYPE and the scripts' DLOCKCONFLICT
-// replies, ErrUnavailable for network errors and "not now" replies; context
-// errors and nil pass through, and any other server reply is prefixed with pkg.
+// replies; ErrUnavailable for network errors and the server's "not now" replies
+// (READONLY, LOADING, BUSY, OOM, MISCONF, CLUSTERDOWN...); ErrRefused (which
+// matches ErrUnavailable too) for NOPERM, NOAUTH, WRONGPASS and every other server
+// reply. Context errors and nil pass through. The text names pkg and the server's
+// reply, without the script hash go-redis appends.
 func MapErr(pkg string, err error) error {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -26,13 +42,35 @@ func MapErr(pkg string, err error) error {
 		return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
 	}
 	msg := rerr.Error()
-	if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "DLOCKCONFLICT") {
-		return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
+	word, _, _ := strings.Cut(msg, " ")
+	text := replyText(msg)
+	switch {
+	case word == "WRONGTYPE":
+		return fmt.Errorf("%w: the key is not a dlock lock (it holds a Redis value of another type)", dlock.ErrConflict)
+	case word == "DLOCKCONFLICT":
+		return fmt.Errorf("%w: the key is not a dlock lock (%s)", dlock.ErrConflict, strings.TrimPrefix(text, "DLOCKCONFLICT "))
+	case hasWord(word, transientPrefixes):
+		return fmt.Errorf("%w: %s: server replied %s", dlock.ErrUnavailable, pkg, text)
+	case hasWord(word, refusedPrefixes):
+		return fmt.Errorf("%w: %s: server replied %s", dlock.ErrRefused, pkg, text)
 	}
-	for _, p := range unavailablePrefixes {
-		if strings.HasPrefix(msg, p) {
-			return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+	return fmt.Errorf("%w: %s: unexpected server reply %s", dlock.ErrRefused, pkg, text)
+}
+
+func hasWord(w string, list []string) bool {
+	for _, p := range list {
+		if w == p {
+			return true
 		}
 	}
-	return fmt.Errorf("%s: %w", pkg, err)
+	return false
+}
+
+// replyText is a server error reply without the script location go-redis and the
+// server add to errors raised inside a script ("script: <sha>, on @user_script:N.").
+func replyText(msg string) string {
+	if i := strings.Index(msg, " script: "); i >= 0 {
+		msg = msg[:i]
+	}
+	return strings.TrimRight(strings.TrimSpace(msg), ".")
 }

@@ -5,7 +5,12 @@
 -- ARGV[7] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[8] wake channel
 -- A lock handed over to this owner by a release (o = owner) is claimed: its TTL is
 -- set to ARGV[2] and the owner leaves the queue.
--- Returns {1, token} when taken, {0, pttl} otherwise.
+-- KEYS[5] the owner's abandon mark (see fairrelease.lua)
+-- Returns {1, token} when taken, {0, pttl} otherwise, {2, 0} when the owner's
+-- acquisition was abandoned.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {2, 0}
+end
 local now = now_ms()
 prune(now)
 local owner = redis.call('HGET', KEYS[1], 'o')

@@ -3,7 +3,8 @@
 -- KEYS[2] fence counter   KEYS[3] queue: list of waiting owners in arrival order
 -- KEYS[4] queue deadlines: sorted set owner -> server time (ms) after which the
 --         entry is dropped unless its waiter refreshed it
--- All four keys carry the lock's hash tag.
+-- KEYS[5] the owner's abandon mark
+-- All keys carry the lock's hash tag.
 
 -- now_ms returns the server time in milliseconds.
 local function now_ms()

@@ -2,7 +2,14 @@
 -- in every case take ARGV[1] out of the queue (a waiter giving up).
 -- ARGV[1] owner   ARGV[2] fence retention ms   ARGV[3] claim time ms
 -- ARGV[4] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[5] wake channel
+-- ARGV[6] '' for a release; for an abandoned acquisition, the lifetime (ms) of
+-- the owner's abandon mark KEYS[5], which stops an attempt of the same
+-- acquisition that reaches the server after this script from queueing again or
+-- taking the lock.
 -- Returns 1 when released, 0 when not held by owner.
+if ARGV[6] ~= '' then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+end
 dequeue(ARGV[1])
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner ~= ARGV[1] then

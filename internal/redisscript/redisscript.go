@@ -16,6 +16,8 @@ var (
 	acquireSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed abandon.lua
+	abandonSrc string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed pttl.lua
@@ -34,6 +36,7 @@ var (
 var (
 	Acquire = redis.NewScript(tokenSrc + acquireSrc)
 	Release = redis.NewScript(releaseSrc)
+	Abandon = redis.NewScript(abandonSrc)
 	Extend  = redis.NewScript(extendSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )

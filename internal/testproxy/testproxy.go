@@ -34,6 +34,8 @@ type Proxy struct {
 	latency   [2]time.Duration
 	blackhole [2]bool
 	down      bool
+	stall     bool
+	accepted  int
 	conns     map[net.Conn]struct{}
 }
 
@@ -90,6 +92,22 @@ func (p *Proxy) SetDown(down bool) {
 	}
 }
 
+// Stall makes the proxy accept new connections and never forward them (a server
+// that accepts and does not answer) while on; open connections keep working.
+// Connections stalled stay so until the proxy resets or closes them.
+func (p *Proxy) Stall(on bool) {
+	p.mu.Lock()
+	p.stall = on
+	p.mu.Unlock()
+}
+
+// Accepted returns the number of connections the proxy has accepted.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 // Close stops the proxy, closes every connection and waits for its goroutines.
 func (p *Proxy) Close() {
 	select {
@@ -111,8 +129,15 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		down := p.down
+		p.accepted++
+		down, stall := p.down, p.stall
+		if stall {
+			p.conns[c] = struct{}{}
+		}
 		p.mu.Unlock()
+		if stall {
+			continue
+		}
 		if down {
 			_ = c.(*net.TCPConn).SetLinger(0)
 			_ = c.Close()
