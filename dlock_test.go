@@ -134,3 +134,21 @@ func TestZeroLeaseIsNotHeld(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchKey(t *testing.T) {
+	cases := []struct {
+		p, k string
+		ok   bool
+	}{
+		{"*", "anything", true}, {"*", "", true}, {"jobs:*", "jobs:1", true}, {"jobs:*", "job:1", false},
+		{"a?c", "abc", true}, {"a?c", "ac", false}, {"*:fence", "x:fence", true}, {"a*b*c", "aXbYc", true},
+		{"a*b*c", "aXbY", false}, {"[ab]x", "bx", true}, {"[ab]x", "cx", false}, {"[^ab]x", "cx", true},
+		{"[a-c]1", "b1", true}, {"[a-c]1", "d1", false}, {`\*`, "*", true}, {`\*`, "a", false},
+		{"[ab", "a", false}, {"ключ*", "ключ:1", true}, {"a/*", "a/b/c", true},
+	}
+	for _, c := range cases {
+		if got := dlock.MatchKey(c.p, c.k); got != c.ok {
+			t.Errorf("MatchKey(%q, %q) = %v, want %v", c.p, c.k, got, c.ok)
+		}
+	}
+}

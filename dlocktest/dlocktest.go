@@ -70,6 +70,7 @@ func Run(t *testing.T, b Backend) {
 		{"DoRunsUnderLockAndReleases", testDo},
 		{"BadInput", testBadInput},
 		{"ForeignDataIsConflict", testConflict},
+		{"InspectorShowsAndForcesLocks", testInspector},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -586,4 +587,47 @@ func testConflict(t *testing.T, b Backend) {
 	if !intact() {
 		t.Fatal("foreign data changed by a lock attempt")
 	}
+}
+
+func testInspector(t *testing.T, b Backend) {
+	l := b.New(t)
+	insp, ok := l.(dlock.Inspector)
+	if !ok {
+		t.Skip("the Locker is not a dlock.Inspector")
+	}
+	ctx := ctxT(t, 10*time.Second)
+	key := Key(t)
+	info, err := insp.Inspect(ctx, key)
+	if err != nil || info.Held {
+		t.Fatalf("Inspect of a free lock: %+v, %v", info, err)
+	}
+	lease := mustLock(t, l, key, dlock.WithMetadata("inspected"), dlock.WithTTL(5*time.Second))
+	info, err = insp.Inspect(ctx, key)
+	if err != nil || !info.Held || info.Owner != lease.Owner() || info.Token != lease.Token() || info.Metadata != "inspected" {
+		t.Fatalf("Inspect of a held lock: %+v, %v; want owner %s token %d", info, err, lease.Owner(), lease.Token())
+	}
+	if info.TTL > 5*time.Second || info.TTL == 0 {
+		t.Errorf("Inspect TTL %v of a 5s lease", info.TTL)
+	}
+	infos, err := insp.List(ctx, key[:len(key)-4]+"*")
+	if err != nil || len(infos) != 1 || infos[0].Key != key {
+		t.Fatalf("List: %+v, %v; want %s alone", infos, err, key)
+	}
+	if _, err := insp.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("List(\"\"): %v, want ErrInvalid", err)
+	}
+	if _, err := insp.ForceUnlock(ctx, key); err != nil {
+		t.Fatalf("ForceUnlock: %v", err)
+	}
+	if _, err := insp.ForceUnlock(ctx, key); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("ForceUnlock of a free lock: %v, want ErrNotHeld", err)
+	}
+	if err := lease.Extend(ctx, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend after ForceUnlock: %v, want ErrNotHeld", err)
+	}
+	next := mustLock(t, b.New(t), key)
+	if next.Token() <= lease.Token() {
+		t.Errorf("token %d after ForceUnlock, not above %d", next.Token(), lease.Token())
+	}
+	unlock(t, next)
 }

@@ -1,0 +1,299 @@
+// Package memlock is an in-memory dlock backend: the same Locker, Lease, fencing
+// tokens, expiry, waiting and inspection as the network backends, inside one
+// process. It is meant for the unit tests of code that takes dlock locks: give
+// each simulated process its own Client over one shared Store, and the code under
+// test meets the same behaviour (busy errors, expiry, loss, tokens) as on Redis,
+// with no server to run.
+//
+//	store := memlock.NewStore()
+//	a, _ := memlock.New(store) // "process" A
+//	b, _ := memlock.New(store) // "process" B
+//
+// It guarantees exclusion within the process, with leases that expire on the
+// monotonic clock, strictly increasing fencing tokens per key, owner-checked
+// release and extend, and waiters woken by the release (in arrival order, one at
+// a time). It does not survive the process, and it is not distributed: a Store
+// is not a lock service. Its code is also the worked example of a dlock backend
+// in docs/backends.md.
+package memlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Store holds the locks of every Client made over it. It is a dlock.Driver, a
+// dlock.Notifier, a dlock.Abandoner and a dlock.Inspector. The zero value is not
+// usable; create it with NewStore. It is safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	locks   map[string]*holding             // by key, while held (expired ones are removed lazily)
+	last    map[string]uint64               // the newest token handed out, by key
+	waiters map[string][]*waiter            // by key, in arrival order
+	gone    map[string]map[string]time.Time // abandoned owners, by key, until when
+	now     func() time.Time
+}
+
+type holding struct {
+	owner   string
+	token   uint64
+	meta    string
+	expires time.Time
+}
+
+type waiter struct {
+	owner string
+	wake  chan struct{}
+}
+
+var (
+	_ dlock.Driver     = (*Store)(nil)
+	_ dlock.Notifier   = (*Store)(nil)
+	_ dlock.Abandoner  = (*Store)(nil)
+	_ dlock.Inspector  = (*Store)(nil)
+	_ dlock.TTLLimiter = (*Store)(nil)
+)
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{
+		locks:   map[string]*holding{},
+		last:    map[string]uint64{},
+		waiters: map[string][]*waiter{},
+		gone:    map[string]map[string]time.Time{},
+		now:     time.Now,
+	}
+}
+
+// Client is a dlock.Locker over a Store, as a redislock.Client is over a Redis
+// server. It is also a dlock.Inspector.
+type Client struct {
+	*dlock.Client
+	*Store
+}
+
+// New returns a Client over store with opts as the defaults of every call. It
+// returns an error matching dlock.ErrInvalid for a nil store or a bad option.
+func New(store *Store, opts ...dlock.Option) (*Client, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", dlock.ErrInvalid)
+	}
+	c, err := dlock.NewClient(store, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: c, Store: store}, nil
+}
+
+// TTLLimits implements dlock.TTLLimiter: the defaults of every dlock backend.
+func (s *Store) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+
+// live returns the holding of key if it has not expired; s.mu is held.
+func (s *Store) live(key string) *holding {
+	h := s.locks[key]
+	if h != nil && !s.now().Before(h.expires) {
+		delete(s.locks, key)
+		s.wakeOne(key) // an expiry frees the lock as a release does
+		return nil
+	}
+	return h
+}
+
+// Acquire implements dlock.Driver.
+func (s *Store) Acquire(_ context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if until, ok := s.gone[r.Key][r.Owner]; ok && now.Before(until) {
+		return dlock.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+	}
+	if h := s.live(r.Key); h != nil {
+		if h.owner == r.Owner { // a retry of the holder: the same holding
+			h.expires = now.Add(r.TTL)
+			return dlock.Grant{Token: h.token, TTL: r.TTL}, nil
+		}
+		return dlock.Grant{}, &dlock.BusyError{Remaining: h.expires.Sub(now)}
+	}
+	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
+	s.last[r.Key] = token
+	s.locks[r.Key] = &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL)}
+	return dlock.Grant{Token: token, TTL: r.TTL}, nil
+}
+
+// Extend implements dlock.Driver.
+func (s *Store) Extend(_ context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.live(h.Key)
+	if cur == nil || cur.owner != h.Owner {
+		return 0, notHeld(h.Key)
+	}
+	cur.expires = s.now().Add(ttl)
+	return ttl, nil
+}
+
+// Release implements dlock.Driver.
+func (s *Store) Release(_ context.Context, h dlock.Holding) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.live(h.Key)
+	if cur == nil || cur.owner != h.Owner {
+		return notHeld(h.Key)
+	}
+	s.free(h.Key)
+	return nil
+}
+
+// free removes key's holding and wakes a waiter; s.mu is held.
+func (s *Store) free(key string) {
+	delete(s.locks, key)
+	s.wakeOne(key)
+}
+
+// TTL implements dlock.Driver.
+func (s *Store) TTL(_ context.Context, h dlock.Holding) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.live(h.Key)
+	if cur == nil || cur.owner != h.Owner {
+		return 0, notHeld(h.Key)
+	}
+	return cur.expires.Sub(s.now()), nil
+}
+
+// Subscribe implements dlock.Notifier: a release (or an expiry noticed by any
+// call) wakes the waiter that has waited longest.
+func (s *Store) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &waiter{owner: h.Owner, wake: make(chan struct{}, 1)}
+	s.waiters[h.Key] = append(s.waiters[h.Key], w)
+	var once sync.Once
+	return w.wake, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			ws := s.waiters[h.Key]
+			for i, x := range ws {
+				if x == w {
+					ws = append(ws[:i], ws[i+1:]...)
+					break
+				}
+			}
+			if len(ws) == 0 {
+				delete(s.waiters, h.Key)
+			} else {
+				s.waiters[h.Key] = ws
+			}
+			select {
+			case <-w.wake: // a wake it never used goes to the next waiter
+				s.wakeOne(h.Key)
+			default:
+			}
+		})
+	}, nil
+}
+
+// wakeOne wakes the longest waiting waiter of key without a wake pending; s.mu
+// is held.
+func (s *Store) wakeOne(key string) {
+	for _, w := range s.waiters[key] {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// abandonFor is how long a Store refuses the attempts of an abandoned owner, at
+// least: the acquisition's TTL if that is longer.
+const abandonFor = time.Minute
+
+// Abandon implements dlock.Abandoner: it releases the owner's holding, if any,
+// and refuses the owner's later attempts on the key for a minute or the
+// acquisition's TTL, whichever is longer.
+func (s *Store) Abandon(_ context.Context, h dlock.Holding) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.live(h.Key); cur != nil && cur.owner == h.Owner {
+		s.free(h.Key)
+	}
+	now := s.now()
+	for key, owners := range s.gone { // forget marks that have run out
+		for o, until := range owners {
+			if !now.Before(until) {
+				delete(owners, o)
+			}
+		}
+		if len(owners) == 0 {
+			delete(s.gone, key)
+		}
+	}
+	if s.gone[h.Key] == nil {
+		s.gone[h.Key] = map[string]time.Time{}
+	}
+	s.gone[h.Key][h.Owner] = now.Add(max(h.TTL, abandonFor))
+	return nil
+}
+
+// Inspect implements dlock.Inspector.
+func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
+	if err := dlock.ValidateKey(key); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info(key), nil
+}
+
+// info describes key; s.mu is held.
+func (s *Store) info(key string) dlock.LockInfo {
+	info := dlock.LockInfo{Key: key, LastToken: s.last[key]}
+	if h := s.live(key); h != nil {
+		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
+		info.TTL = h.expires.Sub(s.now())
+	}
+	return info
+}
+
+// List implements dlock.Inspector.
+func (s *Store) List(_ context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if err := dlock.ValidateKey(pattern); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []dlock.LockInfo
+	for key := range s.locks {
+		if info := s.info(key); info.Held && dlock.MatchKey(pattern, key) {
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceUnlock implements dlock.Inspector.
+func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, error) {
+	if err := dlock.ValidateKey(key); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := s.info(key)
+	if !info.Held {
+		return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+	}
+	s.free(key)
+	return info, nil
+}
+
+func notHeld(key string) error {
+	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+}
