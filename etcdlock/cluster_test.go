@@ -14,46 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// lockWait takes r.Key the way a waiting Lock does: it queues, sleeps until its
-// subscription wakes it or RetryAfter passes, and retries through
-// ErrUnavailable, until ctx ends. queued is called once, after the first
-// attempt that left the waiter in the queue.
-func lockWait(ctx context.Context, d *Driver, r AcquireRequest, queued func()) (Grant, error) {
-	r.Waiting = true
-	var wake <-chan struct{}
-	for {
-		g, err := d.Acquire(ctx, r)
-		var busy *BusyError
-		delay := 50 * time.Millisecond
-		switch {
-		case err == nil:
-			return g, nil
-		case errors.As(err, &busy):
-			if r.Handle == nil {
-				queued()
-			}
-			r.Handle = busy.Handle
-			if wake == nil {
-				w, cancel, err := d.Subscribe(ctx, Holding{Key: r.Key, Owner: r.Owner, Handle: r.Handle})
-				if err != nil {
-					return Grant{}, err
-				}
-				defer cancel()
-				wake = w
-			}
-			delay = busy.RetryAfter
-		case !errors.Is(err, dlock.ErrUnavailable):
-			return Grant{}, err
-		}
-		select {
-		case <-ctx.Done():
-			return Grant{}, ctx.Err()
-		case <-wake:
-		case <-time.After(delay):
-		}
-	}
-}
-
 // retryUnavailable runs f until it returns something other than ErrUnavailable
 // or ctx ends.
 func retryUnavailable(ctx context.Context, f func() error) error {
@@ -70,41 +30,45 @@ func retryUnavailable(ctx context.Context, f func() error) error {
 	}
 }
 
-// TestLeaderKilledWhileHeldAndWaited runs a holder and queued waiters, each with
-// its own client to all members of a 3-member cluster, kills the leader while
-// the lock is held and the waiters wait, brings it back, and kills the next
-// leader while a waiter holds. Nobody may ever hold the lock together with
+// TestLeaderKilledWhileHeldAndWaited runs a holder and waiting Lock calls, each
+// with its own client to all members of a 3-member cluster, kills the leader
+// while the lock is held and the waiters wait, brings it back, and kills the
+// next leader while a waiter holds. Nobody may ever hold the lock together with
 // another, every waiter must get it in queue order, and tokens must increase.
 func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 	const waiters = 3
 	c := testserver.StartEtcdCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	key := testKey(t)
-	const ttl = 5 * time.Second // longer than an election, so no holding lapses
-
-	holder := newDriver(t, c.Endpoints()...)
-	ho := owner()
-	first, err := holder.Acquire(ctx, AcquireRequest{Key: key, Owner: ho, TTL: ttl, Waiting: true})
+	// Longer than an election, so that no holding lapses while the cluster
+	// has no leader; the waiters' leases are renewed by their attempts.
+	ttl := dlock.WithTTL(5 * time.Second)
+	newC := func() *Client {
+		cl, err := New(newEtcd(t, c.Endpoints()...), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	lease, err := newC().TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	var (
 		inside  atomic.Int32
 		mu      sync.Mutex
-		tokens  = []uint64{first.Token}
+		tokens  = []uint64{lease.Token()}
 		granted = make(chan int, waiters)
 		proceed = make([]chan struct{}, waiters)
 	)
 	inside.Store(1) // the holder
+	next := queuedWatch(t, ctx, newEtcd(t, c.Endpoints()...), key)
 	g, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < waiters; i++ {
 		proceed[i] = make(chan struct{})
-		d := newDriver(t, c.Endpoints()...)
-		o := owner()
-		queued := make(chan struct{})
+		cl := newC()
 		g.Go(func() error {
-			gr, err := lockWait(gctx, d, AcquireRequest{Key: key, Owner: o, TTL: ttl}, func() { close(queued) })
+			l, err := cl.Lock(gctx, key)
 			if err != nil {
 				return fmt.Errorf("waiter %d: %w", i, err)
 			}
@@ -112,7 +76,7 @@ func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 				return fmt.Errorf("waiter %d: two holders at once", i)
 			}
 			mu.Lock()
-			tokens = append(tokens, gr.Token)
+			tokens = append(tokens, l.Token())
 			mu.Unlock()
 			granted <- i
 			select {
@@ -120,17 +84,13 @@ func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 			case <-gctx.Done():
 				return gctx.Err()
 			}
+			if l.Err() != nil {
+				return fmt.Errorf("waiter %d lost the lock: %w", i, l.Err())
+			}
 			inside.Store(0)
-			return retryUnavailable(gctx, func() error {
-				return d.Release(gctx, Holding{Key: key, Owner: o, Handle: gr.Handle})
-			})
+			return retryUnavailable(gctx, func() error { return l.Unlock(gctx) })
 		})
-		// Queue the waiters one after the other, so that the order is known.
-		select {
-		case <-queued:
-		case <-ctx.Done():
-			t.Fatal("waiter never queued")
-		}
+		next() // queued: the next waiter queues behind it
 	}
 
 	killLeader := func() *testserver.Etcd {
@@ -146,11 +106,12 @@ func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 		return l
 	}
 	killed := killLeader()
+	if lease.Err() != nil {
+		t.Fatalf("holder lost the lock across an election: %v", lease.Err())
+	}
 	inside.Store(0)
-	if err := retryUnavailable(ctx, func() error {
-		return holder.Release(ctx, Holding{Key: key, Owner: ho, Handle: first.Handle})
-	}); err != nil {
-		t.Fatalf("holder's release after the leader was killed: %v", err)
+	if err := retryUnavailable(ctx, func() error { return lease.Unlock(ctx) }); err != nil {
+		t.Fatalf("holder's Unlock after the leader was killed: %v", err)
 	}
 	if err := killed.Start(); err != nil {
 		t.Fatal(err)
@@ -178,7 +139,7 @@ func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 			t.Fatalf("tokens %v do not increase", tokens)
 		}
 	}
-	if got := entries(t, holder.cli, key); len(got) != 0 {
+	if got := entries(t, newEtcd(t, c.Endpoints()...), key); len(got) != 0 {
 		t.Fatalf("entries left: %v", got)
 	}
 }

@@ -71,6 +71,71 @@ func QueuePrefix(key string) string { return Prefix + "{" + key + "}/" }
 // EntryKey returns the etcd key of owner's entry for the lock named key.
 func EntryKey(key, owner string) string { return QueuePrefix(key) + owner }
 
+// AbandonKey returns the etcd key that marks owner's acquisition of the lock
+// named key as abandoned (see AbandonMarkTTL). It lies outside every queue.
+func AbandonKey(key, owner string) string { return Prefix + "abandoned/{" + key + "}/" + owner }
+
+// AbandonMarkTTL is the shortest life of the mark of an abandoned acquisition
+// (the acquisition's TTL plus 2s when that is longer): an attempt of the
+// acquisition still in flight when it was abandoned cannot write its entry while
+// the mark lives. An attempt can write only while the lease it was granted
+// before the abandonment lives, so the mark outlives every such attempt.
+const AbandonMarkTTL = time.Minute
+
+// Client is a dlock.Locker on etcd, and a dlock.Inspector. Create it with New;
+// it is safe for concurrent use.
+type Client struct {
+	*dlock.Client
+	d *Driver
+}
+
+var (
+	_ dlock.Locker    = (*Client)(nil)
+	_ dlock.Inspector = (*Client)(nil)
+)
+
+// New returns a Client that locks through cli. opts become the defaults of every
+// TryLock and Lock; TTLs are whole seconds, at least one (see Driver.TTLLimits),
+// and the default TTL is dlock.DefaultTTL. It returns an error matching
+// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+func New(cli *clientv3.Client, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(cli)
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlock.NewClient(d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: c, d: d}, nil
+}
+
+// Inspect implements dlock.Inspector; see Driver.Inspect.
+func (c *Client) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if c == nil {
+		return dlock.LockInfo{}, errNilClient
+	}
+	return c.d.Inspect(ctx, key)
+}
+
+// List implements dlock.Inspector; see Driver.List.
+func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if c == nil {
+		return nil, errNilClient
+	}
+	return c.d.List(ctx, pattern)
+}
+
+// ForceUnlock implements dlock.Inspector; see Driver.ForceUnlock.
+func (c *Client) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if c == nil {
+		return dlock.LockInfo{}, errNilClient
+	}
+	return c.d.ForceUnlock(ctx, key)
+}
+
+var errNilClient = fmt.Errorf("%w: nil etcdlock client", dlock.ErrInvalid)
+
 // Driver is the etcd implementation of dlock's backend contract: single attempts
 // of acquire, extend, release and TTL, plus wake-ups for waiters, abandonment of
 // a waiter's entry, and inspection. Most users want New instead.
@@ -78,6 +143,14 @@ type Driver struct {
 	cli   *clientv3.Client
 	wakes atomic.Int64 // wake-ups sent to waiters, for tests
 }
+
+var (
+	_ dlock.Driver     = (*Driver)(nil)
+	_ dlock.TTLLimiter = (*Driver)(nil)
+	_ dlock.Notifier   = (*Driver)(nil)
+	_ dlock.Abandoner  = (*Driver)(nil)
+	_ dlock.Inspector  = (*Driver)(nil)
+)
 
 // NewDriver returns the etcd driver over cli. It returns an error matching
 // dlock.ErrInvalid for a nil client; it does no I/O.
@@ -91,8 +164,8 @@ func NewDriver(cli *clientv3.Client) (*Driver, error) {
 // TTLLimits returns the lease times etcd can grant: whole seconds, at least one.
 // The server may grant more than asked (its minimum TTL); the granted TTL is
 // reported in every Grant and Extend.
-func (d *Driver) TTLLimits() TTLLimits {
-	return TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
+func (d *Driver) TTLLimits() dlock.TTLLimits {
+	return dlock.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
 }
 
 // holding is the Handle of an entry: a holding or a waiter's queue position.
@@ -102,186 +175,213 @@ type holding struct {
 	mu    sync.Mutex
 	rev   int64            // create revision: the place in the queue and the fencing token
 	lease clientv3.LeaseID // the entry's lease
-	ttl   int64            // the lease's granted TTL in seconds; 0 when unknown
+	asked int64            // the TTL the lease was asked for, in seconds; 0 when unknown
 	moved chan struct{}    // closed when rev changes (the entry was written anew)
+
+	// The start of the last grant or renewal of the lease that succeeded, and
+	// the TTL it granted: the lease lives at least that long from then.
+	renewed time.Time
+	granted int64
 }
 
-func newHolding(entry string, rev int64, lease clientv3.LeaseID, ttl int64) *holding {
-	return &holding{entry: entry, rev: rev, lease: lease, ttl: ttl, moved: make(chan struct{})}
+func newHolding(entry string, rev int64, lease clientv3.LeaseID, asked int64) *holding {
+	return &holding{entry: entry, rev: rev, lease: lease, asked: asked, moved: make(chan struct{})}
 }
 
-func (h *holding) state() (rev int64, lease clientv3.LeaseID, ttl int64) {
+func (h *holding) state() (rev int64, lease clientv3.LeaseID, asked int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.rev, h.lease, h.ttl
+	return h.rev, h.lease, h.asked
 }
 
 // watchState returns the revision and a channel closed when it changes.
+// renewal records a grant or renewal of the lease that started at start.
+func (h *holding) renewal(start time.Time, granted int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.renewed, h.granted = start, granted
+}
+
+// left is the lease time left that the last renewal guarantees, or 0.
+func (h *holding) left() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.renewed.IsZero() {
+		return 0
+	}
+	return seconds(h.granted) - time.Since(h.renewed)
+}
+
+func (h *holding) revision() int64 {
+	rev, _, _ := h.state()
+	return rev
+}
+
 func (h *holding) watchState() (int64, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.rev, h.moved
 }
 
-func (h *holding) set(rev int64, lease clientv3.LeaseID, ttl int64) {
+func (h *holding) set(rev int64, lease clientv3.LeaseID, asked int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if rev != h.rev {
 		close(h.moved)
 		h.moved = make(chan struct{})
 	}
-	h.rev, h.lease, h.ttl = rev, lease, ttl
+	h.rev, h.lease, h.asked = rev, lease, asked
 }
 
-// Acquire makes one attempt to take r.Key for r.Owner. When another owner holds
-// the lock it returns a *BusyError; a waiting request (r.Waiting) then stays
-// queued, and the error's Handle must be passed back in the next attempt.
-func (d *Driver) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
+// Acquire implements dlock.Driver: one attempt to take r.Key for r.Owner. When
+// another owner holds the lock it returns a *dlock.BusyError; a waiting request
+// (r.Waiting) then stays queued, and the error's Handle comes back in the next
+// attempt. An attempt that finds an entry of r.Owner written by an earlier
+// attempt (whose reply was lost) takes that entry over, with a lease of r.TTL.
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if err := checkOwner(r.Owner); err != nil {
-		return Grant{}, err
+		return dlock.Grant{}, err
 	}
 	h, err := handleOf(r.Handle)
 	if err != nil {
-		return Grant{}, err
+		return dlock.Grant{}, err
 	}
 	secs := leaseSeconds(r.TTL)
-	if !r.Waiting {
-		return d.tryAcquire(ctx, r, secs)
-	}
-	return d.enqueue(ctx, r, secs, h)
-}
-
-// tryAcquire writes the entry only if the queue is empty: TryLock never queues.
-func (d *Driver) tryAcquire(ctx context.Context, r AcquireRequest, secs int64) (Grant, error) {
-	lease, granted, err := d.grantLease(ctx, secs)
-	if err != nil {
-		return Grant{}, err
-	}
-	entry, qp := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key)
-	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0)).
-		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
-		d.revokeDetached(ctx, lease) // whatever the transaction did goes with the lease
-		return Grant{}, mapErr(err)
-	}
-	if resp.Succeeded {
-		h := newHolding(entry, resp.Header.Revision, lease, granted)
-		return Grant{Token: uint64(h.rev), TTL: seconds(granted), Handle: h}, nil
-	}
-	d.revokeDetached(ctx, lease)
-	first := resp.Responses[0].GetResponseRange().Kvs
-	if len(first) == 1 && foreign(first[0]) {
-		return Grant{}, conflict(r.Key, first[0])
-	}
-	return Grant{}, &BusyError{Remaining: d.remaining(ctx, first), RetryAfter: -1}
-}
-
-// enqueue makes sure the waiter's entry exists (writing it on the first attempt,
-// or again if its lease ran out), renews its lease, and grants the lock when the
-// entry is the oldest.
-func (d *Driver) enqueue(ctx context.Context, r AcquireRequest, secs int64, h *holding) (Grant, error) {
-	entry, qp := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key)
 	var (
 		first   []*mvccpb.KeyValue
 		granted int64
-		ok      bool
-		err     error
 	)
-	if h != nil && h.entry == entry {
-		// Renew first: a lease renewed before the check that finds the entry
-		// oldest is good for its whole TTL from the start of this attempt.
-		rev, lease, _ := h.state()
-		granted, err = d.keepAlive(ctx, lease)
-		switch {
-		case errors.Is(err, dlock.ErrNotHeld):
-			// The lease ran out while waiting: write the entry anew below.
-		case err != nil:
-			return Grant{}, err
-		default:
-			resp, err := d.cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(entry), "=", rev)).
-				Then(clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-				Commit()
-			if err != nil {
-				return Grant{}, mapErr(err)
-			}
-			if ok = resp.Succeeded; ok {
-				first = resp.Responses[0].GetResponseRange().Kvs
-				h.set(rev, lease, granted)
-			} else {
-				d.revokeDetached(ctx, lease) // it carries nothing now
-			}
-		}
+	if r.Waiting && h != nil && h.entry == EntryKey(r.Key, r.Owner) {
+		h, granted, first, err = d.recheck(ctx, r, h)
 	} else {
 		h = nil
 	}
-	if !ok {
-		if h, granted, first, err = d.join(ctx, r, secs, h); err != nil {
-			return Grant{}, err
-		}
+	if err == nil && h == nil {
+		h, granted, first, err = d.write(ctx, r, secs)
 	}
-	rev, _, _ := h.state()
-	if len(first) == 1 && first[0].CreateRevision == rev {
-		return Grant{Token: uint64(rev), TTL: seconds(granted), Handle: h}, nil
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if h != nil && len(first) == 1 && first[0].CreateRevision == h.revision() {
+		return dlock.Grant{Token: uint64(h.revision()), TTL: seconds(granted), Handle: h}, nil
 	}
 	if len(first) == 1 && foreign(first[0]) {
-		_ = d.abandonDetached(ctx, h)
-		return Grant{}, conflict(r.Key, first[0])
+		if h != nil {
+			_ = d.removeDetached(ctx, h)
+		}
+		return dlock.Grant{}, conflict(r.Key, first[0])
 	}
-	return Grant{}, &BusyError{
-		Remaining:  d.remaining(ctx, first),
-		RetryAfter: seconds(granted) / 3,
-		Handle:     h,
+	busy := &dlock.BusyError{Remaining: d.remaining(ctx, first)}
+	if !r.Waiting {
+		if h != nil { // TryLock leaves nothing behind
+			_ = d.removeDetached(ctx, h)
+		}
+		return dlock.Grant{}, busy
 	}
+	busy.RetryAfter, busy.Handle, busy.Queued = seconds(granted)/3, h, true
+	return dlock.Grant{}, busy
 }
 
-// join writes the waiter's entry with a fresh lease, or adopts the entry of this
-// owner that an earlier attempt wrote but lost track of (its reply was lost). It
-// updates h in place when given, so that a subscription sees the new position.
-func (d *Driver) join(ctx context.Context, r AcquireRequest, secs int64, h *holding) (*holding, int64, []*mvccpb.KeyValue, error) {
-	entry, qp := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key)
-	lease, granted, err := d.grantLease(ctx, secs)
+// recheck is a later attempt of a queued waiter: it renews the entry's lease and
+// reads who is first. It returns a nil holding when the entry is gone (its lease
+// ran out), to be written anew.
+func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *holding) (*holding, int64, []*mvccpb.KeyValue, error) {
+	// Renew first: a lease renewed before the read that finds the entry first
+	// is good for its whole TTL from the start of this attempt.
+	rev, lease, _ := h.state()
+	start := time.Now()
+	granted, err := d.keepAlive(ctx, lease)
+	if errors.Is(err, dlock.ErrNotHeld) {
+		return nil, 0, nil, nil
+	}
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", 0)).
-		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Else(clientv3.OpGet(entry), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev),
+			clientv3.Compare(clientv3.CreateRevision(AbandonKey(r.Key, r.Owner)), "=", 0)).
+		Then(clientv3.OpGet(QueuePrefix(r.Key), clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		d.revokeDetached(ctx, lease)
 		return nil, 0, nil, mapErr(err)
 	}
-	first := resp.Responses[1].GetResponseRange().Kvs
-	rev := resp.Header.Revision
 	if !resp.Succeeded {
-		d.revokeDetached(ctx, lease)
-		own := resp.Responses[0].GetResponseRange().Kvs
-		if len(own) != 1 {
-			return nil, 0, nil, fmt.Errorf("%w: etcd: entry %q vanished during a transaction", dlock.ErrUnavailable, entry)
-		}
-		if foreign(own[0]) {
-			return nil, 0, nil, conflict(r.Key, own[0])
-		}
-		rev, lease = own[0].CreateRevision, clientv3.LeaseID(own[0].Lease)
-		if granted, err = d.keepAlive(ctx, lease); err != nil {
-			return nil, 0, nil, err
-		}
+		d.revokeDetached(ctx, lease) // it carries nothing of ours now
+		return nil, 0, nil, nil
 	}
-	if h == nil {
-		h = newHolding(entry, rev, lease, granted)
-	} else {
-		h.set(rev, lease, granted)
-	}
-	return h, granted, first, nil
+	h.renewal(start, granted)
+	return h, granted, resp.Responses[0].GetResponseRange().Kvs, nil
 }
 
-// remaining returns the lease time left of the entry in first (the holder), or
-// -1 when unknown.
+// write puts owner's entry with a fresh lease of secs seconds: for a TryLock
+// only if the queue is empty, for a waiter at the end of the queue. When an
+// earlier attempt of the owner left an entry, write takes it over, moving it to
+// the fresh lease (its place and token stay). It returns the entry (nil when a
+// TryLock found the queue taken), the granted TTL and the first entry of the
+// queue. Nothing is written for an abandoned acquisition.
+func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) (*holding, int64, []*mvccpb.KeyValue, error) {
+	entry, qp, gone := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner)
+	start := time.Now()
+	lease, granted, err := d.grantLease(ctx, secs)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	conds := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(entry), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(gone), "=", 0),
+	}
+	if !r.Waiting {
+		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))
+	}
+	resp, err := d.cli.Txn(ctx).If(conds...).
+		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+		Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		d.revokeDetached(ctx, lease) // whatever the transaction did goes with the lease
+		return nil, 0, nil, mapErr(err)
+	}
+	if resp.Succeeded {
+		h := newHolding(entry, resp.Header.Revision, lease, secs)
+		h.renewal(start, granted)
+		return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
+	}
+	own := resp.Responses[0].GetResponseRange().Kvs
+	first := resp.Responses[2].GetResponseRange().Kvs
+	switch {
+	case resp.Responses[1].GetResponseRange().Count > 0:
+		d.revokeDetached(ctx, lease)
+		return nil, 0, nil, fmt.Errorf("%w: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+	case len(own) == 0: // a TryLock that found the queue taken
+		d.revokeDetached(ctx, lease)
+		return nil, 0, first, nil
+	case foreign(own[0]):
+		d.revokeDetached(ctx, lease)
+		return nil, 0, nil, conflict(r.Key, own[0])
+	}
+	// An earlier attempt landed: move its entry to the fresh lease.
+	old := own[0]
+	resp, err = d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", old.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(gone), "=", 0)).
+		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil || !resp.Succeeded {
+		d.revokeDetached(ctx, lease)
+		if err != nil {
+			return nil, 0, nil, mapErr(err)
+		}
+		return nil, 0, nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
+	}
+	d.revokeDetached(ctx, clientv3.LeaseID(old.Lease))
+	h := newHolding(entry, old.CreateRevision, lease, secs)
+	h.renewal(start, granted)
+	return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
+}
+
+// remaining returns the lease time left of the entry in first (the holder),
+// rounded up to whole seconds (a waiter needs to sleep no longer), or -1 when
+// unknown.
 func (d *Driver) remaining(ctx context.Context, first []*mvccpb.KeyValue) time.Duration {
 	if len(first) != 1 {
 		return -1
@@ -293,7 +393,7 @@ func (d *Driver) remaining(ctx context.Context, first []*mvccpb.KeyValue) time.D
 	if resp.TTL < 0 {
 		return 0
 	}
-	return seconds(resp.TTL)
+	return seconds(min(resp.TTL+1, max(resp.GrantedTTL, resp.TTL)))
 }
 
 // Extend keeps the holding for at least ttl (rounded up to whole seconds) from
@@ -301,14 +401,15 @@ func (d *Driver) remaining(ctx context.Context, first []*mvccpb.KeyValue) time.D
 // granted it renews the lease; with another it moves the entry to a new lease,
 // keeping its create revision (the fencing token). It returns an error matching
 // dlock.ErrNotHeld when the lease or the entry is gone.
-func (d *Driver) Extend(ctx context.Context, hd Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return 0, err
 	}
 	secs := leaseSeconds(ttl)
-	rev, lease, cur := h.state()
-	if secs == cur {
+	rev, lease, asked := h.state()
+	start := time.Now()
+	if secs == asked {
 		granted, err := d.keepAlive(ctx, lease)
 		if err != nil {
 			return 0, err
@@ -321,6 +422,7 @@ func (d *Driver) Extend(ctx context.Context, hd Holding, ttl time.Duration) (tim
 			d.revokeDetached(ctx, lease)
 			return 0, notHeld(hd.Key)
 		}
+		h.renewal(start, granted)
 		return seconds(granted), nil
 	}
 	next, granted, err := d.grantLease(ctx, secs)
@@ -342,7 +444,8 @@ func (d *Driver) Extend(ctx context.Context, hd Holding, ttl time.Duration) (tim
 		d.revokeDetached(ctx, lease)
 		return 0, notHeld(hd.Key)
 	}
-	h.set(rev, next, granted)
+	h.set(rev, next, secs)
+	h.renewal(start, granted)
 	d.revokeDetached(ctx, lease) // holds nothing now; it would expire anyway
 	return seconds(granted), nil
 }
@@ -350,7 +453,7 @@ func (d *Driver) Extend(ctx context.Context, hd Holding, ttl time.Duration) (tim
 // Release deletes the holding's entry if it is still the one written for it
 // (same create revision), and revokes its lease. It returns an error matching
 // dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
-func (d *Driver) Release(ctx context.Context, hd Holding) error {
+func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return err
@@ -365,18 +468,47 @@ func (d *Driver) Release(ctx context.Context, hd Holding) error {
 	return nil
 }
 
-// Abandon removes a waiter's entry at once, so that the waiters behind it move
-// up. An entry already gone is not an error.
-func (d *Driver) Abandon(ctx context.Context, hd Holding) error {
-	h, err := d.holdingOf(ctx, hd)
-	if errors.Is(err, dlock.ErrNotHeld) {
-		return nil
+// Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
+// the lock or waits (so the waiters behind it move up at once), and in the same
+// transaction marks the acquisition abandoned for AbandonMarkTTL or the
+// acquisition's TTL, whichever is longer, so that an attempt of it still in
+// flight cannot write the entry again. An entry already gone is not an error.
+func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
+	if err := checkOwner(hd.Owner); err != nil {
+		return err
 	}
+	h, err := handleOf(hd.Handle)
 	if err != nil {
 		return err
 	}
-	_, err = d.remove(ctx, h)
-	return err
+	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
+	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL+2*time.Second, AbandonMarkTTL)))
+	if err != nil {
+		return err
+	}
+	resp, err := d.cli.Txn(ctx).
+		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry, clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		d.revokeDetached(ctx, mark)
+		return mapErr(err)
+	}
+	// The entry's lease (and the handle's, if another) carry nothing now:
+	// revoke them rather than let them expire.
+	var leases []clientv3.LeaseID
+	for _, kv := range resp.Responses[1].GetResponseDeleteRange().PrevKvs {
+		leases = append(leases, clientv3.LeaseID(kv.Lease))
+	}
+	if h != nil {
+		_, lease, _ := h.state()
+		leases = append(leases, lease)
+	}
+	for i, lease := range leases {
+		if lease != 0 && (i == 0 || lease != leases[0]) {
+			_, _ = d.cli.Revoke(ctx, lease)
+		}
+	}
+	return nil
 }
 
 // remove deletes h's entry if its create revision is unchanged, then revokes
@@ -396,17 +528,21 @@ func (d *Driver) remove(ctx context.Context, h *holding) (bool, error) {
 	return resp.Succeeded, nil
 }
 
-func (d *Driver) abandonDetached(ctx context.Context, h *holding) error {
+// removeDetached is remove on a context detached from ctx's cancellation: the
+// clean-up of an attempt that wrote an entry it must not keep.
+func (d *Driver) removeDetached(ctx context.Context, h *holding) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_, err := d.remove(cctx, h)
 	return err
 }
 
-// TTL returns the lease time left on the holding as the server reports it, in
-// whole seconds rounded down. It returns an error matching dlock.ErrNotHeld when
+// TTL implements dlock.Driver: the lease time left on the holding. etcd reports
+// it in whole seconds rounded down; when this driver granted or renewed the
+// lease, the TTL granted then less the time since the request was sent is a
+// closer lower bound, and TTL returns the larger of the two. It returns an error matching dlock.ErrNotHeld when
 // the lease is gone or no longer carries the holding's entry.
-func (d *Driver) TTL(ctx context.Context, hd Holding) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return 0, err
@@ -421,7 +557,7 @@ func (d *Driver) TTL(ctx context.Context, hd Holding) (time.Duration, error) {
 	}
 	for _, k := range resp.Keys {
 		if string(k) == h.entry {
-			return seconds(resp.TTL), nil
+			return max(seconds(resp.TTL), min(h.left(), seconds(resp.TTL+1))), nil
 		}
 	}
 	return 0, notHeld(hd.Key)
@@ -430,7 +566,7 @@ func (d *Driver) TTL(ctx context.Context, hd Holding) (time.Duration, error) {
 // holdingOf returns the holding state of hd: its Handle, or when that is nil the
 // entry of hd.Owner read from the server (a clean-up after an attempt whose
 // reply was lost).
-func (d *Driver) holdingOf(ctx context.Context, hd Holding) (*holding, error) {
+func (d *Driver) holdingOf(ctx context.Context, hd dlock.Holding) (*holding, error) {
 	if err := checkOwner(hd.Owner); err != nil {
 		return nil, err
 	}

@@ -7,37 +7,38 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/glob"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Inspect reads the lock named key without changing it: its holder, the holder's
-// fencing token, metadata and lease time left, and the number of waiters queued
-// behind it. It returns an error matching dlock.ErrNotHeld when nobody holds the
-// lock, dlock.ErrInvalid for a bad key, and dlock.ErrConflict when the oldest
-// entry was not written by dlock.
-func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
+// Inspect implements dlock.Inspector: it reads the lock named key without
+// changing it: its holder (the oldest entry), the holder's fencing token,
+// metadata and lease time left (whole seconds, rounded down), and the number of
+// waiters queued behind it. A free lock is not an error: the result has Held
+// false. The error matches dlock.ErrInvalid for a bad key and dlock.ErrConflict
+// when the oldest entry was not written by dlock.
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if err := checkArgs(ctx, key); err != nil {
-		return LockInfo{}, err
+		return dlock.LockInfo{}, err
 	}
 	resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return LockInfo{}, mapErr(err)
+		return dlock.LockInfo{}, mapErr(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return LockInfo{}, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+		return dlock.LockInfo{Key: key}, nil
 	}
 	if foreign(resp.Kvs[0]) {
-		return LockInfo{}, conflict(key, resp.Kvs[0])
+		return dlock.LockInfo{Key: key}, conflict(key, resp.Kvs[0])
 	}
 	return d.info(ctx, key, resp.Kvs[0], int(resp.Count)-1), nil
 }
 
 // info describes the holder entry kv of the lock named key.
-func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, waiters int) LockInfo {
-	return LockInfo{
+func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, waiters int) dlock.LockInfo {
+	return dlock.LockInfo{
 		Key:      key,
+		Held:     true,
 		Owner:    strings.TrimPrefix(string(kv.Key), QueuePrefix(key)),
 		Metadata: string(kv.Value),
 		Token:    uint64(kv.CreateRevision),
@@ -46,17 +47,16 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 	}
 }
 
-// List returns the locks held now whose names match pattern, sorted by name.
-// pattern is a glob over lock names, as for the Redis backend: '*' matches any
-// run of characters ('/' included), '?' any one character, "[...]" one of a set,
-// and '\' makes the next character literal. Locks whose oldest entry was not
-// written by dlock are skipped. The error matches dlock.ErrInvalid for a bad
-// pattern (empty, too long, not UTF-8, or with control characters, '{' or '}').
-func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+// List implements dlock.Inspector: it returns the locks held now whose names
+// match pattern, sorted by name.
+// pattern is a glob over lock names (see dlock.MatchKey; '*' matches '/' too)
+// and must pass dlock.ValidateKey. Locks whose oldest entry was not written by
+// dlock are skipped.
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := glob.Validate(pattern); err != nil {
+	if err := dlock.ValidateKey(pattern); err != nil {
 		return nil, err
 	}
 	// Every entry: the holder of each lock is its oldest, and the others count
@@ -74,7 +74,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	var names []string
 	for _, kv := range resp.Kvs {
 		name, ok := lockName(string(kv.Key))
-		if !ok || !glob.Match(pattern, name) {
+		if !ok || !dlock.MatchKey(pattern, name) {
 			continue
 		}
 		l := locks[name]
@@ -89,7 +89,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		}
 	}
 	sort.Strings(names)
-	infos := make([]LockInfo, 0, len(names))
+	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		l := locks[name]
 		if foreign(l.holder) {
@@ -117,35 +117,37 @@ func lockName(etcdKey string) (string, bool) {
 // hands between its read and its removal.
 const forceAttempts = 3
 
-// ForceUnlock removes the holder of the lock named key, whoever it is, and
-// revokes its lease: the holder learns of the loss at its next renewal, and the
-// next waiter (if any) takes the lock. It is an administrator's tool. The
-// removal is checked against the holder just read (its create revision), so a
-// lock that changed hands meanwhile is read again rather than removed unseen.
-// It returns an error matching dlock.ErrNotHeld when the lock is free.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) error {
+// ForceUnlock implements dlock.Inspector: it removes the holder of the lock
+// named key, whoever it is, revokes its lease, and returns what it removed. The
+// holder learns of the loss at its next renewal, and the next waiter (if any)
+// takes the lock. It is an administrator's tool. The removal is checked against
+// the holder just read (its create revision), so a lock that changed hands
+// meanwhile is read again rather than removed unseen. It returns an error
+// matching dlock.ErrNotHeld (with Held false) when the lock is free, and
+// otherwise as Inspect.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	for i := 0; i < forceAttempts; i++ {
 		if err := checkArgs(ctx, key); err != nil {
-			return err
+			return dlock.LockInfo{}, err
 		}
 		resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
 		if err != nil {
-			return mapErr(err)
+			return dlock.LockInfo{}, mapErr(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+			return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
 		kv := resp.Kvs[0]
 		if foreign(kv) {
-			return conflict(key, kv)
+			return dlock.LockInfo{Key: key}, conflict(key, kv)
 		}
-		h := newHolding(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0)
-		removed, err := d.remove(ctx, h)
+		info := d.info(ctx, key, kv, int(resp.Count)-1)
+		removed, err := d.remove(ctx, newHolding(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0))
 		if err != nil || removed {
-			return err
+			return info, err
 		}
 	}
-	return fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
+	return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
 }
 
 func checkArgs(ctx context.Context, key string) error {

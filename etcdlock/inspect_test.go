@@ -13,22 +13,22 @@ func TestInspectListForceUnlock(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	base := testKey(t)
 	keys := []string{base + ":a/1", base + ":a/2", base + ":b"}
-	grants := map[string]Grant{}
+	grants := map[string]dlock.Grant{}
 	owners := map[string]string{}
 	for _, k := range keys {
 		o := owner()
 		owners[k] = o
-		grants[k] = mustGrant(t, d, AcquireRequest{Key: k, Owner: o, TTL: 10 * time.Second, Metadata: "meta " + k})
+		grants[k] = mustGrant(t, d, dlock.AcquireRequest{Key: k, Owner: o, TTL: 10 * time.Second, Metadata: "meta " + k})
 	}
 	// Two waiters on the first lock.
 	for i := 0; i < 2; i++ {
-		mustBusy(t, d, AcquireRequest{Key: keys[0], Owner: owner(), TTL: 10 * time.Second, Waiting: true})
+		mustBusy(t, d, dlock.AcquireRequest{Key: keys[0], Owner: owner(), TTL: 10 * time.Second, Waiting: true})
 	}
 	info, err := d.Inspect(ctx, keys[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := LockInfo{Key: keys[0], Owner: owners[keys[0]], Metadata: "meta " + keys[0], Token: grants[keys[0]].Token, Waiters: 2}
+	want := dlock.LockInfo{Key: keys[0], Held: true, Owner: owners[keys[0]], Metadata: "meta " + keys[0], Token: grants[keys[0]].Token, Waiters: 2}
 	got := info
 	got.TTL = 0
 	if got != want || info.TTL <= 5*time.Second || info.TTL > 10*time.Second {
@@ -42,10 +42,10 @@ func TestInspectListForceUnlock(t *testing.T) {
 		t.Fatalf("List(?): %+v, %v", list, err)
 	}
 	// ForceUnlock removes the holder; the first waiter becomes the holder.
-	if err := d.ForceUnlock(ctx, keys[0]); err != nil {
-		t.Fatal(err)
+	if removed, err := d.ForceUnlock(ctx, keys[0]); err != nil || removed.Owner != owners[keys[0]] || !removed.Held {
+		t.Fatalf("ForceUnlock: %+v, %v", removed, err)
 	}
-	h := Holding{Key: keys[0], Owner: owners[keys[0]], Handle: grants[keys[0]].Handle}
+	h := dlock.Holding{Key: keys[0], Owner: owners[keys[0]], Handle: grants[keys[0]].Handle}
 	if _, err := d.Extend(ctx, h, 10*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Extend after ForceUnlock: %v, want ErrNotHeld", err)
 	}
@@ -54,8 +54,8 @@ func TestInspectListForceUnlock(t *testing.T) {
 	}
 	for _, k := range keys {
 		for {
-			err := d.ForceUnlock(ctx, k)
-			if errors.Is(err, dlock.ErrNotHeld) {
+			info, err := d.ForceUnlock(ctx, k)
+			if errors.Is(err, dlock.ErrNotHeld) && !info.Held {
 				break
 			}
 			if err != nil {
@@ -63,8 +63,8 @@ func TestInspectListForceUnlock(t *testing.T) {
 			}
 		}
 	}
-	if _, err := d.Inspect(ctx, keys[0]); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Inspect of a free lock: %v", err)
+	if info, err := d.Inspect(ctx, keys[0]); err != nil || info.Held || info.Key != keys[0] {
+		t.Errorf("Inspect of a free lock: %+v, %v", info, err)
 	}
 	if list, err := d.List(ctx, base+"*"); err != nil || len(list) != 0 {
 		t.Errorf("List after ForceUnlock of all: %+v, %v", list, err)
@@ -77,7 +77,7 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if _, err := d.Inspect(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Inspect(\"\"): %v", err)
 	}
-	if err := d.ForceUnlock(ctx, "a}"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := d.ForceUnlock(ctx, "a}"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("ForceUnlock(\"a}\"): %v", err)
 	}
 }

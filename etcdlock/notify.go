@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Subscribe wakes the waiter whose queue entry is h.Handle when it should make
+// Subscribe implements dlock.Notifier. It wakes the waiter whose queue entry is h.Handle when it should make
 // another attempt: when the entry just older than its own (its predecessor) is
 // deleted and no older one is left, or at once when it has no predecessor. It
 // watches one key at a time, the current predecessor, so a release wakes one
@@ -17,7 +17,7 @@ import (
 // failed for good) is set up again from a fresh read of the queue, so a
 // deletion during the break is not missed. The wake channel
 // has capacity 1; cancel stops the watch and must be called exactly once.
-func (d *Driver) Subscribe(ctx context.Context, hd Holding) (<-chan struct{}, func(), error) {
+func (d *Driver) Subscribe(ctx context.Context, hd dlock.Holding) (<-chan struct{}, func(), error) {
 	h, err := handleOf(hd.Handle)
 	if err != nil {
 		return nil, nil, err
