@@ -568,3 +568,53 @@ func TestAbandonStopsALateAttempt(t *testing.T) {
 		t.Errorf("second Abandon: %v", err)
 	}
 }
+
+// TestLapsedWaiterRequeuesAndItsWatchFollows: a waiter whose lease ran out
+// (here: revoked) writes its entry anew at the end of the queue with the same
+// handle, and its subscription then watches its new predecessor.
+func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
+	key := testKey(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, dw, dx := newDriver(t), newDriver(t), newDriver(t)
+	a, w, x := owner(), owner(), owner()
+	ga := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
+	rw := dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true}
+	bw := mustBusy(t, dw, rw)
+	rw.Handle = bw.Handle
+	wake, cancel, err := dw.Subscribe(ctx, dlock.Holding{Key: key, Owner: w, Handle: bw.Handle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	_, lease, _ := bw.Handle.(*holding).state()
+	if _, err := dw.cli.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	rx := dlock.AcquireRequest{Key: key, Owner: x, TTL: 10 * time.Second, Waiting: true}
+	bx := mustBusy(t, dx, rx)
+	rx.Handle = bx.Handle
+	bw2 := mustBusy(t, dw, rw)
+	if bw2.Handle != bw.Handle {
+		t.Fatal("the requeued waiter got a new handle")
+	}
+	if got := entries(t, d.cli, key); len(got) != 3 || got[0] != a || got[1] != x || got[2] != w {
+		t.Fatalf("queue %v, want holder, x, w", got)
+	}
+	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: a, Handle: ga.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	gx := mustGrant(t, dx, rx)
+	if n := dw.wakes.Load(); n != 0 {
+		t.Fatalf("w woken %d times while x is ahead of it", n)
+	}
+	if err := dx.Release(ctx, dlock.Holding{Key: key, Owner: x, Handle: gx.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-ctx.Done():
+		t.Fatal("w never woken after x released")
+	}
+	gw := mustGrant(t, dw, rw)
+	_ = dw.Release(ctx, dlock.Holding{Key: key, Owner: w, Handle: gw.Handle})
+}

@@ -215,6 +215,16 @@ func (h *holding) state() (rev int64, lease clientv3.LeaseID, asked int64) {
 }
 
 // watchState returns the revision and a channel closed when it changes.
+// replace takes over the state of n, a new entry written for the same owner.
+func (h *holding) replace(n *holding) {
+	rev, lease, asked := n.state()
+	n.mu.Lock()
+	renewed, granted := n.renewed, n.granted
+	n.mu.Unlock()
+	h.set(rev, lease, asked)
+	h.renewal(renewed, granted)
+}
+
 // renewal records a grant or renewal of the lease that started at start.
 func (h *holding) renewal(start time.Time, granted int64) {
 	h.mu.Lock()
@@ -271,13 +281,20 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		first   []*mvccpb.KeyValue
 		granted int64
 	)
+	var prev *holding // the waiter's handle, kept when its entry is written anew
 	if r.Waiting && h != nil && h.entry == EntryKey(r.Key, r.Owner) {
+		prev = h
 		h, granted, first, err = d.recheck(ctx, r, h)
 	} else {
 		h = nil
 	}
 	if err == nil && h == nil {
 		h, granted, first, err = d.write(ctx, r, secs)
+		if err == nil && h != nil && prev != nil {
+			// Same handle, new place: its subscription follows (moved).
+			prev.replace(h)
+			h = prev
+		}
 	}
 	if err != nil {
 		return dlock.Grant{}, err
