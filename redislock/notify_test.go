@@ -739,3 +739,55 @@ func TestFairCancelAtRandomLeavesNoQueueEntry(t *testing.T) {
 		t.Fatalf("queue left behind: %v", probe.LRange(ctx, redislock.QueueKey(key), 0, -1).Val())
 	}
 }
+
+// TestOneReleaseWakesOneProcess: with one waiter in each of many processes
+// (Clients), each release wakes one of them, not all: the commands for all the
+// hand-overs grow with the number of waiters, not with its square.
+func TestOneReleaseWakesOneProcess(t *testing.T) {
+	const clients = 12
+	ctx, key, hl := held(t, false, time.Minute)
+	probe := newRDB(t, srv.Addr)
+	var cnts []*counter
+	var order []int
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < clients; i++ {
+		c, cnt := counted(t, false)
+		cnts = append(cnts, cnt)
+		g.Go(func() error {
+			l, err := c.Lock(gctx, key, dlock.WithTTL(time.Minute))
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return l.Unlock(gctx)
+		})
+	}
+	total := func() (n int64) {
+		for _, c := range cnts {
+			n += c.n.Load()
+		}
+		return n
+	}
+	eventually(t, "every client subscribed", func() bool { return numSub(probe, key) == clients })
+	eventually(t, "every client waits in the set", func() bool {
+		return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == clients
+	})
+	quiet(t, total)
+	before := total()
+	if err := hl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	after := total() - before
+	t.Logf("%d commands for %d hand-overs, order %v", after, clients, order)
+	// Each waiter: one attempt and one release, plus a few lost races.
+	if limit := int64(3 * clients); after > limit {
+		t.Fatalf("%d commands for %d hand-overs, more than %d", after, clients, limit)
+	}
+	eventually(t, "the waiting set is gone", func() bool { return probe.Exists(ctx, redislock.WaitingKey(key)).Val() == 0 })
+}
