@@ -38,8 +38,20 @@ func ZooKeeperMain(m *testing.M, use func(*ZooKeeper)) int {
 	})
 }
 
-// runMain starts a server in a temporary directory, runs the tests, stops the
-// server and checks for leaked goroutines.
+// MainEtcd is Main with one single-member etcd instead of a redis-server.
+func MainEtcd(m *testing.M, use func(*Etcd)) int {
+	return runMain(m, func(dir string) (func(), error) {
+		srv, err := NewEtcd(dir)
+		if err != nil {
+			return nil, err
+		}
+		use(srv)
+		return srv.Stop, nil
+	})
+}
+
+// runMain starts a server in a temporary directory with start, runs the tests,
+// stops the server and checks for leaked goroutines.
 func runMain(m *testing.M, start func(dir string) (stop func(), err error)) int {
 	dir, err := os.MkdirTemp("", "dlock-test")
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package testserver starts real redis-server and ZooKeeper processes on free
+// Package testserver starts real redis-server, etcd and ZooKeeper processes on free
 // loopback ports for dlock's tests, and stops them when the test ends, also when
 // it fails.
 package testserver
@@ -35,13 +35,18 @@ type Redis struct {
 
 // RedisBinary is the redis-server executable to run; $DLOCK_REDIS_SERVER overrides.
 func RedisBinary() (string, error) {
-	name := os.Getenv("DLOCK_REDIS_SERVER")
-	if name == "" {
-		name = "redis-server"
+	return lookBinary("DLOCK_REDIS_SERVER", "redis-server", "redis-server")
+}
+
+// lookBinary finds the executable named by $envVar, or name, in PATH; the error
+// names it and the Debian package pkg that installs it.
+func lookBinary(envVar, name, pkg string) (string, error) {
+	if v := os.Getenv(envVar); v != "" {
+		name = v
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y redis-server, or run ./test.sh as root): %w", name, err)
+		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y %s, or run ./test.sh as root): %w", name, pkg, err)
 	}
 	return p, nil
 }
