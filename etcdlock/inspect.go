@@ -56,7 +56,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(pattern); err != nil {
+	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	// Every entry: the holder of each lock is its oldest, and the others count

@@ -72,7 +72,7 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 // whose names match pattern (dlock.MatchKey). Locks only old clients have taken
 // are not seen.
 func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(pattern); err != nil {
+	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	var (

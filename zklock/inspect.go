@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
@@ -76,7 +74,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if err := d.checkInspect(ctx, "list"); err != nil {
 		return nil, err
 	}
-	if err := checkPattern(pattern); err != nil {
+	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -107,20 +105,6 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
-}
-
-// checkPattern checks a List pattern as keys are checked: 1 to dlock.MaxKeyLen
-// bytes of valid UTF-8 without control characters.
-func checkPattern(p string) error {
-	if p == "" || len(p) > dlock.MaxKeyLen || !utf8.ValidString(p) {
-		return fmt.Errorf("%w: pattern %q: empty, too long or not UTF-8", dlock.ErrInvalid, p)
-	}
-	for _, r := range p {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: pattern %q contains control character %U", dlock.ErrInvalid, p, r)
-		}
-	}
-	return nil
 }
 
 // ForceUnlock implements dlock.Inspector: it deletes the holder's node of the
