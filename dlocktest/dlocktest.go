@@ -449,12 +449,16 @@ func testAutoRenew(t *testing.T, b Backend) {
 }
 
 func testMaxHold(t *testing.T, b Backend) {
-	const ttl, hold = 200 * time.Millisecond, 600 * time.Millisecond // room for renewals on a loaded machine
+	l := b.New(t)
+	// 200ms leases (room for renewals on a loaded machine), or the backend's
+	// shortest; a cap of three of them, so that renewals happen before it.
+	ttl := scaled(l, 200*time.Millisecond)
+	hold := 3 * ttl
 	start := time.Now()
-	la := mustLock(t, b.New(t), Key(t), dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithMaxHold(hold))
+	la := mustLock(t, l, Key(t), dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithMaxHold(hold))
 	select {
 	case <-la.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(10*time.Second + 2*hold):
 		t.Fatal("lease with MaxHold never ended")
 	}
 	if el := time.Since(start); el < hold-ttl {
@@ -527,6 +531,16 @@ func testDo(t *testing.T, b Backend) {
 // a *dlock.Client has) accept ttl by rounding it up to their step, as etcd's
 // whole seconds do with a TTL of a few milliseconds: for such a backend that
 // TTL is no bad input.
+// scaled returns d, or the shortest TTL the backend of l grants if that is longer.
+func scaled(l dlock.Locker, d time.Duration) time.Duration {
+	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
+		if got, err := tl.TTLLimits().Normalize(max(d, tl.TTLLimits().Min)); err == nil {
+			return got
+		}
+	}
+	return d
+}
+
 func roundedUp(l dlock.Locker, ttl time.Duration) bool {
 	lim := dlock.DefaultTTLLimits
 	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
