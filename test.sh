@@ -43,6 +43,9 @@ fi
 echo "test.sh: go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 
+echo "test.sh: cmd/dlock (the CLI, its own module so that library users never build the etcd and ZooKeeper clients)"
+(cd cmd/dlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
 echo "test.sh: examples/sqlfence (its own module)"
 (cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
 
