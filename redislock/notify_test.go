@@ -846,3 +846,43 @@ func TestServerCommandsPerCycle(t *testing.T) {
 		}
 	}
 }
+
+// TestWaiterThatLeavesGivesUpItsTurn: a process whose waiters all give up leaves
+// the waiting set, so the next release wakes the process behind it at once.
+func TestWaiterThatLeavesGivesUpItsTurn(t *testing.T) {
+	ctx, key, hl := held(t, false, time.Minute)
+	probe := newRDB(t, srv.Addr)
+	a, _ := counted(t, false)
+	b, _ := counted(t, false)
+	actx, acancel := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(actx, key)
+		aDone <- err
+	}()
+	eventually(t, "A waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 1 })
+	bDone := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		bDone <- err
+	}()
+	eventually(t, "B waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 2 })
+	acancel()
+	if err := <-aDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("A: %v", err)
+	}
+	eventually(t, "A left the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 1 })
+	released := time.Now()
+	if err := hl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if d := time.Since(released); d > 5*time.Second {
+		t.Errorf("B obtained the lock %v after the release (the holder's TTL was a minute)", d)
+	}
+}
