@@ -35,7 +35,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(r.Key, r.Owner, true)
+		sub, mark, sc, queued, fin := d.c.hub.attempt(ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
@@ -89,7 +89,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 
 // Subscribe implements dlock.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, ClientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it releases the owner's holding if an

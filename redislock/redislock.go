@@ -14,7 +14,7 @@
 //
 // Lock does not poll. A waiter's failed attempt marks the holding (field w) and
 // returns the holder's remaining TTL; the release of a marked holding publishes on
-// the lock's wake channel (WakeChannel), and the waiter sleeps until a message or
+// a wake channel (see below), and the waiter sleeps until a message or
 // that TTL, whichever comes first, so a crashed holder's lock is taken as soon as
 // it expires and a lost message costs at most that. Each Client keeps one
 // subscription connection (on Redis Cluster, one per master with sharded pub/sub,
@@ -30,8 +30,9 @@
 // process (a Client) joins the lock's waiting set "dlock:{KEY}:waiting" (a sorted
 // set of Client ids by arrival) on its waiters' failed attempts, and each
 // release wakes the process that has waited longest, alone: it takes the first id
-// off the set and publishes it, and only that Client acts on the message, by
-// waking its longest waiting waiter. A Client that takes the lock while others of
+// off the set and publishes on that Client's own wake channel
+// (ClientWakeChannel), so one message reaches one process, which wakes its
+// longest waiting waiter. A Client that takes the lock while others of
 // its waiters wait goes to the back of the set (processes take turns); one that
 // loses the lock to a newcomer joins again with its old arrival; one whose
 // waiters all leave takes itself off and passes on a wake it did not use. A
