@@ -46,6 +46,7 @@ type config struct {
 	retry      RetryStrategy
 	drift      float64
 	metadata   string
+	owner      string // WithOwner's ID; empty for anonymous acquisitions
 	err        error
 }
 
