@@ -32,7 +32,10 @@ import (
 // its acquisition's random part (see dlock.SplitOwner): a retried attempt whose
 // earlier reply was lost finds its hold and does not count twice, one Lease
 // cannot give up another's hold, and a second Unlock of the same Lease reports
-// dlock.ErrNotHeld. Holds reports the count.
+// dlock.ErrNotHeld. Holds reports the count. A Lease lost while its
+// release could not reach the server (see dlock.Lease) leaves its hold
+// counted: the lock then stays with its holder until the holding's TTL after
+// the last renewal of any of its Leases.
 //
 // Inspection shows the owner ID as the holder. ForceUnlock removes every hold.
 // A key must be locked only through reentrant Clients. rdb and opts are as for

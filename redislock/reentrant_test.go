@@ -296,3 +296,33 @@ func unlockT(t *testing.T, l *dlock.Lease) {
 		t.Fatal(err)
 	}
 }
+
+// ForceUnlock removes every hold, and the holder's Leases learn of it at their
+// next renewal.
+func TestReentrantForceUnlockRemovesEveryHold(t *testing.T) {
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	a := newReentrant(t, dlock.WithOwner("stuck"))
+	l1, err := a.Lock(ctx, key, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := newReentrant(t).ForceUnlock(ctx, key)
+	if err != nil || info.Owner != "stuck" {
+		t.Fatalf("ForceUnlock: %+v %v", info, err)
+	}
+	if n, _ := holds(t, a, key); n != 0 {
+		t.Fatalf("%d holds after ForceUnlock", n)
+	}
+	<-l1.Done()
+	if !errors.Is(l1.Err(), dlock.ErrLockLost) {
+		t.Fatalf("l1: %v", l1.Err())
+	}
+	if err := l2.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("l2 Extend: %v", err)
+	}
+}
