@@ -19,7 +19,8 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m, func(r *testserver.Redi
 
 // TestLeaderTakesOver runs the scenario against a real server: one leader at a
 // time, another instance leads within the TTL after the leader is killed, and
-// every item is pulled exactly once.
+// the feed counts every pull the leaders saw (plus at most the one in flight
+// when the leader was killed).
 func TestLeaderTakesOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
