@@ -326,3 +326,39 @@ func TestReentrantForceUnlockRemovesEveryHold(t *testing.T) {
 		t.Fatalf("l2 Extend: %v", err)
 	}
 }
+
+// BenchmarkReentrantReenter is one re-entry and its Unlock while the holder
+// holds the lock (two round trips), with a fixed TTL so that no watchdog runs.
+func BenchmarkReentrantReenter(b *testing.B) {
+	c := newReentrant(b, dlock.WithOwner("bench"), dlock.WithTTL(10*time.Second))
+	key := dlocktest.Key(b)
+	ctx := context.Background()
+	outer, err := c.TryLock(ctx, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkOptimisticUpdate is one uncontended Update (a read and a write).
+func BenchmarkOptimisticUpdate(b *testing.B) {
+	o := newOptimistic(b)
+	key := dlocktest.Key(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := o.Update(ctx, key, incr, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
