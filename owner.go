@@ -6,8 +6,9 @@ import "strings"
 const MaxOwnerLen = 128
 
 // OwnerSep separates the owner ID given with WithOwner from the random part
-// that names one acquisition in the owner token a Driver receives: "ID/RANDOM".
-const OwnerSep = "/"
+// that names one acquisition in the owner token a Driver receives: "ID#RANDOM".
+// Every backend accepts it in an owner token.
+const OwnerSep = "#"
 
 // WithOwner makes the acquisitions of a Client (or of one call) act for the
 // caller's owner ID instead of an anonymous one. The owner token a Driver
@@ -18,9 +19,10 @@ const OwnerSep = "/"
 // redislock.NewReentrant) lets acquisitions with the same ID re-enter: processes
 // that share an ID hold the lock together.
 //
-// id must be 1 to MaxOwnerLen bytes of printable ASCII without spaces; anything
-// else is reported as ErrInvalid. The default is none: every acquisition is its
-// own owner.
+// id must be 1 to MaxOwnerLen bytes of ASCII letters, digits and "-_.:@" (a
+// host name, a pod name, "host:pid"...), characters that every backend can keep
+// in an owner token; anything else is reported as ErrInvalid. The default is
+// none: every acquisition is its own owner.
 func WithOwner(id string) Option {
 	return func(c *config) {
 		if err := validateOwner(id); err != nil {
@@ -39,11 +41,15 @@ func validateOwner(id string) error {
 		return invalidf("owner ID of %d bytes exceeds %d", len(id), MaxOwnerLen)
 	}
 	for i := 0; i < len(id); i++ {
-		if b := id[i]; b <= ' ' || b > '~' {
-			return invalidf("owner ID %q contains %q (printable ASCII without spaces only)", id, rune(b))
+		if b := id[i]; !ownerByte(b) {
+			return invalidf("owner ID %q contains %q (ASCII letters, digits and -_.:@ only)", id, rune(b))
 		}
 	}
 	return nil
+}
+
+func ownerByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("-_.:@", b) >= 0
 }
 
 // newOwner returns the owner token of a new acquisition: a fresh random token,
@@ -59,7 +65,7 @@ func (c *config) newOwner() string {
 // the acquisition. A token made without WithOwner is its own ID: id and
 // acquisition are both the whole token.
 func SplitOwner(owner string) (id, acquisition string) {
-	i := strings.LastIndex(owner, OwnerSep)
+	i := strings.Index(owner, OwnerSep)
 	if i < 0 {
 		return owner, owner
 	}

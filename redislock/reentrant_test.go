@@ -53,8 +53,8 @@ func TestReentrantCountsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l2.Token() != l1.Token() || !strings.HasPrefix(l2.Owner(), "job-a/") {
-		t.Errorf("re-entry token %d owner %q, want token %d and owner job-a/...", l2.Token(), l2.Owner(), l1.Token())
+	if l2.Token() != l1.Token() || !strings.HasPrefix(l2.Owner(), "job-a"+dlock.OwnerSep) {
+		t.Errorf("re-entry token %d owner %q, want token %d and owner job-a#...", l2.Token(), l2.Owner(), l1.Token())
 	}
 	if n, holder := holds(t, a, key); n != 2 || holder != "job-a" {
 		t.Fatalf("holds %d by %q, want 2 by job-a", n, holder)
@@ -100,7 +100,7 @@ func TestReentrantRetriedAttemptCountsOnce(t *testing.T) {
 	key := dlocktest.Key(t)
 	c := newReentrant(t)
 	d := c.Driver()
-	r := dlock.AcquireRequest{Key: key, Owner: "svc/0123abcd", TTL: 5 * time.Second}
+	r := dlock.AcquireRequest{Key: key, Owner: "svc#0123abcd", TTL: 5 * time.Second}
 	g1, err := d.Acquire(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -109,14 +109,14 @@ func TestReentrantRetriedAttemptCountsOnce(t *testing.T) {
 	if err != nil || g2.Token != g1.Token {
 		t.Fatalf("retry: %+v %v, want token %d", g2, err, g1.Token)
 	}
-	r.Owner = "svc/4567ef01" // a second acquisition by the same holder
+	r.Owner = "svc#4567ef01" // a second acquisition by the same holder
 	if _, err := d.Acquire(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := holds(t, c, key); n != 2 {
 		t.Fatalf("%d holds, want 2", n)
 	}
-	for _, o := range []string{"svc/0123abcd", "svc/4567ef01"} {
+	for _, o := range []string{"svc#0123abcd", "svc#4567ef01"} {
 		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o}); err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestReentrantCrashedHolderFreesAtTTL(t *testing.T) {
 	ctx := context.Background()
 	key := dlocktest.Key(t)
 	d := newReentrant(t).Driver()
-	for _, o := range []string{"dead/01", "dead/02"} {
+	for _, o := range []string{"dead#01", "dead#02"} {
 		if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 300 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestReentrantCancelledWaiterLeavesNothing(t *testing.T) {
 }
 
 func TestReentrantBadOwner(t *testing.T) {
-	for _, id := range []string{"", "has space", "tab\t", "é", strings.Repeat("x", dlock.MaxOwnerLen+1)} {
+	for _, id := range []string{"", "has space", "tab\t", "é", "a/b", "a#b", "{x}", "50%", strings.Repeat("x", dlock.MaxOwnerLen+1)} {
 		if _, err := redislock.NewReentrant(newRDB(t, srv.Addr), dlock.WithOwner(id)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewReentrant(WithOwner(%q)): %v, want ErrInvalid", id, err)
 		}
