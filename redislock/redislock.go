@@ -179,11 +179,16 @@ func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) 
 // extend resets the TTL of a lock hash owned by owner (both lock kinds).
 func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
+	return extendReply(h.Key, n, err, ttl)
+}
+
+// extendReply decodes the reply of an extend script: 1 extended, 0 not held.
+func extendReply(key string, n int64, err error, ttl time.Duration) (time.Duration, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n != 1 {
-		return 0, notHeld(h.Key)
+		return 0, notHeld(key)
 	}
 	return ttl, nil
 }
@@ -191,14 +196,19 @@ func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (
 // ttl reads the time left on a lock hash owned by owner (both lock kinds).
 func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
+	return ttlReply(h.Key, n, err)
+}
+
+// ttlReply decodes the reply of a TTL script: the PTTL, or -2 when not held.
+func ttlReply(key string, n int64, err error) (time.Duration, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n == -2 {
-		return 0, notHeld(h.Key)
+		return 0, notHeld(key)
 	}
 	if n < 0 {
-		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, h.Key, n)
+		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, key, n)
 	}
 	return time.Duration(n) * time.Millisecond, nil
 }

@@ -1158,6 +1158,21 @@ func TestDemoDeletesItsKeys(t *testing.T) {
 	if strings.Contains(r.stdout, "seed") {
 		t.Errorf("demo output speaks of seeds:\n%s", r.stdout)
 	}
+	// The optimistic sale sells the whole stock and nothing more.
+	if f := strings.Fields(lineWith(r.stdout, "optimistic ")); len(f) < 4 || f[1] != "3" || f[2] != "0" || f[3] != "0" {
+		t.Errorf("optimistic sale: %q\n%s", f, r.stdout)
+	}
+}
+
+// lineWith returns the first line of s that starts with prefix after its
+// indentation, or "".
+func lineWith(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // TestDemoErrorOnOneLine runs the demo as a user that may not run scripts:
