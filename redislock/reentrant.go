@@ -89,7 +89,7 @@ func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if r.Waiting {
 		// Never queued behind this process's waiters: the holder may be the
 		// one re-entering.
-		_, mark, _, _, fin := d.c.hub.attempt(r.Key, r.Owner, false)
+		_, mark, _, _, fin := d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
 		markBusy, done = "1", func(err error) { fin(err, "", 0) }
 		if mark {
 			markTaken = "1"
@@ -132,7 +132,7 @@ func (d *ReentrantDriver) releaseAll(ctx context.Context, key, holder string) er
 
 // Subscribe implements dlock.Notifier.
 func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
