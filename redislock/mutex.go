@@ -10,8 +10,8 @@ import (
 )
 
 // Driver is the dlock.Driver of the plain (not fair) Redis mutex: single
-// owner-checked attempts, one Lua script round trip each. Most users want New
-// instead.
+// owner-checked attempts, one Lua script round trip each. It is also a
+// dlock.Inspector, as Client is. Most users want New instead.
 type Driver struct {
 	c *conn
 }
@@ -19,6 +19,7 @@ type Driver struct {
 var (
 	_ dlock.Notifier  = (*Driver)(nil)
 	_ dlock.Abandoner = (*Driver)(nil)
+	_ dlock.Inspector = (*Driver)(nil)
 )
 
 // NewDriver returns the plain mutex driver over rdb.
@@ -86,4 +87,19 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner)},
 		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Result()
 	return mapErr(err)
+}
+
+// Inspect implements dlock.Inspector, as Client.Inspect.
+func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return d.c.inspect(ctx, key)
+}
+
+// List implements dlock.Inspector, as Client.List.
+func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	return d.c.list(ctx, pattern)
+}
+
+// ForceUnlock implements dlock.Inspector, as Client.ForceUnlock.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return d.c.forceUnlock(ctx, key, d.release)
 }
