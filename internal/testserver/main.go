@@ -3,6 +3,8 @@ package testserver
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -15,20 +17,41 @@ import (
 //
 //	func TestMain(m *testing.M) { os.Exit(testserver.Main(m, func(r *testserver.Redis) { srv = r })) }
 func Main(m *testing.M, use func(*Redis)) int {
+	return MainN(m, 1, func(rs []*Redis) { use(rs[0]) })
+}
+
+// MainN is Main with n independent servers (for Redlock).
+func MainN(m *testing.M, n int, use func([]*Redis)) int {
 	dir, err := os.MkdirTemp("", "dlock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	srv, err := NewRedis(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	srvs := make([]*Redis, 0, n)
+	defer func() {
+		for _, s := range srvs {
+			s.Stop()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		sub := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		srv, err := NewRedis(sub)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		srvs = append(srvs, srv)
 	}
-	use(srv)
+	use(srvs)
 	code := m.Run()
-	srv.Stop()
+	for _, s := range srvs {
+		s.Stop()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
