@@ -497,6 +497,10 @@ func (d *Driver) noQuorum(what string, got []reply[time.Duration]) error {
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	nh := h
 	nh.Handle = nil
+	// The releases still on their way when a majority has answered must not
+	// be cut short by a caller that cancels its context on return: they run
+	// detached, each bounded by the node timeout.
+	ctx = context.WithoutCancel(ctx)
 	got, err := fan(ctx, d.all(), d.nodeTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		return 0, d.nodes[i].Release(ctx, nh)
 	}, func(got []reply[time.Duration], _ int) bool {
