@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -13,7 +14,9 @@ import (
 // owner-checked attempts, one Lua script round trip each. It is also a
 // dlock.Inspector, as Client is. Most users want New instead.
 type Driver struct {
-	c *conn
+	c          *conn
+	ack        int           // replicas that must acknowledge an acquisition (WithReplicaAck)
+	ackTimeout time.Duration // how long to wait for them
 }
 
 var (
@@ -22,13 +25,23 @@ var (
 	_ dlock.Inspector = (*Driver)(nil)
 )
 
-// NewDriver returns the plain mutex driver over rdb.
-func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
+// NewDriver returns the plain mutex driver over rdb. NewClient makes a Client
+// over it.
+func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error) {
 	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{c: c}, nil
+	d := &Driver{c: c}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Acquire implements dlock.Driver.
@@ -46,10 +59,13 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			markTaken = "1"
 		}
 	}
-	res, err := redisscript.Acquire.Run(ctx, d.c.rdb,
+	res, acked, err := d.runAcquire(ctx,
 		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken)
 	g, err := acquireReply(res, err, r.TTL)
+	if err == nil {
+		err = d.checkAck(ctx, r, acked)
+	}
 	done(err)
 	return g, err
 }
