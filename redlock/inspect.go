@@ -56,10 +56,10 @@ func (d *Driver) unanswered(got []reply[dlock.LockInfo]) error {
 		}
 	}
 	if conflicts >= d.quorum {
-		return fmt.Errorf("%w: redlock: on %d of %d nodes: %w", dlock.ErrConflict, conflicts, len(d.nodes), nodeErrors(got))
+		return fmt.Errorf("%w: redlock: on %d of %d nodes: %w", dlock.ErrConflict, conflicts, len(d.nodes), nodeErrors(got, nil))
 	}
 	return fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
-		dlock.ErrUnavailable, count(got), len(d.nodes), d.quorum, nodeErrors(got))
+		dlock.ErrUnavailable, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
 }
 
 // majority merges what the nodes hold about key (held or not; nodes that hold
@@ -121,7 +121,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	}
 	if n := count(got); n < d.quorum {
 		return nil, fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
-			dlock.ErrUnavailable, n, len(d.nodes), d.quorum, nodeErrors(got))
+			dlock.ErrUnavailable, n, len(d.nodes), d.quorum, nodeErrors(got, failure))
 	}
 	byKey := map[string][]dlock.LockInfo{}
 	for _, r := range got {

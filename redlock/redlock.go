@@ -206,13 +206,22 @@ func errNoAnswer(timeout time.Duration) error {
 // not collected finish on their own: the channel has room for every reply.
 func fan[T any](ctx context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], error) {
+	return fanFrom(ctx, ctx, nodes, timeout, f, decided)
+}
+
+// fanFrom is fan with the calls made under base (bounded by timeout) and the
+// collection under ctx: with a base detached from ctx, the calls still on their
+// way when the outcome is settled are not cut short by the caller cancelling
+// ctx on return.
+func fanFrom[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
+	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], error) {
 	ch := make(chan reply[T], len(nodes))
 	for _, i := range nodes {
 		go func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
+			nctx, cancel := context.WithTimeout(base, timeout)
 			defer cancel()
 			v, err := f(nctx, i)
-			if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+			if err != nil && base.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 				err = errNoAnswer(timeout) // the node's timeout, not the caller's context
 			}
 			ch <- reply[T]{node: i, val: v, err: err}
@@ -269,15 +278,30 @@ func (d *Driver) quorumDecided(ok, pending int) bool {
 	return ok >= d.quorum || ok+pending < d.quorum
 }
 
-// nodeErrors joins the errors of the replies, each naming its node.
-func nodeErrors[T any](got []reply[T]) error {
+// nodeErrors joins the errors of the replies, each naming its node. Those for
+// which keep is false (nil keeps all) are kept as text only, so that a node's
+// answer that did not decide the outcome (a busy node in a request that failed
+// for want of answers) does not make the whole error match its sentinel.
+func nodeErrors[T any](got []reply[T], keep func(error) bool) error {
 	var errs []error
 	for _, r := range got {
-		if r.err != nil {
-			errs = append(errs, &NodeError{Node: r.node, Err: flatten(r.err)})
+		if r.err == nil {
+			continue
 		}
+		err := flatten(r.err)
+		if keep != nil && !keep(r.err) {
+			err = errors.New(r.err.Error())
+		}
+		errs = append(errs, &NodeError{Node: r.node, Err: err})
 	}
 	return errors.Join(errs...)
+}
+
+// failure reports whether err is a node that failed to answer or said "not
+// now", as opposed to one that answered no (busy, not held, foreign data,
+// refused).
+func failure(err error) bool {
+	return errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrRefused)
 }
 
 // flatten keeps the text of a node's failure to connect but not its type: the
@@ -393,7 +417,7 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 		return nil
 	}
 	return fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
-		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res))
+		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
 }
 
 // refused cleans up after an acquisition that no majority granted (the nodes
@@ -431,7 +455,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 	switch {
 	case yes+failed >= d.quorum:
 		return fmt.Errorf("%w: redlock: %d of %d nodes granted the lock, %d needed: %w",
-			dlock.ErrUnavailable, yes, len(d.nodes), d.quorum, nodeErrors(got))
+			dlock.ErrUnavailable, yes, len(d.nodes), d.quorum, nodeErrors(got, failure))
 	case yes+failed+len(busy) >= d.quorum:
 		// The lock is free for us once enough holdings elsewhere end.
 		slices.Sort(busy)
@@ -460,7 +484,9 @@ func (d *Driver) releaseNodes(ctx context.Context, key, owner string, nodes []in
 func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	nh := h
 	nh.Handle = nil
-	got, err := fan(ctx, d.all(), d.nodeTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
+	// The extends still on their way when a majority has answered go on: a
+	// holding extended on every node survives the loss of more of them.
+	got, err := fanFrom(ctx, context.WithoutCancel(ctx), d.all(), d.nodeTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
 		return d.nodes[i].Extend(ctx, nh, ttl)
 	}, func(got []reply[time.Duration], pending int) bool {
 		return d.quorumDecided(count(got), pending)
@@ -485,10 +511,10 @@ func (d *Driver) noQuorum(what string, got []reply[time.Duration]) error {
 		}
 	}
 	if gone > len(d.nodes)-d.quorum {
-		return fmt.Errorf("%w: redlock: %d of %d nodes no longer hold the lock: %w", dlock.ErrNotHeld, gone, len(d.nodes), nodeErrors(got))
+		return fmt.Errorf("%w: redlock: %d of %d nodes no longer hold the lock: %w", dlock.ErrNotHeld, gone, len(d.nodes), nodeErrors(got, nil))
 	}
 	return fmt.Errorf("%w: redlock: %s by %d of %d nodes, %d needed: %w",
-		dlock.ErrUnavailable, what, count(got), len(d.nodes), d.quorum, nodeErrors(got))
+		dlock.ErrUnavailable, what, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
 }
 
 // Release implements dlock.Driver: the holding is released on every node. It
@@ -550,7 +576,7 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	if err != nil {
 		return err
 	}
-	if errs := nodeErrors(got); errs != nil {
+	if errs := nodeErrors(got, nil); errs != nil {
 		return fmt.Errorf("%w: redlock: abandon: %w", dlock.ErrUnavailable, errs)
 	}
 	return nil

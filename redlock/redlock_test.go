@@ -334,3 +334,28 @@ func TestSlowNodeDoesNotSlowAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExtendWithoutMajorityAnswerIsNotALoss: a node that no longer holds the
+// lock and two that do not answer leave no majority either way: the extend fails
+// as unavailable, and the lease stays held until its deadline.
+func TestExtendWithoutMajorityAnswerIsNotALoss(t *testing.T) {
+	key := dlocktest.Key(t)
+	ctx := ctxT(t, 20*time.Second)
+	c := newClient(t)
+	la, err := c.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newRDB(t, srvs[0].Addr).Del(ctx, redislock.LockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop(t, 1, 2)
+	err = la.Extend(ctx, 10*time.Second)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend with 2 holding, 1 not, 2 down: %v, want ErrUnavailable only", err)
+	}
+	if la.Err() != nil {
+		t.Fatalf("lease ended by an extend that could not decide: %v", la.Err())
+	}
+	_ = la.Unlock(ctx)
+}
