@@ -359,3 +359,77 @@ func TestExtendWithoutMajorityAnswerIsNotALoss(t *testing.T) {
 	}
 	_ = la.Unlock(ctx)
 }
+
+// TestAcquireIsIdempotentForItsOwner: a second attempt by the same owner (a
+// retry after a lost reply) gets its holding back, with a token not below the
+// first, and the holding is still one.
+func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
+	d, err := redlock.NewDriver(nodes(t, addrs()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	r := dlock.AcquireRequest{Key: dlocktest.Key(t), Owner: "0123456789abcdef0123456789abcdef", TTL: 5 * time.Second}
+	g1, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatalf("second attempt of the same owner: %v", err)
+	}
+	if g2.Token < g1.Token {
+		t.Errorf("token of the retry %d below the first %d", g2.Token, g1.Token)
+	}
+	other := r
+	other.Owner = "fedcba9876543210fedcba9876543210"
+	if _, err := d.Acquire(ctx, other); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("another owner: %v, want ErrNotObtained", err)
+	}
+	if err := d.Release(ctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMinorityHoldingShowsFree: a holding left on a minority of the nodes (an
+// acquisition that failed, until its TTL) is not a lock: Inspect and List show
+// it free, ForceUnlock removes it and says no majority held it, and the lock can
+// be taken.
+func TestMinorityHoldingShowsFree(t *testing.T) {
+	key := dlocktest.Key(t)
+	ctx := ctxT(t, 10*time.Second)
+	one, err := newClient(t).Driver().(*redlock.Driver).Inspect(ctx, key)
+	if err != nil || one.Held {
+		t.Fatalf("Inspect of a free lock: %+v, %v", one, err)
+	}
+	// A stray holding on nodes 0 and 1, written as an attempt leaves it.
+	for _, i := range []int{0, 1} {
+		rdb := newRDB(t, srvs[i].Addr)
+		if err := rdb.HSet(ctx, redislock.LockKey(key), "o", "stray", "t", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.PExpire(ctx, redislock.LockKey(key), 10*time.Second)
+	}
+	c := newClient(t)
+	info, err := c.Inspect(ctx, key)
+	if err != nil || info.Held {
+		t.Fatalf("Inspect of a minority holding: %+v, %v", info, err)
+	}
+	list, err := c.List(ctx, key)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("List of a minority holding: %+v, %v", list, err)
+	}
+	if _, err := c.ForceUnlock(ctx, key); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "2 partial holdings removed") {
+		t.Fatalf("ForceUnlock of a minority holding: %v", err)
+	}
+	if h := held(t, key, 0, 1); len(h) != 0 {
+		t.Fatalf("ForceUnlock left the stray holding on %v", h)
+	}
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
