@@ -61,9 +61,10 @@ import (
 )
 
 // Default per-node timeouts: a fifth of the TTL, within these bounds, and never
-// more than half the TTL.
+// more than three quarters of a short TTL (a grant that comes back after the
+// lease's validity is refused anyway).
 const (
-	MinNodeTimeout = 50 * time.Millisecond
+	MinNodeTimeout = 100 * time.Millisecond
 	MaxNodeTimeout = time.Second
 )
 
@@ -93,14 +94,16 @@ var (
 // Option configures a Driver.
 type Option func(*Driver) error
 
-// WithNodeTimeout bounds each node's reply to one request. A node that has not
-// answered by then counts as failed for that request, and the request does not
-// wait for it. It must be positive, and well below the TTLs used: every
+// WithNodeTimeout bounds each node's reply to an acquisition attempt. A node
+// that has not answered by then counts as failed for that attempt, and the
+// attempt does not wait for it. (Extend, release and TTL, which return as soon
+// as a majority has answered, give each node up to MaxNodeTimeout, or the TTL
+// when shorter, and never less than this.) It must be positive, and well below the TTLs used: every
 // millisecond an acquisition waits comes off the lease's validity. It costs
 // time only when the outcome needs the slow nodes: an acquisition or an extend
 // returns as soon as a majority has granted it. The default is a fifth of the
-// request's TTL, at least MinNodeTimeout (50ms) and at most MaxNodeTimeout (1s),
-// and never more than half the TTL.
+// request's TTL, at least MinNodeTimeout (100ms) and at most MaxNodeTimeout (1s),
+// and never more than three quarters of the TTL.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(dr *Driver) error {
 		if d <= 0 {
@@ -183,7 +186,20 @@ func (d *Driver) nodeTimeout(ttl time.Duration) time.Duration {
 	if ttl <= 0 {
 		return inspectTimeout
 	}
-	return min(max(ttl/5, MinNodeTimeout), MaxNodeTimeout, ttl/2)
+	return min(max(ttl/5, MinNodeTimeout), MaxNodeTimeout, ttl*3/4)
+}
+
+// settleTimeout bounds each node's reply to the requests about a holding
+// (extend, release, TTL, abandon): they return as soon as a majority has
+// answered, so a slow node costs them nothing, and a node given more time
+// (MaxNodeTimeout, or the TTL when shorter; never less than the node timeout)
+// keeps a loaded server from failing them.
+func (d *Driver) settleTimeout(ttl time.Duration) time.Duration {
+	t := d.nodeTimeout(ttl)
+	if ttl <= 0 {
+		return t
+	}
+	return max(t, min(ttl, MaxNodeTimeout))
 }
 
 // reply is one node's answer to a request sent to several nodes.
@@ -194,8 +210,23 @@ type reply[T any] struct {
 }
 
 // errNoAnswer is the error of a node that did not answer within its timeout.
-func errNoAnswer(timeout time.Duration) error {
-	return fmt.Errorf("%w: no answer within %v", dlock.ErrUnavailable, timeout)
+func errNoAnswer(timeout time.Duration) error { return &noAnswer{timeout} }
+
+// noAnswer is a node that did not answer within its timeout: its request may
+// still land. It matches dlock.ErrUnavailable.
+type noAnswer struct{ timeout time.Duration }
+
+func (e *noAnswer) Error() string {
+	return fmt.Sprintf("%v: no answer within %v", dlock.ErrUnavailable, e.timeout)
+}
+
+// Is makes a noAnswer match dlock.ErrUnavailable.
+func (e *noAnswer) Is(target error) bool { return target == dlock.ErrUnavailable }
+
+// silent reports whether err is a node that did not answer in time.
+func silent(err error) bool {
+	var na *noAnswer
+	return errors.As(err, &na)
 }
 
 // fan calls f on the given nodes in parallel, each under ctx bounded by timeout,
@@ -215,6 +246,58 @@ func fan[T any](ctx context.Context, nodes []int, timeout time.Duration,
 // ctx on return.
 func fanFrom[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], error) {
+	got, _, err := fanLate(ctx, base, nodes, timeout, f, decided)
+	return got, err
+}
+
+// stragglers are the calls of a fan still on their way when decided settled it.
+type stragglers[T any] struct {
+	ch      <-chan reply[T]
+	pending []int
+	until   time.Time // their node timeout
+}
+
+// wait collects the stragglers' replies until every one has answered or their
+// timeout has passed, and returns the nodes that did not answer.
+func (s *stragglers[T]) wait() (unanswered []int) {
+	if s == nil || len(s.pending) == 0 {
+		return nil
+	}
+	left := map[int]bool{}
+	for _, i := range s.pending {
+		left[i] = true
+	}
+	timer := time.NewTimer(time.Until(s.until))
+	defer timer.Stop()
+	for len(left) > 0 {
+		select {
+		case r := <-s.ch:
+			if !silent(r.err) {
+				delete(left, r.node)
+				continue
+			}
+			return sortedKeys(left) // it timed out: so did every other
+		case <-timer.C:
+			return sortedKeys(left)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fanLate is fanFrom that also returns the calls still on their way when
+// decided settled the outcome.
+func fanLate[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
+	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], *stragglers[T], error) {
+	until := time.Now().Add(timeout)
 	ch := make(chan reply[T], len(nodes))
 	for _, i := range nodes {
 		go func() {
@@ -238,18 +321,25 @@ func fanFrom[T any](ctx, base context.Context, nodes []int, timeout time.Duratio
 			answered[r.node] = true
 			continue
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-timer.C:
 		}
 		for _, i := range nodes {
 			if !answered[i] {
 				got = append(got, reply[T]{node: i, err: errNoAnswer(timeout)})
+				answered[i] = true
 			}
 		}
 		break
 	}
+	late := &stragglers[T]{ch: ch, until: until}
+	for _, i := range nodes {
+		if !answered[i] {
+			late.pending = append(late.pending, i)
+		}
+	}
 	slices.SortFunc(got, func(a, b reply[T]) int { return a.node - b.node })
-	return got, nil
+	return got, late, nil
 }
 
 // all returns the indexes of every node.
@@ -337,8 +427,37 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %d: %v", e.Node, e
 // Unwrap returns the node's error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// granted is the Grant.Handle of a Redlock holding: the nodes that granted it.
-type granted []int
+// holding is the Grant.Handle of a Redlock holding: the nodes that granted it,
+// and what is known of the others' attempts.
+type holding struct {
+	granted []int
+	silent  []int                    // nodes whose attempt did not answer in time
+	late    *stragglers[dlock.Grant] // attempts still on their way when the majority granted
+
+	once   sync.Once
+	unsure map[int]bool // silent, and late ones that never answered
+}
+
+// unknown waits (at most the node timeout) for the attempts that were still on
+// their way when the acquisition returned, and returns the nodes on which an
+// attempt may still land: they are abandoned rather than released, so that it
+// cannot. A release on a node whose attempt has answered cannot be overtaken by
+// it.
+func (h *holding) unknown() map[int]bool {
+	if h == nil {
+		return nil
+	}
+	h.once.Do(func() {
+		h.unsure = map[int]bool{}
+		for _, i := range h.silent {
+			h.unsure[i] = true
+		}
+		for _, i := range h.late.wait() {
+			h.unsure[i] = true
+		}
+	})
+	return h.unsure
+}
 
 // Acquire implements dlock.Driver: the acquire script of redislock's mutex on
 // every node, a majority needed; then the largest token of the majority is
@@ -349,7 +468,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	nr.Handle = nil
 	// Settled early by a majority of grants; a failure waits for every node (up
 	// to the timeout), so that it knows which ones to release.
-	got, err := fan(ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
+	got, late, err := fanLate(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
 		return d.nodes[i].Acquire(ctx, nr)
 	}, func(got []reply[dlock.Grant], _ int) bool {
 		return count(got) >= d.quorum
@@ -357,12 +476,15 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	if err != nil {
 		return dlock.Grant{}, err // the Client abandons the acquisition on every node
 	}
-	var yes []int
+	var yes, quiet []int
 	var top uint64
 	for _, g := range got {
-		if g.err == nil {
+		switch {
+		case g.err == nil:
 			yes = append(yes, g.node)
 			top = max(top, g.val.Token)
+		case silent(g.err):
+			quiet = append(quiet, g.node)
 		}
 	}
 	if len(yes) < d.quorum {
@@ -372,7 +494,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		d.releaseNodes(ctx, r.Key, r.Owner, d.all(), timeout)
 		return dlock.Grant{}, err
 	}
-	return dlock.Grant{Token: top, TTL: r.TTL, Handle: granted(yes)}, nil
+	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{granted: yes, silent: quiet, late: late}}, nil
 }
 
 // raise records top, the largest token the granting majority drew, on that
@@ -486,7 +608,7 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	nh.Handle = nil
 	// The extends still on their way when a majority has answered go on: a
 	// holding extended on every node survives the loss of more of them.
-	got, err := fanFrom(ctx, context.WithoutCancel(ctx), d.all(), d.nodeTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
+	got, err := fanFrom(ctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
 		return d.nodes[i].Extend(ctx, nh, ttl)
 	}, func(got []reply[time.Duration], pending int) bool {
 		return d.quorumDecided(count(got), pending)
@@ -517,9 +639,11 @@ func (d *Driver) noQuorum(what string, got []reply[time.Duration]) error {
 		dlock.ErrUnavailable, what, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
 }
 
-// Release implements dlock.Driver: the holding is released on every node. It
-// succeeds when a majority released it, and fails with dlock.ErrNotHeld when a
-// majority did not hold it any more.
+// Release implements dlock.Driver: the holding is released on every node, after
+// the acquisition's attempts still on their way have answered; it is abandoned
+// (see redislock's Driver.Abandon) on the nodes where an attempt may still
+// land. It succeeds when a majority released it, and fails with
+// dlock.ErrNotHeld when a majority did not hold it any more.
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	nh := h
 	nh.Handle = nil
@@ -527,7 +651,12 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	// be cut short by a caller that cancels its context on return: they run
 	// detached, each bounded by the node timeout.
 	ctx = context.WithoutCancel(ctx)
-	got, err := fan(ctx, d.all(), d.nodeTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+	hd, _ := h.Handle.(*holding)
+	unknown := hd.unknown()
+	got, err := fan(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+		if unknown[i] {
+			return 0, d.nodes[i].Abandon(ctx, nh)
+		}
 		return 0, d.nodes[i].Release(ctx, nh)
 	}, func(got []reply[time.Duration], _ int) bool {
 		return count(got) >= d.quorum // the other releases are on their way
@@ -546,7 +675,7 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	nh := h
 	nh.Handle = nil
-	got, err := fan(ctx, d.all(), d.nodeTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+	got, err := fan(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		return d.nodes[i].TTL(ctx, nh)
 	}, nil)
 	if err != nil {
@@ -570,7 +699,11 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	nh := h
 	nh.Handle = nil
-	got, err := fan(ctx, d.all(), d.nodeTimeout(h.TTL), func(ctx context.Context, i int) (struct{}, error) {
+	// The abandons run detached, each bounded as an extend is; the caller waits
+	// for them no longer than an acquisition waits for its nodes.
+	cctx, cancel := context.WithTimeout(ctx, d.nodeTimeout(h.TTL))
+	defer cancel()
+	got, err := fanFrom(cctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (struct{}, error) {
 		return struct{}{}, d.nodes[i].Abandon(ctx, nh)
 	}, nil)
 	if err != nil {
