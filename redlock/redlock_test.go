@@ -57,7 +57,13 @@ func nodes(t testing.TB, at []string) []redis.UniversalClient {
 }
 
 func newClientAt(t testing.TB, at []string, dopts []redlock.Option, opts ...dlock.Option) *redlock.Client {
-	d, err := redlock.NewDriver(nodes(t, at), dopts...)
+	ns := nodes(t, at)
+	// Dial every node first, as a long-lived client has: the tests' short TTLs
+	// leave no room for five cold connections on a loaded machine.
+	for _, n := range ns {
+		_ = n.Ping(context.Background()).Err() // a stopped node stays cold
+	}
+	d, err := redlock.NewDriver(ns, dopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
