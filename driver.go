@@ -172,13 +172,12 @@ type Inspector interface {
 	// the result has Held false.
 	Inspect(ctx context.Context, key string) (LockInfo, error)
 
-	// List returns the locks whose names match pattern (a glob: * any run of
-	// characters, ? one character, [abc] a class), held ones and those with
-	// queued waiters, sorted by key.
+	// List returns the locks whose names match pattern (a glob as MatchKey reads
+	// it, checked by ValidatePattern), held ones, sorted by key.
 	List(ctx context.Context, pattern string) ([]LockInfo, error)
 
 	// ForceUnlock removes the holding of key whoever holds it, and returns what
-	// it removed (Held false when the lock was free). The holder learns of the
-	// loss at its next renewal or its local deadline.
+	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
+	// holder learns of the loss at its next renewal or its local deadline.
 	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }

@@ -32,6 +32,25 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// ValidatePattern checks a List pattern: 1 to MaxKeyLen bytes of valid UTF-8
+// without control characters, '{' or '}'. The error matches ErrInvalid.
+func ValidatePattern(pattern string) error {
+	switch {
+	case pattern == "":
+		return invalidf("empty pattern")
+	case len(pattern) > MaxKeyLen:
+		return invalidf("pattern of %d bytes exceeds %d", len(pattern), MaxKeyLen)
+	case !utf8.ValidString(pattern):
+		return invalidf("pattern %q is not valid UTF-8", pattern)
+	}
+	for _, r := range pattern {
+		if unicode.IsControl(r) || r == '{' || r == '}' {
+			return invalidf("pattern %q contains %q", pattern, r)
+		}
+	}
+	return nil
+}
+
 // MatchKey reports whether key matches the glob pattern, as backends' List
 // methods read it: '*' matches any run of characters, '?' any one character,
 // "[abc]" and "[a-z]" one character of a class ("[^a]" or "[!a]" negated), and

@@ -140,6 +140,26 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 		}
 		headlineB(out, meds)
 	}
+	for _, sc := range []struct {
+		name, title string
+		gs          []int
+		f           runner
+	}{
+		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, e.runBC},
+		{"bp", "bp. one key, G processes", cfg.bpG, e.runBP},
+	} {
+		if !cfg.scenarios[sc.name] {
+			continue
+		}
+		for _, g := range sc.gs {
+			ms, err := e.repeat(ctx, sc.name, g, inB, sc.f)
+			all = append(all, ms...)
+			if err != nil {
+				return all, err
+			}
+			tableContended(out, fmt.Sprintf("%s, G = %d, GET+SET increment inside the lock (medians)", sc.title, g), ms)
+		}
+	}
 	if cfg.scenarios["c"] {
 		for _, sc := range []struct {
 			name string
@@ -232,7 +252,7 @@ func brief(scenario string, m metrics) string {
 	switch scenario {
 	case "a":
 		return fmt.Sprintf("%.0f cycles/s p50 %.0fµs", m["cycles_per_s"], m["lat_p50_us"])
-	case "b":
+	case "b", "bc", "bp":
 		return fmt.Sprintf("%.0f cs/s %.0f handoffs/s timeouts %.0f jain %.2f lost %.0f overlaps %.0f",
 			m["cs_per_s"], m["handoffs_per_s"], m["timeouts"], m["jain"], m["lost"], m["overlaps"])
 	}

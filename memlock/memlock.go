@@ -264,7 +264,7 @@ func (s *Store) info(key string) dlock.LockInfo {
 
 // List implements dlock.Inspector.
 func (s *Store) List(_ context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(pattern); err != nil {
+	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -197,25 +195,8 @@ func lockName(redisKey string) (string, bool) {
 	return name, true
 }
 
-// ValidatePattern checks a List pattern: 1 to dlock.MaxKeyLen bytes of valid
-// UTF-8 without control characters, '{' or '}'. The error matches
-// dlock.ErrInvalid.
-func ValidatePattern(pattern string) error {
-	switch {
-	case pattern == "":
-		return fmt.Errorf("%w: empty pattern", dlock.ErrInvalid)
-	case len(pattern) > dlock.MaxKeyLen:
-		return fmt.Errorf("%w: pattern of %d bytes exceeds %d", dlock.ErrInvalid, len(pattern), dlock.MaxKeyLen)
-	case !utf8.ValidString(pattern):
-		return fmt.Errorf("%w: pattern %q is not valid UTF-8", dlock.ErrInvalid, pattern)
-	}
-	for _, r := range pattern {
-		if unicode.IsControl(r) || r == '{' || r == '}' {
-			return fmt.Errorf("%w: pattern %q contains %q", dlock.ErrInvalid, pattern, r)
-		}
-	}
-	return nil
-}
+// ValidatePattern checks a List pattern (see dlock.ValidatePattern).
+func ValidatePattern(pattern string) error { return dlock.ValidatePattern(pattern) }
 
 // forceAttempts bounds how often ForceUnlock re-reads a lock that changed hands
 // between its read and its release.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/redislock"
 )
 
 // Inspect implements dlock.Inspector: it reads the lock named key on every node
@@ -110,7 +109,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := redislock.ValidatePattern(pattern); err != nil {
+	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {

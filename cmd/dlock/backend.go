@@ -40,8 +40,18 @@ func backends() []backend {
 			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected; several (an odd number of independent masters) mean Redlock",
 			one:   openRedis, many: openRedlock, multi: "Redlock over several Redis masters",
 		},
-		{flag: "etcd", usage: "etcd endpoint `URL` (not available yet)"},
-		{flag: "zk", usage: "ZooKeeper `host:port` (not available yet)"},
+		{
+			flag: "etcd", env: []string{"DLOCK_ETCD"},
+			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
+			one:   func(ctx context.Context, u string) (store, error) { return openEtcd(ctx, []string{u}) },
+			many:  openEtcd,
+		},
+		{
+			flag: "zk", env: []string{"DLOCK_ZK"},
+			usage: "ZooKeeper server `host:port` (or zk://host:port); repeat it for an ensemble",
+			one:   func(ctx context.Context, u string) (store, error) { return openZK(ctx, []string{u}) },
+			many:  openZK,
+		},
 	}
 }
 

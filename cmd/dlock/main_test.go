@@ -526,7 +526,9 @@ func TestRunExitCodes(t *testing.T) {
 		{"semaphore not yet", []string{"run", "-n", "3", key, "--", "true"}, 64, "semaphore"},
 		{"redlock even", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "odd number"},
 		{"redlock same server", []string{"run", "--redis", redisURL(), "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "same server"},
-		{"etcd not yet", []string{"run", "--etcd", "http://127.0.0.1:2379", key, "--", "true"}, 64, "etcd"},
+		{"etcd bad URL", []string{"run", "--etcd", "https://127.0.0.1:2379/x", key, "--", "true"}, 64, "scheme"},
+		{"zk bad address", []string{"run", "--zk", "127.0.0.1", key, "--", "true"}, 64, "host:port"},
+		{"two backends", []string{"run", "--etcd", "127.0.0.1:2379", "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
 		{"two backends", []string{"run", "--redis", redisURL(), "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
 		{"bad URL keeps password", []string{"run", "--redis", "redis://u:s3cret-pw@[::1/0", key, "--", "true"}, 64, "bad Redis URL"},
 		{"bad port", []string{"run", "--redis", "redis://127.0.0.1:99999/0", key, "--", "true"}, 64, "no valid port"},
@@ -1270,4 +1272,63 @@ func TestRunServerRefusals(t *testing.T) {
 		t.Errorf("OOM reported after %v, before the wait of 500ms ended", r.elapsed)
 	}
 	checkOneLine(t, r)
+}
+
+// TestConsensusBackends: run, status, list and unlock --force on etcd (--etcd) and
+// ZooKeeper (--zk, and DLOCK_ZK), with the same exit codes as on Redis.
+func TestConsensusBackends(t *testing.T) {
+	etcd := testserver.StartEtcd(t)
+	zk := testserver.StartZooKeeper(t)
+	for _, b := range []struct{ name, flag, addr, env string }{
+		{"etcd", "--etcd", etcd.ClientURL, "DLOCK_ETCD"},
+		{"zk", "--zk", zk.Addr, "DLOCK_ZK"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			r := dlockRun(t, "run", b.flag, b.addr, key, "--", "sh", "-c", `test -n "$DLOCK_TOKEN" && echo "$DLOCK_KEY"`)
+			if r.code != 0 || strings.TrimSpace(r.stdout) != key {
+				t.Fatalf("run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			holder, stderr, _ := startHolder(t, []string{b.flag, b.addr, "--ttl", "3s", "--description", "on " + b.name}, key, `echo ok > "$1"; exec sleep 30`)
+			r = dlockRun(t, "status", b.flag, b.addr, key)
+			if r.code != 0 || !strings.Contains(r.stdout, "held") || !strings.Contains(r.stdout, "on "+b.name) {
+				t.Errorf("status of a held lock: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			r = dlockRun(t, "list", b.flag, b.addr, "--names", key[:len(key)-4]+"*")
+			if r.stdout != key+"\n" {
+				t.Errorf("list --names: %q %s", r.stdout, r.stderr)
+			}
+			r = dlockRun(t, "run", b.flag, b.addr, "--wait", "0", key, "--", "true")
+			if r.code != exitNotObtained {
+				t.Errorf("run --wait 0 on a held lock: exit %d, want %d; %s", r.code, exitNotObtained, r.stderr)
+			}
+			cmd := dlockCmd(t, "unlock", "--force", key)
+			cmd.Env = append(cmd.Env, b.env+"="+b.addr)
+			for i, kv := range cmd.Env { // the server comes from b.env, not DLOCK_REDIS
+				if strings.HasPrefix(kv, "DLOCK_REDIS=") {
+					cmd.Env[i] = "DLOCK_REDIS="
+				}
+			}
+			if r = runCmd(t, cmd); r.code != 0 {
+				t.Errorf("unlock --force: exit %d; %s", r.code, r.stderr)
+			}
+			done := make(chan error, 1)
+			go func() { done <- holder.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the holder did not notice the forced unlock")
+			}
+			if code := holder.ProcessState.ExitCode(); code != exitLockLost {
+				t.Errorf("holder after unlock --force: exit %d, want %d; %s", code, exitLockLost, stderr)
+			}
+			r = dlockRun(t, "status", b.flag, b.addr, key)
+			if r.code != exitFailure {
+				t.Errorf("status of a free lock: exit %d, want %d", r.code, exitFailure)
+			}
+			if r = dlockRun(t, "run", b.flag, "127.0.0.1:1", key, "--", "true"); r.code != exitUnavailable {
+				t.Errorf("run on a closed port: exit %d, want %d; %s", r.code, exitUnavailable, r.stderr)
+			}
+		})
+	}
 }

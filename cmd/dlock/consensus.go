@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/zklock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// consensusStore is a store on an etcd cluster or a ZooKeeper ensemble: one
+// Client serves every lock of the run (they have no fair or semaphore kinds of
+// their own: their locks are first come, first served already).
+type consensusStore struct {
+	where  string
+	newc   func(opts ...dlock.Option) (dlock.Locker, error)
+	insp   dlock.Inspector
+	closer func()
+}
+
+func (s *consensusStore) String() string { return s.where }
+
+func (s *consensusStore) close() { s.closer() }
+
+func (s *consensusStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
+	if kind.slots != 1 {
+		return nil, usageErrorf("-n %d: semaphores are not available on %s", kind.slots, s.where)
+	}
+	// --fair needs nothing more: waiters are served in arrival order.
+	return s.newc(opts...)
+}
+
+func (s *consensusStore) inspector() dlock.Inspector { return s.insp }
+
+func (s *consensusStore) explain(_ context.Context, key string, err error) error {
+	if !errors.Is(err, dlock.ErrConflict) {
+		return err
+	}
+	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock on %s: %v", key, s.where, err)}
+}
+
+// hostPort checks one server address given as host:port or a URL with a scheme
+// of schemes, and returns host:port.
+func hostPort(raw string, schemes ...string) (string, error) {
+	addr := raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return "", usageErrorf("bad server URL %q: %v", raw, err)
+		}
+		ok := false
+		for _, s := range schemes {
+			ok = ok || u.Scheme == s
+		}
+		if !ok {
+			return "", usageErrorf("bad server URL %q: scheme %q (want %s)", raw, u.Scheme, strings.Join(schemes, " or "))
+		}
+		if u.Path != "" && u.Path != "/" {
+			return "", usageErrorf("bad server URL %q: no path expected", raw)
+		}
+		addr = u.Host
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 || host == "" {
+		return "", usageErrorf("bad server address %q: want host:port", raw)
+	}
+	return addr, nil
+}
+
+// openEtcd connects to the etcd cluster whose client endpoints are urls
+// (http://host:port or host:port) and checks that it answers.
+func openEtcd(ctx context.Context, urls []string) (store, error) {
+	eps := make([]string, len(urls))
+	for i, u := range urls {
+		hp, err := hostPort(u, "http", "etcd")
+		if err != nil {
+			return nil, err
+		}
+		eps[i] = "http://" + hp
+	}
+	where := "etcd at " + strings.Join(eps, ",")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: dialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, "dlock/ping"); err != nil {
+		cli.Close()
+		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
+	}
+	c, err := etcdlock.New(cli)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &consensusStore{
+		where: where,
+		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
+			return etcdlock.New(cli, opts...)
+		},
+		insp:   c,
+		closer: func() { _ = cli.Close() },
+	}, nil
+}
+
+// zkSession is the ZooKeeper session timeout of a dlock command: the longest TTL
+// its locks can have (zklock caps a lease at its session).
+const zkSession = 30 * time.Second
+
+// openZK connects to the ZooKeeper ensemble at servers (host:port or
+// zk://host:port) and checks that it answers.
+func openZK(ctx context.Context, servers []string) (store, error) {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		hp, err := hostPort(s, "zk", "zookeeper")
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = hp
+	}
+	where := "ZooKeeper at " + strings.Join(addrs, ",")
+	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	d, err := zklock.NewDriver(cctx, addrs, zklock.WithSessionTimeout(zkSession), zklock.WithLogger(func(string, ...any) {}))
+	if err != nil {
+		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
+	}
+	c, err := zklock.New(d)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return &consensusStore{
+		where: where,
+		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
+			return zklock.New(d, opts...)
+		},
+		insp:   c,
+		closer: func() { _ = d.Close() },
+	}, nil
+}
