@@ -94,13 +94,13 @@ type mutex interface {
 
 // --- dlock ---
 
-type dlockLocker struct{ c *redislock.Client }
+type dlockLocker struct{ c *dlock.Client }
 
 func openDlock(c *redislock.Client, err error) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dlockLocker{c}, nil
+	return dlockLocker{c.Client}, nil
 }
 
 func (d dlockLocker) mutex(key string) mutex { return &dlockMutex{c: d.c, key: key} }
@@ -111,7 +111,7 @@ func (d dlockLocker) notified() bool {
 }
 
 type dlockMutex struct {
-	c     *redislock.Client
+	c     *dlock.Client
 	key   string
 	lease *dlock.Lease
 }

@@ -174,6 +174,11 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			tableC(out, sc.name, sc.n, ms)
 		}
 	}
+	if cfg.scenarios["r"] {
+		if err := e.runR(ctx, dir, out); err != nil {
+			return all, err
+		}
+	}
 	ts := checkTargets(all)
 	tableTargets(out, ts)
 	for _, t := range ts {
