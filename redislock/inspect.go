@@ -45,12 +45,27 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if err := dlock.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
-	return c.c.inspect(ctx, key)
+	res, err := c.kind.script.Run(ctx, c.c.rdb, c.kind.keys(key), c.kind.args...).Slice()
+	return c.kind.reply(key, res, err)
 }
 
-func (c *conn) inspect(ctx context.Context, key string) (LockInfo, error) {
-	res, err := inspectScript.Run(ctx, c.rdb, inspectKeys(key)).Slice()
-	return inspectReply(key, res, err)
+// kind is what Inspect, List and ForceUnlock need to know of a lock kind: the
+// script that reads a lock (with its keys and arguments), how to decode its
+// reply, and how to remove the holding just read.
+type kind struct {
+	script *redis.Script
+	keys   func(key string) []string
+	args   []any
+	reply  func(key string, res []any, err error) (LockInfo, error)
+	force  func(ctx context.Context, key string, info LockInfo) error
+}
+
+// mutexKind is the kind of the mutexes (New, NewFair), released by rel.
+func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
+	return kind{
+		script: inspectScript, keys: inspectKeys, reply: inspectReply,
+		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
+	}
 }
 
 func inspectKeys(key string) []string {
@@ -73,7 +88,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if owner == "" || pttl == -2 {
 		return info, nil
 	}
-	info.Held, info.Owner = true, owner
+	info.Held, info.Owner, info.Holders, info.Limit = true, owner, 1, 1
 	info.Token = replyUint(res[1])
 	info.Metadata, _ = res[2].(string)
 	if pttl > 0 {
@@ -157,12 +172,12 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, name := range batch {
 			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
-			cmds[i] = inspectScript.Eval(ctx, pipe, inspectKeys(name))
+			cmds[i] = c.kind.script.Eval(ctx, pipe, c.kind.keys(name), c.kind.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
-			info, err := inspectReply(batch[i], res, err)
+			info, err := c.kind.reply(batch[i], res, err)
 			switch {
 			case errors.Is(err, dlock.ErrConflict):
 				continue
@@ -233,7 +248,7 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 		if !info.Held {
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
-		err = c.rel(ctx, key, info.Owner)
+		err = c.kind.force(ctx, key, info)
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			return info, err
 		}

@@ -76,8 +76,8 @@ const AbandonMarkTTL = time.Minute
 // dlock.Inspector.
 type Client struct {
 	*dlock.Client
-	c   *conn
-	rel func(ctx context.Context, key, owner string) error // the lock kind's release
+	c    *conn
+	kind kind // how Inspect, List and ForceUnlock read and force this kind of lock
 }
 
 var _ dlock.Inspector = (*Client)(nil)
@@ -95,11 +95,15 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 }
 
 func newClient(d dlock.Driver, c *conn, rel func(context.Context, string, string) error, opts []dlock.Option) (*Client, error) {
+	return newKindClient(d, c, mutexKind(rel), opts)
+}
+
+func newKindClient(d dlock.Driver, c *conn, k kind, opts []dlock.Option) (*Client, error) {
 	dc, err := dlock.NewClient(d, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Client: dc, c: c, rel: rel}, nil
+	return &Client{Client: dc, c: c, kind: k}, nil
 }
 
 // conn is what the drivers of every lock kind share: the go-redis client and the

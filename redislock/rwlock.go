@@ -1,0 +1,230 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+// WriterWaitMark is how long a waiting writer bars new readers from a read-write
+// lock after its last attempt: a writer waiting for the readers to leave is not
+// starved by new ones, and a writer that died while waiting bars them at most
+// this long. A waiting writer refreshes its mark at least every
+// WriterWaitMark/5.
+const WriterWaitMark = 5 * time.Second
+
+var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
+
+// ErrUpgrade reports a refused read-to-write upgrade (see RWMutex.Upgrade). It
+// matches dlock.ErrInvalid.
+var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a write lock (two readers upgrading would wait for each other forever); unlock it and take the write lock", dlock.ErrInvalid)
+
+// rwMarker is the lock hash field that marks a read-write lock.
+const rwMarker = "rw"
+
+// ReadWakeChannel returns the pub/sub channel on which the waiting readers of the
+// read-write lock named key are woken (its writers wait on WakeChannel).
+func ReadWakeChannel(key string) string { return Prefix + "{" + key + "}:rwake" }
+
+// RWMutex is a read-write lock on Redis: any number of readers or one writer
+// hold a key at a time. The embedded *Client takes the write lock (TryLock,
+// Lock); RLocker returns the Client that takes read locks. Both share one
+// connection and one wake-up subscription.
+//
+// Every reader holds its own lease (owner, fencing token, TTL, watchdog, loss
+// signal), so a crashed reader's share comes back at its TTL. Readers and writers
+// draw their fencing tokens from one counter per key.
+//
+// Writers are not starved by a stream of readers: a writer that waits marks the
+// lock, and new readers wait until it has had its turn. The mark lives
+// WriterWaitMark after the writer's last attempt, so a writer that died while
+// waiting bars readers at most that long, and one that gives up lifts it at once.
+// A writer's release wakes every waiting reader at once and one waiting writer
+// per process; the last reader's release wakes one waiting writer per process.
+// As with sync.RWMutex, a holder of a read lock must not take another read lock
+// of the same key while a writer may wait: the second read waits for the writer,
+// which waits for the first.
+//
+// A read lock is never upgraded to a write lock (Upgrade refuses with
+// ErrUpgrade); a write lock can be downgraded to a read lock atomically
+// (Downgrade).
+//
+// A key is used either as a read-write lock or as another kind of lock: the
+// others see dlock.ErrConflict. Both Clients are dlock.Inspectors: Inspect shows
+// the writer, or the number of readers (LockInfo.Holders) and the reader whose
+// lease ends last, and Waiters is 1 while a writer waits; ForceUnlock removes
+// every holder.
+//
+// Read-write locks exist on the Redis backend (this package).
+type RWMutex struct {
+	*Client         // the write lock
+	r       *Client // the read lock
+	rd      *RWDriver
+}
+
+// NewRWMutex returns a read-write lock client over rdb. rdb and opts are as for
+// New (opts are the defaults of both the read and the write side); it returns an
+// error matching dlock.ErrInvalid for a nil client or a bad option, and does no
+// I/O.
+func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, error) {
+	c, err := newConn(rdb)
+	if err != nil {
+		return nil, err
+	}
+	l := leases{c: c, marker: rwMarker}
+	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
+	w, err := newKindClient(wd, c, l.kind(true), opts)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newKindClient(rd, c, l.kind(true), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &RWMutex{Client: w, r: r, rd: rd}, nil
+}
+
+// RLocker returns the Client that takes read (shared) locks of m's keys.
+func (m *RWMutex) RLocker() *Client {
+	if m == nil {
+		return nil
+	}
+	return m.r
+}
+
+// Upgrade refuses to turn the read lock read into a write lock: it returns an
+// error matching ErrUpgrade (and dlock.ErrInvalid), and read stays held. An
+// upgrade cannot be made safe: two readers upgrading at once would each wait for
+// the other to leave. Unlock the read lock and take the write lock instead,
+// knowing that another writer may come in between.
+func (m *RWMutex) Upgrade(ctx context.Context, read *dlock.Lease) (*dlock.Lease, error) {
+	if err := m.check(ctx, read); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w (%q)", ErrUpgrade, read.Key())
+}
+
+// Downgrade turns the write lock write into a read lock atomically: in one step
+// on the server, the writer leaves and a reader with a fresh lease and fencing
+// token takes its place, and the waiting readers are woken, so that no other
+// writer can come in between. opts are as for TryLock (the new lease's TTL,
+// renewal, metadata). write ends (its Unlock then reports dlock.ErrNotHeld). The
+// error matches dlock.ErrNotHeld when write no longer holds the lock, and
+// dlock.ErrInvalid when write is not a write lease of a key of m.
+func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlock.Option) (*dlock.Lease, error) {
+	if err := m.check(ctx, write); err != nil {
+		return nil, err
+	}
+	if err := write.Err(); err != nil {
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			err = fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
+		}
+		return nil, err
+	}
+	read, err := m.r.TryLock(context.WithValue(ctx, downgradeKey{}, write.Owner()), write.Key(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	_ = write.Unlock(ctx) // not held any more: stops its watchdog and timers
+	return read, nil
+}
+
+func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
+	switch {
+	case m == nil || m.Client == nil:
+		return fmt.Errorf("%w: nil RWMutex", dlock.ErrInvalid)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	case l == nil || l.Key() == "":
+		return fmt.Errorf("%w: nil lease", dlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// downgradeKey is the context key under which Downgrade passes the writer whose
+// holding the read acquisition takes over.
+type downgradeKey struct{}
+
+// RWDriver is the dlock.Driver of one side (read or write) of a read-write lock.
+// Most users want NewRWMutex instead.
+type RWDriver struct {
+	leases
+	write bool
+}
+
+var (
+	_ dlock.Notifier  = (*RWDriver)(nil)
+	_ dlock.Abandoner = (*RWDriver)(nil)
+)
+
+// channel is the wake channel of this side's waiters.
+func (d *RWDriver) channel(key string) string {
+	if d.write {
+		return WakeChannel(key)
+	}
+	return ReadWakeChannel(key)
+}
+
+// Acquire implements dlock.Driver.
+func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	c := d.c
+	mode, waiting, from := "r", "0", ""
+	if d.write {
+		mode = "w"
+	} else if o, ok := ctx.Value(downgradeKey{}).(string); ok {
+		from = o
+	}
+	done := func(error) {}
+	if r.Waiting {
+		_, _, done = c.hub.attempt(d.channel(r.Key), r.Owner, false)
+		waiting = "1"
+	}
+	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
+		writerWaitMarkMS, c.hub.publishCmd(), ReadWakeChannel(r.Key), from).Slice()
+	if err == nil && len(res) == 2 && res[0] == int64(3) {
+		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
+		done(err)
+		return dlock.Grant{}, err
+	}
+	g, err := acquireReply(res, err, r.TTL)
+	done(err)
+	var busy *dlock.BusyError
+	if errors.As(err, &busy) && r.Waiting && d.write {
+		queued(busy, WriterWaitMark/5) // the writer's mark is refreshed, and lifted if it gives up
+	}
+	return g, err
+}
+
+// Release implements dlock.Driver.
+func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
+	return d.run(ctx, h.Key, h.Owner, "")
+}
+
+func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
+	c, side := d.c, ""
+	if d.write {
+		side = "w"
+	}
+	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
+		owner, c.hub.publishCmd(), ReadWakeChannel(key), WakeChannel(key), mark, side).Result()
+	return c.released(key, res, err)
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return d.c.hub.subscribe(ctx, d.channel(h.Key), h.Owner)
+}
+
+// Abandon implements dlock.Abandoner: a holding that landed is released, a
+// waiting writer's mark is lifted, and the acquisition is marked abandoned (see
+// AbandonMarkTTL).
+func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+}
