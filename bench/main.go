@@ -17,6 +17,9 @@
 //	    lock through all of them
 //	c2  many keys with one waiter each: subscription connections, memory and
 //	    commands per hand-over
+//	p   the primitives (semaphore of 4 permits, read-write lock with one
+//	    writer in 4 goroutines) next to the mutex, G goroutines on one key, each
+//	    with a Client of its own: operations/s, commands per operation, Jain
 //
 // A last table checks the targets: uncontended cycles/s against raw, the fair
 // lock's hand-overs, fairness and waits against the peers, lock commands per
@@ -48,7 +51,7 @@ type config struct {
 	reps       int
 	aDur, bDur time.Duration
 	wait       time.Duration
-	aG, bG     []int
+	aG, bG, pG []int
 	cWaiters   int
 	cKeys      int
 	cPollCap   int
@@ -61,13 +64,14 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		scenarios: map[string]bool{"a": true, "b": true, "c": true},
+		scenarios: map[string]bool{"a": true, "b": true, "c": true, "p": true},
 		reps:      3,
 		aDur:      2 * time.Second,
 		bDur:      4 * time.Second,
 		wait:      2 * time.Second,
 		aG:        []int{1, 8},
 		bG:        []int{2, 4, 16, 64},
+		pG:        []int{16, 64},
 		cWaiters:  1000,
 		cKeys:     10000,
 		cPollCap:  1000,
@@ -122,13 +126,14 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys (under a minute)")
-	scen := fs.String("scenarios", "a,b,c", "scenarios to run, comma separated: a, b, c")
+	scen := fs.String("scenarios", "a,b,c,p", "scenarios to run, comma separated: a, b, c, p")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
 	wait := fs.Duration("wait", cfg.wait, "longest wait of one acquire in scenario b; longer waits count as timed out")
 	aG := fs.String("a-g", "1,8", "goroutine counts of scenario a")
 	bG := fs.String("b-g", "2,4,16,64", "goroutine counts of scenario b")
+	pG := fs.String("p-g", "16,64", "goroutine counts of scenario p (its runs last -b-dur)")
 	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
 	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
@@ -161,10 +166,13 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	if cfg.bG, err = parseInts(*bG); err != nil {
 		return cfg, fmt.Errorf("bench: -b-g: %w", err)
 	}
+	if cfg.pG, err = parseInts(*pG); err != nil {
+		return cfg, fmt.Errorf("bench: -p-g: %w", err)
+	}
 	cfg.scenarios = map[string]bool{}
 	for _, s := range splitList(*scen) {
-		if s != "a" && s != "b" && s != "c" {
-			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b or c)", s)
+		if s != "a" && s != "b" && s != "c" && s != "p" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, c or p)", s)
 		}
 		cfg.scenarios[s] = true
 	}
