@@ -37,6 +37,16 @@
 // "dlock:{KEY}:queue:deadline", and a release hands the lock straight to the head
 // of the queue and wakes it alone. See NewFair and FairWaiterTTL.
 //
+// # Semaphores and read-write locks
+//
+// NewSemaphore (N permits) and NewRWMutex (readers or one writer) hand out
+// several leases of one key at once. Their holders live in the sorted set
+// HoldersKey (owner -> end of its lease, server time), with each holder's fencing
+// token and metadata in the lock hash, and every script drops the leases that
+// ended first: a crashed holder's share comes back at its TTL. Each lease is an
+// ordinary dlock.Lease, renewed and lost like a mutex's. The semaphore's waiters
+// queue as the fair lock's do; see NewSemaphore and RWMutex.
+//
 // What is and is not guaranteed is documented in the dlock package overview: in
 // short, a lock survives neither a restart without persistence nor an asynchronous
 // failover, and fencing tokens keep increasing across both as long as the server
