@@ -1,6 +1,6 @@
 // Package dlock is a distributed lock library for Go: one backend-neutral API over
-// Redis (single, Sentinel, Cluster) and, as they arrive, Redlock, etcd and
-// ZooKeeper.
+// Redis (single, Sentinel, Cluster), ZooKeeper and, as they arrive, Redlock and
+// etcd.
 //
 // A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
 // (bounded by its context and WithWait). The Lease carries the key, a fencing
@@ -60,6 +60,16 @@
 //   - Tokens assume the server's wall clock never steps back by more than
 //     redislock.FenceRetention while its counter is gone. A server clock that
 //     jumps forward expires keys early, like an eviction.
+//
+// ZooKeeper (package zklock, a module of its own):
+//   - Exclusion holds while a quorum of the ensemble is up and the holder is not
+//     paused past its local deadline; locks survive leader elections and the
+//     restart of a minority of the servers.
+//   - A lock's TTL is at most the session timeout, so the holder's local deadline
+//     comes before the server can expire its session; a holder that crashes
+//     blocks the lock for the session timeout.
+//   - Tokens are the lock nodes' czxids: they increase across the ensemble, also
+//     when a lock's node is removed and made again.
 //
 // docs/safety.md in the repository covers each fault and what answers it.
 //

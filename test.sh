@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs dlock's whole test suite on this machine: installs the servers the tests
-# start (redis-server, with apt-get, when run as root and it is missing), then
-# checks formatting, go vet and staticcheck, and runs go test -race on every package.
+# start (redis-server, etcd, ZooKeeper and java, with apt-get, when run as root and
+# they are missing), then checks formatting, go vet and staticcheck, and runs
+# go test -race on every package and module.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -9,6 +10,9 @@ STATICCHECK_VERSION=v0.8.2 # release 2026.2.2
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -29,11 +33,24 @@ fi
 go vet ./...
 go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
 
+# The root module must not build etcd's client: it lives in the etcdlock module.
+if go list -deps -test ./... | grep -q 'etcd\.io'; then
+	echo "test.sh: the root module depends on etcd packages:" >&2
+	go list -deps -test ./... | grep 'etcd\.io' >&2
+	exit 1
+fi
+
 echo "test.sh: go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 
 echo "test.sh: examples/sqlfence (its own module)"
 (cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
 
+echo "test.sh: etcdlock (its own module): vet, staticcheck and tests against a real etcd"
+(cd etcdlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
 echo "test.sh: bench (its own module): vet and a quick run against a real redis-server"
 (cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
+(cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)

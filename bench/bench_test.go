@@ -18,6 +18,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == workerFlag { // scenario bp's workers
+		if err := workerMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -62,7 +69,7 @@ func TestQuickRun(t *testing.T) {
 			if m.M["cycles"] == 0 {
 				t.Errorf("a n=%d %s: no lock cycle", m.N, m.Variant)
 			}
-		case "b":
+		case "b", "bc", "bp":
 			if m.M["cs"] == 0 {
 				t.Errorf("b n=%d %s: no critical section", m.N, m.Variant)
 			}
@@ -79,7 +86,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"a", "b", "c1", "c2", "p"} {
+	for _, s := range []string{"a", "b", "bc", "bp", "c1", "c2", "p"} {
 		if seen[s] == 0 {
 			t.Errorf("scenario %s produced no measurement", s)
 		}
@@ -96,7 +103,7 @@ func TestQuickRun(t *testing.T) {
 	if n <= len(ms) {
 		t.Errorf("%d JSON lines for %d measurements", n, len(ms))
 	}
-	for _, want := range []string{"### a.", "### b.", "### c1.", "### c2.", "### p.", "× redsync default", "### Targets", "lost updates, every run"} {
+	for _, want := range []string{"### a.", "### b.", "### bc.", "### bp.", "### c1.", "### c2.", "### p.", "× redsync default", "### Targets", "lost updates, every run"} {
 		if !strings.Contains(tables.String(), want) {
 			t.Errorf("tables lack %q", want)
 		}

@@ -12,7 +12,12 @@
 //
 //	a   uncontended: G goroutines, each locking and unlocking its own key
 //	b   contended: G goroutines on one key, each critical section a non-atomic
-//	    GET + SET increment of a shared counter; waits bounded at -wait
+//	    GET + SET increment of a shared counter; waits bounded at -wait; one
+//	    locker (one dlock Client) shared by the goroutines
+//	bc  scenario b with one locker (Client) per goroutine, as G processes would
+//	    have, over the shared go-redis pool
+//	bp  scenario b with G real processes (this binary started again as
+//	    workers), at the G of -bp-g
 //	c1  many waiters on one key: the waiters' idle cost, then the hand-over of the
 //	    lock through all of them
 //	c2  many keys with one waiter each: subscription connections, memory and
@@ -52,6 +57,7 @@ type config struct {
 	aDur, bDur time.Duration
 	wait       time.Duration
 	aG, bG, pG []int
+	bpG        []int
 	cWaiters   int
 	cKeys      int
 	cPollCap   int
@@ -64,7 +70,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		scenarios: map[string]bool{"a": true, "b": true, "c": true, "p": true},
+		scenarios: map[string]bool{"a": true, "b": true, "bc": true, "bp": true, "c": true, "p": true},
 		reps:      3,
 		aDur:      2 * time.Second,
 		bDur:      4 * time.Second,
@@ -72,6 +78,7 @@ func defaultConfig() config {
 		aG:        []int{1, 8},
 		bG:        []int{2, 4, 16, 64},
 		pG:        []int{16, 64},
+		bpG:       []int{16},
 		cWaiters:  1000,
 		cKeys:     10000,
 		cPollCap:  1000,
@@ -91,10 +98,18 @@ func quickConfig(c config) config {
 	c.cPollCap = 200
 	c.cSettle = 300 * time.Millisecond
 	c.cDrain = 2 * time.Second
+	c.bpG = []int{4}
 	return c
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == workerFlag {
+		if err := workerMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -126,13 +141,14 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys (under a minute)")
-	scen := fs.String("scenarios", "a,b,c,p", "scenarios to run, comma separated: a, b, c, p")
+	scen := fs.String("scenarios", "a,b,bc,bp,c,p", "scenarios to run, comma separated: a, b, bc, bp, c, p")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
 	wait := fs.Duration("wait", cfg.wait, "longest wait of one acquire in scenario b; longer waits count as timed out")
 	aG := fs.String("a-g", "1,8", "goroutine counts of scenario a")
-	bG := fs.String("b-g", "2,4,16,64", "goroutine counts of scenario b")
+	bG := fs.String("b-g", "2,4,16,64", "goroutine counts of scenarios b and bc")
+	bpG := fs.String("bp-g", "", "process counts of scenario bp (default 16, 4 with -quick)")
 	pG := fs.String("p-g", "16,64", "goroutine counts of scenario p (its runs last -b-dur)")
 	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
 	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
@@ -169,10 +185,15 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	if cfg.pG, err = parseInts(*pG); err != nil {
 		return cfg, fmt.Errorf("bench: -p-g: %w", err)
 	}
+	if *bpG != "" {
+		if cfg.bpG, err = parseInts(*bpG); err != nil {
+			return cfg, fmt.Errorf("bench: -bp-g: %w", err)
+		}
+	}
 	cfg.scenarios = map[string]bool{}
 	for _, s := range splitList(*scen) {
-		if s != "a" && s != "b" && s != "c" && s != "p" {
-			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, c or p)", s)
+		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "p" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c or p)", s)
 		}
 		cfg.scenarios[s] = true
 	}

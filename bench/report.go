@@ -85,7 +85,12 @@ func tableA(out io.Writer, g int, ms []measurement) {
 }
 
 func tableB(out io.Writer, g int, ms []measurement) {
-	table(out, fmt.Sprintf("b. one key, G = %d goroutines, GET+SET increment inside the lock (medians)", g), ms, []column{
+	tableContended(out, fmt.Sprintf("b. one key, G = %d goroutines sharing one Client, GET+SET increment inside the lock (medians)", g), ms)
+}
+
+// tableContended is the table of a contended scenario (b, bc, bp).
+func tableContended(out io.Writer, title string, ms []measurement) {
+	table(out, title, ms, []column{
 		{"CS/s", "cs_per_s", "%.0f"},
 		{"handoffs/s", "handoffs_per_s", "%.0f"},
 		{"handoff %", "handoff_pct", "%.1f"},
@@ -99,6 +104,7 @@ func tableB(out io.Writer, g int, ms []measurement) {
 		{"overlaps", "overlaps", "%.0f"},
 		{"cmds/CS client", "cmds_per_cs_client", "%.2f"},
 		{"server", "cmds_per_cs_server", "%.2f"},
+		{"server CPU µs/CS", "server_cpu_us_per_cs", "%.1f"},
 		{"errors", "errors", "%.0f"},
 	})
 }

@@ -140,6 +140,26 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 		}
 		headlineB(out, meds)
 	}
+	for _, sc := range []struct {
+		name, title string
+		gs          []int
+		f           runner
+	}{
+		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, e.runBC},
+		{"bp", "bp. one key, G processes", cfg.bpG, e.runBP},
+	} {
+		if !cfg.scenarios[sc.name] {
+			continue
+		}
+		for _, g := range sc.gs {
+			ms, err := e.repeat(ctx, sc.name, g, inB, sc.f)
+			all = append(all, ms...)
+			if err != nil {
+				return all, err
+			}
+			tableContended(out, fmt.Sprintf("%s, G = %d, GET+SET increment inside the lock (medians)", sc.title, g), ms)
+		}
+	}
 	if cfg.scenarios["c"] {
 		for _, sc := range []struct {
 			name string
@@ -240,7 +260,7 @@ func brief(scenario string, m metrics) string {
 	case "p":
 		return fmt.Sprintf("%.0f ops/s jain %.2f (excl %.2f) excl wait max %.0fms timeouts %.0f most shared %.0f overlaps %.0f lost %.0f %.2f cmds/op",
 			m["ops_per_s"], m["jain"], m["jain_excl"], m["excl_wait_max_ms"], m["timeouts"], m["most_shared"], m["overlaps"], m["lost"], m["cmds_per_op_client"])
-	case "b":
+	case "b", "bc", "bp":
 		return fmt.Sprintf("%.0f cs/s %.0f handoffs/s timeouts %.0f jain %.2f lost %.0f overlaps %.0f",
 			m["cs_per_s"], m["handoffs_per_s"], m["timeouts"], m["jain"], m["lost"], m["overlaps"])
 	}

@@ -213,11 +213,36 @@ func (c *counter) lost(ctx context.Context, admin *redis.Client) (int64, error) 
 // one increment of a shared counter, for the configured duration. Each acquire
 // waits at most cfg.wait; waits cut short by the end of the run are not counted.
 func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
+	return e.contended(ctx, v, g, false)
+}
+
+// runBC is scenario bc: scenario b with one locker (one dlock Client, one
+// subscription, one in-process queue) per goroutine over the shared go-redis
+// pool, as G separate processes would be, as far as the lock can tell.
+func (e *env) runBC(ctx context.Context, v variant, g int) (metrics, error) {
+	return e.contended(ctx, v, g, true)
+}
+
+// contended runs scenario b with one locker for all goroutines, or one each.
+func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool) (metrics, error) {
 	ms, err := e.openMeasured(v, "bench")
 	if err != nil {
 		return nil, err
 	}
 	defer ms.close()
+	lockers := make([]locker, g)
+	for i := range lockers {
+		lockers[i] = ms.lk
+		if perGoroutine && i > 0 {
+			if lockers[i], err = v.open(ms.rdb); err != nil {
+				return nil, err
+			}
+		}
+	}
+	srvCPU0, err := serverCPU(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
 	prefix := e.prefix("b")
 	key := prefix + "lock"
 	ctr := newCounter(ms.rdb, prefix+"counter")
@@ -235,7 +260,7 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range g {
-		m := ms.lk.mutex(key)
+		m := lockers[i].mutex(key)
 		wg.Go(func() {
 			for runCtx.Err() == nil {
 				t0 := time.Now()
@@ -265,6 +290,10 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	srvCPU1, err := serverCPU(ctx, e.admin)
+	if err != nil {
+		return nil, err
+	}
 	lost, err := ctr.lost(ctx, e.admin)
 	if err != nil {
 		return nil, err
@@ -280,24 +309,25 @@ func (e *env) runB(ctx context.Context, v variant, g int) (metrics, error) {
 	csTime := percentile(wk, 0.5)
 	n := float64(cs)
 	return metrics{
-		"cs":                 n,
-		"cs_per_s":           n / elapsed.Seconds(),
-		"handoffs":           float64(ctr.handoffs.Load()),
-		"handoffs_per_s":     float64(ctr.handoffs.Load()) / elapsed.Seconds(),
-		"handoff_pct":        100 * ratio(float64(ctr.handoffs.Load()), n),
-		"wait_p50_ms":        millis(percentile(w, 0.50)),
-		"wait_p99_ms":        millis(percentile(w, 0.99)),
-		"wait_max_ms":        millis(percentile(w, 1)),
-		"cs_p50_us":          micros(csTime),
-		"wait_max_per_g_cs":  ratio(float64(percentile(w, 1)), float64(g)*float64(csTime)),
-		"timeouts":           float64(timeouts.Load()),
-		"jain":               jain(per),
-		"lost":               float64(lost),
-		"overlaps":           float64(ctr.overlaps.Load()),
-		"cmds_per_cs_client": ratio(float64(used.client), n),
-		"cmds_per_cs_server": ratio(float64(used.lockServer()), n),
-		"errors":             float64(errs.Load()),
-		"unlock_errors":      float64(unlockErrs.Load()),
+		"cs":                   n,
+		"cs_per_s":             n / elapsed.Seconds(),
+		"handoffs":             float64(ctr.handoffs.Load()),
+		"handoffs_per_s":       float64(ctr.handoffs.Load()) / elapsed.Seconds(),
+		"handoff_pct":          100 * ratio(float64(ctr.handoffs.Load()), n),
+		"wait_p50_ms":          millis(percentile(w, 0.50)),
+		"wait_p99_ms":          millis(percentile(w, 0.99)),
+		"wait_max_ms":          millis(percentile(w, 1)),
+		"cs_p50_us":            micros(csTime),
+		"wait_max_per_g_cs":    ratio(float64(percentile(w, 1)), float64(g)*float64(csTime)),
+		"timeouts":             float64(timeouts.Load()),
+		"jain":                 jain(per),
+		"lost":                 float64(lost),
+		"overlaps":             float64(ctr.overlaps.Load()),
+		"cmds_per_cs_client":   ratio(float64(used.client), n),
+		"cmds_per_cs_server":   ratio(float64(used.lockServer()), n),
+		"server_cpu_us_per_cs": ratio(float64(srvCPU1-srvCPU0)/float64(time.Microsecond), n),
+		"errors":               float64(errs.Load()),
+		"unlock_errors":        float64(unlockErrs.Load()),
 	}, nil
 }
 

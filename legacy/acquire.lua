@@ -1,7 +1,7 @@
 -- Take the legacy lock if it is free or its stamp has run out, in one step
 -- (the SETNX, GET and GETSET of the recipes, made atomic).
 -- ARGV[6] ttl ms   ARGV[7] '1' to set the real expiry   ARGV[8] fence retention ms
--- ARGV[9] metadata ('' = none)
+-- ARGV[9] metadata ('' = none)   ARGV[10] the lock's name (as dlock was given it)
 -- Returns {1, token, stamp} when taken (also when ARGV[5] holds it already: a
 -- retry), {0, remaining ms, foreign} when held, where foreign is 1 when the
 -- holder is not a dlock locker.
@@ -49,7 +49,7 @@ if lt and lt >= token then
 end
 write(s, now, ARGV[7])
 redis.call('HDEL', KEYS[2], 'm')
-local fields = {'o', ARGV[5], 'v', fmt(s), 't', fmt(token)}
+local fields = {'o', ARGV[5], 'v', fmt(s), 't', fmt(token), 'k', ARGV[10]}
 if ARGV[9] ~= '' then
   fields[#fields + 1] = 'm'
   fields[#fields + 1] = ARGV[9]

@@ -302,7 +302,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, err
 	}
 	res, err := acquireScript.Run(ctx, d.rdb, keys,
-		d.args(r.Owner, r.TTL.Milliseconds(), d.expire(), retentionMS, r.Metadata)...).Slice()
+		d.args(r.Owner, r.TTL.Milliseconds(), d.expire(), retentionMS, r.Metadata, r.Key)...).Slice()
 	if err != nil {
 		return dlock.Grant{}, mapErr(err)
 	}

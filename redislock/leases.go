@@ -59,9 +59,8 @@ func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error)
 	return time.Duration(n) * time.Millisecond, nil
 }
 
-// kind returns the inspection of the lock kind; force wakes the waiters on
-// channels (the wake channel of key, and the readers' one for a read-write lock).
-func (l leases) kind(readers bool) kind {
+// kind returns the inspection of the lock kind.
+func (l leases) kind() kind {
 	return kind{
 		script: redisscript.LeaseInspect,
 		keys:   func(key string) []string { return leaseKeys(key, "") },
@@ -70,11 +69,7 @@ func (l leases) kind(readers bool) kind {
 			return leaseReply(key, res, err, l.marker == semMarker)
 		},
 		force: func(ctx context.Context, key string, _ LockInfo) error {
-			rch := ""
-			if readers {
-				rch = ReadWakeChannel(key)
-			}
-			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), WakeChannel(key), rch).Err()
+			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), WakeChannel(key)).Err()
 			return mapErr(err)
 		},
 	}

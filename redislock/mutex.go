@@ -32,24 +32,38 @@ func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
 
 // Acquire implements dlock.Driver.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	markBusy, markTaken := "0", "0"
-	done := func(error) {}
+	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
+	done := func(error, string, uint64) {}
 	if r.Waiting {
-		mark, queued, fin := d.c.hub.attempt(WakeChannel(r.Key), r.Owner, true)
+		sub, mark, sc, queued, fin := d.c.hub.attempt(r.Key, r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
 		}
-		markBusy, done = "1", fin
+		markBusy, done, score = "1", fin, sc
+		if sub {
+			// Only a process that is subscribed joins the waiting set: its
+			// confirmation makes every waiter try again, and join then.
+			hubID = d.c.hub.id
+		}
 		if mark {
 			markTaken = "1"
 		}
+		if sc != "" {
+			registered = "1"
+		}
 	}
 	res, err := redisscript.Acquire.Run(ctx, d.c.rdb,
-		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
+		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
+		hubID, score, registered).Slice()
+	arrival := ""
+	if len(res) == 3 {
+		arrival, _ = res[2].(string)
+		res = res[:2]
+	}
 	g, err := acquireReply(res, err, r.TTL)
-	done(err)
+	done(err, arrival, g.Token)
 	return g, err
 }
 
@@ -64,7 +78,7 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 }
 
 func (d *Driver) release(ctx context.Context, key, owner string) error {
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key)}, owner, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), WaitingKey(key)}, owner, d.c.hub.publishCmd(), WakeChannel(key)).Result()
 	return d.c.released(key, res, err)
 }
 
@@ -75,7 +89,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 
 // Subscribe implements dlock.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it releases the owner's holding if an
@@ -83,7 +97,7 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	_, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner)},
+	_, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
 		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Result()
 	return mapErr(err)
 }

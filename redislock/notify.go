@@ -2,14 +2,18 @@ package redislock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,6 +57,7 @@ const refusedRetry = time.Minute
 type hub struct {
 	rdb     redis.UniversalClient
 	sharded bool
+	id      string // names this hub (process) in the waiting sets of plain locks
 
 	mu          sync.Mutex
 	topics      map[string]*topic   // by channel
@@ -64,6 +69,8 @@ type hub struct {
 
 type topic struct {
 	channel string
+	key     string // the lock's name
+	score   string // this hub's arrival in the lock's waiting set ("" when not on it)
 	conn    *subConn
 	waiters []*waiter // in registration order
 	owners  map[string]*waiter
@@ -89,15 +96,19 @@ type subConn struct {
 	kick   chan struct{} // wakes the writer; closed with the connection
 }
 
-// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE of channel, for the writer.
+// subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE of channel, or a command to run
+// (fn), for the writer.
 type subOp struct {
 	sub     bool
 	channel string
+	fn      func(ctx context.Context)
 }
 
 func newHub(rdb redis.UniversalClient) *hub {
 	_, sharded := rdb.(*redis.ClusterClient)
-	return &hub{rdb: rdb, sharded: sharded, topics: map[string]*topic{}, conns: map[string]*subConn{}}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &hub{rdb: rdb, sharded: sharded, id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
 }
 
 // publishCmd is the command the release scripts wake waiters with.
@@ -130,7 +141,8 @@ func (h *hub) refused() error {
 	return nil
 }
 
-func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan struct{}, func(), error) {
+func (h *hub) subscribe(ctx context.Context, key, owner string) (<-chan struct{}, func(), error) {
+	channel := WakeChannel(key)
 	h.mu.Lock()
 	if err := h.refused(); err != nil {
 		h.mu.Unlock()
@@ -149,7 +161,7 @@ func (h *hub) subscribe(ctx context.Context, channel, owner string) (<-chan stru
 			return nil, nil, err
 		}
 		if t = h.topics[channel]; t == nil {
-			t = &topic{channel: channel, conn: h.conn(addr, node), owners: map[string]*waiter{}}
+			t = &topic{channel: channel, key: key, conn: h.conn(addr, node), owners: map[string]*waiter{}}
 			h.attach(t)
 		}
 	}
@@ -243,6 +255,8 @@ func (h *hub) writer(c *subConn) {
 			h.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			switch {
+			case op.fn != nil:
+				op.fn(ctx)
 			case op.sub && h.sharded:
 				_ = c.ps.SSubscribe(ctx, op.channel)
 			case op.sub:
@@ -297,6 +311,19 @@ func (h *hub) remove(t *topic, w *waiter) {
 	delete(t.owners, w.owner)
 	if w.woken {
 		t.wakeOne()
+	}
+	if len(t.waiters) == 0 && t.score != "" {
+		// Nobody here waits any more: leave the waiting set, and pass on a
+		// wake that nobody used.
+		t.score = ""
+		key, pass := t.key, "0"
+		if w.woken {
+			pass = "1"
+		}
+		t.conn.queue(subOp{fn: func(ctx context.Context) {
+			_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
+				h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
+		}})
 	}
 	if len(t.waiters) > 0 || h.topics[t.channel] != t || t.idle != nil {
 		return
@@ -445,6 +472,10 @@ func (h *hub) receive(c *subConn) {
 					t.wakeOne()
 				case m.Payload == "*":
 					t.wakeAll()
+				case m.Payload[0] == '@': // a plain lock woke one process
+					if m.Payload[1:] == h.id {
+						t.wakeOne()
+					}
 				case w != nil:
 					w.send()
 				}
@@ -479,33 +510,38 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 }
 
 // attempt is called before an Acquire round trip by a caller that will wait. If
-// the key's channel is subscribed here, owner is registered at once (so that no
+// the key's channel is subscribed here (subscribed), owner is registered at once (so that no
 // wake can be missed between the attempt and its Subscribe), and mark is true:
 // the new holding, if the attempt wins, must wake on release whoever registers
-// meanwhile.
+// meanwhile; it is false unless other waiters of this hub wait for the key (a
+// waiter that registers later makes a round trip, which marks the holding).
+// score is this hub's arrival in the lock's waiting set ("" when it
+// is not on it).
 //
 // A newcomer behind other local waiters of a lock whose holder is known to hold
 // it still gets queued: it should wait its turn (a wake) without a round trip, at
-// most that long. Otherwise done must be called with the attempt's outcome.
-func (h *hub) attempt(channel, owner string, newcomerWaits bool) (mark bool, queued time.Duration, done func(error)) {
+// most that long. Otherwise done must be called with the attempt's outcome, and
+// the arrival score or token its reply carried.
+func (h *hub) attempt(key, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[channel]
+	t := h.topics[WakeChannel(key)]
 	if t == nil {
-		return false, 0, func(error) {}
+		return false, false, "", 0, func(error, string, uint64) {}
 	}
 	w := t.find(owner)
+	others := len(t.waiters)
 	if w != nil {
 		w.woken = false
+		others--
 	} else {
-		others := len(t.waiters)
 		w = t.add(owner)
 		t.busy()
 		if left := time.Until(t.expiry); newcomerWaits && others > 0 && left > 0 {
-			return true, left, nil
+			return true, true, t.score, left, nil
 		}
 	}
-	return true, 0, func(err error) {
+	return true, others > 0, t.score, 0, func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		var busy *dlock.BusyError
@@ -514,11 +550,21 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (mark bool, que
 			if busy.Remaining > 0 {
 				t.expiry = time.Now().Add(busy.Remaining)
 			}
+			if t.score == "" && score != "" && len(t.waiters) > 0 {
+				t.score = score
+			}
 			return
 		case err != nil:
 			// The attempt tells nothing (it failed or its outcome is unknown):
 			// another waiter tries in its place.
 			defer t.wakeOne()
+		default:
+			// Taken: the script moved this hub to the back of the waiting set
+			// if others of it waited, and took it off otherwise.
+			t.score, t.expiry = "", time.Time{}
+			if others > 0 && token >= 1000 {
+				t.score = strconv.FormatUint(token/1000, 10)
+			}
 		}
 		if w.subs == 0 {
 			h.remove(t, w) // registered by this call, and no wait follows

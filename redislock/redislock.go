@@ -25,12 +25,21 @@
 // nobody waiting, a lock and unlock stay two round trips, with no subscription and
 // no message.
 //
-// The plain lock (New) is not fair but does not starve waiters: a message wakes
-// one waiter per Client, the longest waiting, and a Lock call that finds other
-// waiters of its Client on the key queues behind them without a round trip, so
-// the goroutines of one process take turns. Clients in different processes race
-// on each release. Through a redis.Ring, which has no single subscription,
-// waiters poll with the retry strategy.
+// The plain lock (New) is not fair but does not starve waiters, and the work of a
+// hand-over does not grow with the number of waiting processes. A waiting
+// process (a Client) joins the lock's waiting set "dlock:{KEY}:waiting" (a sorted
+// set of Client ids by arrival) on its waiters' failed attempts, and each
+// release wakes the process that has waited longest, alone: it takes the first id
+// off the set and publishes it, and only that Client acts on the message, by
+// waking its longest waiting waiter. A Client that takes the lock while others of
+// its waiters wait goes to the back of the set (processes take turns); one that
+// loses the lock to a newcomer joins again with its old arrival; one whose
+// waiters all leave takes itself off and passes on a wake it did not use. A
+// process that dies while woken costs the others at most the holder's TTL, as a
+// lost message does. Within a process, a Lock call that finds other waiters of
+// its Client on the key queues behind them without a round trip. Through a
+// redis.Ring, which has no single subscription, waiters poll with the retry
+// strategy.
 //
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
 // queue in the list "dlock:{KEY}:queue" with deadlines in the sorted set
@@ -135,6 +144,11 @@ func LockKey(key string) string { return Prefix + "{" + key + "}" }
 
 // FenceKey returns the Redis key of the fence counter of the lock named key.
 func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
+
+// WaitingKey returns the Redis key of the processes waiting for the plain lock
+// named key: a sorted set of their Clients' ids by arrival, from which each
+// release wakes the first.
+func WaitingKey(key string) string { return Prefix + "{" + key + "}:waiting" }
 
 // AbandonKey returns the Redis key that marks owner's acquisition of the lock
 // named key as abandoned (see AbandonMarkTTL).

@@ -12,11 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WriterWaitMark is how long a waiting writer bars new readers from a read-write
-// lock after its last attempt: a writer waiting for the readers to leave is not
-// starved by new ones, and a writer that died while waiting bars them at most
-// this long. A waiting writer refreshes its mark at least every
-// WriterWaitMark/5.
+// WriterWaitMark is how long the next writer's mark on a read-write lock lives
+// after its last attempt. The first writer that waits marks the lock: new
+// readers wait, and so do other writers, until it has had its turn, so that it is
+// not starved by a stream of readers nor overtaken by writers that come later. A
+// writer that died while waiting bars the others at most this long; one that
+// gives up lifts its mark at once. A waiting writer refreshes its mark (or tries
+// to take it) at least every WriterWaitMark/5.
 const WriterWaitMark = 5 * time.Second
 
 var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
@@ -28,10 +30,6 @@ var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a 
 // rwMarker is the lock hash field that marks a read-write lock.
 const rwMarker = "rw"
 
-// ReadWakeChannel returns the pub/sub channel on which the waiting readers of the
-// read-write lock named key are woken (its writers wait on WakeChannel).
-func ReadWakeChannel(key string) string { return Prefix + "{" + key + "}:rwake" }
-
 // RWMutex is a read-write lock on Redis: any number of readers or one writer
 // hold a key at a time. The embedded *Client takes the write lock (TryLock,
 // Lock); RLocker returns the Client that takes read locks. Both share one
@@ -41,12 +39,11 @@ func ReadWakeChannel(key string) string { return Prefix + "{" + key + "}:rwake" 
 // signal), so a crashed reader's share comes back at its TTL. Readers and writers
 // draw their fencing tokens from one counter per key.
 //
-// Writers are not starved by a stream of readers: a writer that waits marks the
-// lock, and new readers wait until it has had its turn. The mark lives
-// WriterWaitMark after the writer's last attempt, so a writer that died while
-// waiting bars readers at most that long, and one that gives up lifts it at once.
-// A writer's release wakes every waiting reader at once and one waiting writer
-// per process; the last reader's release wakes one waiting writer per process.
+// Writers are not starved by a stream of readers: the first writer that waits
+// becomes the next writer (see WriterWaitMark), new readers and other writers wait
+// until it has had its turn, and the last reader to leave wakes it alone. A
+// writer's release wakes every waiter at once (readers and writers): the readers
+// that waited go in together, and the writers try for the next writer's place.
 // As with sync.RWMutex, a holder of a read lock must not take another read lock
 // of the same key while a writer may wait: the second read waits for the writer,
 // which waits for the first.
@@ -79,11 +76,11 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	}
 	l := leases{c: c, marker: rwMarker}
 	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
-	w, err := newKindClient(wd, c, l.kind(true), opts)
+	w, err := newKindClient(wd, c, l.kind(), opts)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newKindClient(rd, c, l.kind(true), opts)
+	r, err := newKindClient(rd, c, l.kind(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -163,14 +160,6 @@ var (
 	_ dlock.Abandoner = (*RWDriver)(nil)
 )
 
-// channel is the wake channel of this side's waiters.
-func (d *RWDriver) channel(key string) string {
-	if d.write {
-		return WakeChannel(key)
-	}
-	return ReadWakeChannel(key)
-}
-
 // Acquire implements dlock.Driver.
 func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	c := d.c
@@ -180,21 +169,21 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	} else if o, ok := ctx.Value(downgradeKey{}).(string); ok {
 		from = o
 	}
-	done := func(error) {}
+	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, done = c.hub.attempt(d.channel(r.Key), r.Owner, false)
+		_, _, _, _, done = c.hub.attempt(r.Key, r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
-		writerWaitMarkMS, c.hub.publishCmd(), ReadWakeChannel(r.Key), from).Slice()
+		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from).Slice()
 	if err == nil && len(res) == 2 && res[0] == int64(3) {
 		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
-		done(err)
+		done(err, "", 0)
 		return dlock.Grant{}, err
 	}
 	g, err := acquireReply(res, err, r.TTL)
-	done(err)
+	done(err, "", 0)
 	var busy *dlock.BusyError
 	if errors.As(err, &busy) && r.Waiting && d.write {
 		queued(busy, WriterWaitMark/5) // the writer's mark is refreshed, and lifted if it gives up
@@ -208,18 +197,15 @@ func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
 }
 
 func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
-	c, side := d.c, ""
-	if d.write {
-		side = "w"
-	}
+	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
-		owner, c.hub.publishCmd(), ReadWakeChannel(key), WakeChannel(key), mark, side).Result()
+		owner, c.hub.publishCmd(), WakeChannel(key), mark).Result()
 	return c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, d.channel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a holding that landed is released, a

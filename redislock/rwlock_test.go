@@ -261,7 +261,7 @@ func TestRWMutexWriterReleaseWakesAllReaders(t *testing.T) {
 		}
 	}
 	total := cnts.total
-	ch := redislock.ReadWakeChannel(key)
+	ch := redislock.WakeChannel(key)
 	eventually(t, "readers subscribed", func() bool { return probe.PubSubNumSub(ctx, ch).Val()[ch] == clients })
 	quiet(t, total)
 	before := total()

@@ -56,7 +56,7 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 	if err != nil {
 		return nil, err
 	}
-	return newKindClient(d, d.c, d.kind(false), opts)
+	return newKindClient(d, d.c, d.kind(), opts)
 }
 
 // SemaphoreDriver is the dlock.Driver of the counting semaphore. Most users want
@@ -87,9 +87,9 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 // Acquire implements dlock.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	waiting := "0"
-	done := func(error) {}
+	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, done = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, done = d.c.hub.attempt(r.Key, r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
@@ -97,11 +97,11 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
 	if n, ok := limitReply(err); ok {
 		err = fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
-		done(err)
+		done(err, "", 0)
 		return dlock.Grant{}, err
 	}
 	g, err := acquireReply(res, err, r.TTL)
-	done(err)
+	done(err, "", 0)
 	var busy *dlock.BusyError
 	if errors.As(err, &busy) && r.Waiting {
 		queued(busy, FairWaiterTTL/5)
@@ -138,7 +138,7 @@ func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) erro
 
 // Subscribe implements dlock.Notifier.
 func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: the waiter leaves the queue, a permit it

@@ -106,9 +106,11 @@ type store interface {
 	String() string
 	// locker returns the lock of the requested kind, with opts as its defaults.
 	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
-	inspect(ctx context.Context, key string) (lockInfo, error)
-	list(ctx context.Context, pattern string) ([]lockInfo, error)
-	forceUnlock(ctx context.Context, key string) (lockInfo, error)
+	// inspector shows and forces the server's locks (status, list, unlock).
+	inspector() dlock.Inspector
+	// explain returns err, or for an err matching dlock.ErrConflict an error
+	// saying what the server holds under key instead of a lock (exit 65).
+	explain(ctx context.Context, key string, err error) error
 	close()
 }
 
@@ -223,16 +225,20 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 	return redislock.New(s.rdb, opts...)
 }
 
-func (s *redisStore) inspect(ctx context.Context, key string) (lockInfo, error) {
-	info, err := s.c.Inspect(ctx, key)
+func (s *redisStore) inspector() dlock.Inspector { return s.c }
+
+// inspectLock reads one lock through st's inspector.
+func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {
+	info, err := st.inspector().Inspect(ctx, key)
 	if err != nil {
-		return lockInfo{}, err
+		return lockInfo{}, st.explain(ctx, key, err)
 	}
 	return newLockInfo(info), nil
 }
 
-func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, error) {
-	infos, err := s.c.List(ctx, pattern)
+// listLocks lists the locks matching pattern through st's inspector.
+func listLocks(ctx context.Context, st store, pattern string) ([]lockInfo, error) {
+	infos, err := st.inspector().List(ctx, pattern)
 	if err != nil {
 		return nil, err
 	}
@@ -243,15 +249,63 @@ func (s *redisStore) list(ctx context.Context, pattern string) ([]lockInfo, erro
 	return out, nil
 }
 
-func (s *redisStore) forceUnlock(ctx context.Context, key string) (lockInfo, error) {
-	info, err := s.c.ForceUnlock(ctx, key)
+// forceUnlock removes the holding of key through st's inspector.
+func forceUnlock(ctx context.Context, st store, key string) (lockInfo, error) {
+	info, err := st.inspector().ForceUnlock(ctx, key)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		return lockInfo{}, err
+		return lockInfo{}, st.explain(ctx, key, err)
 	}
 	return newLockInfo(info), err
 }
 
-func newLockInfo(info redislock.LockInfo) lockInfo {
+// redisKinds are the Redis keys of a lock and the type each has.
+func redisKinds(key string) []struct{ key, kind string } {
+	return []struct{ key, kind string }{
+		{redislock.LockKey(key), "hash"},
+		{redislock.FenceKey(key), "string"},
+		{redislock.QueueKey(key), "list"},
+		{redislock.QueueDeadlineKey(key), "zset"},
+	}
+}
+
+func (s *redisStore) explain(ctx context.Context, key string, err error) error {
+	if !errors.Is(err, dlock.ErrConflict) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
+	defer cancel()
+	what := ""
+	for _, k := range redisKinds(key) {
+		kind, terr := s.rdb.Type(ctx, k.key).Result()
+		if terr != nil {
+			break
+		}
+		if kind != "none" && kind != k.kind {
+			what = fmt.Sprintf(" (Redis key %q is a %s)", k.key, redisTypeName(kind))
+			break
+		}
+		if kind == "hash" {
+			if n, _ := s.rdb.HExists(ctx, k.key, "o").Result(); !n {
+				what = fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", k.key)
+				break
+			}
+		}
+	}
+	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock%s", key, what)}
+}
+
+// redisTypeName names a Redis TYPE reply in words.
+func redisTypeName(kind string) string {
+	switch kind {
+	case "zset":
+		return "sorted set"
+	case "string", "list", "set", "hash", "stream":
+		return kind
+	}
+	return "value of type " + kind
+}
+
+func newLockInfo(info dlock.LockInfo) lockInfo {
 	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken, Waiters: info.Waiters}
 	if info.Held {
 		li.TTLms = info.TTL.Milliseconds()

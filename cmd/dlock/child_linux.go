@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
@@ -11,8 +10,11 @@ import (
 
 // startChild starts cmd so that it gets SIGTERM if dlock dies without stopping
 // it (for example by SIGKILL): it must not go on running without the lock.
+// dlock becomes the subreaper of the command's descendants, so that the
+// processes its job leaves behind are reaped by dlock and their end seen.
 func startChild(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
 	// The parent-death signal follows the thread that started the child: keep
 	// that thread alive (unlocking keeps it in the runtime's pool).
 	runtime.LockOSThread()
@@ -20,18 +22,13 @@ func startChild(cmd *exec.Cmd) error {
 	return cmd.Start()
 }
 
-// fromTerminal reports whether s is a SIGINT or SIGQUIT that the controlling
-// terminal sent to dlock's whole process group (Ctrl-C, Ctrl-\), which includes
-// the command: it already has it, and forwarding would deliver it twice.
-func fromTerminal(s os.Signal) bool {
-	if s != syscall.SIGINT && s != syscall.SIGQUIT {
-		return false
-	}
-	tty, err := os.Open("/dev/tty")
-	if err != nil {
-		return false
-	}
-	defer tty.Close()
-	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
-	return err == nil && fg == unix.Getpgrp()
+// stopJob stops dlock's own job (SIGTSTP to its process group, as the terminal
+// would) and returns once it is continued. The signal to dlock's own thread
+// makes the stop take effect before the call returns; in an orphaned process
+// group the kernel discards it and the call returns at once.
+func stopJob() {
+	_ = unix.Kill(0, syscall.SIGTSTP)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), syscall.SIGTSTP)
 }

@@ -3,13 +3,16 @@
 package main
 
 import (
-	"os"
 	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// startChild starts cmd. Outside Linux a child outlives a dlock killed by SIGKILL.
+// startChild starts cmd. Outside Linux a child outlives a dlock killed by
+// SIGKILL, and orphans of the command are reaped by init, not dlock.
 func startChild(cmd *exec.Cmd) error { return cmd.Start() }
 
-// fromTerminal reports whether s was sent to the command by the terminal too.
-// Outside Linux every signal is forwarded.
-func fromTerminal(os.Signal) bool { return false }
+// stopJob stops dlock's own job (SIGTSTP to its process group, as the terminal
+// would). Outside Linux the stop may take effect only after it returns.
+func stopJob() { _ = unix.Kill(0, syscall.SIGTSTP) }

@@ -27,19 +27,20 @@ examples:
 func runCompletion(_ context.Context, e *env, args []string) int {
 	c := completionCommand()
 	fs := newFlagSet(c.name)
-	if code, ok := parseFlags(e, c, fs, args); !ok {
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if len(a.before) != 1 || a.dashdash {
 		return fail(e, c.name, usageErrorf("name one shell: bash or zsh"))
 	}
-	switch fs.Arg(0) {
+	switch a.before[0] {
 	case "bash":
 		writeBash(e.stdout)
 	case "zsh":
 		writeZsh(e.stdout)
 	default:
-		return fail(e, c.name, usageErrorf("unknown shell %q: bash or zsh", fs.Arg(0)))
+		return fail(e, c.name, usageErrorf("unknown shell %q: bash or zsh", a.before[0]))
 	}
 	return exitOK
 }
@@ -92,7 +93,19 @@ func writeBash(w io.Writer) {
 	fmt.Fprintln(w, `	esac`)
 	fmt.Fprintln(w, `	case "${COMP_WORDS[1]}:$cur" in`)
 	fmt.Fprintln(w, `	status:-* | unlock:-*) ;;`)
-	fmt.Fprintln(w, `	status:* | unlock:*) words=$(dlock list --names "${cur}*" 2>/dev/null) ;;`)
+	fmt.Fprintln(w, `	status:* | unlock:*)`)
+	// COMP_WORDBREAKS splits "cron:cleanup" at each ':', so the word being
+	// completed is read from the line, and what bash already has up to its last
+	// ':' is dropped from the candidates.
+	fmt.Fprintln(w, `		local word=$cur`)
+	fmt.Fprintln(w, `		if [ -n "${COMP_LINE+x}" ]; then word=${COMP_LINE:0:COMP_POINT}; word=${word##*[[:space:]]}; fi`)
+	fmt.Fprintln(w, `		words=$(dlock list --names "${word}*" 2>/dev/null)`)
+	fmt.Fprintln(w, `		COMPREPLY=($(compgen -W "$words" -- "$word"))`)
+	fmt.Fprintln(w, `		if [[ $word == *:* && $COMP_WORDBREAKS == *:* ]]; then`)
+	fmt.Fprintln(w, `			local colon=${word%"${word##*:}"}`)
+	fmt.Fprintln(w, `			COMPREPLY=("${COMPREPLY[@]#"$colon"}")`)
+	fmt.Fprintln(w, `		fi`)
+	fmt.Fprintln(w, `		return ;;`)
 	fmt.Fprintln(w, `	esac`)
 	fmt.Fprintln(w, `	COMPREPLY=($(compgen -W "$words" -- "$cur"))`)
 	fmt.Fprintln(w, "}")

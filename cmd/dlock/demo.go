@@ -31,57 +31,61 @@ type demoFlags struct {
 }
 
 func (o *demoFlags) define() *flag.FlagSet {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.StringVar(&o.url, "redis", "", "Redis URL (redis://host:port/db); default: an embedded in-process Redis")
-	fs.IntVar(&o.workers, "workers", 8, "concurrent workers, each with its own connection")
-	fs.IntVar(&o.rounds, "rounds", 100, "increments per worker")
-	fs.IntVar(&o.stock, "stock", 50, "items in the flash sale")
+	fs := newFlagSet("demo")
+	fs.StringVar(&o.url, "redis", "", "Redis `URL` (redis://host:port/db); default: an embedded in-process Redis")
+	fs.IntVar(&o.workers, "workers", 8, "concurrent workers, each with its own connection (1..256)")
+	fs.IntVar(&o.rounds, "rounds", 100, "increments per worker (1..100000)")
+	fs.IntVar(&o.stock, "stock", 50, "items in the flash sale (1..1000000)")
 	return fs
 }
 
+func demoCommand() command {
+	return command{
+		name: "demo", summary: "show lost updates without a lock and none with dlock (embedded Redis unless --redis)",
+		synopsis: "dlock demo [--redis URL] [--workers N] [--rounds N] [--stock N]",
+		help: `Replays the read-check-write race of a shared Redis counter and a flash sale,
+first without a lock, then under dlock, and prints what each lost. Without
+--redis it runs on an embedded in-process Redis; on a real server its keys
+(under dlock-demo:) expire within a minute and are deleted when it ends.
+
+examples:
+  dlock demo
+  dlock demo --redis redis://127.0.0.1:6379/0 --workers 16`,
+		flags: func() *flag.FlagSet { return new(demoFlags).define() },
+		run:   runDemo,
+	}
+}
+
 func runDemo(ctx context.Context, e *env, args []string) int {
+	c := demoCommand()
 	o := new(demoFlags)
 	fs := o.define()
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: dlock demo [--redis URL] [--workers N] [--rounds N] [--stock N]")
-		fmt.Fprintln(e.stderr, "\nReplays the read-check-write race of a shared Redis counter and a flash sale,")
-		fmt.Fprintln(e.stderr, "first without a lock, then under dlock, and prints what each lost.")
-		fmt.Fprintln(e.stderr, "\nexamples:\n  dlock demo\n  dlock demo --redis redis://127.0.0.1:6379/0 --workers 16")
-		fmt.Fprintln(e.stderr, "\nflags:")
-		fs.PrintDefaults()
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 || o.workers < 1 || o.workers > 256 || o.rounds < 1 || o.rounds > 100000 || o.stock < 1 || o.stock > 1000000 {
-		fmt.Fprintln(e.stderr, "dlock demo: --workers must be 1..256, --rounds 1..100000, --stock 1..1000000, no arguments")
-		return exitUsage
+	if len(a.before)+len(a.after) > 0 || o.workers < 1 || o.workers > 256 || o.rounds < 1 || o.rounds > 100000 || o.stock < 1 || o.stock > 1000000 {
+		return fail(e, c.name, usageErrorf("--workers must be 1..256, --rounds 1..100000, --stock 1..1000000, no arguments"))
 	}
 	addr, where, cleanup, err := demoServer(o.url)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
-		return exitUsage
+		return fail(e, c.name, err)
 	}
 	defer cleanup()
 	fmt.Fprintf(e.stdout, "dlock demo on %s: %d workers, each with its own connection\n\n", where, o.workers)
 
 	d := &demo{opts: addr, workers: o.workers, ns: fmt.Sprintf("dlock-demo:%x", rand.Uint64())}
 	if err := d.ping(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
-		return exitUnavailable
+		return fail(e, c.name, err)
 	}
+	defer d.deleteKeys(ctx)
 
-	fmt.Fprintf(e.stdout, "1. Shared counter: each worker does GET, works ~1ms, then SET n+1, %d times (seed 002's read-modify-write).\n", o.rounds)
+	fmt.Fprintf(e.stdout, "1. Shared counter (read-modify-write): each worker does GET, works ~1ms, then SET n+1, %d times.\n", o.rounds)
 	fmt.Fprintf(e.stdout, "   %-12s %10s %10s %12s %10s\n", "", "increments", "final", "lost updates", "time")
 	for _, locked := range []bool{false, true} {
 		r, err := d.counter(ctx, locked, o.rounds)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
-			return exitFailure
+			return fail(e, c.name, err)
 		}
 		fmt.Fprintf(e.stdout, "   %-12s %10d %10d %12d %10v\n", label(locked), r.done, r.final, r.done-r.final, r.duration.Round(time.Millisecond))
 	}
@@ -91,8 +95,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	for _, locked := range []bool{false, true} {
 		r, err := d.sale(ctx, locked, o.stock)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "dlock demo: %v\n", err)
-			return exitFailure
+			return fail(e, c.name, err)
 		}
 		fmt.Fprintf(e.stdout, "   %-12s %10d %10d %12d %10v\n", label(locked), r.done, r.final, max(0, r.done-int64(o.stock)), r.duration.Round(time.Millisecond))
 	}
@@ -113,13 +116,13 @@ func demoServer(url string) (*redis.Options, string, func(), error) {
 	if url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("bad --redis URL: %v", redactURLError(err, url))
+			return nil, "", nil, usageErrorf("bad --redis URL: %v", redactURLError(err, url))
 		}
 		return opt, "Redis at " + opt.Addr, func() {}, nil
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, "", nil, fmt.Errorf("embedded Redis: %w", err)
+		return nil, "", nil, unavailableErrorf("embedded Redis: %v", err)
 	}
 	return &redis.Options{Addr: m.Addr()}, "an embedded in-process Redis (" + m.Addr() + ")", m.Close, nil
 }
@@ -127,7 +130,31 @@ func demoServer(url string) (*redis.Options, string, func(), error) {
 type demo struct {
 	opts    *redis.Options
 	workers int
-	ns      string
+	ns      string   // the prefix of every key the demo writes
+	keys    []string // the resources written, for deleteKeys
+}
+
+// demoKeyTTL bounds how long a key of the demo outlives an interrupted run.
+const demoKeyTTL = time.Minute
+
+// resource returns the key of one scenario and remembers it for deleteKeys.
+func (d *demo) resource(name string) string {
+	key := d.ns + ":" + name
+	d.keys = append(d.keys, key)
+	return key
+}
+
+// deleteKeys deletes what the demo wrote: its counters, and the lock and fence
+// keys of their locks (a fence counter would otherwise stay for
+// redislock.FenceRetention).
+func (d *demo) deleteKeys(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	c := d.client()
+	defer c.Close()
+	for _, key := range d.keys {
+		c.Del(ctx, key, redislock.LockKey(key), redislock.FenceKey(key))
+	}
 }
 
 func (d *demo) client() *redis.Client {
@@ -143,7 +170,7 @@ func (d *demo) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", d.opts.Addr, err)
+		return unavailableErrorf("cannot reach Redis at %s: %v", d.opts.Addr, err)
 	}
 	return nil
 }
@@ -168,7 +195,27 @@ func (d *demo) each(ctx context.Context, fn func(rdb *redis.Client, locker *redi
 		}()
 	}
 	wg.Wait()
-	return time.Since(start), errors.Join(errs...)
+	return time.Since(start), firstError(errs)
+}
+
+// firstError returns the first of the workers' errors, saying how many more
+// workers failed.
+func firstError(errs []error) error {
+	var first error
+	more := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case first == nil:
+			first = err
+		default:
+			more++
+		}
+	}
+	if more > 0 {
+		return fmt.Errorf("%w (and %d more workers failed)", first, more)
+	}
+	return first
 }
 
 // critical runs fn under the lock on key when locked, and bare otherwise.
@@ -182,7 +229,7 @@ func critical(ctx context.Context, locked bool, locker *redislock.Client, key st
 func work() { time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Microsecond) }
 
 func (d *demo) counter(ctx context.Context, locked bool, rounds int) (demoResult, error) {
-	key := d.ns + ":counter:" + label(locked)
+	key := d.resource("counter:" + label(locked))
 	var acked atomic.Int64
 	el, err := d.each(ctx, func(rdb *redis.Client, locker *redislock.Client) error {
 		for i := 0; i < rounds; i++ {
@@ -192,7 +239,7 @@ func (d *demo) counter(ctx context.Context, locked bool, rounds int) (demoResult
 					return err
 				}
 				work()
-				return rdb.Set(ctx, key, n+1, time.Hour).Err()
+				return rdb.Set(ctx, key, n+1, demoKeyTTL).Err()
 			})
 			if err != nil {
 				return err
@@ -209,10 +256,10 @@ func (d *demo) counter(ctx context.Context, locked bool, rounds int) (demoResult
 }
 
 func (d *demo) sale(ctx context.Context, locked bool, stock int) (demoResult, error) {
-	key := d.ns + ":stock:" + label(locked)
+	key := d.resource("stock:" + label(locked))
 	setup := d.client()
 	defer setup.Close()
-	if err := setup.Set(ctx, key, stock, time.Hour).Err(); err != nil {
+	if err := setup.Set(ctx, key, stock, demoKeyTTL).Err(); err != nil {
 		return demoResult{}, err
 	}
 	var sold atomic.Int64
@@ -229,7 +276,7 @@ func (d *demo) sale(ctx context.Context, locked bool, stock int) (demoResult, er
 					return nil
 				}
 				work()
-				if err := rdb.Set(ctx, key, n-1, time.Hour).Err(); err != nil {
+				if err := rdb.Set(ctx, key, n-1, demoKeyTTL).Err(); err != nil {
 					return err
 				}
 				sold.Add(1)

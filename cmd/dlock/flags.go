@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -51,12 +52,27 @@ func exitCode(err error) int {
 // its exit code.
 func fail(e *env, cmd string, err error) int {
 	code := exitCode(err)
-	msg := strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "dlock: ")
+	msg := strings.TrimPrefix(oneLine(err), "dlock: ")
 	fmt.Fprintf(e.stderr, "dlock %s: %s\n", cmd, msg)
 	if code == exitUsage {
 		fmt.Fprintf(e.stderr, "Run 'dlock %s --help' for usage.\n", cmd)
 	}
 	return code
+}
+
+// oneLine returns err's message on one line: the lines of joined errors
+// (errors.Join) are joined with "; ", each distinct line once.
+func oneLine(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	out := lines[:0]
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // newFlagSet returns a flag set that reports errors to its caller only.
@@ -67,19 +83,69 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. It returns ok false with the exit code when
-// the command should stop: after --help (exit 0) or a bad flag (exit 64).
-func parseFlags(e *env, c command, fs *flag.FlagSet, args []string) (code int, ok bool) {
-	err := fs.Parse(args)
-	if err == nil {
-		return 0, true
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		printHelp(e.stdout, c, fs)
-		return exitOK, false
-	}
-	return fail(e, c.name, usageErrorf("%v", err)), false
+// parseFlags parses args into fs (see splitArgs). ok is false, with the exit
+// code, when the command should stop: after --help (exit 0) or a bad flag
+// (exit 64).
+func parseFlags(e *env, c command, fs *flag.FlagSet, args []string) (a parsedArgs, code int, ok bool) {
+	a, err := splitArgs(fs, args)
+	return a, flagError(e, c, fs, err), err == nil
 }
+
+// flagError reports an error of splitArgs and returns the exit code.
+func flagError(e *env, c command, fs *flag.FlagSet, err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(e.stdout, c, fs)
+		return exitOK
+	}
+	return fail(e, c.name, usageErrorf("%s", longFlags(err.Error())))
+}
+
+// splitArgs parses args into fs, with flags allowed among the arguments up to
+// a "--", and returns the other arguments. On an error it returns those seen
+// so far.
+func splitArgs(fs *flag.FlagSet, args []string) (parsedArgs, error) {
+	var a parsedArgs
+	for {
+		if err := fs.Parse(args); err != nil {
+			return a, err
+		}
+		rest := fs.Args()
+		if consumedTerminator(args, rest) {
+			a.dashdash, a.after = true, rest
+			return a, nil
+		}
+		if len(rest) == 0 {
+			return a, nil
+		}
+		a.before = append(a.before, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parsedArgs are the arguments left after the flags.
+type parsedArgs struct {
+	before   []string // the arguments before "--"
+	dashdash bool     // whether there was a "--"
+	after    []string // the arguments after it
+}
+
+// consumedTerminator reports whether parsing args left rest right after a "--"
+// that the flag package consumed.
+func consumedTerminator(args, rest []string) bool {
+	i := len(args) - len(rest) - 1
+	return i >= 0 && args[i] == "--"
+}
+
+// longFlags rewrites the flag package's "-name" as "--name", the spelling of
+// the help, for every flag name longer than one letter.
+func longFlags(msg string) string {
+	return singleDashFlag.ReplaceAllString(msg, "$1--$2")
+}
+
+var singleDashFlag = regexp.MustCompile(`(^|[\s:])-([A-Za-z][A-Za-z0-9-]+)`)
 
 // printHelp writes a command's usage, description, flags and examples.
 func printHelp(w io.Writer, c command, fs *flag.FlagSet) {

@@ -62,12 +62,12 @@ func (li lockInfo) holderLine(now time.Time) string {
 	}
 	var parts []string
 	if h := li.Holder; h != nil {
-		who := h.Host
+		who := printable(h.Host)
 		if h.PID != 0 {
 			who += " pid " + strconv.Itoa(h.PID)
 		}
 		if h.User != "" {
-			who = h.User + "@" + who
+			who = printable(h.User) + "@" + who
 		}
 		parts = append(parts, strings.TrimSpace(who))
 		parts = append(parts, "since "+h.Since.Local().Format("15:04:05")+" ("+ago(now, h.Since)+" ago)")
@@ -178,15 +178,17 @@ examples:
 func withStore(ctx context.Context, e *env, c command, args []string, def string, fn func(o *inspectFlags, arg string, st store) int) int {
 	o := new(inspectFlags)
 	fs := o.define(c.name)
-	if code, ok := parseFlags(e, c, fs, args); !ok {
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
 		return code
 	}
+	rest := append(a.before, a.after...)
 	arg := def
 	switch {
-	case fs.NArg() == 1:
-		arg = fs.Arg(0)
-	case fs.NArg() > 1:
-		return fail(e, c.name, usageErrorf("unexpected arguments after %q (flags go before it)", fs.Arg(0)))
+	case len(rest) == 1:
+		arg = rest[0]
+	case len(rest) > 1:
+		return fail(e, c.name, usageErrorf("one %s expected, got %d arguments: %s", strings.Fields(c.synopsis)[len(strings.Fields(c.synopsis))-1], len(rest), strings.Join(rest, " ")))
 	case arg == "":
 		return fail(e, c.name, usageErrorf("missing KEY"))
 	}
@@ -209,7 +211,7 @@ func withStore(ctx context.Context, e *env, c command, args []string, def string
 func runStatus(ctx context.Context, e *env, args []string) int {
 	c := statusCommand()
 	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
-		li, err := st.inspect(ctx, key)
+		li, err := inspectLock(ctx, st, key)
 		switch {
 		case err != nil:
 			return fail(e, c.name, err)
@@ -225,9 +227,11 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	})
 }
 
+// writeStatus prints one lock as a table of fields, holder-supplied text
+// escaped (see printable).
 func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "key\t%s\n", li.Key)
+	fmt.Fprintf(tw, "key\t%s\n", printable(li.Key))
 	if !li.Held {
 		fmt.Fprintf(tw, "state\tfree\n")
 		if li.LastToken != 0 {
@@ -238,17 +242,17 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	}
 	fmt.Fprintf(tw, "state\theld\n")
 	if h := li.Holder; h != nil {
-		fmt.Fprintf(tw, "host\t%s\n", h.Host)
+		fmt.Fprintf(tw, "host\t%s\n", printable(h.Host))
 		fmt.Fprintf(tw, "pid\t%d\n", h.PID)
 		if h.User != "" {
-			fmt.Fprintf(tw, "user\t%s\n", h.User)
+			fmt.Fprintf(tw, "user\t%s\n", printable(h.User))
 		}
 		fmt.Fprintf(tw, "since\t%s (%s ago)\n", h.Since.Local().Format(time.RFC3339), ago(now, h.Since))
 		if h.Description != "" {
-			fmt.Fprintf(tw, "description\t%s\n", h.Description)
+			fmt.Fprintf(tw, "description\t%s\n", printable(h.Description))
 		}
 	} else if li.Metadata != "" {
-		fmt.Fprintf(tw, "metadata\t%s\n", li.Metadata)
+		fmt.Fprintf(tw, "metadata\t%s\n", printable(li.Metadata))
 	}
 	fmt.Fprintf(tw, "ttl\t%s\n", ttlString(li.TTLms))
 	fmt.Fprintf(tw, "token\t%d\n", li.Token)
@@ -261,7 +265,7 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 func runList(ctx context.Context, e *env, args []string) int {
 	c := listCommand()
 	return withStore(ctx, e, c, args, "*", func(o *inspectFlags, pattern string, st store) int {
-		infos, err := st.list(ctx, pattern)
+		infos, err := listLocks(ctx, st, pattern)
 		switch {
 		case err != nil:
 			return fail(e, c.name, err)
@@ -278,6 +282,8 @@ func runList(ctx context.Context, e *env, args []string) int {
 	})
 }
 
+// writeList prints locks as a table, one row each, holder-supplied text
+// escaped (see printable) so that it cannot add rows or columns.
 func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tWAITERS\tDESCRIPTION")
@@ -290,7 +296,7 @@ func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 		if li.Waiters > 0 {
 			waiters = strconv.Itoa(li.Waiters)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", li.Key, host, pid, since, ttlString(li.TTLms), li.Token, waiters, desc)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(li.Key), printable(host), pid, since, ttlString(li.TTLms), li.Token, waiters, printable(desc))
 	}
 	tw.Flush()
 }
@@ -298,7 +304,7 @@ func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 func runUnlock(ctx context.Context, e *env, args []string) int {
 	c := unlockCommand()
 	return withStore(ctx, e, c, args, "", func(o *inspectFlags, key string, st store) int {
-		li, err := st.forceUnlock(ctx, key)
+		li, err := forceUnlock(ctx, st, key)
 		switch {
 		case errors.Is(err, dlock.ErrNotHeld):
 			fmt.Fprintf(e.stderr, "dlock unlock: %q is not held: nothing removed\n", key)
@@ -314,8 +320,12 @@ func runUnlock(ctx context.Context, e *env, args []string) int {
 	})
 }
 
+// writeJSON prints v as indented JSON, with the control characters that
+// encoding/json leaves raw escaped too (see escapeJSONControls).
 func writeJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // a closed pipe is not an error worth reporting
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return // lockInfo always encodes
+	}
+	_, _ = w.Write(append(escapeJSONControls(js), '\n')) // a closed pipe is not an error worth reporting
 }

@@ -7,6 +7,7 @@
 //	dlock unlock --force [flags] KEY
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
 //	dlock completion bash|zsh
+//	dlock version
 //
 // Run "dlock help" for the subcommands and "dlock COMMAND --help" for their flags.
 package main
@@ -53,7 +54,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	stderrTTY      bool // stderr is a terminal: progress may be shown there
+	stderrTTY      bool       // stderr is a terminal: progress may be shown there
+	width          func() int // the columns of that terminal now; 0 when unknown
 }
 
 func commands() []command {
@@ -62,12 +64,9 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
-		{
-			name: "demo", summary: "show lost updates without a lock and none with dlock (embedded Redis unless --redis)",
-			flags: func() *flag.FlagSet { return new(demoFlags).define() },
-			run:   runDemo,
-		},
+		demoCommand(),
 		completionCommand(),
+		versionCommand(),
 	}
 }
 
@@ -80,6 +79,13 @@ func main() {
 	e := &env{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),
+		width: func() int {
+			w, _, err := term.GetSize(int(os.Stderr.Fd()))
+			if err != nil {
+				return 0
+			}
+			return w
+		},
 	}
 	os.Exit(run(context.Background(), e, os.Args[1:]))
 }
@@ -95,6 +101,8 @@ func run(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "--version", "-version":
+		return runVersion(ctx, e, nil)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
@@ -128,7 +136,7 @@ func lookup(name string) (command, bool) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: dlock COMMAND [flags] [args]")
+	fmt.Fprintln(w, "usage: dlock COMMAND [flags] [args]   (dlock --version: the version)")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)

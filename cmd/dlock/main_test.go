@@ -10,12 +10,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -475,6 +478,12 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	foreign := dlocktest.Key(t) + "-foreign"
 	rdb.Set(context.Background(), redislock.LockKey(foreign), "x", time.Minute)
+	foreignFence, foreignHash := foreign+"-fence", foreign+"-hash"
+	rdb.RPush(context.Background(), redislock.FenceKey(foreignFence), "x")
+	rdb.HSet(context.Background(), redislock.LockKey(foreignHash), "x", "y")
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), redislock.LockKey(foreign), redislock.FenceKey(foreignFence), redislock.LockKey(foreignHash))
+	})
 	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -497,7 +506,11 @@ func TestRunExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown flag", []string{"run", "--bogus", key, "--", "true"}, 64, "not defined"},
+		{"unknown flag", []string{"run", "--bogus", key, "--", "true"}, 64, "not defined: --bogus"},
+		{"key forgotten", []string{"run", "--", "echo", "hi"}, 64, `missing KEY before "--"`},
+		{"flags named as in help", []string{"run", "--ttl", "10", key, "--", "true"}, 64, `for flag --ttl: missing unit`},
+		{"command flag without --", []string{"run", key, "ls", "-l"}, 64, `missing "--" between KEY and COMMAND`},
+		{"status of two keys", []string{"status", key, key}, 64, "one KEY expected"},
 		{"missing --", []string{"run", key, "true"}, 64, `missing "--"`},
 		{"missing command", []string{"run", key, "--"}, 64, "missing COMMAND"},
 		{"missing key", []string{"run"}, 64, "missing KEY"},
@@ -527,7 +540,11 @@ func TestRunExitCodes(t *testing.T) {
 		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "touch", marker}, 75, "gave up after"},
 		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "touch", marker}, 3, "held by"},
 		{"bad -E", []string{"run", "-E", "300", key, "--", "true"}, 64, "0..255"},
-		{"foreign data", []string{"run", foreign, "--", "true"}, 65, "foreign"},
+		{"foreign data", []string{"run", foreign, "--", "true"}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"status of foreign data", []string{"status", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"unlock of foreign data", []string{"unlock", "--force", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
+		{"foreign fence counter", []string{"run", foreignFence, "--", "true"}, 65, `(Redis key "` + redislock.FenceKey(foreignFence) + `" is a list)`},
+		{"foreign hash", []string{"status", foreignHash}, 65, `(Redis key "` + redislock.LockKey(foreignHash) + `" is a hash without a lock owner)`},
 		{"status free", []string{"status", key}, 1, ""},
 		{"status missing key", []string{"status"}, 64, "missing KEY"},
 		{"unlock without force", []string{"unlock", busy}, 64, "without --force"},
@@ -738,7 +755,7 @@ func TestHelpForEveryCommand(t *testing.T) {
 			t.Errorf("dlock help does not list %s", c.name)
 		}
 	}
-	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") {
+	if r := dlockRun(t, "help", "run"); !strings.Contains(r.stdout, "exit codes:") || !strings.Contains(r.stdout, "0: a single attempt, no waiting") {
 		t.Errorf("dlock help run: %q", r.stdout)
 	}
 	if r := dlockRun(t); r.code != exitUsage {
@@ -768,16 +785,22 @@ func TestCompletionScriptsParse(t *testing.T) {
 		key := dlocktest.Key(t)
 		holder, _, _ := startHolder(t, nil, key, `echo ok > "$1"; exec sleep 30`)
 		defer func() { _ = holder.Process.Kill() }()
+		colonKey := key + ":nightly:job"
+		holder2, _, _ := startHolder(t, nil, colonKey, `echo ok > "$1"; exec sleep 30`)
+		defer func() { _ = holder2.Process.Kill() }()
+		// As bash splits a word at the ':' of COMP_WORDBREAKS.
 		script := dlockRun(t, "completion", "bash").stdout + `
 COMP_WORDS=(dlock ru); COMP_CWORD=1; _dlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(dlock run --tt); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
 COMP_WORDS=(dlock status "$1"); COMP_CWORD=2; _dlock; echo "${COMPREPLY[*]}"
+COMP_LINE="dlock status $2:nightly:j"; COMP_POINT=${#COMP_LINE}
+COMP_WORDS=(dlock status "$2" : nightly : j); COMP_CWORD=6; _dlock; echo "${COMPREPLY[*]}"
 `
 		cmd := dlockCmd(t, "")
-		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4]}
+		cmd.Path, cmd.Args = bash, []string{"bash", "-c", script, "bash", key[:len(key)-4], key}
 		cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(dlockBin)+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
-		if want := "run\n--ttl\n" + key + "\n"; err != nil || string(out) != want {
+		if want := "run\n--ttl\n" + key + " " + colonKey + "\njob\n"; err != nil || string(out) != want {
 			t.Errorf("bash completion: %v %q, want %q", err, out, want)
 		}
 	}
@@ -826,9 +849,10 @@ func TestRunLostLockPolicies(t *testing.T) {
 		name  string
 		flags []string
 		say   string
+		code  int
 	}{
-		{"warn keeps the command running", []string{"--ttl", "600ms", "--on-lost", "warn"}, "keeps running"},
-		{"loss noticed at release", nil, "before the command ended"},
+		{"warn keeps the command running", []string{"--ttl", "600ms", "--on-lost", "warn"}, "ran partly without the lock", 0},
+		{"loss noticed at release", nil, "before the command ended", exitLockLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := dlocktest.Key(t)
@@ -860,8 +884,8 @@ func TestRunLostLockPolicies(t *testing.T) {
 			}
 			r := wait(t, cmd, start, new(bytes.Buffer), new(bytes.Buffer))
 			b, _ := os.ReadFile(stderrFile)
-			if r.code != exitLockLost || !strings.Contains(string(b), tc.say) {
-				t.Errorf("exit %d stderr %q, want %d and %q", r.code, b, exitLockLost, tc.say)
+			if r.code != tc.code || !strings.Contains(string(b), tc.say) {
+				t.Errorf("exit %d stderr %q, want %d and %q", r.code, b, tc.code, tc.say)
 			}
 			if fileHas(ready, "TERM")() {
 				t.Errorf("the command got SIGTERM")
@@ -949,4 +973,300 @@ func TestRunLockLostOnSilentNetwork(t *testing.T) {
 	if limit := ttl + grace + 2*time.Second; r.elapsed > limit {
 		t.Errorf("took %v to give up a lock behind a silent network, limit %v", r.elapsed, limit)
 	}
+}
+
+// TestStatusListEscapeHolderText checks that holder-supplied text (a dlock run
+// --description, a library lease's WithMetadata) reaches the terminal with its
+// control characters escaped, in status, list and unlock, and unchanged in JSON.
+func TestStatusListEscapeHolderText(t *testing.T) {
+	prefix := dlocktest.Key(t)
+	keyA, keyB := prefix+":a", prefix+":b"
+	const desc = "deploy\x1b]0;pwned\x07\x1b[31m red\nforged-row\tx \u202e txt.exe \u009b2J"
+	holder, _, _ := startHolder(t, []string{"--description", desc}, keyA, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	locker, err := redislock.New(newRDB(t), dlock.WithMetadata(desc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := locker.Lock(context.Background(), keyB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Unlock(context.Background()) }()
+
+	raw := func(what, out string) {
+		t.Helper()
+		for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e", "\nforged", "\tx"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s prints %q raw:\n%s", what, bad, out)
+			}
+		}
+	}
+	for _, key := range []string{keyA, keyB} {
+		r := dlockRun(t, "status", key)
+		raw("status", r.stdout)
+		if !strings.Contains(r.stdout, `\x1b[31m red\nforged-row\tx \u202e txt.exe \u009b2J`) {
+			t.Errorf("status does not show the escaped text:\n%s", r.stdout)
+		}
+		r = dlockRun(t, "status", "--json", key)
+		raw("status --json", r.stdout)
+		var li lockInfo
+		if err := json.Unmarshal([]byte(r.stdout), &li); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, r.stdout)
+		}
+		if got := li.Metadata; li.Holder != nil {
+			got = li.Holder.Description
+			if got != desc {
+				t.Errorf("status --json description %q, want %q", got, desc)
+			}
+		} else if got != desc {
+			t.Errorf("status --json metadata %q, want %q", got, desc)
+		}
+	}
+	r := dlockRun(t, "list", prefix+":*")
+	raw("list", r.stdout)
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 {
+		t.Errorf("list of 2 locks prints %d lines:\n%s", len(lines), r.stdout)
+	}
+	r = dlockRun(t, "list", "--json", prefix+":*")
+	raw("list --json", r.stdout)
+	var list []lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 2 || list[1].Metadata != desc {
+		t.Errorf("list --json: %v\n%s", err, r.stdout)
+	}
+	r = dlockRun(t, "unlock", "--force", keyB)
+	raw("unlock", r.stdout)
+	if r.code != 0 {
+		t.Errorf("unlock --force: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// gone reports whether process pid has ended (reaped, or a zombie waiting for
+// its reaper).
+func gone(pid int) func() bool {
+	return func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(st), ") Z ")
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q: %v", b, err)
+	}
+	return pid
+}
+
+// TestRunLockLostStopsGrandchildren loses the lock of a command that started a
+// process of its own, and checks that this grandchild is stopped too.
+func TestRunLockLostStopsGrandchildren(t *testing.T) {
+	key := dlocktest.Key(t)
+	cmd, stderr, ready := startHolder(t, []string{"--ttl", "600ms", "--grace", "300ms"}, key,
+		`sleep 100 & echo $! > "$1.pid"; echo ok > "$1"; wait`)
+	grandchild := readPID(t, ready+".pid")
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+	start := time.Now()
+	if err := newRDB(t).Del(context.Background(), redislock.LockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, cmd, start, new(bytes.Buffer), stderr); r.code != exitLockLost {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLockLost, r.stderr)
+	}
+	if !gone(grandchild)() {
+		t.Errorf("the command's child %d runs on after dlock lost the lock and exited", grandchild)
+	}
+}
+
+// TestRunStopsWhatCommandLeavesBehind checks that a background job of the
+// command does not outlive the lock: it is stopped before the release.
+func TestRunStopsWhatCommandLeavesBehind(t *testing.T) {
+	key := dlocktest.Key(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	r := dlockRun(t, "run", "--grace", "300ms", key, "--", "sh", "-c", `sleep 100 & echo $! > "$1"`, "sh", pidFile)
+	grandchild := readPID(t, pidFile)
+	t.Cleanup(func() { _ = syscall.Kill(grandchild, syscall.SIGKILL) })
+	if r.code != 0 || !strings.Contains(r.stderr, "left processes running") {
+		t.Errorf("exit %d stderr %q, want 0 and a note", r.code, r.stderr)
+	}
+	if !gone(grandchild)() {
+		t.Errorf("the command's background job %d outlives the lock", grandchild)
+	}
+	if held(t, newRDB(t), key)() {
+		t.Errorf("lock left behind")
+	}
+}
+
+// TestRunCommandReadsTerminal checks that a command run from a terminal's
+// foreground job can read the terminal (its process group is given the
+// terminal, so it is not stopped by SIGTTIN).
+func TestRunCommandReadsTerminal(t *testing.T) {
+	key := dlocktest.Key(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := dlockCmd(t, "run", key, "--", "sh", "-c", `echo ok > "$1"; read line; echo "got $line" >&2`, "sh", ready)
+	term := ptyStart(t, cmd, withControllingTerminal)
+	waitFor(t, "the command to start", fileHas(ready, "ok"))
+	term.write("hello\n")
+	term.waitFor("got hello")
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != 0 {
+		t.Errorf("exit %d; terminal: %q", code, term.text())
+	}
+}
+
+// TestFlagsAfterArguments checks that every command takes its flags after its
+// arguments too.
+func TestFlagsAfterArguments(t *testing.T) {
+	key := dlocktest.Key(t)
+	r := dlockRun(t, "status", key, "--json")
+	var li lockInfo
+	if err := json.Unmarshal([]byte(r.stdout), &li); r.code != exitFailure || err != nil || li.Key != key {
+		t.Errorf("status KEY --json: exit %d %v stdout %q stderr %q", r.code, err, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "list", key+"*", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("list PATTERN --json: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "unlock", key, "--force"); r.code != exitFailure || !strings.Contains(r.stderr, "not held") {
+		t.Errorf("unlock KEY --force: exit %d stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, "run", key, "--wait", "0", "--", "sh", "-c", "echo $DLOCK_KEY"); r.code != 0 || r.stdout != key+"\n" {
+		t.Errorf("run KEY --wait 0 -- ...: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "completion", "bash", "--help"); r.code != 0 || !strings.Contains(r.stdout, "usage:") {
+		t.Errorf("completion bash --help: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestDemoDeletesItsKeys runs the demo on a real server and checks that it
+// leaves no key behind.
+func TestDemoDeletesItsKeys(t *testing.T) {
+	r := dlockRun(t, "demo", "--redis", redisURL(), "--workers", "2", "--rounds", "3", "--stock", "3")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	keys, err := newRDB(t).Keys(context.Background(), "*dlock-demo*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("demo left keys behind: %v %v", keys, err)
+	}
+	if strings.Contains(r.stdout, "seed") {
+		t.Errorf("demo output speaks of seeds:\n%s", r.stdout)
+	}
+}
+
+// TestDemoErrorOnOneLine runs the demo as a user that may not run scripts:
+// every worker's Lock fails, and the demo says so on one line.
+func TestDemoErrorOnOneLine(t *testing.T) {
+	guarded := testserver.StartRedis(t)
+	admin := redis.NewClient(&redis.Options{Addr: guarded.Addr})
+	err := admin.Do(context.Background(), "ACL", "SETUSER", "demo", "on", ">pw", "~*", "&*", "+@all", "-@scripting").Err()
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, "demo", "--redis", "redis://demo:pw@"+guarded.Addr+"/0", "--workers", "4", "--rounds", "2", "--stock", "2")
+	if r.code == 0 || !strings.Contains(r.stderr, "NOPERM") || !strings.Contains(r.stderr, "3 more workers failed") {
+		t.Errorf("demo without script permission: exit %d stderr %q", r.code, r.stderr)
+	}
+	checkOneLine(t, r)
+}
+
+func TestVersion(t *testing.T) {
+	r := dlockRun(t, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("dlock version: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Built from a checkout: no module version, and the commit when git is there.
+	if !strings.HasPrefix(r.stdout, "dlock (devel)") {
+		t.Errorf("dlock version of a build from a checkout: %q", r.stdout)
+	}
+	if r2 := dlockRun(t, "--version"); r2.code != 0 || r2.stdout != r.stdout {
+		t.Errorf("dlock --version: exit %d %q, want %q", r2.code, r2.stdout, r.stdout)
+	}
+	if r := dlockRun(t, "version", "x"); r.code != exitUsage {
+		t.Errorf("dlock version x: exit %d", r.code)
+	}
+}
+
+// TestWaitingLineFitsTerminal checks that the waiting line, redrawn in place,
+// is narrower than the terminal, so that it never wraps into a trail of lines.
+func TestWaitingLineFitsTerminal(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--description", strings.Repeat("a long description ", 8)}, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
+	term := ptyStart(t, cmd, 0)
+	term.finish()
+	out := term.text()
+	lines := 0
+	for _, line := range strings.Split(out, "\r\x1b[K") {
+		if !strings.Contains(line, "waiting") {
+			continue
+		}
+		lines++
+		if n := utf8.RuneCountInString(line); n >= ptyColumns {
+			t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
+		}
+	}
+	if lines == 0 {
+		t.Errorf("no waiting line: %q", out)
+	}
+}
+
+// TestRunServerLostWhileWaitingExits69 cuts a waiting run off its server: the
+// wait ends with exit 69 (server unavailable), not 75 (busy).
+func TestRunServerLostWhileWaitingExits69(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--ttl", "1s"}, key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	proxy := testproxy.Start(t, srv.Addr)
+	cmd := dlockCmd(t, "run", "--redis", "redis://"+proxy.Addr+"/0", "--wait", "20s", key, "--", "true")
+	term := ptyStart(t, cmd, 0)
+	term.waitFor("waiting")
+	proxy.Close()
+	term.finish()
+	if code := childCode(cmd.ProcessState); code != exitUnavailable {
+		t.Errorf("exit %d, want %d; stderr %q", code, exitUnavailable, term.text())
+	}
+	out := term.text()
+	last := out[strings.LastIndex(out, "\r\x1b[K")+len("\r\x1b[K"):]
+	if !strings.HasPrefix(last, "dlock run: ") || !strings.Contains(last, "unavailable") || strings.Count(strings.TrimSpace(last), "\n") != 0 {
+		t.Errorf("after the waiting line, stderr is not one line: %q", term.text())
+	}
+}
+
+// TestRunServerRefusals: a server that refuses the lock's scripts (an ACL without
+// EVALSHA) or is out of memory makes run exit 69 (unavailable) with one line,
+// and a run that waits through an out-of-memory spell gets the lock.
+func TestRunServerRefusals(t *testing.T) {
+	s := testserver.StartRedis(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := dlockRun(t, "run", "--redis", "redis://noeval:pw@"+s.Addr+"/0", "--wait", "5s", "k", "--", "true")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "NOPERM") {
+		t.Errorf("NOPERM: exit %d, stderr %q; want 69 naming NOPERM", r.code, r.stderr)
+	}
+	checkOneLine(t, r)
+	if r.elapsed > 4*time.Second {
+		t.Errorf("NOPERM reported after %v: a refusal is not waited out", r.elapsed)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = dlockRun(t, "run", "--redis", "redis://"+s.Addr+"/0", "--wait", "500ms", "k", "--", "true")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "OOM") {
+		t.Errorf("OOM: exit %d, stderr %q; want 69 naming OOM", r.code, r.stderr)
+	}
+	if r.elapsed < 500*time.Millisecond {
+		t.Errorf("OOM reported after %v, before the wait of 500ms ended", r.elapsed)
+	}
+	checkOneLine(t, r)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // progress shows on a terminal that dlock run is waiting, for how long, and who
@@ -26,7 +27,7 @@ func startProgress(ctx context.Context, e *env, st store, key string, since time
 		for {
 			ictx, icancel := context.WithTimeout(ctx, progressEvery)
 			who := "another process"
-			if li, err := st.inspect(ictx, key); err == nil && li.Held {
+			if li, err := inspectLock(ictx, st, key); err == nil && li.Held {
 				who = li.holderLine(time.Now())
 				if li.TTLms > 0 {
 					who += ", ttl " + ttlString(li.TTLms)
@@ -36,7 +37,8 @@ func startProgress(ctx context.Context, e *env, st store, key string, since time
 			if ctx.Err() != nil {
 				return
 			}
-			fmt.Fprintf(e.stderr, "\r\x1b[Kdlock: waiting %v for %q, held by %s", time.Since(since).Round(time.Second), key, who)
+			line := fmt.Sprintf("dlock: waiting %v for %q, held by %s", time.Since(since).Round(time.Second), key, who)
+			fmt.Fprint(e.stderr, "\r\x1b[K"+fit(line, e.width()))
 			select {
 			case <-ctx.Done():
 				return
@@ -55,4 +57,17 @@ func (p *progress) stop() {
 	p.cancel()
 	p.done.Wait()
 	fmt.Fprint(p.e.stderr, "\r\x1b[K")
+}
+
+// fit shortens line to fewer than width columns, so that redrawing it never
+// wraps; a width of 0 (unknown) leaves it alone. A shortened line ends in "…".
+func fit(line string, width int) string {
+	if width <= 0 || utf8.RuneCountInString(line) < width {
+		return line
+	}
+	if width < 2 {
+		return ""
+	}
+	runes := []rune(line)
+	return string(runes[:width-2]) + "…"
 }

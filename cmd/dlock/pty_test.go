@@ -24,6 +24,9 @@ type terminal struct {
 	closed chan struct{} // closed when the terminal has no writer left
 }
 
+// ptyColumns is the width of the test terminals.
+const ptyColumns = 80
+
 // withControllingTerminal makes the terminal the process's stdin and its
 // controlling terminal, with the process leading the foreground group.
 const withControllingTerminal = 1
@@ -37,6 +40,9 @@ func ptyStart(t *testing.T, cmd *exec.Cmd, mode int) *terminal {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ptmx.Close() })
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: ptyColumns}); err != nil {
+		t.Fatal(err)
+	}
 	cmd.Stderr = tty
 	if mode == withControllingTerminal {
 		cmd.Stdin = tty

@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"os/user"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,11 +55,11 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs; a crashed holder keeps the lock this long")
 	o.renewEvery = durationFlag{min: time.Millisecond, def: "ttl/3"}
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
-	o.wait = durationFlag{zero: "try once", def: "forever"}
-	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock; 0 = one attempt")
+	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
+	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock, then exit 75 (-E); 0: a single attempt, no waiting")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
-	fs.Var(&o.grace, "grace", "after losing the lock, wait `DURATION` between SIGTERM and SIGKILL")
-	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL) or warn")
+	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
+	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
 	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
@@ -73,23 +75,32 @@ func runCommand() command {
 		help: `Takes the lock KEY, runs COMMAND while renewing the lease, and releases the
 lock when COMMAND ends. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing
 token, strictly increasing per key) in its environment; its stdin, stdout and
-stderr pass through, and dlock prints nothing on stdout. SIGINT, SIGTERM,
-SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to COMMAND (Ctrl-C and
-Ctrl-\ on a terminal reach it directly, once). While waiting on a terminal,
-dlock shows on stderr how long it has waited and who holds the lock.
+stderr pass through, and dlock prints nothing on stdout. While waiting on a
+terminal, dlock shows on stderr how long it has waited and who holds the lock.
+
+COMMAND runs in a process group of its own, with everything it starts there
+(pipelines, "cmd &"): SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+sent to dlock are forwarded to the whole group, and losing the lock stops the
+whole group. What the command leaves running when it exits is stopped too
+(SIGTERM, SIGKILL after --grace) before the lock is released. A process that
+leaves the group (setsid, setpgid: daemons) escapes all of this. From a
+terminal, the group is given the terminal: COMMAND reads it, and Ctrl-C,
+Ctrl-\ and Ctrl-Z reach it directly, once.
 
 exit codes:
   the command's own    it ran (killed by signal N: 128+N)
   75 (see -E)          not obtained within --wait; the command did not start
   76                   the lock was lost while the command ran: it got SIGTERM,
-                       then SIGKILL after --grace (unless --on-lost warn)
+                       then SIGKILL after --grace. With --on-lost warn the
+                       command runs on, dlock warns on stderr, and exits with
+                       the command's own status
   64                   bad usage      69  server unreachable or failing
   65                   the key holds data that is not a dlock lock
   126, 127             the command is not executable, not found (no lock taken)
   128+N                interrupted by signal N while waiting
 
-If dlock itself is killed with SIGKILL, the command gets SIGTERM (Linux) and the
-lock stays until its TTL runs out.
+If dlock itself is killed with SIGKILL, the command gets SIGTERM (Linux; the
+processes it started do not) and the lock stays until its TTL runs out.
 
 examples:
   export DLOCK_REDIS=redis://127.0.0.1:6379/0
@@ -143,33 +154,28 @@ func runRun(ctx context.Context, e *env, args []string) int {
 func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	o := new(runFlags)
 	fs := o.define()
-	if code, ok := parseFlags(e, c, fs, args); !ok {
-		return nil, code, false
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return nil, fail(e, c.name, usageErrorf("missing KEY and command: dlock run [flags] KEY -- COMMAND [ARGS...]")), false
-	}
-	key := rest[0]
-	rest = rest[1:]
-	if len(rest) > 0 && rest[0] != "--" {
-		// Flags after the key.
-		if code, ok := parseFlags(e, c, fs, rest); !ok {
-			return nil, code, false
-		}
-		after := fs.Args()
-		if !consumedTerminator(rest, after) {
-			return nil, fail(e, c.name, usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- COMMAND [ARGS...]", key)), false
-		}
-		rest = append([]string{"--"}, after...)
-	}
+	a, err := splitArgs(fs, args)
 	switch {
-	case len(rest) == 0:
-		return nil, fail(e, c.name, usageErrorf("missing \"--\" and COMMAND after KEY %q", key)), false
-	case len(rest) == 1:
-		return nil, fail(e, c.name, usageErrorf("missing COMMAND after \"--\"")), false
+	case err != nil && (len(a.before) < 2 || slices.Contains(args, "--")):
+		return nil, flagError(e, c, fs, err), false
+	case err != nil:
+		// "dlock run KEY ls -l": a flag of the command, with no "--" before it.
+		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s ...", a.before[0], strings.Join(a.before[1:], " "))
+	case len(a.before) == 0 && a.dashdash:
+		err = usageErrorf("missing KEY before \"--\": dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case len(a.before) == 0:
+		err = usageErrorf("missing KEY and command: dlock run [flags] KEY -- COMMAND [ARGS...]")
+	case len(a.before) > 1:
+		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s", a.before[0], strings.Join(a.before[1:], " "))
+	case !a.dashdash:
+		err = usageErrorf("missing \"--\" and COMMAND after KEY %q", a.before[0])
+	case len(a.after) == 0:
+		err = usageErrorf("missing COMMAND after \"--\"")
 	}
-	r := &runRequest{flags: o, key: key, argv: rest[1:]}
+	if err != nil {
+		return nil, fail(e, c.name, err), false
+	}
+	r := &runRequest{flags: o, key: a.before[0], argv: a.after}
 	if err := r.check(); err != nil {
 		return nil, fail(e, c.name, err), false
 	}
@@ -182,13 +188,6 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	}
 	r.path = path
 	return r, 0, true
-}
-
-// consumedTerminator reports whether parsing args left rest right after a "--"
-// that the flag package consumed.
-func consumedTerminator(args, rest []string) bool {
-	i := len(args) - len(rest) - 1
-	return i >= 0 && args[i] == "--"
 }
 
 // check validates what the flags and the key say, before any I/O.
@@ -277,7 +276,10 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		}
 	}()
 	lease, err := locker.TryLock(ctx, r.key)
-	if errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && (!r.flags.wait.set || r.flags.wait.d > 0) {
+	// Held, or a failure that waiting may cure (the server is down, loading, out
+	// of memory...): wait, as Lock retries those within its wait.
+	waitable := errors.Is(err, dlock.ErrNotObtained) || (errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrRefused))
+	if waitable && ctx.Err() == nil && (!r.flags.wait.set || r.flags.wait.d > 0) {
 		wctx := ctx
 		if r.flags.wait.set {
 			var wcancel context.CancelFunc
@@ -310,6 +312,9 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
 		return nil, r.flags.conflict, false
 	}
+	if errors.Is(err, dlock.ErrConflict) {
+		return nil, fail(e, "run", st.explain(ctx, r.key, err)), false
+	}
 	return nil, fail(e, "run", fmt.Errorf("locking %q on %s: %w", r.key, st, err)), false
 }
 
@@ -318,7 +323,7 @@ func (r *runRequest) notObtained(st store, waited time.Duration) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	who := "another process"
-	if li, err := st.inspect(ctx, r.key); err == nil && li.Held {
+	if li, err := inspectLock(ctx, st, r.key); err == nil && li.Held {
 		who = li.holderLine(time.Now())
 	}
 	if !r.flags.wait.set || r.flags.wait.d == 0 {
@@ -337,56 +342,66 @@ func (r *runRequest) supervise(e *env, lease *dlock.Lease, sigs <-chan os.Signal
 		Stdout: e.stdout,
 		Stderr: e.stderr,
 	}
-	if err := startChild(cmd); err != nil {
+	j, err := startJob(cmd)
+	if err != nil {
 		release(e, lease)
 		return commandError(e, r.argv[0], err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the exit status is read from cmd.ProcessState
-		close(exited)
-	}()
 	lost := lease.Done()
 	var kill <-chan time.Time
 	wasLost := false
+	var status syscall.WaitStatus
+wait:
 	for {
 		select {
 		case s := <-sigs:
-			if !fromTerminal(s) {
-				_ = cmd.Process.Signal(s)
+			if s, ok := s.(syscall.Signal); ok {
+				j.signal(s)
 			}
-			continue
 		case <-lost:
 			lost, wasLost = nil, true
 			if r.flags.onLost == onLostWarn {
-				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): the command keeps running (--on-lost warn)\n", r.key, lease.Err())
+				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): the command keeps running (--on-lost warn)\n", r.key, oneLine(lease.Err()))
 				continue
 			}
-			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%v): stopping the command\n", r.key, lease.Err())
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): stopping the command\n", r.key, oneLine(lease.Err()))
+			j.terminate()
 			t := time.NewTimer(r.flags.grace.d)
 			defer t.Stop()
 			kill = t.C
-			continue
 		case <-kill:
 			kill = nil
-			_ = cmd.Process.Kill()
-			continue
-		case <-exited:
+			j.signal(syscall.SIGKILL)
+		case status = <-j.events:
+			if status.Stopped() {
+				j.suspend()
+				continue
+			}
+			break wait
 		}
-		break
 	}
-	code := childCode(cmd.ProcessState)
-	if wasLost {
-		// Nothing to release, and the connection may be dead: the lease has
-		// stopped renewing, and a holding the server may still have expires.
-		return exitLockLost
+	j.closeTerminal()
+	code := waitCode(status)
+	if j.drain(r.flags.grace.d) {
+		fmt.Fprintf(e.stderr, "dlock run: the command left processes running in its process group: stopped them\n")
 	}
-	if err := release(e, lease); errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
-		return exitLockLost
+	// When the lock was lost there is nothing to release, and the connection
+	// may be dead: the lease has stopped renewing, and a holding the server
+	// may still have expires.
+	if !wasLost {
+		wasLost = errors.Is(release(e, lease), dlock.ErrNotHeld)
+		if wasLost && r.flags.onLost == onLostStop {
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
+		}
 	}
-	return code
+	switch {
+	case !wasLost:
+		return code
+	case r.flags.onLost == onLostWarn:
+		fmt.Fprintf(e.stderr, "dlock run: warning: the command ran partly without the lock on %q (--on-lost warn); it exited %d\n", r.key, code)
+		return code
+	}
+	return exitLockLost
 }
 
 // forwarded are the signals dlock run passes on to its command.
@@ -406,16 +421,25 @@ func signalName(s syscall.Signal) string {
 	return s.String()
 }
 
-// childCode is the shell's view of how the command ended.
+// childCode is the shell's view of how a process ended.
 func childCode(ps *os.ProcessState) int {
 	if ps == nil {
 		return exitFailure
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return waitCode(ws)
 	}
-	if code := ps.ExitCode(); code >= 0 {
-		return code
+	return exitFailure
+}
+
+// waitCode is the shell's view of a wait status: the exit code, or 128+N
+// after signal N.
+func waitCode(ws syscall.WaitStatus) int {
+	switch {
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	case ws.Exited():
+		return ws.ExitStatus()
 	}
 	return exitFailure
 }
@@ -428,7 +452,7 @@ func release(e *env, lease *dlock.Lease) error {
 	defer cancel()
 	err := lease.Unlock(ctx)
 	if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %v (it expires in at most %v)\n", lease.Key(), err, time.Until(lease.Deadline()).Round(time.Millisecond))
+		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %s (it expires in at most %v)\n", lease.Key(), oneLine(err), time.Until(lease.Deadline()).Round(time.Millisecond))
 	}
 	return err
 }

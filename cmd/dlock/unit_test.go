@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRedactHidesEveryFormOfThePassword(t *testing.T) {
@@ -82,5 +87,72 @@ func TestParseMetaTakesSinceFromToken(t *testing.T) {
 	// Foreign metadata is shown raw.
 	if m, rest := parseMeta("job 7", 42); m != nil || rest != "job 7" {
 		t.Errorf("parseMeta(foreign) = %+v, %q", m, rest)
+	}
+}
+
+func TestPrintableAndJSONEscapes(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, ünïcode":   "plain text, ünïcode",
+		"a\x1b[31mb\nc\td":      `a\x1b[31mb\nc\td`,
+		"csi\u009b rlo\u202e":   `csi\u009b rlo\u202e`,
+		"bad \xff utf8":         `bad \xff utf8`,
+		"tag \U000e0041 astral": `tag \U000e0041 astral`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+		js, _ := json.Marshal(in)
+		esc := escapeJSONControls(js)
+		var back string
+		if err := json.Unmarshal(esc, &back); err != nil || (back != in && utf8.ValidString(in)) {
+			t.Errorf("escapeJSONControls(%s) = %s, decodes to %q (%v)", js, esc, back, err)
+		}
+		if bytes.ContainsFunc(esc, func(r rune) bool { return r >= 0x7f && !isPrintable(r) && r != utf8.RuneError }) {
+			t.Errorf("escapeJSONControls(%s) = %s leaves a control character", js, esc)
+		}
+	}
+}
+
+func TestDescribeBuild(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"},
+		{Key: "vcs.time", Value: "2026-01-02T03:04:05Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	for _, tc := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{bi, "dlock v1.2.0 (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "dlock (devel) go1.26.0"},
+		{nil, "dlock (devel) " + runtime.Version()},
+	} {
+		if got := describeBuild(tc.bi); got != tc.want {
+			t.Errorf("describeBuild = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	a, b := errors.New("dlock: not obtained"), errors.New("dial tcp: connection refused")
+	if got, want := oneLine(errors.Join(a, errors.Join(b, b))), "dlock: not obtained; dial tcp: connection refused"; got != want {
+		t.Errorf("oneLine = %q, want %q", got, want)
+	}
+}
+
+func TestFit(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		width int
+		want  string
+	}{
+		{"short", 80, "short"},
+		{"exactly10!", 10, "exactly1…"},
+		{"anything", 0, "anything"},
+		{"ünïcödé line", 6, "ünïc…"},
+	} {
+		if got := fit(tc.line, tc.width); got != tc.want {
+			t.Errorf("fit(%q, %d) = %q, want %q", tc.line, tc.width, got, tc.want)
+		}
 	}
 }

@@ -1,8 +1,9 @@
 -- Give up an acquisition of a dlock mutex for good: release it if ARGV[1] holds it
--- (waking waiters as release.lua does), and mark the owner as abandoned for
--- ARGV[4] ms, so that an attempt of the same acquisition that reaches the server
--- after this script (sent earlier on another connection) does not take the lock.
--- KEYS[1] lock hash   KEYS[2] the owner's abandon mark
+-- (waking a waiting process as release.lua does), and mark the owner as abandoned
+-- for ARGV[4] ms, so that an attempt of the same acquisition that reaches the
+-- server after this script (sent earlier on another connection) does not take
+-- the lock.
+-- KEYS[1] lock hash   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
 -- ARGV[4] mark lifetime ms
 -- Returns 1 when a holding was released, 0 otherwise.
@@ -12,7 +13,7 @@ if f[1] ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if f[2] and ARGV[2] ~= '' then
-  redis.pcall(ARGV[2], ARGV[3], '')
+if f[2] then
+  wake_next(KEYS[3], ARGV[2], ARGV[3])
 end
 return 1

@@ -4,42 +4,45 @@
 -- ARGV[6] queue entry lifetime ms, also the time a head has to claim a hand-over
 -- ARGV[7] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[8] wake channel
 -- A lock handed over to this owner by a release (o = owner) is claimed: its TTL is
--- set to ARGV[2] and the owner leaves the queue.
--- KEYS[5] the owner's abandon mark (see fairrelease.lua)
+-- set to ARGV[2].
 -- Returns {1, token} when taken, {0, pttl} otherwise, {2, 0} when the owner's
 -- acquisition was abandoned.
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  return {2, 0}
+-- Free with nobody queued: five calls. A claim after a hand-over: two.
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[5]) == 0 then
+  return {1, grant(ARGV[1], ARGV[2], ARGV[4], ARGV[3], nil)}
 end
-local now = now_ms()
-prune(now)
-local owner = redis.call('HGET', KEYS[1], 'o')
-if owner == ARGV[1] then
+local f = redis.call('HMGET', KEYS[1], 'o', 't')
+if f[1] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[4] ~= '' then
     redis.call('HSET', KEYS[1], 'm', ARGV[4])
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  dequeue(ARGV[1])
-  return {1, tonumber(redis.call('HGET', KEYS[1], 't'))}
+  return {1, tonumber(f[2])}
 end
-if not owner then
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {2, 0}
+end
+if not f[1] then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
   end
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  if not head or head == ARGV[1] then
-    dequeue(ARGV[1])
-    return {1, grant(ARGV[1], ARGV[2], ARGV[4], ARGV[3])}
+  -- Free, with waiters queued: the lock is the first's.
+  if redis.call('LINDEX', KEYS[3], 0) == ARGV[1] then
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+    return {1, grant(ARGV[1], ARGV[2], ARGV[4], ARGV[3], nil)}
   end
-  -- Free, but somebody queued first: the lock is theirs (expiry hand-over).
   handoff(ARGV[3], ARGV[6], ARGV[7], ARGV[8])
 end
 if ARGV[5] == '1' then
-  if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+  local tm = redis.call('TIME')
+  if redis.call('ZADD', KEYS[4], ms(tm) + tonumber(ARGV[6]), ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[1])
   end
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  -- A queued waiter is woken by the hand-over and comes back to refresh its
+  -- entry: the holder's TTL would not change when it tries next.
+  return {0, -1}
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -1,5 +1,6 @@
--- Release a fair dlock mutex held by ARGV[1] and hand it to the head of the queue;
--- in every case take ARGV[1] out of the queue (a waiter giving up).
+-- Release a fair dlock mutex held by ARGV[1] and hand it to the first live waiter
+-- of the queue. With ARGV[6] (an abandoned acquisition) also take ARGV[1] out of
+-- the queue.
 -- ARGV[1] owner   ARGV[2] fence retention ms   ARGV[3] claim time ms
 -- ARGV[4] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[5] wake channel
 -- ARGV[6] '' for a release; for an abandoned acquisition, the lifetime (ms) of
@@ -7,18 +8,27 @@
 -- acquisition that reaches the server after this script from queueing again or
 -- taking the lock.
 -- Returns 1 when released, 0 when not held by owner.
+-- A release with nobody queued makes three calls.
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  if redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
+    redis.call('LREM', KEYS[3], 1, ARGV[1])
+  end
 end
-dequeue(ARGV[1])
-local owner = redis.call('HGET', KEYS[1], 'o')
-if owner ~= ARGV[1] then
-  if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
+local f = redis.call('HMGET', KEYS[1], 'o', 'm')
+if f[1] ~= ARGV[1] then
+  if not f[1] and redis.call('EXISTS', KEYS[1]) == 1 then
     return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
   end
   return 0
 end
-redis.call('DEL', KEYS[1])
-prune(now_ms())
-handoff(ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+local head, tm = pop_live()
+if not head then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if f[2] then
+  redis.call('HDEL', KEYS[1], 'm') -- the rest is overwritten by the hand-over
+end
+give(head, tm, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return 1

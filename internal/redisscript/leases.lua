@@ -1,11 +1,33 @@
 -- Shared head of the scripts of locks with several holders (semaphore permits;
--- readers and a writer), prepended after token.lua and fairlib.lua.
+-- readers and a writer), prepended after token.lua and fairlib.lua (whose ms and
+-- pop_live serve the semaphore's queue).
 -- KEYS[1] lock hash: the kind's own fields, and per holder o the fields
 --         't:'..o (fencing token) and 'm:'..o (metadata)
 -- KEYS[2] fence counter   KEYS[3], KEYS[4] queue and queue deadlines (fairlib.lua)
 -- KEYS[5] the owner's abandon mark
 -- KEYS[6] holders: sorted set owner -> server time (ms) at which its lease ends
 -- All keys carry the lock's hash tag.
+
+-- now_ms returns the server time in milliseconds.
+local function now_ms()
+  return ms(redis.call('TIME'))
+end
+
+-- Take o out of the queue, if it is there.
+local function dequeue(o)
+  if redis.call('ZREM', KEYS[4], o) == 1 then
+    redis.call('LREM', KEYS[3], 1, o)
+  end
+end
+
+-- Put o at the end of the queue, or refresh its entry, for life ms.
+local function enqueue(o, now, life)
+  if redis.call('ZADD', KEYS[4], now + tonumber(life), o) == 1 then
+    redis.call('RPUSH', KEYS[3], o)
+  end
+  redis.call('PEXPIRE', KEYS[3], life)
+  redis.call('PEXPIRE', KEYS[4], life)
+end
 
 -- kind_error returns an error reply unless KEYS[1] is free or a lock whose hash
 -- has field (the kind's marker), or nil.
@@ -80,4 +102,25 @@ local function settle(now, keep)
   if redis.call('EXISTS', KEYS[6]) == 1 then
     redis.call('PEXPIREAT', KEYS[6], e)
   end
+end
+
+-- Hand up to free permits to the first live waiters of the queue, for claim ms
+-- each, and wake each by name; stop early at o (when given), which is taken off
+-- the queue. Returns the permits left and whether o was reached.
+local function hand_out(free, o, now, claim, retention, pub, channel)
+  while free > 0 do
+    local head = pop_live()
+    if not head then
+      break
+    end
+    free = free - 1
+    if head == o then
+      return free, true
+    end
+    hold(head, now, claim, '', retention)
+    if pub ~= '' then
+      redis.pcall(pub, channel, head) -- a failed wake must not fail the hand-over
+    end
+  end
+  return free, false
 end

@@ -18,6 +18,10 @@ var (
 	releaseSrc string
 	//go:embed abandon.lua
 	abandonSrc string
+	//go:embed wake.lua
+	wakeSrc string
+	//go:embed pass.lua
+	passSrc string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed pttl.lua
@@ -35,8 +39,9 @@ var (
 // Mutex scripts. See each .lua file for its keys, arguments and reply.
 var (
 	Acquire = redis.NewScript(tokenSrc + acquireSrc)
-	Release = redis.NewScript(releaseSrc)
-	Abandon = redis.NewScript(abandonSrc)
+	Release = redis.NewScript(wakeSrc + releaseSrc)
+	Abandon = redis.NewScript(wakeSrc + abandonSrc)
+	Pass    = redis.NewScript(wakeSrc + passSrc)
 	Extend  = redis.NewScript(extendSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )

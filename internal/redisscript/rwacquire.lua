@@ -1,11 +1,12 @@
 -- Take a dlock read-write lock for reading or writing (token.lua, fairlib.lua and
 -- leases.lua are prepended). Lock hash fields besides the holders': rw = '1' (the
--- kind), wo = the writer, ww = server time (ms) until which a waiting writer
--- bars new readers, rq = '1' when readers wait (a writer's release wakes them).
+-- kind), wo = the writer, ww = the server time (ms) until which the waiting
+-- writer wm bars new readers and other writers (the next writer), rq = '1' when
+-- readers wait (a writer's release wakes them).
 -- ARGV[1] owner   ARGV[2] ttl ms   ARGV[3] fence retention ms   ARGV[4] metadata
 -- ARGV[5] '1' when the caller waits if the lock is busy   ARGV[6] 'w' or 'r'
 -- ARGV[7] lifetime ms of a waiting writer's mark
--- ARGV[8] publish command ('' = none)   ARGV[9] the readers' wake channel
+-- ARGV[8] publish command ('' = none)   ARGV[9] the wake channel
 -- ARGV[10] for a downgrade, the writer whose holding becomes ARGV[1]'s read
 --          holding, else ''
 -- Returns {1, token} when taken (also when the owner holds it already: a retry;
@@ -21,14 +22,14 @@ if e then
 end
 local o, now = ARGV[1], now_ms()
 drop_dead(now)
-local f = redis.call('HMGET', KEYS[1], 'wo', 'ww', 'rq')
-local wo, mark = f[1], tonumber(f[2])
+local f = redis.call('HMGET', KEYS[1], 'wo', 'ww', 'wm', 'rq')
+local wo, mark, marker = f[1], tonumber(f[2]), f[3]
 if wo and not redis.call('ZSCORE', KEYS[6], wo) then
   redis.call('HDEL', KEYS[1], 'wo') -- the writer's lease ended
   wo = nil
 end
 if mark and mark <= now then
-  mark = nil
+  mark, marker = nil, nil
 end
 if redis.call('ZSCORE', KEYS[6], o) then
   redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), o)
@@ -42,7 +43,7 @@ if ARGV[10] ~= '' then
   unhold(wo)
   redis.call('HDEL', KEYS[1], 'wo')
   local token = hold(o, now, ARGV[2], ARGV[4], ARGV[3])
-  if f[3] then
+  if f[4] then
     redis.call('HDEL', KEYS[1], 'rq')
     if ARGV[8] ~= '' then
       redis.pcall(ARGV[8], ARGV[9], '*')
@@ -52,21 +53,19 @@ if ARGV[10] ~= '' then
   return {1, token}
 end
 if ARGV[6] == 'w' then
-  if redis.call('ZCARD', KEYS[6]) == 0 then
-    redis.call('HDEL', KEYS[1], 'ww')
+  local mine = not marker or marker == o
+  if mine and redis.call('ZCARD', KEYS[6]) == 0 then
+    redis.call('HDEL', KEYS[1], 'ww', 'wm')
     redis.call('HSET', KEYS[1], 'rw', '1', 'wo', o)
     local token = hold(o, now, ARGV[2], ARGV[4], ARGV[3])
     settle(now)
     return {1, token}
   end
-  if ARGV[5] == '1' then
-    local m = now + tonumber(ARGV[7])
-    if not mark or m > mark then
-      mark = m
-      redis.call('HSET', KEYS[1], 'ww', mark)
-    end
+  if ARGV[5] == '1' and mine then
+    mark = now + tonumber(ARGV[7])
+    redis.call('HSET', KEYS[1], 'rw', '1', 'ww', mark, 'wm', o)
   end
-  local busy = last_end()
+  local busy = last_end() or mark
   if wo then
     busy = tonumber(redis.call('ZSCORE', KEYS[6], wo))
   end
@@ -79,7 +78,7 @@ if not wo and not mark then
   settle(now)
   return {1, token}
 end
-if ARGV[5] == '1' and not f[3] then
+if ARGV[5] == '1' and not f[4] then
   redis.call('HSET', KEYS[1], 'rq', '1')
 end
 local busy = mark

@@ -24,44 +24,27 @@ if n and n ~= ARGV[9] then
   return redis.error_reply('DLOCKLIMIT ' .. n)
 end
 local o, now = ARGV[1], now_ms()
-prune(now)
 drop_dead(now)
 if redis.call('ZSCORE', KEYS[6], o) then
   redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), o)
   if ARGV[4] ~= '' then
     redis.call('HSET', KEYS[1], 'm:' .. o, ARGV[4])
   end
-  dequeue(o)
   settle(now)
   return {1, tonumber(redis.call('HGET', KEYS[1], 't:' .. o))}
 end
 local free = tonumber(ARGV[9]) - redis.call('ZCARD', KEYS[6])
-while free > 0 do
-  local head = redis.call('LINDEX', KEYS[3], 0)
-  if not head or head == o then
-    break
-  end
-  dequeue(head)
-  hold(head, now, ARGV[6], '', ARGV[3])
-  if ARGV[7] ~= '' then
-    redis.pcall(ARGV[7], ARGV[8], head) -- a failed wake must not fail the hand-over
-  end
-  free = free - 1
-end
+local reached
+free, reached = hand_out(free, o, now, ARGV[6], ARGV[3], ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[1], 'n', ARGV[9])
-if free > 0 then
+if reached or free > 0 then
   dequeue(o)
   local token = hold(o, now, ARGV[2], ARGV[4], ARGV[3])
   settle(now)
   return {1, token}
 end
 if ARGV[5] == '1' then
-  if not redis.call('ZSCORE', KEYS[4], o) then
-    redis.call('RPUSH', KEYS[3], o)
-  end
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), o)
-  redis.call('PEXPIRE', KEYS[3], ARGV[6])
-  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  enqueue(o, now, ARGV[6])
 end
 settle(now)
 local first = first_end()

@@ -15,24 +15,11 @@ if e then
 end
 dequeue(ARGV[1])
 local now = now_ms()
-prune(now)
 drop_dead(now)
 local held = unhold(ARGV[1])
 local n = tonumber(redis.call('HGET', KEYS[1], 'n'))
 if n then
-  local free = n - redis.call('ZCARD', KEYS[6])
-  while free > 0 do
-    local head = redis.call('LINDEX', KEYS[3], 0)
-    if not head then
-      break
-    end
-    dequeue(head)
-    hold(head, now, ARGV[3], '', ARGV[2])
-    if ARGV[4] ~= '' then
-      redis.pcall(ARGV[4], ARGV[5], head)
-    end
-    free = free - 1
-  end
+  hand_out(n - redis.call('ZCARD', KEYS[6]), nil, now, ARGV[3], ARGV[2], ARGV[4], ARGV[5])
 end
 settle(now)
 if held then

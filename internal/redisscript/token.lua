@@ -6,9 +6,10 @@
 -- increasing after the counter is lost (restart without persistence, eviction,
 -- deletion) as long as the server clock does not step back. The counter is set
 -- to the time and read in one call, and set again in the rare case that the time
--- was not above the last token; it lives retention ms.
-local function next_token(fence, retention)
-  local now = redis.call('TIME')
+-- was not above the last token; it lives retention ms. tm, when given, is a
+-- TIME reply the caller has already read.
+local function next_token(fence, retention, tm)
+  local now = tm or redis.call('TIME')
   local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local t = now[1] .. string.sub('00000' .. now[2], -6) -- cheaper than format
   local last = tonumber(redis.call('SET', fence, t, 'PX', retention, 'GET') or '0')

@@ -15,20 +15,57 @@ import (
 //
 //	func TestMain(m *testing.M) { os.Exit(testserver.Main(m, func(r *testserver.Redis) { srv = r })) }
 func Main(m *testing.M, use func(*Redis)) int {
+	return runMain(m, func(dir string) (func(), error) {
+		srv, err := NewRedis(dir)
+		if err != nil {
+			return nil, err
+		}
+		use(srv)
+		return srv.Stop, nil
+	})
+}
+
+// ZooKeeperMain is Main with one ZooKeeper server (see NewZooKeeper) instead of a
+// redis-server: the JVM's start-up is paid once per test binary.
+func ZooKeeperMain(m *testing.M, use func(*ZooKeeper)) int {
+	return runMain(m, func(dir string) (func(), error) {
+		srv, err := NewZooKeeper(dir)
+		if err != nil {
+			return nil, err
+		}
+		use(srv)
+		return srv.Stop, nil
+	})
+}
+
+// MainEtcd is Main with one single-member etcd instead of a redis-server.
+func MainEtcd(m *testing.M, use func(*Etcd)) int {
+	return runMain(m, func(dir string) (func(), error) {
+		srv, err := NewEtcd(dir)
+		if err != nil {
+			return nil, err
+		}
+		use(srv)
+		return srv.Stop, nil
+	})
+}
+
+// runMain starts a server in a temporary directory with start, runs the tests,
+// stops the server and checks for leaked goroutines.
+func runMain(m *testing.M, start func(dir string) (stop func(), err error)) int {
 	dir, err := os.MkdirTemp("", "dlock-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	srv, err := NewRedis(dir)
+	stop, err := start(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	use(srv)
 	code := m.Run()
-	srv.Stop()
+	stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

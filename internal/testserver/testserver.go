@@ -1,5 +1,6 @@
-// Package testserver starts real redis-server processes on free loopback ports for
-// dlock's tests, and stops them when the test ends, also when it fails.
+// Package testserver starts real redis-server, etcd and ZooKeeper processes on free
+// loopback ports for dlock's tests, and stops them when the test ends, also when
+// it fails.
 package testserver
 
 import (
@@ -29,21 +30,23 @@ type Redis struct {
 	dir  string
 	args []string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	logs *os.File
+	proc process
 }
 
 // RedisBinary is the redis-server executable to run; $DLOCK_REDIS_SERVER overrides.
 func RedisBinary() (string, error) {
-	name := os.Getenv("DLOCK_REDIS_SERVER")
-	if name == "" {
-		name = "redis-server"
+	return lookBinary("DLOCK_REDIS_SERVER", "redis-server", "redis-server")
+}
+
+// lookBinary finds the executable named by $envVar, or name, in PATH; the error
+// names it and the Debian package pkg that installs it.
+func lookBinary(envVar, name, pkg string) (string, error) {
+	if v := os.Getenv(envVar); v != "" {
+		name = v
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y redis-server, or run ./test.sh as root): %w", name, err)
+		return "", fmt.Errorf("testserver: %s not found in PATH (install it: apt-get install -y %s, or run ./test.sh as root): %w", name, pkg, err)
 	}
 	return p, nil
 }
@@ -68,23 +71,36 @@ func NewRedis(dir string, extra ...string) (*Redis, error) {
 	if _, err := RedisBinary(); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for try := 0; try < 5; try++ { // a free port can be taken between probe and bind
-		port, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+	var r *Redis
+	err := onFreePort(func(port int) error {
+		r = &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
 		r.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
 			"--daemonize", "no", "--protected-mode", "yes",
 		}, extra...)
-		if lastErr = r.Start(); lastErr == nil {
-			return r, nil
+		return r.Start()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// onFreePort calls start with free loopback ports until it succeeds, a few times
+// at most: a free port can be taken between the probe and the server's bind.
+func onFreePort(start func(port int) error) error {
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		if lastErr = start(port); lastErr == nil {
+			return nil
 		}
 	}
-	return nil, lastErr
+	return lastErr
 }
 
 // Start (re)starts the server process on its port with its arguments, and waits
@@ -94,43 +110,8 @@ func (r *Redis) Start() error {
 	if err != nil {
 		return err
 	}
-	logs, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(bin, r.args...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logs.Close()
-		return fmt.Errorf("testserver: start %s: %w", bin, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	r.mu.Lock()
-	r.cmd, r.done, r.logs = cmd, done, logs
-	r.mu.Unlock()
-	if err := r.waitReady(done); err != nil {
-		r.Stop()
-		return fmt.Errorf("%w\n%s", err, r.tail())
-	}
-	return nil
-}
-
-func (r *Redis) waitReady(exited <-chan struct{}) error {
-	deadline := time.Now().Add(readyTimeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("testserver: redis-server on %s exited during start-up", r.Addr)
-		default:
-		}
-		if r.ping() == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("testserver: redis-server on %s not ready after %v", r.Addr, readyTimeout)
+	return r.proc.run(exec.Command(bin, r.args...), filepath.Join(r.dir, "redis.log"),
+		"redis-server on "+r.Addr, func() bool { return r.ping() == nil })
 }
 
 func (r *Redis) ping() error {
@@ -155,18 +136,7 @@ func (r *Redis) ping() error {
 
 // Stop kills the server (SIGKILL: no data is saved) and waits for it to exit. It is
 // safe to call more than once.
-func (r *Redis) Stop() {
-	r.mu.Lock()
-	cmd, done, logs := r.cmd, r.done, r.logs
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
-	logs.Close()
-}
+func (r *Redis) Stop() { r.proc.stop() }
 
 // Restart kills the server and starts it again on the same port: with no
 // persistence, every key is gone.
@@ -176,27 +146,108 @@ func (r *Redis) Restart() error {
 }
 
 // Signal sends sig to the server process (for example SIGSTOP and SIGCONT).
-func (r *Redis) Signal(sig os.Signal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return errors.New("testserver: not running")
-	}
-	return r.cmd.Process.Signal(sig)
-}
+func (r *Redis) Signal(sig os.Signal) error { return r.proc.signal(sig) }
 
 // PID returns the server's process ID, or 0 when it is not running.
-func (r *Redis) PID() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
+func (r *Redis) PID() int { return r.proc.pid() }
+
+// process is one server process started for a test, with its output in a log file.
+type process struct {
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logs    *os.File
+	logPath string
 }
 
-func (r *Redis) tail() string {
-	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+// run starts cmd (see start) and waits until ready reports true; name says what
+// the server is in errors. A server that exits or is not ready in time is
+// stopped, and the error ends with its log.
+func (p *process) run(cmd *exec.Cmd, logPath, name string, ready func() bool) error {
+	exited, err := p.start(cmd, logPath)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		select {
+		case <-exited:
+			err = fmt.Errorf("testserver: %s exited during start-up", name)
+		default:
+			if ready() {
+				return nil
+			}
+			if !time.Now().Before(deadline) {
+				err = fmt.Errorf("testserver: %s not ready after %v", name, readyTimeout)
+			}
+		}
+		if err != nil {
+			p.stop()
+			return fmt.Errorf("%w\n%s", err, p.tail())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// start starts cmd with its output appended to logPath (the process is killed if
+// the test binary dies) and returns a channel closed when it exits.
+func (p *process) start(cmd *exec.Cmd, logPath string) (<-chan struct{}, error) {
+	logs, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logs.Close()
+		return nil, fmt.Errorf("testserver: start %s: %w", cmd.Path, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done, p.logs, p.logPath = cmd, done, logs, logPath
+	p.mu.Unlock()
+	return done, nil
+}
+
+// stop kills the process and waits for it to exit; safe to call more than once.
+func (p *process) stop() {
+	p.mu.Lock()
+	cmd, done, logs := p.cmd, p.done, p.logs
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	logs.Close()
+}
+
+func (p *process) signal(sig os.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return errors.New("testserver: not running")
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+func (p *process) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// tail returns the end of the process's log, for error messages.
+func (p *process) tail() string {
+	p.mu.Lock()
+	path := p.logPath
+	p.mu.Unlock()
+	b, _ := os.ReadFile(path)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
 	}

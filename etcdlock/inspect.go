@@ -1,0 +1,158 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Inspect implements dlock.Inspector: it reads the lock named key without
+// changing it: its holder (the oldest entry), the holder's fencing token,
+// metadata and lease time left (whole seconds, rounded down), and the number of
+// waiters queued behind it. A free lock is not an error: the result has Held
+// false. The error matches dlock.ErrInvalid for a bad key and dlock.ErrConflict
+// when the oldest entry was not written by dlock.
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if err := checkArgs(ctx, key); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return dlock.LockInfo{}, mapErr(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return dlock.LockInfo{Key: key}, nil
+	}
+	if foreign(resp.Kvs[0]) {
+		return dlock.LockInfo{Key: key}, conflict(key, resp.Kvs[0])
+	}
+	return d.info(ctx, key, resp.Kvs[0], int(resp.Count)-1), nil
+}
+
+// info describes the holder entry kv of the lock named key.
+func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, waiters int) dlock.LockInfo {
+	return dlock.LockInfo{
+		Key:      key,
+		Held:     true,
+		Owner:    strings.TrimPrefix(string(kv.Key), QueuePrefix(key)),
+		Metadata: string(kv.Value),
+		Token:    uint64(kv.CreateRevision),
+		TTL:      d.remaining(ctx, []*mvccpb.KeyValue{kv}),
+		Waiters:  waiters,
+	}
+}
+
+// List implements dlock.Inspector: it returns the locks held now whose names
+// match pattern, sorted by name.
+// pattern is a glob over lock names (see dlock.MatchKey; '*' matches '/' too)
+// and must pass dlock.ValidateKey. Locks whose oldest entry was not written by
+// dlock are skipped.
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidateKey(pattern); err != nil {
+		return nil, err
+	}
+	// Every entry: the holder of each lock is its oldest, and the others count
+	// as its waiters. Keys sort by lock name, since the name is closed by '}'.
+	start := Prefix + "{"
+	resp, err := d.cli.Get(ctx, start, clientv3.WithRange(clientv3.GetPrefixRangeEnd(start)))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	type lock struct {
+		holder *mvccpb.KeyValue
+		n      int
+	}
+	locks := map[string]*lock{}
+	var names []string
+	for _, kv := range resp.Kvs {
+		name, ok := lockName(string(kv.Key))
+		if !ok || !dlock.MatchKey(pattern, name) {
+			continue
+		}
+		l := locks[name]
+		if l == nil {
+			l = &lock{}
+			locks[name] = l
+			names = append(names, name)
+		}
+		l.n++
+		if l.holder == nil || kv.CreateRevision < l.holder.CreateRevision {
+			l.holder = kv
+		}
+	}
+	sort.Strings(names)
+	infos := make([]dlock.LockInfo, 0, len(names))
+	for _, name := range names {
+		l := locks[name]
+		if foreign(l.holder) {
+			continue
+		}
+		infos = append(infos, d.info(ctx, name, l.holder, l.n-1))
+	}
+	return infos, nil
+}
+
+// lockName returns the lock name of an entry key written by this package.
+func lockName(etcdKey string) (string, bool) {
+	rest, ok := strings.CutPrefix(etcdKey, Prefix+"{")
+	if !ok {
+		return "", false
+	}
+	name, owner, ok := strings.Cut(rest, "}/")
+	if !ok || owner == "" || dlock.ValidateKey(name) != nil {
+		return "", false
+	}
+	return name, true
+}
+
+// forceAttempts bounds how often ForceUnlock reads again a lock that changed
+// hands between its read and its removal.
+const forceAttempts = 3
+
+// ForceUnlock implements dlock.Inspector: it removes the holder of the lock
+// named key, whoever it is, revokes its lease, and returns what it removed. The
+// holder learns of the loss at its next renewal, and the next waiter (if any)
+// takes the lock. It is an administrator's tool. The removal is checked against
+// the holder just read (its create revision), so a lock that changed hands
+// meanwhile is read again rather than removed unseen. It returns an error
+// matching dlock.ErrNotHeld (with Held false) when the lock is free, and
+// otherwise as Inspect.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	for i := 0; i < forceAttempts; i++ {
+		if err := checkArgs(ctx, key); err != nil {
+			return dlock.LockInfo{}, err
+		}
+		resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
+		if err != nil {
+			return dlock.LockInfo{}, mapErr(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+		}
+		kv := resp.Kvs[0]
+		if foreign(kv) {
+			return dlock.LockInfo{Key: key}, conflict(key, kv)
+		}
+		info := d.info(ctx, key, kv, int(resp.Count)-1)
+		removed, err := d.remove(ctx, newHolding(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0))
+		if err != nil || removed {
+			return info, err
+		}
+	}
+	return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
+}
+
+func checkArgs(ctx context.Context, key string) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	return dlock.ValidateKey(key)
+}

@@ -1,0 +1,150 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// Inspect implements dlock.Inspector: it reads the lock named key without
+// changing it. A free lock has Held false. The TTL is the holder's TTL counted
+// from the last write of its node by the ZooKeeper leader's clock, against this
+// host's clock; <0 when past or unknown (a holder that stopped renewing, whose
+// node goes with its session). Waiters counts the nodes queued behind the
+// holder. LastToken is 0: ZooKeeper keeps no record of a released lock.
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info, _, err := d.inspect(ctx, key)
+	return info, err
+}
+
+// inspect is Inspect, returning the holder's node name too.
+func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, string, error) {
+	if err := d.checkInspect(ctx, key); err != nil {
+		return dlock.LockInfo{}, "", err
+	}
+	lp := d.lockPath(key)
+	for round := 0; round < maxRounds; round++ {
+		q, err := d.list(ctx, lp)
+		if err != nil {
+			return dlock.LockInfo{}, "", err
+		}
+		if len(q) == 0 {
+			return dlock.LockInfo{Key: key}, "", nil
+		}
+		var data []byte
+		var st *zk.Stat
+		err = d.call(ctx, func() (err error) {
+			data, st, err = d.conn.Get(lp + "/" + q[0].name)
+			return err
+		})
+		if isNoNode(err) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return dlock.LockInfo{}, "", mapErr(err)
+		}
+		nd, _ := decodeData(data)
+		return dlock.LockInfo{Key: key, Held: true, Owner: q[0].owner, Metadata: nd.Metadata,
+			Token: uint64(st.Czxid), TTL: remaining(nd, st.Mtime), Waiters: len(q) - 1}, q[0].name, nil
+	}
+	return dlock.LockInfo{}, "", changing(key)
+}
+
+func changing(key string) error {
+	return fmt.Errorf("%w: zklock: the queue of %q kept changing", dlock.ErrUnavailable, key)
+}
+
+func (d *Driver) checkInspect(ctx context.Context, key string) error {
+	if d == nil {
+		return fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	return dlock.ValidateKey(key)
+}
+
+// List implements dlock.Inspector: the held locks whose keys match pattern (see
+// dlock.MatchKey), sorted by key. It reads every lock node under the root.
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if err := d.checkInspect(ctx, "list"); err != nil {
+		return nil, err
+	}
+	if err := checkPattern(pattern); err != nil {
+		return nil, err
+	}
+	var names []string
+	err := d.call(ctx, func() (err error) {
+		names, _, err = d.conn.Children(d.root)
+		return err
+	})
+	if isNoNode(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	var out []dlock.LockInfo
+	for _, n := range names {
+		key, ok := unescape(n)
+		if !ok || dlock.ValidateKey(key) != nil || !dlock.MatchKey(pattern, key) {
+			continue
+		}
+		info, err := d.Inspect(ctx, key)
+		if errors.Is(err, dlock.ErrConflict) || (err == nil && !info.Held) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// checkPattern checks a List pattern as keys are checked: 1 to dlock.MaxKeyLen
+// bytes of valid UTF-8 without control characters.
+func checkPattern(p string) error {
+	if p == "" || len(p) > dlock.MaxKeyLen || !utf8.ValidString(p) {
+		return fmt.Errorf("%w: pattern %q: empty, too long or not UTF-8", dlock.ErrInvalid, p)
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: pattern %q contains control character %U", dlock.ErrInvalid, p, r)
+		}
+	}
+	return nil
+}
+
+// ForceUnlock implements dlock.Inspector: it deletes the holder's node of the
+// lock named key, whoever holds it, and returns what it removed. The holder
+// finds out at its next renewal (or its local deadline), and the next waiter
+// takes the lock. It is for operators clearing a lock whose holder is known to
+// be gone. The error matches dlock.ErrNotHeld when the lock is free.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	for round := 0; round < maxRounds; round++ {
+		info, node, err := d.inspect(ctx, key)
+		if err != nil {
+			return dlock.LockInfo{}, err
+		}
+		if !info.Held {
+			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+		}
+		err = d.call(ctx, func() error { return d.conn.Delete(d.lockPath(key)+"/"+node, -1) })
+		if isNoNode(err) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return dlock.LockInfo{}, mapErr(err)
+		}
+		return info, nil
+	}
+	return dlock.LockInfo{}, changing(key)
+}
