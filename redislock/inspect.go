@@ -255,3 +255,77 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 	}
 	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
 }
+
+// Inspector reads and forces the locks of every kind this package makes (New,
+// NewFair, NewSemaphore, NewRWMutex) through one go-redis client, as tools such
+// as the dlock command need: a Client's own Inspect reports a lock of another
+// kind as dlock.ErrConflict. It is a dlock.Inspector.
+type Inspector struct {
+	kinds []*Client // one Client per kind of lock, tried in turn
+}
+
+var _ dlock.Inspector = (*Inspector)(nil)
+
+// NewInspector returns an Inspector over rdb. It returns an error matching
+// dlock.ErrInvalid for a nil client; it does no I/O.
+func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
+	m, err := New(rdb)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewSemaphore(rdb, 1) // the number of permits is read, not checked
+	if err != nil {
+		return nil, err
+	}
+	rw, err := NewRWMutex(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{kinds: []*Client{m, s, rw.Client}}, nil
+}
+
+// each calls f with the Client of each kind until f's error is not
+// dlock.ErrConflict (the key is a lock of that kind, or free), and returns what
+// the last call returned.
+func (in *Inspector) each(f func(c *Client) (LockInfo, error)) (info LockInfo, err error) {
+	if in == nil || len(in.kinds) == 0 {
+		return LockInfo{}, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+	}
+	for _, c := range in.kinds {
+		if info, err = f(c); !errors.Is(err, dlock.ErrConflict) {
+			return info, err
+		}
+	}
+	return info, err
+}
+
+// Inspect reads the lock named key, whatever its kind, as Client.Inspect does.
+// The error matches dlock.ErrConflict when the key holds data that is no dlock
+// lock of any kind.
+func (in *Inspector) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return in.each(func(c *Client) (LockInfo, error) { return c.Inspect(ctx, key) })
+}
+
+// ForceUnlock removes the lock named key whatever its kind, as Client.ForceUnlock
+// does (every holder of a semaphore or read-write lock).
+func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return in.each(func(c *Client) (LockInfo, error) { return c.ForceUnlock(ctx, key) })
+}
+
+// List returns the held locks of every kind whose names match pattern, sorted
+// by name, as Client.List does.
+func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	if _, err := in.each(func(*Client) (LockInfo, error) { return LockInfo{}, nil }); err != nil {
+		return nil, err
+	}
+	var all []LockInfo
+	for _, c := range in.kinds {
+		infos, err := c.List(ctx, pattern)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, infos...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
+	return all, nil
+}

@@ -18,7 +18,16 @@ const MaxPermits = 1 << 20
 // ErrLimitMismatch reports that a semaphore is stored with another number of
 // permits than the one the caller's Client was made with (clients disagree about
 // N). Nothing was changed. It matches dlock.ErrConflict.
-var ErrLimitMismatch = fmt.Errorf("%w: redislock: semaphore stored with another number of permits", dlock.ErrConflict)
+var ErrLimitMismatch error = &limitError{}
+
+type limitError struct{}
+
+func (*limitError) Error() string {
+	return "redislock: semaphore stored with another number of permits"
+}
+
+// Is makes ErrLimitMismatch match dlock.ErrConflict.
+func (*limitError) Is(target error) bool { return target == dlock.ErrConflict }
 
 // semMarker is the lock hash field of a semaphore: its number of permits.
 const semMarker = "n"

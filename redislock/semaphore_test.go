@@ -449,3 +449,63 @@ func TestClusterSemaphoreAndRWMutex(t *testing.T) {
 		readersAndWriters(t, func() *redislock.RWMutex { return newRWMutex(t, newCC(t)) })
 	})
 }
+
+// TestInspectorReadsEveryKind: one Inspector shows and forces mutexes,
+// semaphores and read-write locks alike.
+func TestInspectorReadsEveryKind(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	base := dlocktest.Key(t)
+	in, err := redislock.NewInspector(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu, err := newClient(t).TryLock(ctx, base+".mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem := newSemaphore(t, rdb, 3)
+	for i := 0; i < 2; i++ {
+		if _, err := sem.TryLock(ctx, base+".sem"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rl := newRWMutex(t, rdb).RLocker()
+	for i := 0; i < 3; i++ {
+		if _, err := rl.TryLock(ctx, base+".rw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos, err := in.List(ctx, base+".*")
+	if err != nil || len(infos) != 3 {
+		t.Fatalf("List: %+v, %v", infos, err)
+	}
+	want := map[string][2]int{base + ".mutex": {1, 1}, base + ".rw": {3, 0}, base + ".sem": {2, 3}}
+	for _, info := range infos {
+		if w := want[info.Key]; info.Holders != w[0] || info.Limit != w[1] {
+			t.Errorf("%s: %d holders, limit %d; want %v", info.Key, info.Holders, info.Limit, w)
+		}
+	}
+	if info, err := in.Inspect(ctx, base+".sem"); err != nil || info.Holders != 2 {
+		t.Errorf("Inspect of a semaphore: %+v, %v", info, err)
+	}
+	for _, k := range []string{".mutex", ".sem", ".rw"} {
+		if _, err := in.ForceUnlock(ctx, base+k); err != nil {
+			t.Errorf("ForceUnlock(%s): %v", k, err)
+		}
+	}
+	if err := mu.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("mutex after ForceUnlock: %v", err)
+	}
+	if infos, err := in.List(ctx, base+".*"); err != nil || len(infos) != 0 {
+		t.Errorf("List after ForceUnlock: %+v, %v", infos, err)
+	}
+	occupyHash(t, rdb, base+".foreign")
+	if _, err := in.Inspect(ctx, base+".foreign"); !errors.Is(err, dlock.ErrConflict) {
+		t.Errorf("Inspect of a foreign hash: %v", err)
+	}
+	var nilIn *redislock.Inspector
+	if _, err := nilIn.List(ctx, "*"); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("nil Inspector: %v", err)
+	}
+}
