@@ -460,19 +460,19 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu, err := newClient(t).TryLock(ctx, base+".mutex")
+	mu, err := newClient(t).TryLock(ctx, base+".mutex", dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sem := newSemaphore(t, rdb, 3)
 	for i := 0; i < 2; i++ {
-		if _, err := sem.TryLock(ctx, base+".sem"); err != nil {
+		if _, err := sem.TryLock(ctx, base+".sem", dlock.WithTTL(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	rl := newRWMutex(t, rdb).RLocker()
 	for i := 0; i < 3; i++ {
-		if _, err := rl.TryLock(ctx, base+".rw"); err != nil {
+		if _, err := rl.TryLock(ctx, base+".rw", dlock.WithTTL(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
