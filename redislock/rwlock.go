@@ -39,11 +39,14 @@ const rwMarker = "rw"
 // signal), so a crashed reader's share comes back at its TTL. Readers and writers
 // draw their fencing tokens from one counter per key.
 //
-// Writers are not starved by a stream of readers: the first writer that waits
-// becomes the next writer (see WriterWaitMark), new readers and other writers wait
-// until it has had its turn, and the last reader to leave wakes it alone. A
-// writer's release wakes every waiter at once (readers and writers): the readers
-// that waited go in together, and the writers try for the next writer's place.
+// Readers and writers take turns, and neither starves the other: the first
+// writer that waits becomes the next writer (see WriterWaitMark), new readers
+// and other writers wait until it has had its turn, and the last reader to leave
+// wakes it alone; a writer's release hands a read lease to every reader waiting
+// at that moment (they go in together, before the next writer) and wakes every
+// waiter at once. A waiting reader refreshes its place at least every
+// FairWaiterTTL/5; a read lease handed to a reader that died meanwhile comes back
+// after FairWaiterTTL.
 // As with sync.RWMutex, a holder of a read lock must not take another read lock
 // of the same key while a writer may wait: the second read waits for the writer,
 // which waits for the first.
@@ -176,7 +179,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	}
 	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
-		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from).Slice()
+		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from, fairWaiterTTLMS).Slice()
 	if err == nil && len(res) == 2 && res[0] == int64(3) {
 		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
 		done(err, "", 0)
@@ -185,8 +188,12 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	g, err := acquireReply(res, err, r.TTL)
 	done(err, "", 0)
 	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting && d.write {
+	switch {
+	case !errors.As(err, &busy) || !r.Waiting:
+	case d.write:
 		queued(busy, WriterWaitMark/5) // the writer's mark is refreshed, and lifted if it gives up
+	default:
+		queued(busy, FairWaiterTTL/5) // so is the reader's entry
 	}
 	return g, err
 }
@@ -199,7 +206,7 @@ func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
 func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
 	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
-		owner, c.hub.publishCmd(), WakeChannel(key), mark).Result()
+		owner, c.hub.publishCmd(), WakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }
 

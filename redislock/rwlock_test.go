@@ -318,7 +318,7 @@ func TestRWMutexUpgradeAndDowngrade(t *testing.T) {
 		waiting <- err
 	}()
 	eventually(t, "reader waiting", func() bool {
-		return newRDB(t, srv.Addr).HGet(ctx, redislock.LockKey(key), "rq").Val() == "1"
+		return newRDB(t, srv.Addr).ZCard(ctx, redislock.QueueDeadlineKey(key)).Val() == 1
 	})
 	d, err := m.Downgrade(ctx, w, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -424,5 +424,53 @@ func TestRWMutexBadInput(t *testing.T) {
 	info, err := m.RLocker().Inspect(ctx, key)
 	if err != nil || info.Holders != 1 || info.Limit != 0 || info.Owner != r.Owner() {
 		t.Errorf("Inspect of a read lock: %+v, %v", info, err)
+	}
+}
+
+// TestRWMutexReadersNotStarvedByWriters: a reader waiting through a stream of
+// writers in other Clients gets in at the next writer's release.
+func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	stop := make(chan struct{})
+	var g errgroup.Group
+	for i := 0; i < 3; i++ {
+		w := newRWMutex(t, newRDB(t, srv.Addr))
+		g.Go(func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				l, err := w.Lock(ctx, key, dlock.WithTTL(5*time.Second))
+				if err != nil {
+					return err
+				}
+				time.Sleep(10 * time.Millisecond)
+				if err := l.Unlock(ctx); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	r := newRWMutex(t, newRDB(t, srv.Addr)).RLocker()
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		l, err := r.Lock(ctx, key, dlock.WithWait(2*time.Second))
+		if err != nil {
+			close(stop)
+			_ = g.Wait()
+			t.Fatalf("reader %d starved by writers: %v", i, err)
+		}
+		t.Logf("reader %d in after %v", i, time.Since(start).Round(time.Millisecond))
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }

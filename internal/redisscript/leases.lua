@@ -124,3 +124,20 @@ local function hand_out(free, o, now, claim, retention, pub, channel)
   end
   return free, false
 end
+
+-- admit_readers hands a read lease (for claim ms) to every reader waiting in
+-- KEYS[4] of a read-write lock, and wakes them all; returns how many.
+local function admit_readers(now, claim, retention, pub, channel)
+  local rs = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')
+  redis.call('DEL', KEYS[4])
+  for _, r in ipairs(rs) do
+    hold(r, now, claim, '', retention)
+  end
+  if #rs > 0 then
+    redis.call('HSET', KEYS[1], 'rw', '1')
+    if pub ~= '' then
+      redis.pcall(pub, channel, '*')
+    end
+  end
+  return #rs
+end
