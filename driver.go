@@ -160,6 +160,16 @@ type LockInfo struct {
 	TTL      time.Duration // time left before the holding expires unless renewed; <0 unknown
 	Waiters  int           // waiters queued in the store (not those waiting in their own processes)
 
+	// Holders is the number of leases held: 1 for a held exclusive lock, the
+	// permits in use of a semaphore, the readers of a read-write lock. Owner,
+	// Token, Metadata and TTL then describe one of them (see the backend).
+	Holders int
+
+	// Limit is the most holders the lock admits at once as it stands: 1 for an
+	// exclusive lock or a write lock, N for a semaphore of N permits, 0 for no
+	// limit (a read lock, shared by any number of readers) or when free.
+	Limit int
+
 	// LastToken is the newest fencing token handed out for the key, also after
 	// the lock was released, where the store keeps it; 0 when unknown.
 	LastToken uint64

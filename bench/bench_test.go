@@ -76,13 +76,17 @@ func TestQuickRun(t *testing.T) {
 			if _, ok := m.M["lost"]; !ok {
 				t.Errorf("b n=%d %s: lost updates not measured", m.N, m.Variant)
 			}
+		case "p":
+			if m.M["ops"] == 0 {
+				t.Errorf("p n=%d %s: no operation", m.N, m.Variant)
+			}
 		case "c1", "c2":
 			if m.M["handoffs"] == 0 {
 				t.Errorf("%s n=%d %s: no hand-over", m.Scenario, m.N, m.Variant)
 			}
 		}
 	}
-	for _, s := range []string{"a", "b", "bc", "bp", "c1", "c2"} {
+	for _, s := range []string{"a", "b", "bc", "bp", "c1", "c2", "p"} {
 		if seen[s] == 0 {
 			t.Errorf("scenario %s produced no measurement", s)
 		}
@@ -99,7 +103,7 @@ func TestQuickRun(t *testing.T) {
 	if n <= len(ms) {
 		t.Errorf("%d JSON lines for %d measurements", n, len(ms))
 	}
-	for _, want := range []string{"### a.", "### b.", "### bc.", "### bp.", "### c1.", "### c2.", "× redsync default", "### Targets", "lost updates, every run"} {
+	for _, want := range []string{"### a.", "### b.", "### bc.", "### bp.", "### c1.", "### c2.", "### p.", "× redsync default", "### Targets", "lost updates, every run"} {
 		if !strings.Contains(tables.String(), want) {
 			t.Errorf("tables lack %q", want)
 		}

@@ -23,6 +23,7 @@ const (
 	inA = 1 << iota
 	inB
 	inC
+	inP
 )
 
 // peerTTL is the lease time given to the libraries that have no default (bsm and
@@ -43,14 +44,17 @@ type variant struct {
 	in       int    // scenarios it runs in
 	desc     string // configuration, printed in the header
 	open     func(rdb *redis.Client) (locker, error)
+	// prim opens a lock kind of scenario p beyond the mutex (open is used
+	// there for the others).
+	prim func(rdb *redis.Client) (holders, error)
 }
 
 // variants is the registry of everything the bench measures, in table order.
-var variants = []variant{
+var variants = append([]variant{
 	{name: "raw", lib: "raw", in: inA | inB,
 		desc: "go-redis SET NX PX 10s + compare-and-delete script; waits by polling every 1ms",
 		open: func(rdb *redis.Client) (locker, error) { return rawLocker{rdb}, nil }},
-	{name: "dlock", lib: "dlock", in: inA | inB | inC,
+	{name: "dlock", lib: "dlock", in: inA | inB | inC | inP,
 		desc: "redislock.New(rdb), all defaults (15s TTL renewed by the watchdog)",
 		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.New(rdb)) }},
 	{name: "dlock/ttl", lib: "dlock", in: inA,
@@ -58,7 +62,7 @@ var variants = []variant{
 		open: func(rdb *redis.Client) (locker, error) {
 			return openDlock(redislock.New(rdb, dlock.WithTTL(peerTTL)))
 		}},
-	{name: "dlock/fair", lib: "dlock", in: inA | inB | inC,
+	{name: "dlock/fair", lib: "dlock", in: inA | inB | inC | inP,
 		desc: "redislock.NewFair(rdb), all defaults: FIFO queue in Redis, the release hands the lock to the head",
 		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.NewFair(rdb)) }},
 	{name: "redsync", lib: "redsync", peer: true, in: inA | inB | inC,
@@ -75,7 +79,7 @@ var variants = []variant{
 	{name: "bsm/1ms", lib: "bsm", peer: true, retry1ms: true, in: inB,
 		desc: "bsm/redislock, TTL 10s, LinearBackoff(1ms)",
 		open: func(rdb *redis.Client) (locker, error) { return bsmLocker{bsm.New(rdb), fixedRetry}, nil }},
-}
+}, primitiveVariants...)
 
 // locker is one library opened on a go-redis client.
 type locker interface {

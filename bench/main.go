@@ -25,6 +25,9 @@
 //	r   Redlock over five masters (four more servers started for it) against
 //	    redsync's Redlock and dlock on one of them: G=1 and G=8 uncontended,
 //	    G=16 contended; not run unless asked for (-scenarios r)
+//	p   the primitives (semaphore of 4 permits, read-write lock with one
+//	    writer in 4 goroutines) next to the mutex, G goroutines on one key, each
+//	    with a Client of its own: operations/s, commands per operation, Jain
 //
 // A last table checks the targets: uncontended cycles/s against raw, the fair
 // lock's hand-overs, fairness and waits against the peers, lock commands per
@@ -56,7 +59,7 @@ type config struct {
 	reps       int
 	aDur, bDur time.Duration
 	wait       time.Duration
-	aG, bG     []int
+	aG, bG, pG []int
 	bpG        []int
 	cWaiters   int
 	cKeys      int
@@ -70,13 +73,14 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		scenarios: map[string]bool{"a": true, "b": true, "bc": true, "bp": true, "c": true},
+		scenarios: map[string]bool{"a": true, "b": true, "bc": true, "bp": true, "c": true, "p": true},
 		reps:      3,
 		aDur:      2 * time.Second,
 		bDur:      4 * time.Second,
 		wait:      2 * time.Second,
 		aG:        []int{1, 8},
 		bG:        []int{2, 4, 16, 64},
+		pG:        []int{16, 64},
 		bpG:       []int{16},
 		cWaiters:  1000,
 		cKeys:     10000,
@@ -140,7 +144,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys (under a minute)")
-	scen := fs.String("scenarios", "a,b,bc,bp,c", "scenarios to run, comma separated: a, b, bc, bp, c, r (Redlock over 5 masters, not run by default)")
+	scen := fs.String("scenarios", "a,b,bc,bp,c,p", "scenarios to run, comma separated: a, b, bc, bp, c, p, r (Redlock over 5 masters, not run by default)")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
@@ -148,6 +152,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	aG := fs.String("a-g", "1,8", "goroutine counts of scenario a")
 	bG := fs.String("b-g", "2,4,16,64", "goroutine counts of scenarios b and bc")
 	bpG := fs.String("bp-g", "", "process counts of scenario bp (default 16, 4 with -quick)")
+	pG := fs.String("p-g", "16,64", "goroutine counts of scenario p (its runs last -b-dur)")
 	cWaiters := fs.Int("c-waiters", 0, "waiters on one key in scenario c1 (default 1000)")
 	cKeys := fs.Int("c-keys", 0, "keys with one waiter each in scenario c2 (default 10000)")
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
@@ -180,6 +185,9 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	if cfg.bG, err = parseInts(*bG); err != nil {
 		return cfg, fmt.Errorf("bench: -b-g: %w", err)
 	}
+	if cfg.pG, err = parseInts(*pG); err != nil {
+		return cfg, fmt.Errorf("bench: -p-g: %w", err)
+	}
 	if *bpG != "" {
 		if cfg.bpG, err = parseInts(*bpG); err != nil {
 			return cfg, fmt.Errorf("bench: -bp-g: %w", err)
@@ -187,8 +195,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	cfg.scenarios = map[string]bool{}
 	for _, s := range splitList(*scen) {
-		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "r" {
-			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c or r)", s)
+		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "p" && s != "r" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c, p or r)", s)
 		}
 		cfg.scenarios[s] = true
 	}

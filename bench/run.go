@@ -23,10 +23,10 @@ type metrics map[string]float64
 
 // measurement is one run of one variant, or the median of its repetitions.
 type measurement struct {
-	Scenario string  // a, b, c1, c2
+	Scenario string  // a, b, c1, c2, p
 	Kind     string  // run or median
 	Variant  string  // variant name
-	N        int     // goroutines (a, b), waiters (c1) or keys (c2)
+	N        int     // goroutines (a, b, p), waiters (c1) or keys (c2)
 	Rep      int     // repetition, 1-based (runs only)
 	M        metrics // the figures
 }
@@ -179,6 +179,16 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			return all, err
 		}
 	}
+	if cfg.scenarios["p"] {
+		for _, g := range cfg.pG {
+			ms, err := e.repeat(ctx, "p", g, inP, e.runP)
+			all = append(all, ms...)
+			if err != nil {
+				return all, err
+			}
+			tableP(out, g, ms)
+		}
+	}
 	ts := checkTargets(all)
 	tableTargets(out, ts)
 	for _, t := range ts {
@@ -252,6 +262,9 @@ func brief(scenario string, m metrics) string {
 	switch scenario {
 	case "a":
 		return fmt.Sprintf("%.0f cycles/s p50 %.0fµs", m["cycles_per_s"], m["lat_p50_us"])
+	case "p":
+		return fmt.Sprintf("%.0f ops/s jain %.2f (excl %.2f) excl wait max %.0fms timeouts %.0f most shared %.0f overlaps %.0f lost %.0f %.2f cmds/op",
+			m["ops_per_s"], m["jain"], m["jain_excl"], m["excl_wait_max_ms"], m["timeouts"], m["most_shared"], m["overlaps"], m["lost"], m["cmds_per_op_client"])
 	case "b", "bc", "bp":
 		return fmt.Sprintf("%.0f cs/s %.0f handoffs/s timeouts %.0f jain %.2f lost %.0f overlaps %.0f",
 			m["cs_per_s"], m["handoffs_per_s"], m["timeouts"], m["jain"], m["lost"], m["overlaps"])

@@ -264,18 +264,7 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		wg.Go(func() {
 			for runCtx.Err() == nil {
 				t0 := time.Now()
-				wctx, cancel := context.WithTimeout(runCtx, e.cfg.wait)
-				err := m.lock(wctx)
-				cancel()
-				if err != nil {
-					switch {
-					case runCtx.Err() != nil: // the run ended during the wait
-					case errors.Is(err, errNotObtained) || wctx.Err() != nil:
-						timeouts.Add(1)
-					default:
-						errs.Add(1)
-						time.Sleep(errorPause)
-					}
+				if !e.lockWithin(runCtx, m, &timeouts, &errs) {
 					continue
 				}
 				t1 := time.Now()
@@ -340,6 +329,26 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		"errors":               float64(errs.Load()),
 		"unlock_errors":        float64(unlockErrs.Load()),
 	}, nil
+}
+
+// lockWithin takes m, waiting at most cfg.wait, and reports whether it holds
+// it. A wait that ends without the lock counts as timed out, unless runCtx ended
+// it (the end of a run); any other failure counts as an error.
+func (e *env) lockWithin(runCtx context.Context, m mutex, timeouts, errs *atomic.Int64) bool {
+	wctx, cancel := context.WithTimeout(runCtx, e.cfg.wait)
+	err := m.lock(wctx)
+	cancel()
+	switch {
+	case err == nil:
+		return true
+	case runCtx.Err() != nil: // the run ended during the wait
+	case errors.Is(err, errNotObtained) || wctx.Err() != nil:
+		timeouts.Add(1)
+	default:
+		errs.Add(1)
+		time.Sleep(errorPause)
+	}
+	return false
 }
 
 // Client names of scenario c: the waiters' client is the one measured; the

@@ -2,9 +2,11 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -46,4 +48,65 @@ func ExampleNewFair() {
 	// first
 	// second
 	// third
+}
+
+func ExampleNewSemaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// At most two workers at once on the partner's API.
+	sem, err := redislock.NewSemaphore(rdb, 2)
+	if err != nil {
+		panic(err)
+	}
+	a, _ := sem.TryLock(ctx, "partner-api")
+	b, _ := sem.TryLock(ctx, "partner-api")
+	_, err = sem.TryLock(ctx, "partner-api")
+	fmt.Println("third permit:", errors.Is(err, dlock.ErrNotObtained))
+	info, _ := sem.Inspect(ctx, "partner-api")
+	fmt.Printf("%d of %d permits in use\n", info.Holders, info.Limit)
+
+	// Another client that thinks there are five permits is refused.
+	other, _ := redislock.NewSemaphore(rdb, 5)
+	_, err = other.TryLock(ctx, "partner-api")
+	fmt.Println("N=5:", errors.Is(err, redislock.ErrLimitMismatch))
+
+	_ = a.Unlock(ctx)
+	_ = b.Unlock(ctx)
+	// Output:
+	// third permit: true
+	// 2 of 2 permits in use
+	// N=5: true
+}
+
+func ExampleNewRWMutex() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	rw, err := redislock.NewRWMutex(rdb)
+	if err != nil {
+		panic(err)
+	}
+	// Rebuild the catalogue under the write lock, then keep reading it while
+	// other readers come in: a downgrade lets no writer in between.
+	w, err := rw.Lock(ctx, "catalogue")
+	if err != nil {
+		panic(err)
+	}
+	r, err := rw.Downgrade(ctx, w)
+	if err != nil {
+		panic(err)
+	}
+	r2, err := rw.RLocker().TryLock(ctx, "catalogue")
+	fmt.Println("second reader:", err == nil, r2.Token() > r.Token())
+	_, err = rw.TryLock(ctx, "catalogue")
+	fmt.Println("writer while reading:", errors.Is(err, dlock.ErrNotObtained))
+	_, err = rw.Upgrade(ctx, r)
+	fmt.Println("upgrade:", errors.Is(err, redislock.ErrUpgrade))
+	_ = r.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+	// Output:
+	// second reader: true true
+	// writer while reading: true
+	// upgrade: true
 }

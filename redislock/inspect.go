@@ -37,18 +37,38 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if c == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
 	}
-	return c.c.inspect(ctx, key)
+	return c.c.inspect(ctx, key, c.kind)
 }
 
-func (c *conn) inspect(ctx context.Context, key string) (LockInfo, error) {
+// inspect reads the lock named key as a lock of kind k.
+func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error) {
 	if ctx == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
 	if err := dlock.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
-	res, err := inspectScript.Run(ctx, c.rdb, inspectKeys(key)).Slice()
-	return inspectReply(key, res, err)
+	res, err := k.script.Run(ctx, c.rdb, k.keys(key), k.args...).Slice()
+	return k.reply(key, res, err)
+}
+
+// kind is what Inspect, List and ForceUnlock need to know of a lock kind: the
+// script that reads a lock (with its keys and arguments), how to decode its
+// reply, and how to remove the holding just read.
+type kind struct {
+	script *redis.Script
+	keys   func(key string) []string
+	args   []any
+	reply  func(key string, res []any, err error) (LockInfo, error)
+	force  func(ctx context.Context, key string, info LockInfo) error
+}
+
+// mutexKind is the kind of the mutexes (New, NewFair), released by rel.
+func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
+	return kind{
+		script: inspectScript, keys: inspectKeys, reply: inspectReply,
+		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
+	}
 }
 
 func inspectKeys(key string) []string {
@@ -71,7 +91,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if owner == "" || pttl == -2 {
 		return info, nil
 	}
-	info.Held, info.Owner = true, owner
+	info.Held, info.Owner, info.Holders, info.Limit = true, owner, 1, 1
 	info.Token = replyUint(res[1])
 	info.Metadata, _ = res[2].(string)
 	if pttl > 0 {
@@ -103,10 +123,11 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
 	}
-	return c.c.list(ctx, pattern)
+	return c.c.list(ctx, pattern, c.kind)
 }
 
-func (c *conn) list(ctx context.Context, pattern string) ([]LockInfo, error) {
+// list lists the held locks of kind k whose names match pattern.
+func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
@@ -159,12 +180,12 @@ func (c *conn) list(ctx context.Context, pattern string) ([]LockInfo, error) {
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, name := range batch {
 			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
-			cmds[i] = inspectScript.Eval(ctx, pipe, inspectKeys(name))
+			cmds[i] = k.script.Eval(ctx, pipe, k.keys(name), k.args...)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
-			info, err := inspectReply(batch[i], res, err)
+			info, err := k.reply(batch[i], res, err)
 			switch {
 			case errors.Is(err, dlock.ErrConflict):
 				continue
@@ -213,23 +234,97 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 	if c == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
 	}
-	return c.c.forceUnlock(ctx, key, c.rel)
+	return c.c.forceUnlock(ctx, key, c.kind)
 }
 
-// forceUnlock is ForceUnlock with rel as the lock kind's owner-checked release.
-func (c *conn) forceUnlock(ctx context.Context, key string, rel func(ctx context.Context, key, owner string) error) (LockInfo, error) {
+// forceUnlock removes the holding(s) of the lock named key, of kind k.
+func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, error) {
 	for i := 0; i < forceAttempts; i++ {
-		info, err := c.inspect(ctx, key)
+		info, err := c.inspect(ctx, key, k)
 		if err != nil {
 			return info, err
 		}
 		if !info.Held {
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
-		err = rel(ctx, key, info.Owner)
+		err = k.force(ctx, key, info)
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			return info, err
 		}
 	}
 	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
+}
+
+// Inspector reads and forces the locks of every kind this package makes (New,
+// NewFair, NewSemaphore, NewRWMutex) through one go-redis client, as tools such
+// as the dlock command need: a Client's own Inspect reports a lock of another
+// kind as dlock.ErrConflict. It is a dlock.Inspector.
+type Inspector struct {
+	kinds []*Client // one Client per kind of lock, tried in turn
+}
+
+var _ dlock.Inspector = (*Inspector)(nil)
+
+// NewInspector returns an Inspector over rdb. It returns an error matching
+// dlock.ErrInvalid for a nil client; it does no I/O.
+func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
+	m, err := New(rdb)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewSemaphore(rdb, 1) // the number of permits is read, not checked
+	if err != nil {
+		return nil, err
+	}
+	rw, err := NewRWMutex(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{kinds: []*Client{m, s, rw.Client}}, nil
+}
+
+// each calls f with the Client of each kind until f's error is not
+// dlock.ErrConflict (the key is a lock of that kind, or free), and returns what
+// the last call returned.
+func (in *Inspector) each(f func(c *Client) (LockInfo, error)) (info LockInfo, err error) {
+	if in == nil || len(in.kinds) == 0 {
+		return LockInfo{}, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+	}
+	for _, c := range in.kinds {
+		if info, err = f(c); !errors.Is(err, dlock.ErrConflict) {
+			return info, err
+		}
+	}
+	return info, err
+}
+
+// Inspect reads the lock named key, whatever its kind, as Client.Inspect does.
+// The error matches dlock.ErrConflict when the key holds data that is no dlock
+// lock of any kind.
+func (in *Inspector) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return in.each(func(c *Client) (LockInfo, error) { return c.Inspect(ctx, key) })
+}
+
+// ForceUnlock removes the lock named key whatever its kind, as Client.ForceUnlock
+// does (every holder of a semaphore or read-write lock).
+func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return in.each(func(c *Client) (LockInfo, error) { return c.ForceUnlock(ctx, key) })
+}
+
+// List returns the held locks of every kind whose names match pattern, sorted
+// by name, as Client.List does.
+func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	if _, err := in.each(func(*Client) (LockInfo, error) { return LockInfo{}, nil }); err != nil {
+		return nil, err
+	}
+	var all []LockInfo
+	for _, c := range in.kinds {
+		infos, err := c.List(ctx, pattern)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, infos...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
+	return all, nil
 }

@@ -121,15 +121,15 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 
 // Inspect implements dlock.Inspector, as Client.Inspect.
 func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.inspect(ctx, key)
+	return d.c.inspect(ctx, key, mutexKind(d.release))
 }
 
 // List implements dlock.Inspector, as Client.List.
 func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return d.c.list(ctx, pattern)
+	return d.c.list(ctx, pattern, mutexKind(d.release))
 }
 
 // ForceUnlock implements dlock.Inspector, as Client.ForceUnlock.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.forceUnlock(ctx, key, d.release)
+	return d.c.forceUnlock(ctx, key, mutexKind(d.release))
 }

@@ -47,6 +47,16 @@
 // "dlock:{KEY}:queue:deadline", and a release hands the lock straight to the head
 // of the queue and wakes it alone. See NewFair and FairWaiterTTL.
 //
+// # Semaphores and read-write locks
+//
+// NewSemaphore (N permits) and NewRWMutex (readers or one writer) hand out
+// several leases of one key at once. Their holders live in the sorted set
+// HoldersKey (owner -> end of its lease, server time), with each holder's fencing
+// token and metadata in the lock hash, and every script drops the leases that
+// ended first: a crashed holder's share comes back at its TTL. Each lease is an
+// ordinary dlock.Lease, renewed and lost like a mutex's. The semaphore's waiters
+// queue as the fair lock's do; see NewSemaphore and RWMutex.
+//
 // What is and is not guaranteed is documented in the dlock package overview: in
 // short, a lock survives neither a restart without persistence nor an asynchronous
 // failover, and fencing tokens keep increasing across both as long as the server
@@ -86,8 +96,8 @@ const AbandonMarkTTL = time.Minute
 // dlock.Inspector.
 type Client struct {
 	*dlock.Client
-	c   *conn
-	rel func(ctx context.Context, key, owner string) error // the lock kind's release
+	c    *conn
+	kind kind // how Inspect, List and ForceUnlock read and force this kind of lock
 }
 
 var _ dlock.Inspector = (*Client)(nil)
@@ -105,11 +115,15 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 }
 
 func newClient(d dlock.Driver, c *conn, rel func(context.Context, string, string) error, opts []dlock.Option) (*Client, error) {
+	return newKindClient(d, c, mutexKind(rel), opts)
+}
+
+func newKindClient(d dlock.Driver, c *conn, k kind, opts []dlock.Option) (*Client, error) {
 	dc, err := dlock.NewClient(d, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Client: dc, c: c, rel: rel}, nil
+	return &Client{Client: dc, c: c, kind: k}, nil
 }
 
 // conn is what the drivers of every lock kind share: the go-redis client and the

@@ -126,15 +126,17 @@ type store interface {
 
 // lockKind is the primitive a run asks for.
 type lockKind struct {
-	fair  bool
-	slots int // semaphore slots; 1 is a plain lock
+	fair      bool
+	slots     int  // semaphore permits; 1 is a plain lock
+	shared    bool // the read side of a read-write lock
+	exclusive bool // the write side of a read-write lock
 }
 
 // redisStore is a store on one Redis server, Sentinel master or Cluster.
 type redisStore struct {
 	rdb   redis.UniversalClient
 	where string
-	c     *redislock.Client
+	c     *redislock.Inspector
 }
 
 // openRedis connects to the Redis server at rawURL and checks that it answers.
@@ -161,7 +163,7 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 			return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
 		}
 	}
-	c, err := redislock.New(rdb)
+	c, err := redislock.NewInspector(rdb)
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -237,10 +239,18 @@ func (s *redisStore) String() string { return s.where }
 func (s *redisStore) close() { _ = s.rdb.Close() }
 
 func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind.slots != 1 {
-		return nil, usageErrorf("-n %d: semaphores are not available yet (-n 1 is the plain lock)", kind.slots)
-	}
-	if kind.fair {
+	switch {
+	case kind.shared:
+		rw, err := redislock.NewRWMutex(s.rdb, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return rw.RLocker(), nil
+	case kind.exclusive:
+		return redislock.NewRWMutex(s.rdb, opts...)
+	case kind.slots != 1:
+		return redislock.NewSemaphore(s.rdb, kind.slots, opts...)
+	case kind.fair:
 		return redislock.NewFair(s.rdb, opts...)
 	}
 	return redislock.New(s.rdb, opts...)
@@ -295,6 +305,9 @@ func (s *redisStore) explain(ctx context.Context, key string, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
 	defer cancel()
+	if msg := lockKindHint(ctx, s.rdb, key, redislock.LockKey(key)); msg != "" {
+		return &exitError{code: exitDataErr, msg: msg}
+	}
 	return conflictError(key, foreignData(ctx, s.rdb, key))
 }
 
@@ -324,6 +337,25 @@ func foreignData(ctx context.Context, rdb redis.UniversalClient, key string) str
 	return ""
 }
 
+// lockKindHint says which flags take the lock named key when its hash hk is a
+// dlock lock of a kind the run did not ask for (a semaphore of another size
+// too), and "" when it is no dlock lock.
+func lockKindHint(ctx context.Context, rdb redis.UniversalClient, key, hk string) string {
+	f, err := rdb.HMGet(ctx, hk, "o", "n", "rw").Result()
+	if err != nil || len(f) != 3 {
+		return ""
+	}
+	switch {
+	case f[1] != nil:
+		return fmt.Sprintf("key %q is a semaphore of %v permits: take it with -n %v", key, f[1], f[1])
+	case f[2] != nil:
+		return fmt.Sprintf("key %q is a read-write lock: take it with -s (shared) or -x (exclusive)", key)
+	case f[0] != nil:
+		return fmt.Sprintf("key %q is an exclusive lock: take it without -n, -s and -x", key)
+	}
+	return ""
+}
+
 // redisTypeName names a Redis TYPE reply in words.
 func redisTypeName(kind string) string {
 	switch kind {
@@ -340,6 +372,7 @@ func newLockInfo(info dlock.LockInfo) lockInfo {
 	if info.Held {
 		li.TTLms = info.TTL.Milliseconds()
 		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)
+		li.Holders, li.Limit = info.Holders, info.Limit
 	}
 	return li
 }

@@ -34,7 +34,23 @@ type lockInfo struct {
 	Holder    *holderMeta `json:"holder,omitempty"`
 	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
 	LastToken uint64      `json:"last_token,omitempty"`
-	Waiters   int         `json:"waiters,omitempty"` // queued fair-lock waiters
+	Waiters   int         `json:"waiters,omitempty"` // queued fair-lock and semaphore waiters, or 1 for a writer waiting
+	Holders   int         `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
+	Limit     int         `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
+}
+
+// holders says how the lock is held, in a few words: "1" for an exclusive lock,
+// "2 of 3" for a semaphore's permits, "4 shared" for readers.
+func (li lockInfo) holders() string {
+	switch {
+	case !li.Held:
+		return "-"
+	case li.Limit == 0:
+		return strconv.Itoa(li.Holders) + " shared"
+	case li.Limit > 1:
+		return fmt.Sprintf("%d of %d", li.Holders, li.Limit)
+	}
+	return "1"
 }
 
 // parseMeta reads the metadata of a lock: a holderMeta when dlock run wrote it,
@@ -241,6 +257,13 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 		return
 	}
 	fmt.Fprintf(tw, "state\theld\n")
+	if li.Limit != 1 && li.Holders > 0 {
+		what := "permits in use"
+		if li.Limit == 0 {
+			what = "readers; shown: the one whose lease ends last"
+		}
+		fmt.Fprintf(tw, "holders\t%s (%s)\n", li.holders(), what)
+	}
 	if h := li.Holder; h != nil {
 		fmt.Fprintf(tw, "host\t%s\n", printable(h.Host))
 		fmt.Fprintf(tw, "pid\t%d\n", h.PID)
@@ -257,7 +280,7 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	fmt.Fprintf(tw, "ttl\t%s\n", ttlString(li.TTLms))
 	fmt.Fprintf(tw, "token\t%d\n", li.Token)
 	if li.Waiters > 0 {
-		fmt.Fprintf(tw, "waiters\t%d (fair queue)\n", li.Waiters)
+		fmt.Fprintf(tw, "waiters\t%d (queued)\n", li.Waiters)
 	}
 	tw.Flush()
 }
@@ -286,7 +309,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 // escaped (see printable) so that it cannot add rows or columns.
 func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOST\tPID\tSINCE\tTTL\tTOKEN\tWAITERS\tDESCRIPTION")
+	fmt.Fprintln(tw, "KEY\tHOLDERS\tHOST\tPID\tSINCE\tTTL\tTOKEN\tWAITERS\tDESCRIPTION")
 	for _, li := range infos {
 		host, pid, since, desc := "-", "-", "-", li.Metadata
 		if h := li.Holder; h != nil {
@@ -296,7 +319,7 @@ func writeList(w io.Writer, infos []lockInfo, now time.Time) {
 		if li.Waiters > 0 {
 			waiters = strconv.Itoa(li.Waiters)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(li.Key), printable(host), pid, since, ttlString(li.TTLms), li.Token, waiters, printable(desc))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(li.Key), li.holders(), printable(host), pid, since, ttlString(li.TTLms), li.Token, waiters, printable(desc))
 	}
 	tw.Flush()
 }

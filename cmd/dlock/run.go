@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,6 +45,8 @@ type runFlags struct {
 	onLost      string
 	fair        bool
 	slots       int
+	shared      bool
+	exclusive   bool
 	conflict    int
 	description string
 }
@@ -61,7 +64,11 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
 	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
-	fs.IntVar(&o.slots, "n", 1, "semaphore of `N` slots (1: a plain lock)")
+	fs.IntVar(&o.slots, "n", 1, "take one of `N` permits of a semaphore (1: a plain lock); every run on KEY must give the same N")
+	fs.BoolVar(&o.shared, "s", false, "take a shared (read) lock: runs with -s run together, none with -x")
+	fs.BoolVar(&o.shared, "shared", false, "same as -s")
+	fs.BoolVar(&o.exclusive, "x", false, "take the exclusive (write) lock of a key that -s runs share")
+	fs.BoolVar(&o.exclusive, "exclusive", false, "same as -x")
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
 	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
 	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
@@ -77,6 +84,11 @@ lock when COMMAND ends. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing
 token, strictly increasing per key) in its environment; its stdin, stdout and
 stderr pass through, and dlock prints nothing on stdout. While waiting on a
 terminal, dlock shows on stderr how long it has waited and who holds the lock.
+
+The lock is exclusive unless -n N (one of N permits of a semaphore: at most N
+runs hold KEY at once) or -s (shared: runs with -s hold KEY together, while no
+run with -x does) is given. A key is locked one way: a run that asks for another
+kind, or another N, exits 65.
 
 COMMAND runs in a process group of its own, with everything it starts there
 (pipelines, "cmd &"): SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
@@ -138,7 +150,7 @@ func runRun(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots}, r.lockOptions()...)
+	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots, shared: r.flags.shared, exclusive: r.flags.exclusive}, r.lockOptions()...)
 	if err != nil {
 		return fail(e, c.name, err)
 	}
@@ -202,8 +214,15 @@ func (r *runRequest) check() error {
 	if o.onLost != onLostStop && o.onLost != onLostWarn {
 		return usageErrorf("--on-lost %q: stop or warn", o.onLost)
 	}
-	if o.slots < 1 {
-		return usageErrorf("-n %d: a semaphore needs at least 1 slot", o.slots)
+	switch {
+	case o.slots < 1 || o.slots > redislock.MaxPermits:
+		return usageErrorf("-n %d: a semaphore has 1 to %d permits", o.slots, redislock.MaxPermits)
+	case o.shared && o.exclusive:
+		return usageErrorf("-s and -x: a lock is either shared or exclusive")
+	case (o.shared || o.exclusive) && o.slots != 1:
+		return usageErrorf("-n with -s or -x: a key is either a semaphore or a read-write lock")
+	case (o.shared || o.exclusive || o.slots != 1) && o.fair:
+		return usageErrorf("--fair with -n, -s or -x: semaphores are first come, first served already, read-write locks are not")
 	}
 	if o.conflict < 0 || o.conflict > 255 {
 		return usageErrorf("-E %d: an exit code is 0..255", o.conflict)

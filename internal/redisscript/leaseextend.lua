@@ -1,0 +1,16 @@
+-- Reset the lease of holder ARGV[1] of a lock with several holders to ARGV[2] ms;
+-- never re-create it. leases.lua is prepended (after token.lua and fairlib.lua).
+-- ARGV[3] the kind's marker field of the lock hash
+-- Returns 1 when extended, 0 when ARGV[1] holds no lease.
+local e = kind_error(ARGV[3])
+if e then
+  return e
+end
+local now = now_ms()
+if not lease_end(ARGV[1], now) then
+  return 0
+end
+redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), ARGV[1])
+local keep = tonumber(redis.call('HGET', KEYS[1], 'ww'))
+settle(now, keep)
+return 1

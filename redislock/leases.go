@@ -1,0 +1,125 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+)
+
+// The locks with several holders (NewSemaphore, NewRWMutex) keep, besides the
+// lock hash LockKey (its kind's fields, and each holder's fencing token and
+// metadata), the holders' leases in the sorted set HoldersKey: owner -> the server
+// time in milliseconds at which its lease ends. Every script first drops the
+// leases that ended, so a crashed holder's share comes back at its TTL. Both
+// keys expire with the last lease.
+
+// HoldersKey returns the Redis key of the leases of the semaphore or read-write
+// lock named key: a sorted set of owners scored by the server time (ms) at which
+// each lease ends.
+func HoldersKey(key string) string { return Prefix + "{" + key + "}:holders" }
+
+// leaseKeys are the keys of every script of a lock with several holders, in the
+// order leases.lua names them.
+func leaseKeys(key, owner string) []string {
+	return []string{LockKey(key), FenceKey(key), QueueKey(key), QueueDeadlineKey(key), AbandonKey(key, owner), HoldersKey(key)}
+}
+
+// leases is the part of a driver of a lock with several holders that does not
+// depend on its kind: extend, TTL and inspection. The drivers embed it.
+type leases struct {
+	c      *conn
+	marker string // the lock hash field that marks the kind
+}
+
+// Extend implements dlock.Driver.
+func (l leases) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	n, err := redisscript.LeaseExtend.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, ttl.Milliseconds(), l.marker).Int64()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if n != 1 {
+		return 0, notHeld(h.Key)
+	}
+	return ttl, nil
+}
+
+// TTL implements dlock.Driver.
+func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	n, err := redisscript.LeaseTTL.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, l.marker).Int64()
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if n < 0 {
+		return 0, notHeld(h.Key)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// kind returns the inspection of the lock kind.
+func (l leases) kind() kind {
+	return kind{
+		script: redisscript.LeaseInspect,
+		keys:   func(key string) []string { return leaseKeys(key, "") },
+		args:   []any{l.marker},
+		reply: func(key string, res []any, err error) (LockInfo, error) {
+			return leaseReply(key, res, err, l.marker == semMarker)
+		},
+		force: func(ctx context.Context, key string, _ LockInfo) error {
+			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), WakeChannel(key)).Err()
+			return mapErr(err)
+		},
+	}
+}
+
+// queued marks busy as the reply to a waiter that left state in the store (a
+// queue entry, a mark) which it must refresh at least every refresh, and which
+// the Client abandons if it gives up.
+func queued(busy *dlock.BusyError, refresh time.Duration) {
+	busy.Queued = true
+	if busy.Remaining < 0 || busy.Remaining > refresh {
+		busy.Remaining = refresh
+	}
+}
+
+// abandoned is the result of a release script run to abandon an acquisition:
+// finding nothing held is no error.
+func abandoned(err error) error {
+	if errors.Is(err, dlock.ErrNotHeld) {
+		return nil
+	}
+	return err
+}
+
+// leaseReply decodes the reply of leaseinspect.lua for key, of a semaphore when
+// sem is true and of a read-write lock otherwise.
+func leaseReply(key string, res []any, err error, sem bool) (LockInfo, error) {
+	if err != nil {
+		return LockInfo{}, mapErr(err)
+	}
+	if len(res) != 9 {
+		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
+	}
+	info := LockInfo{Key: key, LastToken: replyUint(res[6]), Waiters: int(replyUint(res[7]))}
+	holders, _ := res[1].(int64)
+	owner, _ := res[2].(string)
+	if holders <= 0 || owner == "" {
+		return info, nil
+	}
+	info.Held, info.Owner, info.Holders = true, owner, int(holders)
+	info.Token = replyUint(res[3])
+	info.Metadata, _ = res[4].(string)
+	if pttl, _ := res[5].(int64); pttl > 0 {
+		info.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	switch {
+	case sem:
+		info.Limit = int(replyUint(res[0]))
+	case res[8] == int64(1):
+		info.Limit = 1 // a writer holds it
+	}
+	return info, nil
+}

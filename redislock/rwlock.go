@@ -1,0 +1,223 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+// WriterWaitMark is how long the next writer's mark on a read-write lock lives
+// after its last attempt. The first writer that waits marks the lock: new
+// readers wait, and so do other writers, until it has had its turn, so that it is
+// not starved by a stream of readers nor overtaken by writers that come later. A
+// writer that died while waiting bars the others at most this long; one that
+// gives up lifts its mark at once. A waiting writer refreshes its mark (or tries
+// to take it) at least every WriterWaitMark/5.
+const WriterWaitMark = 5 * time.Second
+
+var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
+
+// ErrUpgrade reports a refused read-to-write upgrade (see RWMutex.Upgrade). It
+// matches dlock.ErrInvalid.
+var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a write lock (two readers upgrading would wait for each other forever); unlock it and take the write lock", dlock.ErrInvalid)
+
+// rwMarker is the lock hash field that marks a read-write lock.
+const rwMarker = "rw"
+
+// RWMutex is a read-write lock on Redis: any number of readers or one writer
+// hold a key at a time. The embedded *Client takes the write lock (TryLock,
+// Lock); RLocker returns the Client that takes read locks. Both share one
+// connection and one wake-up subscription.
+//
+// Every reader holds its own lease (owner, fencing token, TTL, watchdog, loss
+// signal), so a crashed reader's share comes back at its TTL. Readers and writers
+// draw their fencing tokens from one counter per key.
+//
+// Readers and writers take turns, and neither starves the other: the first
+// writer that waits becomes the next writer (see WriterWaitMark), new readers
+// and other writers wait until it has had its turn, and the last reader to leave
+// wakes it alone; a writer's release hands a read lease to every reader waiting
+// at that moment (they go in together, before the next writer) and wakes every
+// waiter at once. A waiting reader refreshes its place at least every
+// FairWaiterTTL/5; a read lease handed to a reader that died meanwhile comes back
+// after FairWaiterTTL.
+// As with sync.RWMutex, a holder of a read lock must not take another read lock
+// of the same key while a writer may wait: the second read waits for the writer,
+// which waits for the first.
+//
+// A read lock is never upgraded to a write lock (Upgrade refuses with
+// ErrUpgrade); a write lock can be downgraded to a read lock atomically
+// (Downgrade).
+//
+// A key is used either as a read-write lock or as another kind of lock: the
+// others see dlock.ErrConflict. Both Clients are dlock.Inspectors: Inspect shows
+// the writer, or the number of readers (LockInfo.Holders) and the reader whose
+// lease ends last, and Waiters is 1 while a writer waits; ForceUnlock removes
+// every holder.
+//
+// Read-write locks exist on the Redis backend (this package).
+type RWMutex struct {
+	*Client         // the write lock
+	r       *Client // the read lock
+	rd      *RWDriver
+}
+
+// NewRWMutex returns a read-write lock client over rdb. rdb and opts are as for
+// New (opts are the defaults of both the read and the write side); it returns an
+// error matching dlock.ErrInvalid for a nil client or a bad option, and does no
+// I/O.
+func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, error) {
+	c, err := newConn(rdb)
+	if err != nil {
+		return nil, err
+	}
+	l := leases{c: c, marker: rwMarker}
+	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
+	w, err := newKindClient(wd, c, l.kind(), opts)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newKindClient(rd, c, l.kind(), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &RWMutex{Client: w, r: r, rd: rd}, nil
+}
+
+// RLocker returns the Client that takes read (shared) locks of m's keys.
+func (m *RWMutex) RLocker() *Client {
+	if m == nil {
+		return nil
+	}
+	return m.r
+}
+
+// Upgrade refuses to turn the read lock read into a write lock: it returns an
+// error matching ErrUpgrade (and dlock.ErrInvalid), and read stays held. An
+// upgrade cannot be made safe: two readers upgrading at once would each wait for
+// the other to leave. Unlock the read lock and take the write lock instead,
+// knowing that another writer may come in between.
+func (m *RWMutex) Upgrade(ctx context.Context, read *dlock.Lease) (*dlock.Lease, error) {
+	if err := m.check(ctx, read); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w (%q)", ErrUpgrade, read.Key())
+}
+
+// Downgrade turns the write lock write into a read lock atomically: in one step
+// on the server, the writer leaves and a reader with a fresh lease and fencing
+// token takes its place, and the waiting readers are woken, so that no other
+// writer can come in between. opts are as for TryLock (the new lease's TTL,
+// renewal, metadata). write ends (its Unlock then reports dlock.ErrNotHeld). The
+// error matches dlock.ErrNotHeld when write no longer holds the lock, and
+// dlock.ErrInvalid when write is not a write lease of a key of m.
+func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlock.Option) (*dlock.Lease, error) {
+	if err := m.check(ctx, write); err != nil {
+		return nil, err
+	}
+	if err := write.Err(); err != nil {
+		if !errors.Is(err, dlock.ErrNotHeld) {
+			err = fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
+		}
+		return nil, err
+	}
+	read, err := m.r.TryLock(context.WithValue(ctx, downgradeKey{}, write.Owner()), write.Key(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	_ = write.Unlock(ctx) // not held any more: stops its watchdog and timers
+	return read, nil
+}
+
+func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
+	switch {
+	case m == nil || m.Client == nil:
+		return fmt.Errorf("%w: nil RWMutex", dlock.ErrInvalid)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	case l == nil || l.Key() == "":
+		return fmt.Errorf("%w: nil lease", dlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// downgradeKey is the context key under which Downgrade passes the writer whose
+// holding the read acquisition takes over.
+type downgradeKey struct{}
+
+// RWDriver is the dlock.Driver of one side (read or write) of a read-write lock.
+// Most users want NewRWMutex instead.
+type RWDriver struct {
+	leases
+	write bool
+}
+
+var (
+	_ dlock.Notifier  = (*RWDriver)(nil)
+	_ dlock.Abandoner = (*RWDriver)(nil)
+)
+
+// Acquire implements dlock.Driver.
+func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	c := d.c
+	mode, waiting, from := "r", "0", ""
+	if d.write {
+		mode = "w"
+	} else if o, ok := ctx.Value(downgradeKey{}).(string); ok {
+		from = o
+	}
+	done := func(error, string, uint64) {}
+	if r.Waiting {
+		_, _, _, _, done = c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		waiting = "1"
+	}
+	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
+		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from, fairWaiterTTLMS).Slice()
+	if err == nil && len(res) == 2 && res[0] == int64(3) {
+		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
+		done(err, "", 0)
+		return dlock.Grant{}, err
+	}
+	g, err := acquireReply(res, err, r.TTL)
+	done(err, "", 0)
+	var busy *dlock.BusyError
+	switch {
+	case !errors.As(err, &busy) || !r.Waiting:
+	case d.write:
+		queued(busy, WriterWaitMark/5) // the writer's mark is refreshed, and lifted if it gives up
+	default:
+		queued(busy, FairWaiterTTL/5) // so is the reader's entry
+	}
+	return g, err
+}
+
+// Release implements dlock.Driver.
+func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
+	return d.run(ctx, h.Key, h.Owner, "")
+}
+
+func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
+	c := d.c
+	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
+		owner, c.hub.publishCmd(), WakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
+	return c.released(key, res, err)
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+}
+
+// Abandon implements dlock.Abandoner: a holding that landed is released, a
+// waiting writer's mark is lifted, and the acquisition is marked abandoned (see
+// AbandonMarkTTL).
+func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+}

@@ -1,0 +1,158 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxPermits is the largest number of permits a semaphore may have.
+const MaxPermits = 1 << 20
+
+// ErrLimitMismatch reports that a semaphore is stored with another number of
+// permits than the one the caller's Client was made with (clients disagree about
+// N). Nothing was changed. It matches dlock.ErrConflict.
+var ErrLimitMismatch error = &limitError{}
+
+type limitError struct{}
+
+func (*limitError) Error() string {
+	return "redislock: semaphore stored with another number of permits"
+}
+
+// Is makes ErrLimitMismatch match dlock.ErrConflict.
+func (*limitError) Is(target error) bool { return target == dlock.ErrConflict }
+
+// semMarker is the lock hash field of a semaphore: its number of permits.
+const semMarker = "n"
+
+// NewSemaphore returns a Client whose locks are counting semaphores of n
+// permits: at most n leases of a key are held at once, each with its own owner,
+// fencing token (drawn from the key's one counter), TTL, watchdog and loss
+// signal, exactly as a mutex lease. TryLock and Lock take a permit, the lease's
+// Unlock gives it back, and a holder that crashes gives its permit back when its
+// TTL runs out. With n = 1 it behaves as a fair mutex.
+//
+// Waiters queue in Redis in arrival order, across processes, and a permit that
+// becomes free goes to the head of the queue, which alone is woken: one waiter
+// per freed permit, no herd, and no barging by TryLock while others queue. A
+// waiter whose Lock gives up leaves the queue at once (a permit handed to it
+// meanwhile goes on to the next); one that dies is dropped after FairWaiterTTL,
+// and a permit handed to it comes back after FairWaiterTTL as well. A waiting
+// Lock makes an attempt, which keeps its place, at least every FairWaiterTTL/5.
+//
+// The number of permits is stored with the semaphore while any permit is held:
+// a Client made with another n gets an error matching ErrLimitMismatch (and
+// dlock.ErrConflict) from TryLock and Lock, and takes nothing. A key is used
+// either as a semaphore or as another kind of lock: the others see
+// dlock.ErrConflict.
+//
+// The Client is a dlock.Inspector: Inspect shows the permits in use
+// (LockInfo.Holders), n (LockInfo.Limit), the queued waiters, and the lease
+// that ends last; ForceUnlock removes every permit.
+//
+// Semaphores exist on the Redis backend (this package). It returns an error
+// matching dlock.ErrInvalid for n outside [1, MaxPermits], a nil client, or a bad
+// option; it does no I/O. rdb and opts are as for New.
+func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Client, error) {
+	d, err := NewSemaphoreDriver(rdb, n)
+	if err != nil {
+		return nil, err
+	}
+	return newKindClient(d, d.c, d.kind(), opts)
+}
+
+// SemaphoreDriver is the dlock.Driver of the counting semaphore. Most users want
+// NewSemaphore instead.
+type SemaphoreDriver struct {
+	leases
+	c *conn
+	n string // the number of permits, in decimal
+}
+
+var (
+	_ dlock.Notifier  = (*SemaphoreDriver)(nil)
+	_ dlock.Abandoner = (*SemaphoreDriver)(nil)
+)
+
+// NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
+func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, error) {
+	if n < 1 || n > MaxPermits {
+		return nil, fmt.Errorf("%w: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+	}
+	c, err := newConn(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return &SemaphoreDriver{leases: leases{c: c, marker: semMarker}, c: c, n: strconv.Itoa(n)}, nil
+}
+
+// Acquire implements dlock.Driver.
+func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	waiting := "0"
+	done := func(error, string, uint64) {}
+	if r.Waiting {
+		_, _, _, _, done = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		waiting = "1"
+	}
+	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
+		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
+	if n, ok := limitReply(err); ok {
+		err = fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
+		done(err, "", 0)
+		return dlock.Grant{}, err
+	}
+	g, err := acquireReply(res, err, r.TTL)
+	done(err, "", 0)
+	var busy *dlock.BusyError
+	if errors.As(err, &busy) && r.Waiting {
+		queued(busy, FairWaiterTTL/5)
+	}
+	return g, err
+}
+
+// limitReply reports whether err is the acquire script's DLOCKLIMIT reply, and
+// the number of permits it names.
+func limitReply(err error) (string, bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", false
+	}
+	word, rest, _ := strings.Cut(rerr.Error(), " ")
+	if word != "DLOCKLIMIT" {
+		return "", false
+	}
+	n, _, _ := strings.Cut(rest, " ")
+	return n, true
+}
+
+// Release implements dlock.Driver: the permit goes to the head of the queue,
+// which is woken.
+func (d *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
+	return d.run(ctx, h.Key, h.Owner, "")
+}
+
+func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) error {
+	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(key), mark).Result()
+	return d.c.released(key, res, err)
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+}
+
+// Abandon implements dlock.Abandoner: the waiter leaves the queue, a permit it
+// holds or was handed goes on to the next waiter, and the acquisition is marked
+// abandoned (see AbandonMarkTTL).
+func (d *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+}
