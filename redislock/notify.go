@@ -563,7 +563,7 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (subscribed, ma
 		default:
 			// Taken: the script moved this hub to the back of the waiting set
 			// if others of it waited, and took it off otherwise.
-			t.score, t.expiry = "", time.Time{}
+			t.score = ""
 			if others > 0 && token >= 1000 {
 				t.score = strconv.FormatUint(token/1000, 10)
 			}
