@@ -164,6 +164,37 @@ func (e *env) warmUp(ctx context.Context) error {
 		}
 		e.logf("warm-up %-12s %d lock cycles in %v", v.name, n, warmUpTime)
 	}
+	return e.idleCPU(ctx)
+}
+
+// idleWindow is how long idleCPU watches each server.
+const idleWindow = time.Second
+
+// idleCPU measures, and emits as a JSON line, the CPU time etcd and ZooKeeper
+// use while nobody locks: part of every run's server CPU per operation.
+func (e *env) idleCPU(ctx context.Context) error {
+	for _, on := range []string{onEtcd, onZK} {
+		if !e.cfg.needs(on) {
+			continue
+		}
+		c0, err := e.lockServerCPU(ctx, on)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(idleWindow):
+		}
+		c1, err := e.lockServerCPU(ctx, on)
+		if err != nil {
+			return err
+		}
+		ms := float64(c1-c0) / float64(time.Millisecond) / idleWindow.Seconds()
+		e.logf("%s idle: %.0f ms of CPU per second", on, ms)
+		b, _ := json.Marshal(map[string]any{"kind": "idle", "server": on, "cpu_ms_per_s": ms})
+		fmt.Fprintf(e.jw, "%s\n", b)
+	}
 	return nil
 }
 
@@ -244,6 +275,52 @@ func (e *env) lockServerCPU(ctx context.Context, on string) (time.Duration, erro
 		return pidCPU(e.cons.zk.PID())
 	}
 	return serverCPU(ctx, e.admin)
+}
+
+// disk is a reading of the lock server's WAL fsyncs: etcd's only (its
+// etcd_disk_wal_fsync_duration_seconds); ok is false for the other servers or
+// when the metrics cannot be read.
+type disk struct {
+	ok           bool
+	fsyncs, secs float64
+}
+
+func (e *env) readDisk(ctx context.Context, on string) disk {
+	if on != onEtcd {
+		return disk{}
+	}
+	b, err := httpGet(ctx, e.cons.etcd.ClientURL+"/metrics")
+	if err != nil {
+		return disk{}
+	}
+	var d disk
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, _ := strings.Cut(line, " ")
+		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		switch {
+		case err != nil:
+		case name == "etcd_disk_wal_fsync_duration_seconds_count":
+			d.fsyncs, d.ok = x, true
+		case name == "etcd_disk_wal_fsync_duration_seconds_sum":
+			d.secs = x
+		}
+	}
+	return d
+}
+
+// since returns the fsyncs from d0 to d.
+func (d disk) since(d0 disk) disk {
+	return disk{ok: d.ok && d0.ok, fsyncs: d.fsyncs - d0.fsyncs, secs: d.secs - d0.secs}
+}
+
+// add sets, when d is a reading, the fsyncs per op (wal_fsyncs_per_<per>) and
+// their mean time in m.
+func (d disk) add(m metrics, ops float64, per string) {
+	if !d.ok {
+		return
+	}
+	m["wal_fsyncs_per_"+per] = ratio(d.fsyncs, ops)
+	m["wal_fsync_ms"] = 1000 * ratio(d.secs, d.fsyncs)
 }
 
 // metricsHTTP keeps no idle connections, so that no transport goroutine outlives
@@ -394,14 +471,14 @@ func tableConsensus(out io.Writer, ms []measurement) {
 	}
 	fmt.Fprintf(out, "### The price of consensus: dlock on Redis, etcd and ZooKeeper (medians; × ref = median of per-repetition ratios to the ref variant)\n\n")
 	rows := [][]string{
-		{"variant", "scenario", "G", "ops/s", "× ref", "p50", "requests/op client", "server", "server CPU µs/op"},
-		{"---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"},
+		{"variant", "scenario", "G", "ops/s", "× ref", "p50", "requests/op client", "server", "server CPU µs/op", "fsyncs/op", "fsync ms"},
+		{"---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"},
 	}
 	for _, sc := range []struct {
-		name, what, ops, cmds, cpu, p50, p50Format string
+		name, what, ops, cmds, cpu, fsyncs, p50, p50Format string
 	}{
-		{"a", "a: lock+unlock cycles/s", "cycles_per_s", "cmds_per_cycle", "server_cpu_us_per_cycle", "lat_p50_us", "%.0f µs"},
-		{"bc", "bc: hand-overs/s", "handoffs_per_s", "cmds_per_cs", "server_cpu_us_per_cs", "wait_p50_ms", "%.1f ms"},
+		{"a", "a: lock+unlock cycles/s", "cycles_per_s", "cmds_per_cycle", "server_cpu_us_per_cycle", "wal_fsyncs_per_cycle", "lat_p50_us", "%.0f µs"},
+		{"bc", "bc: hand-overs/s", "handoffs_per_s", "cmds_per_cs", "server_cpu_us_per_cs", "wal_fsyncs_per_cs", "wait_p50_ms", "%.1f ms"},
 	} {
 		var ns []int
 		for k := range runs {
@@ -440,7 +517,7 @@ func tableConsensus(out io.Writer, ms []measurement) {
 					fmt.Sprintf("%.0f", col(sc.ops)), fmtNaN("%.2f", median(ratios)),
 					fmtNaN(sc.p50Format, col(sc.p50)),
 					fmtNaN("%.2f", col(sc.cmds+"_client")), fmtNaN("%.2f", col(sc.cmds+"_server")),
-					fmtNaN("%.0f", col(sc.cpu))})
+					fmtNaN("%.0f", col(sc.cpu)), fmtNaN("%.2f", col(sc.fsyncs)), fmtNaN("%.2f", col("wal_fsync_ms"))})
 			}
 		}
 	}

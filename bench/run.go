@@ -435,7 +435,11 @@ How to read the tables:
   packets the ZooKeeper sessions wrote (pings included); cmds server are the
   gRPC messages etcd received (its grpc_server_msg_received_total) or the
   packets ZooKeeper received (srvr), whoever sent them, and server CPU is the
-  etcd or ZooKeeper process's (/proc/PID/stat, 10ms ticks).
+  etcd or ZooKeeper process's (/proc/PID/stat, 10ms ticks). fsyncs/op and
+  fsync ms: etcd's WAL fsyncs per operation and their mean time (its
+  etcd_disk_wal_fsync_duration_seconds). Both servers lock and unlock for a
+  second before the first measurement (their first requests are many times
+  slower), and their CPU use while idle is measured then (an "idle" JSON line).
 - a: CPU µs/cycle is the CPU time (user and system) per lock cycle of the bench
   process (client, whose only work then is the measured lock) and of the
   redis-server process (INFO cpu).

@@ -113,6 +113,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	disk0 := e.readDisk(ctx, v.on)
 	cpu0, cpuOK := processCPU()
 	lat := make([][]time.Duration, g)
 	var errs atomic.Int64
@@ -165,6 +166,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 		"errors":                float64(errs.Load()),
 	}
 	m["server_cpu_us_per_cycle"] = ratio(micros(srvCPU1-srvCPU0), n)
+	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cycle")
 	if cpuOK {
 		m["client_cpu_us_per_cycle"] = ratio(micros(cpu1-cpu0), n)
 	}
@@ -265,6 +267,7 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	if err != nil {
 		return nil, err
 	}
+	disk0 := e.readDisk(ctx, v.on)
 	prefix := e.prefix("b")
 	key := prefix + "lock"
 	ctr := newCounter(ms.rdb, prefix+"counter")
@@ -341,7 +344,7 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	slices.Sort(wk)
 	csTime := percentile(wk, 0.5)
 	n := float64(cs)
-	return metrics{
+	m := metrics{
 		"cs":                   n,
 		"cs_per_s":             n / elapsed.Seconds(),
 		"handoffs":             float64(ctr.handoffs.Load()),
@@ -361,7 +364,9 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		"server_cpu_us_per_cs": ratio(float64(srvCPU1-srvCPU0)/float64(time.Microsecond), n),
 		"errors":               float64(errs.Load()),
 		"unlock_errors":        float64(unlockErrs.Load()),
-	}, nil
+	}
+	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cs")
+	return m, nil
 }
 
 // Client names of scenario c: the waiters' client is the one measured; the
