@@ -108,7 +108,7 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Leas
 }
 
 func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, error) {
-	a := &acquisition{c: c, key: key, cfg: cfg, owner: newOwner()}
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner()}
 	l, err := a.attempt(ctx)
 	if err != nil {
 		a.giveUp(ctx)
@@ -137,7 +137,7 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, 
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
-	a := &acquisition{c: c, key: key, cfg: &cfg, owner: newOwner(), waiting: true}
+	a := &acquisition{c: c, key: key, cfg: &cfg, owner: cfg.newOwner(), waiting: true}
 	return a.wait(ctx)
 }
 

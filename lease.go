@@ -192,7 +192,8 @@ func (l *Lease) Token() uint64 {
 	return l.token
 }
 
-// Owner returns the random owner token under which this lease holds the lock.
+// Owner returns the owner token under which this lease holds the lock: random,
+// after the WithOwner ID and OwnerSep when one was given.
 func (l *Lease) Owner() string {
 	if l.zero() {
 		return ""

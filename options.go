@@ -46,6 +46,7 @@ type config struct {
 	retry      RetryStrategy
 	drift      float64
 	metadata   string
+	owner      string // WithOwner's ID; empty for anonymous acquisitions
 	err        error
 }
 
@@ -126,15 +127,9 @@ func WithWait(d time.Duration) Option {
 // The default is ExponentialBackoff(8ms, 512ms) with full jitter.
 func WithRetry(s RetryStrategy) Option {
 	return func(c *config) {
-		if s == nil {
-			c.setErr(invalidf("nil retry strategy"))
+		if err := ValidateRetry(s); err != nil {
+			c.setErr(err)
 			return
-		}
-		if v, ok := s.(interface{ validate() error }); ok {
-			if err := v.validate(); err != nil {
-				c.setErr(err)
-				return
-			}
 		}
 		c.retry = s
 	}

@@ -85,3 +85,16 @@ func (l limit) validate() error {
 	}
 	return nil
 }
+
+// ValidateRetry checks a RetryStrategy as WithRetry does, for helpers outside
+// this package that take one: nil and the package's strategies built with bad
+// arguments are reported as ErrInvalid.
+func ValidateRetry(s RetryStrategy) error {
+	if isNil(s) {
+		return invalidf("nil retry strategy")
+	}
+	if v, ok := s.(interface{ validate() error }); ok {
+		return v.validate()
+	}
+	return nil
+}

@@ -22,6 +22,9 @@
 //	    lock through all of them
 //	c2  many keys with one waiter each: subscription connections, memory and
 //	    commands per hand-over
+//	r   Redlock over five masters (four more servers started for it) against
+//	    redsync's Redlock and dlock on one of them: G=1 and G=8 uncontended,
+//	    G=16 contended; not run unless asked for (-scenarios r)
 //
 // A last table checks the targets: uncontended cycles/s against raw, the fair
 // lock's hand-overs, fairness and waits against the peers, lock commands per
@@ -137,7 +140,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys")
-	scen := fs.String("scenarios", "a,b,bc,bp,c", "scenarios to run, comma separated: a, b, bc, bp, c")
+	scen := fs.String("scenarios", "a,b,bc,bp,c", "scenarios to run, comma separated: a, b, bc, bp, c, r (Redlock over 5 masters, not run by default)")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
@@ -184,8 +187,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	cfg.scenarios = map[string]bool{}
 	for _, s := range splitList(*scen) {
-		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" {
-			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp or c)", s)
+		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "r" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c or r)", s)
 		}
 		cfg.scenarios[s] = true
 	}

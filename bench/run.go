@@ -187,6 +187,11 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			tableC(out, sc.name, sc.n, ms)
 		}
 	}
+	if cfg.scenarios["r"] {
+		if err := e.runR(ctx, dir, out); err != nil {
+			return all, err
+		}
+	}
 	tableConsensus(out, all)
 	ts := checkTargets(all)
 	tableTargets(out, ts)

@@ -81,7 +81,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	done := func(error) {}
 	if r.Waiting {
 		var fin func(error, string, uint64)
-		_, _, _, _, fin = d.c.hub.attempt(r.Key, r.Owner, false)
+		_, _, _, _, fin = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
 		done = func(err error) { fin(err, "", 0) }
 		waiting = "1"
 	}
@@ -129,7 +129,7 @@ func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
 
 // Subscribe implements dlock.Notifier.
 func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a waiter that gives up leaves the queue at

@@ -37,16 +37,16 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	if c == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
 	}
+	return c.c.inspect(ctx, key)
+}
+
+func (c *conn) inspect(ctx context.Context, key string) (LockInfo, error) {
 	if ctx == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
 	if err := dlock.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
-	return c.c.inspect(ctx, key)
-}
-
-func (c *conn) inspect(ctx context.Context, key string) (LockInfo, error) {
 	res, err := inspectScript.Run(ctx, c.rdb, inspectKeys(key)).Slice()
 	return inspectReply(key, res, err)
 }
@@ -103,6 +103,10 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
 	}
+	return c.c.list(ctx, pattern)
+}
+
+func (c *conn) list(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
@@ -126,7 +130,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		return iter.Err()
 	}
 	var err error
-	switch rdb := c.c.rdb.(type) {
+	switch rdb := c.rdb.(type) {
 	case *redis.ClusterClient:
 		err = rdb.ForEachMaster(ctx, scan)
 	case *redis.Ring:
@@ -151,7 +155,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	for len(names) > 0 {
 		batch := names[:min(len(names), listBatch)]
 		names = names[len(batch):]
-		pipe := c.c.rdb.Pipeline()
+		pipe := c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, name := range batch {
 			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
@@ -206,15 +210,23 @@ const forceAttempts = 3
 // The error matches dlock.ErrNotHeld when the lock is free, and otherwise as
 // for Inspect.
 func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	if c == nil {
+		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
+	}
+	return c.c.forceUnlock(ctx, key, c.rel)
+}
+
+// forceUnlock is ForceUnlock with rel as the lock kind's owner-checked release.
+func (c *conn) forceUnlock(ctx context.Context, key string, rel func(ctx context.Context, key, owner string) error) (LockInfo, error) {
 	for i := 0; i < forceAttempts; i++ {
-		info, err := c.Inspect(ctx, key)
+		info, err := c.inspect(ctx, key)
 		if err != nil {
 			return info, err
 		}
 		if !info.Held {
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
-		err = c.rel(ctx, key, info.Owner)
+		err = rel(ctx, key, info.Owner)
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			return info, err
 		}

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -10,24 +11,37 @@ import (
 )
 
 // Driver is the dlock.Driver of the plain (not fair) Redis mutex: single
-// owner-checked attempts, one Lua script round trip each. Most users want New
-// instead.
+// owner-checked attempts, one Lua script round trip each. It is also a
+// dlock.Inspector, as Client is. Most users want New instead.
 type Driver struct {
-	c *conn
+	c          *conn
+	ack        int           // replicas that must acknowledge an acquisition (WithReplicaAck)
+	ackTimeout time.Duration // how long to wait for them
 }
 
 var (
 	_ dlock.Notifier  = (*Driver)(nil)
 	_ dlock.Abandoner = (*Driver)(nil)
+	_ dlock.Inspector = (*Driver)(nil)
 )
 
-// NewDriver returns the plain mutex driver over rdb.
-func NewDriver(rdb redis.UniversalClient) (*Driver, error) {
+// NewDriver returns the plain mutex driver over rdb. NewClient makes a Client
+// over it.
+func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error) {
 	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{c: c}, nil
+	d := &Driver{c: c}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Acquire implements dlock.Driver.
@@ -35,7 +49,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(r.Key, r.Owner, true)
+		sub, mark, sc, queued, fin := d.c.hub.attempt(ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
@@ -53,16 +67,19 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			registered = "1"
 		}
 	}
-	res, err := redisscript.Acquire.Run(ctx, d.c.rdb,
+	res, acked, err := d.runAcquire(ctx,
 		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
-		hubID, score, registered).Slice()
+		hubID, score, registered)
 	arrival := ""
 	if len(res) == 3 {
 		arrival, _ = res[2].(string)
 		res = res[:2]
 	}
 	g, err := acquireReply(res, err, r.TTL)
+	if err == nil {
+		err = d.checkAck(ctx, r, acked)
+	}
 	done(err, arrival, g.Token)
 	return g, err
 }
@@ -89,7 +106,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 
 // Subscribe implements dlock.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, ClientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it releases the owner's holding if an
@@ -100,4 +117,19 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
 		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Result()
 	return mapErr(err)
+}
+
+// Inspect implements dlock.Inspector, as Client.Inspect.
+func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return d.c.inspect(ctx, key)
+}
+
+// List implements dlock.Inspector, as Client.List.
+func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	return d.c.list(ctx, pattern)
+}
+
+// ForceUnlock implements dlock.Inspector, as Client.ForceUnlock.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return d.c.forceUnlock(ctx, key, d.release)
 }

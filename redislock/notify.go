@@ -22,6 +22,11 @@ import (
 // sharded channel lives on the lock's shard.
 func WakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
 
+// ClientWakeChannel returns the channel on which a release of the plain lock
+// named key wakes the Client (the process) whose id is id, alone: the lock's
+// wake channel followed by ":" and the id.
+func ClientWakeChannel(key, id string) string { return WakeChannel(key) + ":" + id }
+
 // idleLinger is how long a subscription connection with no channel left stays
 // open, so that bursts of contention do not each open a new connection.
 const idleLinger = 10 * time.Second
@@ -45,10 +50,10 @@ const refusedRetry = time.Minute
 // confirmation wakes every waiter of the channel, which covers a release that
 // came before it.
 //
-// A message on a key's channel wakes one local waiter: the oldest whose wake
-// channel is empty when the payload is empty (a plain lock became free), every
-// waiter when it is "*", or the waiter named by the payload (a fair lock was
-// handed to it). A waiter that leaves without having used a wake passes it on. A
+// A message on a channel wakes one local waiter: the oldest whose wake channel is
+// empty when the payload is empty (a plain lock became free: its release
+// publishes on the woken Client's own channel), every waiter when it is "*", or
+// the waiter named by the payload (a fair lock was handed to it). A waiter that leaves without having used a wake passes it on. A
 // subscription confirmed by the server, first or again after the connection
 // dropped and go-redis reconnected, wakes every waiter of the key: messages may
 // have been missed. A subscription the server refuses (NOPERM) closes the wake
@@ -141,8 +146,9 @@ func (h *hub) refused() error {
 	return nil
 }
 
-func (h *hub) subscribe(ctx context.Context, key, owner string) (<-chan struct{}, func(), error) {
-	channel := WakeChannel(key)
+// subscribe registers owner as a waiter for the lock named key, woken by the
+// messages on channel (the lock's, or this hub's own for the plain lock).
+func (h *hub) subscribe(ctx context.Context, key, channel, owner string) (<-chan struct{}, func(), error) {
 	h.mu.Lock()
 	if err := h.refused(); err != nil {
 		h.mu.Unlock()
@@ -472,10 +478,6 @@ func (h *hub) receive(c *subConn) {
 					t.wakeOne()
 				case m.Payload == "*":
 					t.wakeAll()
-				case m.Payload[0] == '@': // a plain lock woke one process
-					if m.Payload[1:] == h.id {
-						t.wakeOne()
-					}
 				case w != nil:
 					w.send()
 				}
@@ -522,10 +524,10 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 // it still gets queued: it should wait its turn (a wake) without a round trip, at
 // most that long. Otherwise done must be called with the attempt's outcome, and
 // the arrival score or token its reply carried.
-func (h *hub) attempt(key, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
+func (h *hub) attempt(channel, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[WakeChannel(key)]
+	t := h.topics[channel]
 	if t == nil {
 		return false, false, "", 0, func(error, string, uint64) {}
 	}

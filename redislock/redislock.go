@@ -14,7 +14,7 @@
 //
 // Lock does not poll. A waiter's failed attempt marks the holding (field w) and
 // returns the holder's remaining TTL; the release of a marked holding publishes on
-// the lock's wake channel (WakeChannel), and the waiter sleeps until a message or
+// a wake channel (see below), and the waiter sleeps until a message or
 // that TTL, whichever comes first, so a crashed holder's lock is taken as soon as
 // it expires and a lost message costs at most that. Each Client keeps one
 // subscription connection (on Redis Cluster, one per master with sharded pub/sub,
@@ -30,8 +30,9 @@
 // process (a Client) joins the lock's waiting set "dlock:{KEY}:waiting" (a sorted
 // set of Client ids by arrival) on its waiters' failed attempts, and each
 // release wakes the process that has waited longest, alone: it takes the first id
-// off the set and publishes it, and only that Client acts on the message, by
-// waking its longest waiting waiter. A Client that takes the lock while others of
+// off the set and publishes on that Client's own wake channel
+// (ClientWakeChannel), so one message reaches one process, which wakes its
+// longest waiting waiter. A Client that takes the lock while others of
 // its waiters wait goes to the back of the set (processes take turns); one that
 // loses the lock to a newcomer joins again with its old arrival; one whose
 // waiters all leave takes itself off and passes on a wake it did not use. A
@@ -178,11 +179,16 @@ func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) 
 // extend resets the TTL of a lock hash owned by owner (both lock kinds).
 func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
+	return extendReply(h.Key, n, err, ttl)
+}
+
+// extendReply decodes the reply of an extend script: 1 extended, 0 not held.
+func extendReply(key string, n int64, err error, ttl time.Duration) (time.Duration, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n != 1 {
-		return 0, notHeld(h.Key)
+		return 0, notHeld(key)
 	}
 	return ttl, nil
 }
@@ -190,14 +196,19 @@ func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (
 // ttl reads the time left on a lock hash owned by owner (both lock kinds).
 func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
+	return ttlReply(h.Key, n, err)
+}
+
+// ttlReply decodes the reply of a TTL script: the PTTL, or -2 when not held.
+func ttlReply(key string, n int64, err error) (time.Duration, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
 	if n == -2 {
-		return 0, notHeld(h.Key)
+		return 0, notHeld(key)
 	}
 	if n < 0 {
-		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, h.Key, n)
+		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, key, n)
 	}
 	return time.Duration(n) * time.Millisecond, nil
 }

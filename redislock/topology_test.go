@@ -2,7 +2,9 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -53,4 +55,61 @@ func TestSentinelFailoverClient(t *testing.T) {
 			return c
 		},
 	})
+}
+
+// TestClusterPrimitives runs the reentrant lock, optimistic writes, a
+// multi-key lock over keys in different slots and an election through a
+// *redis.ClusterClient: every script touches one hash slot only.
+func TestClusterPrimitives(t *testing.T) {
+	cluster := testserver.StartCluster(t, 3)
+	ctx := context.Background()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	key := dlocktest.Key(t)
+
+	re, err := redislock.NewReentrant(rdb, dlock.WithOwner("svc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := re.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := re.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(inner.Unlock(ctx), outer.Unlock(ctx)); err != nil {
+		t.Fatal(err)
+	}
+
+	opt, err := redislock.NewOptimistic(rdb, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := opt.Update(ctx, key, incr, nil); err != nil || v.Version != 1 {
+		t.Fatalf("Update: %+v %v", v, err)
+	}
+
+	plain, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grp, err := dlock.LockAll(ctx, plain, []string{key + ".a", key + ".b", key + ".c", key + ".d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grp.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead, err := dlock.Campaign(ctx, plain, key+".role", dlock.WithMetadata("node-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dlock.Leader(ctx, plain, key+".role"); err != nil || info.Metadata != "node-1" {
+		t.Fatalf("Leader: %+v %v", info, err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

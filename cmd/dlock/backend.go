@@ -37,8 +37,8 @@ func backends() []backend {
 	return []backend{
 		{
 			flag: "redis", env: []string{"DLOCK_REDIS", "REDIS_URL"},
-			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected",
-			one:   openRedis, multi: "Redlock over several Redis masters",
+			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected; several (an odd number of independent masters) mean Redlock",
+			one:   openRedis, many: openRedlock, multi: "Redlock over several Redis masters",
 		},
 		{
 			flag: "etcd", env: []string{"DLOCK_ETCD"},
@@ -140,34 +140,11 @@ type redisStore struct {
 // openRedis connects to the Redis server at rawURL and checks that it answers.
 // A Cluster node is detected and the whole Cluster used.
 func openRedis(ctx context.Context, rawURL string) (store, error) {
-	opt, err := redis.ParseURL(rawURL)
+	client, opt, where, cluster, err := dialRedis(ctx, rawURL)
 	if err != nil {
-		return nil, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
+		return nil, err
 	}
-	if opt.Network != "unix" {
-		_, port, err := net.SplitHostPort(opt.Addr)
-		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
-			return nil, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
-		}
-	}
-	if opt.DialTimeout == 0 {
-		opt.DialTimeout = dialTimeout
-	}
-	if opt.MaxRetries == 0 {
-		opt.MaxRetries = 1
-	}
-	if opt.DialerRetries == 0 {
-		opt.DialerRetries = 2 // go-redis dials 5 times by default
-	}
-	opt.ContextTimeoutEnabled = true
-	opt.PoolSize = 4
-	where := "Redis at " + opt.Addr
-	var rdb redis.UniversalClient = redis.NewClient(opt)
-	cluster, err := ping(ctx, rdb)
-	if err != nil {
-		rdb.Close()
-		return nil, pingError(where, rawURL, opt.TLSConfig != nil, err)
-	}
+	var rdb redis.UniversalClient = client
 	if cluster {
 		rdb.Close()
 		if opt.DB != 0 {
@@ -190,6 +167,40 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		return nil, err
 	}
 	return &redisStore{rdb: rdb, where: where, c: c}, nil
+}
+
+// dialRedis connects to the Redis server at rawURL and checks that it answers;
+// cluster reports a Cluster node. On error nothing stays open.
+func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
+	opt, err = redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, nil, "", false, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
+	}
+	if opt.Network != "unix" {
+		_, port, err := net.SplitHostPort(opt.Addr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			return nil, nil, "", false, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
+		}
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = dialTimeout
+	}
+	if opt.MaxRetries == 0 {
+		opt.MaxRetries = 1
+	}
+	if opt.DialerRetries == 0 {
+		opt.DialerRetries = 2 // go-redis dials 5 times by default
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = 4
+	where = "Redis at " + opt.Addr
+	rdb = redis.NewClient(opt)
+	cluster, err = ping(ctx, rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, "", false, pingError(where, rawURL, opt.TLSConfig != nil, err)
+	}
+	return rdb, opt, where, cluster, nil
 }
 
 // pingError explains why a server did not answer, without credentials.
@@ -284,24 +295,33 @@ func (s *redisStore) explain(ctx context.Context, key string, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
 	defer cancel()
-	what := ""
+	return conflictError(key, foreignData(ctx, s.rdb, key))
+}
+
+// conflictError is the error for a key holding foreign data; what says which
+// (" (Redis key ... is a list)"), or is empty.
+func conflictError(key, what string) error {
+	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock%s", key, what)}
+}
+
+// foreignData says which of the Redis keys of the lock named key holds data that
+// is not a dlock lock, or returns "" when it cannot tell.
+func foreignData(ctx context.Context, rdb redis.UniversalClient, key string) string {
 	for _, k := range redisKinds(key) {
-		kind, terr := s.rdb.Type(ctx, k.key).Result()
+		kind, terr := rdb.Type(ctx, k.key).Result()
 		if terr != nil {
-			break
+			return ""
 		}
 		if kind != "none" && kind != k.kind {
-			what = fmt.Sprintf(" (Redis key %q is a %s)", k.key, redisTypeName(kind))
-			break
+			return fmt.Sprintf(" (Redis key %q is a %s)", k.key, redisTypeName(kind))
 		}
 		if kind == "hash" {
-			if n, _ := s.rdb.HExists(ctx, k.key, "o").Result(); !n {
-				what = fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", k.key)
-				break
+			if n, _ := rdb.HExists(ctx, k.key, "o").Result(); !n {
+				return fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", k.key)
 			}
 		}
 	}
-	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock%s", key, what)}
+	return ""
 }
 
 // redisTypeName names a Redis TYPE reply in words.

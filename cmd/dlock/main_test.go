@@ -524,7 +524,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"negative wait", []string{"run", "--wait", "-1s", key, "--", "true"}, 64, "negative"},
 		{"renew not below ttl", []string{"run", "--ttl", "1s", "--renew-every", "1s", key, "--", "true"}, 64, "renew-every"},
 		{"semaphore not yet", []string{"run", "-n", "3", key, "--", "true"}, 64, "semaphore"},
-		{"redlock not yet", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "Redlock"},
+		{"redlock even", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "odd number"},
+		{"redlock same server", []string{"run", "--redis", redisURL(), "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "same server"},
 		{"etcd bad URL", []string{"run", "--etcd", "https://127.0.0.1:2379/x", key, "--", "true"}, 64, "scheme"},
 		{"zk bad address", []string{"run", "--zk", "127.0.0.1", key, "--", "true"}, 64, "host:port"},
 		{"two backends", []string{"run", "--etcd", "127.0.0.1:2379", "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
@@ -1158,6 +1159,21 @@ func TestDemoDeletesItsKeys(t *testing.T) {
 	if strings.Contains(r.stdout, "seed") {
 		t.Errorf("demo output speaks of seeds:\n%s", r.stdout)
 	}
+	// The optimistic sale sells the whole stock and nothing more.
+	if f := strings.Fields(lineWith(r.stdout, "optimistic ")); len(f) < 4 || f[1] != "3" || f[2] != "0" || f[3] != "0" {
+		t.Errorf("optimistic sale: %q\n%s", f, r.stdout)
+	}
+}
+
+// lineWith returns the first line of s that starts with prefix after its
+// indentation, or "".
+func lineWith(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // TestDemoErrorOnOneLine runs the demo as a user that may not run scripts:

@@ -28,6 +28,8 @@ var (
 	pttlSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed raise.lua
+	raiseSrc string
 	//go:embed fairlib.lua
 	fairLibSrc string
 	//go:embed fairacquire.lua
@@ -45,6 +47,10 @@ var (
 	Extend  = redis.NewScript(extendSrc)
 	PTTL    = redis.NewScript(pttlSrc)
 )
+
+// Raise records on one server the fencing token that a quorum of servers handed
+// out (Redlock). See raise.lua.
+var Raise = redis.NewScript(raiseSrc)
 
 // Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
 var Fenced = redis.NewScript(fenceSrc)

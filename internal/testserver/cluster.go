@@ -140,6 +140,24 @@ type Sentinel struct {
 // (quorum 1) and waits until it reports the master. It is stopped by t.Cleanup.
 func StartSentinel(t testing.TB, master *Redis) *Sentinel {
 	t.Helper()
+	return startSentinel(t, master, 1, 1000)
+}
+
+// StartSentinels starts n sentinels monitoring master under the name
+// "dlockmaster" with quorum n/2+1, each declaring the master down after 500ms
+// without an answer, so that a failover to its replica follows a kill within
+// seconds. They are stopped by t.Cleanup.
+func StartSentinels(t testing.TB, master *Redis, n int) []*Sentinel {
+	t.Helper()
+	out := make([]*Sentinel, n)
+	for i := range out {
+		out[i] = startSentinel(t, master, n/2+1, 500)
+	}
+	return out
+}
+
+func startSentinel(t testing.TB, master *Redis, quorum, downAfterMS int) *Sentinel {
+	t.Helper()
 	const name = "dlockmaster"
 	dir := t.TempDir()
 	var lastErr error
@@ -149,8 +167,8 @@ func StartSentinel(t testing.TB, master *Redis) *Sentinel {
 			t.Fatal(err)
 		}
 		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
-			port, dir, name, master.Port, name)
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d %d\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\n",
+			port, dir, name, master.Port, quorum, name, downAfterMS, name)
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}

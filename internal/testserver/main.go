@@ -3,6 +3,8 @@ package testserver
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -22,6 +24,33 @@ func Main(m *testing.M, use func(*Redis)) int {
 		}
 		use(srv)
 		return srv.Stop, nil
+	})
+}
+
+// MainN is Main with n independent redis-servers (for Redlock).
+func MainN(m *testing.M, n int, use func([]*Redis)) int {
+	return runMain(m, func(dir string) (func(), error) {
+		var srvs []*Redis
+		stop := func() {
+			for _, s := range srvs {
+				s.Stop()
+			}
+		}
+		for i := 0; i < n; i++ {
+			sub := filepath.Join(dir, strconv.Itoa(i))
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				stop()
+				return nil, err
+			}
+			srv, err := NewRedis(sub)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			srvs = append(srvs, srv)
+		}
+		use(srvs)
+		return stop, nil
 	})
 }
 

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// TestRedlockRunStatusListUnlock: three --redis URLs mean Redlock. dlock run
+// holds the lock on a majority and passes its token; status, list and unlock
+// show and act on every node; one master down changes nothing, two stop it.
+func TestRedlockRunStatusListUnlock(t *testing.T) {
+	b, c := testserver.StartRedis(t), testserver.StartRedis(t)
+	flags := []string{"--redis", redisURL(), "--redis", "redis://" + b.Addr + "/0", "--redis", "redis://" + c.Addr + "/0"}
+	with := func(cmd string, args ...string) []string {
+		return append(append([]string{cmd}, flags...), args...)
+	}
+	key := dlocktest.Key(t)
+	r := dlockRun(t, with("run", key, "--", "sh", "-c", `echo "$DLOCK_KEY $DLOCK_TOKEN"`)...)
+	fields := strings.Fields(r.stdout)
+	if r.code != 0 || len(fields) != 2 || fields[0] != key {
+		t.Fatalf("run: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if tok, err := strconv.ParseUint(fields[1], 10, 64); err != nil || tok == 0 {
+		t.Fatalf("run passed token %q", fields[1])
+	}
+
+	holder, _, _ := startHolder(t, append(flags, "--description", "redlock job"), key, `echo ok > "$1"; exec sleep 30`)
+	defer func() { _ = holder.Process.Kill() }()
+	r = dlockRun(t, with("status", key)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "held") || !strings.Contains(r.stdout, "redlock job") {
+		t.Errorf("status: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = dlockRun(t, with("list", "--names", key[:len(key)-2]+"*")...)
+	if r.stdout != key+"\n" {
+		t.Errorf("list --names: %q (stderr %q)", r.stdout, r.stderr)
+	}
+	c.Stop() // a minority down: still served
+	r = dlockRun(t, with("run", "--wait", "0", key, "--", "true")...)
+	if r.code != exitNotObtained {
+		t.Errorf("run on a held lock with one master down: exit %d stderr %q", r.code, r.stderr)
+	}
+	r = dlockRun(t, with("unlock", "--force", key)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "redlock job") {
+		t.Errorf("unlock --force: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	b.Stop() // a majority down
+	r = dlockRun(t, with("run", key, "--", "true")...)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "Redlock needs 2 of 3") {
+		t.Errorf("run with two of three masters down: exit %d stderr %q", r.code, r.stderr)
+	}
+}

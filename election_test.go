@@ -1,0 +1,193 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"golang.org/x/sync/errgroup"
+)
+
+// Several candidates, each with its own Client, win the role in turn: never two
+// at once, each term's token above the last, and Leader names the one leading.
+func TestCampaignOneLeaderAtATime(t *testing.T) {
+	const candidates, terms = 4, 6
+	role := dlocktest.Key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var inside atomic.Int32
+	var mu sync.Mutex
+	var last uint64
+	g, gctx := errgroup.WithContext(ctx)
+	for i := 0; i < candidates; i++ {
+		c := newRedisLocker(t)
+		name := fmt.Sprintf("instance-%d", i)
+		g.Go(func() error {
+			for n := 0; n < terms; n++ {
+				lead, err := dlock.Campaign(gctx, c, role, dlock.WithMetadata(name))
+				if err != nil {
+					return err
+				}
+				if !inside.CompareAndSwap(0, 1) {
+					return errors.New("two leaders at once")
+				}
+				mu.Lock()
+				ok := lead.Token() > last
+				last = lead.Token()
+				mu.Unlock()
+				if !ok {
+					return fmt.Errorf("term token %d not above the last", lead.Token())
+				}
+				info, err := dlock.Leader(gctx, c, role)
+				if err != nil {
+					return err
+				}
+				if !info.Held || info.Metadata != name || info.Owner != lead.Lease().Owner() || info.Token != lead.Token() {
+					return fmt.Errorf("Leader says %+v while %s leads", info, name)
+				}
+				inside.Store(0)
+				if err := lead.Resign(gctx); err != nil {
+					return err
+				}
+				if !errors.Is(lead.Err(), dlock.ErrReleased) {
+					return fmt.Errorf("after Resign: %v", lead.Err())
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A leader that dies without resigning keeps the role until its TTL; a waiting
+// candidate then wins, and an observer sees the change.
+func TestCampaignTakesOverFromCrashedLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	role := dlocktest.Key(t)
+	obs := newRedisLocker(t)
+	// The crashed leader: a holding that nobody renews or releases.
+	const ttl = 400 * time.Millisecond
+	if _, err := newRedisLocker(t).Driver().Acquire(ctx, dlock.AcquireRequest{Key: role, Owner: "crashed", TTL: ttl, Metadata: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	changes, err := dlock.Observe(octx, obs, role, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := <-changes; !first.Held || first.Metadata != "old" {
+		t.Fatalf("first observation %+v", first)
+	}
+	start := time.Now()
+	lead, err := dlock.Campaign(ctx, newRedisLocker(t), role, dlock.WithMetadata("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl+time.Second {
+		t.Errorf("took over %v after the crash, TTL %v", took, ttl)
+	}
+	for info := range changes {
+		if info.Held && info.Metadata == "new" {
+			break
+		}
+		if info.Held {
+			t.Fatalf("observed %+v", info)
+		}
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info := <-changes; info.Held {
+		t.Fatalf("after Resign observed %+v", info)
+	}
+	ocancel()
+	for range changes { // closed once octx ends
+	}
+}
+
+// A leader whose role is taken away learns it from its renewal.
+func TestLeadershipLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	role := dlocktest.Key(t)
+	c := newRedisLocker(t)
+	lead, err := dlock.Campaign(ctx, c, role, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceUnlock(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lead.Done():
+	case <-ctx.Done():
+		t.Fatal("leadership not lost")
+	}
+	if !errors.Is(lead.Err(), dlock.ErrLockLost) || !errors.Is(context.Cause(lead.Context()), dlock.ErrLockLost) {
+		t.Fatalf("Err %v", lead.Err())
+	}
+	if err := lead.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Resign after loss: %v", err)
+	}
+}
+
+// A campaign cancelled while it waits leaves nothing: once the leader resigns,
+// the role is free.
+func TestCampaignCancelledLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	role := dlocktest.Key(t)
+	c := newRedisLocker(t)
+	lead, err := dlock.Campaign(ctx, c, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := dlock.Campaign(wctx, newRedisLocker(t), role); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled campaign: %v", err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dlock.Leader(ctx, c, role); err != nil || info.Held {
+		t.Fatalf("after Resign: %+v %v", info, err)
+	}
+}
+
+func TestElectionBadInput(t *testing.T) {
+	ctx := context.Background()
+	c := newRedisLocker(t)
+	var nilLocker *dlock.Client
+	var nilCtx context.Context
+	checks := map[string]error{}
+	_, checks["nil locker"] = dlock.Campaign(ctx, nil, "r")
+	_, checks["typed nil locker"] = dlock.Campaign(ctx, nilLocker, "r")
+	_, checks["nil ctx"] = dlock.Campaign(nilCtx, c, "r")
+	_, checks["bad role"] = dlock.Campaign(ctx, c, "{r}")
+	_, checks["bad option"] = dlock.Campaign(ctx, c, "r", dlock.WithTTL(-1))
+	_, checks["Leader nil inspector"] = dlock.Leader(ctx, nil, "r")
+	_, checks["Leader bad role"] = dlock.Leader(ctx, c, "")
+	_, checks["Observe interval 0"] = dlock.Observe(ctx, c, "r", 0)
+	_, checks["Observe interval too long"] = dlock.Observe(ctx, c, "r", time.Hour)
+	_, checks["Observe bad role"] = dlock.Observe(ctx, c, "\n", time.Second)
+	for name, err := range checks {
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	var l *dlock.Leadership
+	if l.Token() != 0 || l.Role() != "" || !errors.Is(l.Err(), dlock.ErrNotHeld) || !errors.Is(l.Resign(ctx), dlock.ErrNotHeld) {
+		t.Error("nil Leadership")
+	}
+	<-l.Done()
+}

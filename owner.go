@@ -1,0 +1,73 @@
+package dlock
+
+import "strings"
+
+// MaxOwnerLen is the longest owner ID accepted by WithOwner, in bytes.
+const MaxOwnerLen = 128
+
+// OwnerSep separates the owner ID given with WithOwner from the random part
+// that names one acquisition in the owner token a Driver receives: "ID#RANDOM".
+// Every backend accepts it in an owner token.
+const OwnerSep = "#"
+
+// WithOwner makes the acquisitions of a Client (or of one call) act for the
+// caller's owner ID instead of an anonymous one. The owner token a Driver
+// receives is then id, OwnerSep and a random part that is new for every TryLock or
+// Lock call and the same for all attempts of one call, so a Driver can tell the
+// holder (the ID, see SplitOwner) from the acquisition. A plain mutex ignores
+// the ID (every acquisition is a different owner); a reentrant lock (such as
+// redislock.NewReentrant) lets acquisitions with the same ID re-enter: processes
+// that share an ID hold the lock together.
+//
+// id must be 1 to MaxOwnerLen bytes of ASCII letters, digits and "-_.:@" (a
+// host name, a pod name, "host:pid"...), characters that every backend can keep
+// in an owner token; anything else is reported as ErrInvalid. The default is
+// none: every acquisition is its own owner.
+func WithOwner(id string) Option {
+	return func(c *config) {
+		if err := validateOwner(id); err != nil {
+			c.setErr(err)
+			return
+		}
+		c.owner = id
+	}
+}
+
+func validateOwner(id string) error {
+	if id == "" {
+		return invalidf("empty owner ID")
+	}
+	if len(id) > MaxOwnerLen {
+		return invalidf("owner ID of %d bytes exceeds %d", len(id), MaxOwnerLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; !ownerByte(b) {
+			return invalidf("owner ID %q contains %q (ASCII letters, digits and -_.:@ only)", id, rune(b))
+		}
+	}
+	return nil
+}
+
+func ownerByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || strings.IndexByte("-_.:@", b) >= 0
+}
+
+// newOwner returns the owner token of a new acquisition: a fresh random token,
+// after the WithOwner ID and OwnerSep when one is set.
+func (c *config) newOwner() string {
+	if c.owner == "" {
+		return newOwner()
+	}
+	return c.owner + OwnerSep + newOwner()
+}
+
+// SplitOwner splits an owner token into the WithOwner ID and the part that names
+// the acquisition. A token made without WithOwner is its own ID: id and
+// acquisition are both the whole token.
+func SplitOwner(owner string) (id, acquisition string) {
+	i := strings.Index(owner, OwnerSep)
+	if i < 0 {
+		return owner, owner
+	}
+	return owner[:i], owner[i+len(OwnerSep):]
+}

@@ -1,0 +1,172 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+// NewReentrant returns a Client whose locks are reentrant: an acquisition made
+// with the owner ID of the current holder (dlock.WithOwner) succeeds at once,
+// while the lock is held, and adds a hold; each Lease's Unlock gives up that
+// Lease's hold, and the lock is free once every hold is given up (or has
+// expired). Another owner ID is refused exactly as by the plain mutex, and
+// waits the same way (woken when the last hold is released).
+//
+// Go has no thread identity, so ownership is explicit. Within a process, code
+// that holds a Lease and needs the lock again passes an owner ID it shares with
+// the outer acquisition; across processes, the processes that share an owner ID
+// hold the lock together and keep each other out of nobody's way. Without
+// WithOwner every acquisition is its own owner and the lock is a plain mutex.
+//
+// The holds of one holder share one Redis key, its fencing token (a re-entry
+// gets the token of the holding it enters; tokens still increase from one
+// holding to the next) and its expiry: acquiring or extending any hold never
+// shortens the key's time, so a Lease's watchdog keeps the whole holding alive,
+// and every Lease's local deadline stays within it. Each hold is recorded under
+// its acquisition's random part (see dlock.SplitOwner): a retried attempt whose
+// earlier reply was lost finds its hold and does not count twice, one Lease
+// cannot give up another's hold, and a second Unlock of the same Lease reports
+// dlock.ErrNotHeld. Holds reports the count. A Lease lost while its
+// release could not reach the server (see dlock.Lease) leaves its hold
+// counted: the lock then stays with its holder until the holding's TTL after
+// the last renewal of any of its Leases.
+//
+// Inspection shows the owner ID as the holder. ForceUnlock removes every hold.
+// A key must be locked only through reentrant Clients. rdb and opts are as for
+// New. This lock exists on Redis only.
+func NewReentrant(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
+	d, err := NewReentrantDriver(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(d, d.c, d.releaseAll, opts)
+}
+
+// ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
+// want NewReentrant instead.
+type ReentrantDriver struct {
+	c *conn
+}
+
+var (
+	_ dlock.Notifier  = (*ReentrantDriver)(nil)
+	_ dlock.Abandoner = (*ReentrantDriver)(nil)
+)
+
+// NewReentrantDriver returns the reentrant mutex driver over rdb.
+func NewReentrantDriver(rdb redis.UniversalClient) (*ReentrantDriver, error) {
+	c, err := newConn(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return &ReentrantDriver{c: c}, nil
+}
+
+// run runs one operation of the reentrant script for owner (holder ID and
+// acquisition, see dlock.SplitOwner; acq overrides the acquisition when all is
+// set: every hold).
+func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bool, args ...any) *redis.Cmd {
+	holder, acq := dlock.SplitOwner(owner)
+	if all {
+		holder, acq = owner, ""
+	}
+	return redisscript.Reentrant.Run(ctx, d.c.rdb,
+		[]string{LockKey(key), FenceKey(key), AbandonKey(key, owner)},
+		append([]any{op, holder, acq}, args...)...)
+}
+
+// Acquire implements dlock.Driver. The holder's other holds make it succeed
+// with the holding's token.
+func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	markBusy, markTaken := "0", "0"
+	done := func(error) {}
+	if r.Waiting {
+		// Never queued behind this process's waiters: the holder may be the
+		// one re-entering.
+		_, mark, _, _, fin := d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		markBusy, done = "1", func(err error) { fin(err, "", 0) }
+		if mark {
+			markTaken = "1"
+		}
+	}
+	res, err := d.run(ctx, "acquire", r.Key, r.Owner, false,
+		r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
+	if err == nil && len(res) == 3 {
+		res = res[:2] // the hold count: see Holds
+	}
+	g, err := acquireReply(res, err, r.TTL)
+	done(err)
+	return g, err
+}
+
+// Extend implements dlock.Driver: it keeps the whole holding alive at least ttl.
+func (d *ReentrantDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	n, err := d.run(ctx, "extend", h.Key, h.Owner, false, ttl.Milliseconds()).Int64()
+	return extendReply(h.Key, n, err, ttl)
+}
+
+// TTL implements dlock.Driver.
+func (d *ReentrantDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	n, err := d.run(ctx, "ttl", h.Key, h.Owner, false).Int64()
+	return ttlReply(h.Key, n, err)
+}
+
+// Release implements dlock.Driver: it gives up h's hold, and frees the lock
+// (waking waiters) when it was the last.
+func (d *ReentrantDriver) Release(ctx context.Context, h dlock.Holding) error {
+	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), WakeChannel(h.Key)).Result()
+	return d.c.released(h.Key, res, err)
+}
+
+// releaseAll removes every hold of holder (ForceUnlock).
+func (d *ReentrantDriver) releaseAll(ctx context.Context, key, holder string) error {
+	res, err := d.run(ctx, "release", key, holder, true, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	return d.c.released(key, res, err)
+}
+
+// Subscribe implements dlock.Notifier.
+func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+}
+
+// Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
+// attempt landed, and marks the acquisition abandoned (see AbandonMarkTTL), so
+// that an attempt still in flight cannot add a hold after it.
+func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
+		d.c.hub.publishCmd(), WakeChannel(h.Key), strconv.FormatInt(markTTL(h.TTL), 10)).Result()
+	return mapErr(err)
+}
+
+// Holds returns how many holds the holder of the reentrant lock named key has
+// (0 when the lock is free) and the holder's owner ID. The error matches
+// dlock.ErrInvalid for a bad key and dlock.ErrConflict when the key holds
+// something else.
+func (d *ReentrantDriver) Holds(ctx context.Context, key string) (n int, holder string, err error) {
+	if ctx == nil {
+		return 0, "", fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return 0, "", err
+	}
+	v, err := d.c.rdb.HMGet(ctx, LockKey(key), "o", "c").Result()
+	if err != nil {
+		return 0, "", mapErr(err)
+	}
+	holder, _ = v[0].(string)
+	count, _ := v[1].(string)
+	if holder == "" {
+		return 0, "", nil
+	}
+	n, err = strconv.Atoi(count)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: redislock: %q is not a reentrant lock", dlock.ErrConflict, key)
+	}
+	return n, holder, nil
+}

@@ -1,0 +1,190 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Inspect implements dlock.Inspector: it reads the lock named key on every node
+// and returns the majority's view. The lock is held when a majority of the nodes
+// hold it for one owner; its TTL is then the time until fewer than a majority
+// hold it, and its token the one recorded on the majority. LastToken is the
+// largest fence counter of any node. A holding on a minority of the nodes (left
+// by an acquisition that failed, until its TTL) shows as free. The error matches
+// dlock.ErrInvalid for a bad key, and dlock.ErrUnavailable when fewer than a
+// majority of the nodes answer.
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if ctx == nil {
+		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+		return d.nodes[i].Inspect(ctx, key)
+	}, nil)
+	if err != nil {
+		return dlock.LockInfo{}, err
+	}
+	var infos []dlock.LockInfo
+	for _, r := range got {
+		if r.err == nil {
+			infos = append(infos, r.val)
+		}
+	}
+	if len(infos) < d.quorum {
+		return dlock.LockInfo{}, d.unanswered(got)
+	}
+	info, _ := d.majority(key, infos)
+	return info, nil
+}
+
+// unanswered is the error of an inspection that fewer than a majority of the
+// nodes answered: the nodes' own error when a majority failed alike (foreign
+// data: dlock.ErrConflict), and otherwise one matching dlock.ErrUnavailable.
+func (d *Driver) unanswered(got []reply[dlock.LockInfo]) error {
+	conflicts := 0
+	for _, r := range got {
+		if errors.Is(r.err, dlock.ErrConflict) {
+			conflicts++
+		}
+	}
+	if conflicts >= d.quorum {
+		return fmt.Errorf("%w: redlock: on %d of %d nodes: %w", dlock.ErrConflict, conflicts, len(d.nodes), nodeErrors(got, nil))
+	}
+	return fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
+		dlock.ErrUnavailable, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
+}
+
+// majority merges what the nodes hold about key (held or not; nodes that hold
+// nothing may be left out) into the majority's view, and reports whether a
+// majority holds it.
+func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, bool) {
+	out := dlock.LockInfo{Key: key}
+	byOwner := map[string][]dlock.LockInfo{}
+	for _, in := range infos {
+		out.LastToken = max(out.LastToken, in.LastToken)
+		if in.Held {
+			byOwner[in.Owner] = append(byOwner[in.Owner], in)
+		}
+	}
+	for owner, held := range byOwner {
+		if len(held) < d.quorum {
+			continue
+		}
+		ttls := make([]time.Duration, len(held))
+		tokens := map[uint64]int{}
+		for i, h := range held {
+			ttls[i] = h.TTL
+			tokens[h.Token]++
+			out.Token = max(out.Token, h.Token)
+		}
+		// The token handed out is recorded on a majority; nodes that granted
+		// after the acquisition settled drew their own, greater ones.
+		for tok, n := range tokens {
+			if n >= d.quorum {
+				out.Token = tok
+			}
+		}
+		slices.Sort(ttls)
+		out.Held, out.Owner, out.Metadata = true, owner, held[0].Metadata
+		out.TTL = ttls[len(ttls)-d.quorum]
+		out.LastToken = max(out.LastToken, out.Token)
+		return out, true
+	}
+	return out, false
+}
+
+// List implements dlock.Inspector: the locks whose names match pattern (as for
+// redislock's List) that a majority of the nodes hold, in the majority's view
+// (see Inspect), sorted by name. The error matches dlock.ErrInvalid for a bad
+// pattern, and dlock.ErrUnavailable when fewer than a majority of the nodes
+// answer.
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidatePattern(pattern); err != nil {
+		return nil, err
+	}
+	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
+		return d.nodes[i].List(ctx, pattern)
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if n := count(got); n < d.quorum {
+		return nil, fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
+			dlock.ErrUnavailable, n, len(d.nodes), d.quorum, nodeErrors(got, failure))
+	}
+	byKey := map[string][]dlock.LockInfo{}
+	for _, r := range got {
+		for _, in := range r.val {
+			byKey[in.Key] = append(byKey[in.Key], in)
+		}
+	}
+	var out []dlock.LockInfo
+	for key, infos := range byKey {
+		if info, held := d.majority(key, infos); held {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// ForceUnlock implements dlock.Inspector: it removes the lock named key on every
+// node, whoever holds it there, and returns the majority's view of what it
+// removed. The fence counters are kept, so tokens keep increasing. The holder
+// is not told, and learns of the loss at its next renewal. The error matches
+// dlock.ErrNotHeld when no majority held the lock (holdings on a minority of
+// the nodes are removed all the same), and otherwise as for Inspect.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if ctx == nil {
+		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return dlock.LockInfo{}, err
+	}
+	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+		info, err := d.nodes[i].ForceUnlock(ctx, key)
+		if errors.Is(err, dlock.ErrNotHeld) {
+			return dlock.LockInfo{Key: key}, nil // free on this node
+		}
+		return info, err
+	}, nil)
+	if err != nil {
+		return dlock.LockInfo{}, err
+	}
+	var infos []dlock.LockInfo
+	removed := 0
+	for _, r := range got {
+		if r.err == nil {
+			infos = append(infos, r.val)
+			if r.val.Held {
+				removed++
+			}
+		}
+	}
+	if len(infos) < d.quorum {
+		return dlock.LockInfo{}, d.unanswered(got)
+	}
+	info, held := d.majority(key, infos)
+	if !held {
+		return info, fmt.Errorf("%w: %q is not held by a majority of the nodes (%d partial holdings removed)", dlock.ErrNotHeld, key, removed)
+	}
+	return info, nil
+}
