@@ -35,9 +35,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// TestQuickRun runs the whole -quick bench against a real redis-server and checks
-// that every lock kept its critical sections apart and lost no update, that every
-// variant made progress, and that every JSON line parses.
+// TestQuickRun runs the whole -quick bench against a real redis-server, etcd and
+// ZooKeeper and checks that every lock kept its critical sections apart and lost
+// no update, that every variant made progress, and that every JSON line parses.
 func TestQuickRun(t *testing.T) {
 	cfg, err := parseFlags([]string{"-quick"}, io.Discard)
 	if err != nil {
@@ -59,6 +59,7 @@ func TestQuickRun(t *testing.T) {
 			continue
 		}
 		seen[m.Scenario]++
+		seen[m.Scenario+" "+m.Variant]++
 		for _, f := range []string{"lost", "overlaps"} {
 			if v, ok := m.M[f]; ok && v != 0 {
 				t.Errorf("%s n=%d %s: %s = %v", m.Scenario, m.N, m.Variant, f, v)
@@ -86,7 +87,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []string{"a", "b", "bc", "bp", "c1", "c2", "p"} {
+	for _, s := range []string{"a", "b", "bc", "bp", "c1", "c2", "p", "a etcd", "a zk", "bc etcd", "bc zk"} {
 		if seen[s] == 0 {
 			t.Errorf("scenario %s produced no measurement", s)
 		}
@@ -103,7 +104,7 @@ func TestQuickRun(t *testing.T) {
 	if n <= len(ms) {
 		t.Errorf("%d JSON lines for %d measurements", n, len(ms))
 	}
-	for _, want := range []string{"### a.", "### b.", "### bc.", "### bp.", "### c1.", "### c2.", "### p.", "× redsync default", "### Targets", "lost updates, every run"} {
+	for _, want := range []string{"### a.", "### b.", "### bc.", "### bp.", "### c1.", "### c2.", "### p.", "× redsync default", "### Targets", "lost updates, every run", "### The price of consensus", "- etcd ", "- ZooKeeper "} {
 		if !strings.Contains(tables.String(), want) {
 			t.Errorf("tables lack %q", want)
 		}
@@ -135,6 +136,29 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestNeeds checks that the etcd and ZooKeeper servers start only for runs that
+// measure a variant locking on them.
+func TestNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		etcd, zk bool
+	}{
+		{nil, true, true},
+		{[]string{"-variants", "dlock,raw"}, false, false},
+		{[]string{"-variants", "dlock,etcd"}, true, false},
+		{[]string{"-variants", "zk", "-scenarios", "bc"}, false, true},
+		{[]string{"-scenarios", "b,bp,c"}, false, false},
+	} {
+		cfg, err := parseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if etcd, zk := cfg.needs(onEtcd), cfg.needs(onZK); etcd != tc.etcd || zk != tc.zk {
+			t.Errorf("%q: needs etcd %v, ZooKeeper %v; want %v, %v", tc.args, etcd, zk, tc.etcd, tc.zk)
+		}
 	}
 }
 

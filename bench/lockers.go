@@ -20,8 +20,9 @@ var errNotObtained = errors.New("bench: lock not obtained")
 
 // Scenario bits: which scenarios a variant takes part in.
 const (
-	inA = 1 << iota
-	inB
+	inA  = 1 << iota
+	inB  // b, bc and bp
+	inBC // bc only
 	inC
 	inP
 )
@@ -42,46 +43,61 @@ type variant struct {
 	// retry1ms marks a peer polling every fixedRetry instead of its default retry.
 	retry1ms bool
 	in       int    // scenarios it runs in
+	on       string // the server it locks on: onRedis, onEtcd or onZK
 	desc     string // configuration, printed in the header
-	open     func(rdb *redis.Client) (locker, error)
+	open     func(o opening) (locker, error)
 	// prim opens a lock kind of scenario p beyond the mutex (open is used
 	// there for the others).
 	prim func(rdb *redis.Client) (holders, error)
+}
+
+// opening is what a variant opens its locker on.
+type opening struct {
+	e   *env          // the run's servers; nil in a worker process of scenario bp
+	rdb *redis.Client // the measured go-redis client
+	cnt *cmdCounter   // its counter; lockers on etcd or ZooKeeper add their requests to its lock count
 }
 
 // variants is the registry of everything the bench measures, in table order.
 var variants = append([]variant{
 	{name: "raw", lib: "raw", in: inA | inB,
 		desc: "go-redis SET NX PX 10s + compare-and-delete script; waits by polling every 1ms",
-		open: func(rdb *redis.Client) (locker, error) { return rawLocker{rdb}, nil }},
+		open: func(o opening) (locker, error) { return rawLocker{o.rdb}, nil }},
 	{name: "dlock", lib: "dlock", in: inA | inB | inC | inP,
 		desc: "redislock.New(rdb), all defaults (15s TTL renewed by the watchdog)",
-		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.New(rdb)) }},
+		open: func(o opening) (locker, error) { return openDlock(redislock.New(o.rdb)) }},
 	{name: "dlock/ttl", lib: "dlock", in: inA,
 		desc: "redislock.New(rdb, dlock.WithTTL(10s)): fixed lease, no watchdog",
-		open: func(rdb *redis.Client) (locker, error) {
-			return openDlock(redislock.New(rdb, dlock.WithTTL(peerTTL)))
+		open: func(o opening) (locker, error) {
+			return openDlock(redislock.New(o.rdb, dlock.WithTTL(peerTTL)))
 		}},
 	{name: "dlock/fair", lib: "dlock", in: inA | inB | inC | inP,
 		desc: "redislock.NewFair(rdb), all defaults: FIFO queue in Redis, the release hands the lock to the head",
-		open: func(rdb *redis.Client) (locker, error) { return openDlock(redislock.NewFair(rdb)) }},
+		open: func(o opening) (locker, error) { return openDlock(redislock.NewFair(o.rdb)) }},
 	{name: "redsync", lib: "redsync", peer: true, in: inA | inB | inC,
 		desc: "redsync v4 goredis/v9 pool, defaults (8s expiry, retry delay rand 50-250ms); tries unbounded so only the wait ends it",
-		open: func(rdb *redis.Client) (locker, error) { return newRedsync(rdb), nil }},
+		open: func(o opening) (locker, error) { return newRedsync(o.rdb), nil }},
 	{name: "redsync/1ms", lib: "redsync", peer: true, retry1ms: true, in: inB,
 		desc: "redsync as above with WithRetryDelay(1ms)",
-		open: func(rdb *redis.Client) (locker, error) {
-			return newRedsync(rdb, redsync.WithRetryDelay(fixedRetry)), nil
+		open: func(o opening) (locker, error) {
+			return newRedsync(o.rdb, redsync.WithRetryDelay(fixedRetry)), nil
 		}},
 	{name: "bsm", lib: "bsm", peer: true, in: inA | inB | inC,
 		desc: "bsm/redislock, TTL 10s, LinearBackoff(100ms) (its README's retry example; its default is no retry)",
-		open: func(rdb *redis.Client) (locker, error) { return bsmLocker{bsm.New(rdb), 100 * time.Millisecond}, nil }},
+		open: func(o opening) (locker, error) { return bsmLocker{bsm.New(o.rdb), 100 * time.Millisecond}, nil }},
 	{name: "bsm/1ms", lib: "bsm", peer: true, retry1ms: true, in: inB,
 		desc: "bsm/redislock, TTL 10s, LinearBackoff(1ms)",
-		open: func(rdb *redis.Client) (locker, error) { return bsmLocker{bsm.New(rdb), fixedRetry}, nil }},
+		open: func(o opening) (locker, error) { return bsmLocker{bsm.New(o.rdb), fixedRetry}, nil }},
+	{name: "etcd", lib: "etcd", in: inA | inBC, on: onEtcd,
+		desc: "etcdlock.New(cli), all defaults (15s lease renewed by the watchdog), over a clientv3 client of its own; a single-member etcd",
+		open: openEtcd},
+	{name: "zk", lib: "zk", in: inA | inBC, on: onZK,
+		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
+		open: openZK},
 }, primitiveVariants...)
 
-// locker is one library opened on a go-redis client.
+// locker is one library opened on a go-redis client, or on a connection to etcd
+// or ZooKeeper; it may be an io.Closer (see closeLocker).
 type locker interface {
 	// mutex returns a handle on key for one goroutine's sequential use.
 	mutex(key string) mutex
@@ -98,16 +114,36 @@ type mutex interface {
 
 // --- dlock ---
 
-type dlockLocker struct{ c *dlock.Client }
+// dlockClient is a dlock Client of any backend (redislock, etcdlock and zklock
+// Clients embed one).
+type dlockClient interface {
+	Lock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error)
+	Driver() dlock.Driver
+}
 
-func openDlock(c *redislock.Client, err error) (locker, error) {
+// dlockLocker is a dlock Client, with what closes the connection it was opened on
+// when the variant made one of its own.
+type dlockLocker struct {
+	c     dlockClient
+	close func() error
+}
+
+func openDlock(c dlockClient, err error) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dlockLocker{c.Client}, nil
+	return dlockLocker{c: c}, nil
 }
 
 func (d dlockLocker) mutex(key string) mutex { return &dlockMutex{c: d.c, key: key} }
+
+// Close implements io.Closer.
+func (d dlockLocker) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	return d.close()
+}
 
 func (d dlockLocker) notified() bool {
 	_, ok := d.c.Driver().(dlock.Notifier)
@@ -115,7 +151,7 @@ func (d dlockLocker) notified() bool {
 }
 
 type dlockMutex struct {
-	c     *dlock.Client
+	c     dlockClient
 	key   string
 	lease *dlock.Lease
 }

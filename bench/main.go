@@ -143,7 +143,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
-	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys (under a minute)")
+	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys")
 	scen := fs.String("scenarios", "a,b,bc,bp,c,p", "scenarios to run, comma separated: a, b, bc, bp, c, p, r (Redlock over 5 masters, not run by default)")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")

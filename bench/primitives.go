@@ -46,7 +46,7 @@ var primitiveVariants = []variant{
 			if err != nil {
 				return nil, err
 			}
-			return semHolders{dlockLocker{c.Client}}, nil
+			return semHolders{dlockLocker{c: c.Client}}, nil
 		}},
 	{name: "dlock/rw", lib: "dlock", in: inP,
 		desc: fmt.Sprintf("redislock.NewRWMutex(rdb): one goroutine in %d writes (GET+SET), the others read (GET)", writerEvery),
@@ -55,7 +55,7 @@ var primitiveVariants = []variant{
 			if err != nil {
 				return nil, err
 			}
-			return rwHolders{w: dlockLocker{m.Client.Client}, r: dlockLocker{m.RLocker().Client}}, nil
+			return rwHolders{w: dlockLocker{c: m.Client.Client}, r: dlockLocker{c: m.RLocker().Client}}, nil
 		}},
 }
 
@@ -96,7 +96,7 @@ func (e *env) runP(ctx context.Context, v variant, g int) (metrics, error) {
 			hs[i], err = v.prim(rdb)
 		} else {
 			var lk locker
-			lk, err = v.open(rdb)
+			lk, err = v.open(opening{e: e, rdb: rdb, cnt: cnt})
 			hs[i] = exclusiveHolders{lk}
 		}
 		if err != nil {

@@ -203,7 +203,7 @@ func workerMain(args []string) error {
 	defer rdb.Close()
 	cnt := &cmdCounter{}
 	rdb.AddHook(cnt)
-	lk, err := v.open(rdb)
+	lk, err := v.open(opening{rdb: rdb, cnt: cnt})
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ var redlockVariants = []redlockVariant{
 			if err != nil {
 				return nil, err
 			}
-			return dlockLocker{c.Client}, nil
+			return dlockLocker{c: c.Client}, nil
 		}},
 	{"redsync/5", "redsync v4 over the 5 masters (one goredis/v9 pool each), defaults; tries unbounded",
 		func(n []*redis.Client) (locker, error) {

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,7 @@ type env struct {
 	cfg   config
 	addr  string
 	admin *redis.Client
+	cons  *consensus // the etcd and ZooKeeper servers, when a variant needs them
 	seq   atomic.Int64
 	jw    io.Writer
 	logw  io.Writer
@@ -110,10 +112,20 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 		return nil, err
 	}
 	defer srv.Stop()
-	e := &env{cfg: cfg, addr: srv.Addr, jw: jw, logw: logw}
+	cons, err := startConsensus(cfg, dir)
+	defer cons.stop()
+	if err != nil {
+		return nil, err
+	}
+	// Scenario bp's worker processes write their standard error here too.
+	logw = &syncWriter{w: logw}
+	e := &env{cfg: cfg, addr: srv.Addr, cons: cons, jw: jw, logw: logw}
 	e.admin = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer e.admin.Close()
 	if err := e.header(ctx, out); err != nil {
+		return nil, err
+	}
+	if err := e.warmUp(ctx); err != nil {
 		return nil, err
 	}
 	var all []measurement
@@ -143,16 +155,17 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 	for _, sc := range []struct {
 		name, title string
 		gs          []int
+		bits        int
 		f           runner
 	}{
-		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, e.runBC},
-		{"bp", "bp. one key, G processes", cfg.bpG, e.runBP},
+		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, inB | inBC, e.runBC},
+		{"bp", "bp. one key, G processes", cfg.bpG, inB, e.runBP},
 	} {
 		if !cfg.scenarios[sc.name] {
 			continue
 		}
 		for _, g := range sc.gs {
-			ms, err := e.repeat(ctx, sc.name, g, inB, sc.f)
+			ms, err := e.repeat(ctx, sc.name, g, sc.bits, sc.f)
 			all = append(all, ms...)
 			if err != nil {
 				return all, err
@@ -189,6 +202,7 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			tableP(out, g, ms)
 		}
 	}
+	tableConsensus(out, all)
 	ts := checkTargets(all)
 	tableTargets(out, ts)
 	for _, t := range ts {
@@ -365,6 +379,13 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s; load average %s\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, host, loadAvg())
 	fmt.Fprintf(out, "- go: %s; redis-server %s on %s (no persistence)\n", runtime.Version(), version, e.addr)
+	etcdVersion, zkVersion := e.cons.versions(ctx)
+	if e.cons.etcd != nil {
+		fmt.Fprintf(out, "- etcd %s on %s: one member, its WAL on the local disk (fsync per write)\n", etcdVersion, e.cons.etcd.Addr)
+	}
+	if e.cons.zk != nil {
+		fmt.Fprintf(out, "- ZooKeeper %s on %s: standalone, tick %v, its transaction log on the local disk (fsync per write)\n", zkVersion, e.cons.zk.Addr, testserver.ZooKeeperTick)
+	}
 	fmt.Fprintf(out, "- client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
 	fmt.Fprintf(out, "- settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
 		e.cfg.reps, e.cfg.aDur, e.cfg.bDur, e.cfg.wait, e.cfg.cWaiters, e.cfg.cKeys, e.cfg.cPollCap, e.cfg.cSettle, e.cfg.cDrain)
@@ -375,7 +396,7 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 	fmt.Fprint(out, readingNotes)
 	b, _ := json.Marshal(map[string]any{
 		"kind": "env", "cpu": cpuModel(), "cpus": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(),
-		"redis": version, "pool_size": poolSize, "reps": e.cfg.reps, "quick": e.cfg.quick,
+		"redis": version, "etcd": etcdVersion, "zookeeper": zkVersion, "pool_size": poolSize, "reps": e.cfg.reps, "quick": e.cfg.quick,
 		"a_dur_s": e.cfg.aDur.Seconds(), "b_dur_s": e.cfg.bDur.Seconds(), "wait_s": e.cfg.wait.Seconds(),
 	})
 	fmt.Fprintf(e.jw, "%s\n", b)
@@ -426,6 +447,17 @@ How to read the tables:
   own GET and SET. cmds server: the server's INFO commandstats delta, which also
   counts every command a Lua script runs, minus the critical section's GET and
   SET and the bench's own bookkeeping (INFO, CLIENT, PUBSUB, HELLO, ...).
+  The etcd and zk variants lock on their own server (the critical section's
+  GET and SET still go to Redis): their cmds client are the gRPC messages the
+  etcd clients sent (watch and keep-alive stream messages included) or the
+  packets the ZooKeeper sessions wrote (pings included); cmds server are the
+  gRPC messages etcd received (its grpc_server_msg_received_total) or the
+  packets ZooKeeper received (srvr), whoever sent them, and server CPU is the
+  etcd or ZooKeeper process's (/proc/PID/stat, 10ms ticks). fsyncs/op and
+  fsync ms: etcd's WAL fsyncs per operation and their mean time (its
+  etcd_disk_wal_fsync_duration_seconds). Both servers lock and unlock for a
+  second before the first measurement (their first requests are many times
+  slower), and their CPU use while idle is measured then (an "idle" JSON line).
 - a: CPU µs/cycle is the CPU time (user and system) per lock cycle of the bench
   process (client, whose only work then is the measured lock) and of the
   redis-server process (INFO cpu).
@@ -452,3 +484,15 @@ How to read the tables:
   thousands of pollers measure the server's overload, not the lock.
 
 `
+
+// syncWriter serializes the writes of several goroutines to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}

@@ -27,6 +27,7 @@ const setupWorkers = 16
 // counted.
 type measured struct {
 	e   *env
+	v   variant
 	rdb *redis.Client
 	cnt *cmdCounter
 	lk  locker
@@ -34,15 +35,24 @@ type measured struct {
 
 func (e *env) openMeasured(v variant, name string) (*measured, error) {
 	rdb, cnt := e.newClient(name)
-	lk, err := v.open(rdb)
+	m := &measured{e: e, v: v, rdb: rdb, cnt: cnt}
+	lk, err := v.open(m.opening())
 	if err != nil {
 		rdb.Close()
 		return nil, err
 	}
-	return &measured{e: e, rdb: rdb, cnt: cnt, lk: lk}, nil
+	m.lk = lk
+	return m, nil
 }
 
-func (m *measured) close() { m.rdb.Close() }
+// opening is what the variant's lockers are opened on: the measured client and
+// counter.
+func (m *measured) opening() opening { return opening{e: m.e, rdb: m.rdb, cnt: m.cnt} }
+
+func (m *measured) close() {
+	closeLocker(m.lk)
+	m.rdb.Close()
+}
 
 // reading is a point in time of the command counters, or the difference of two.
 type reading struct {
@@ -50,14 +60,19 @@ type reading struct {
 	d        time.Duration // between the two readings of a difference
 	client   int64         // lock commands of the measured client
 	work     int64         // critical-section commands of the measured client
-	server   int64         // non-administrative server commands, work included
+	server   int64         // requests of the lock server, work included when it is Redis
 	channels int64         // subscribed pub/sub channels
 }
 
 func (m *measured) read(ctx context.Context) (reading, error) {
-	s, err := serverCalls(ctx, m.e.admin)
+	s, err := m.e.requests(ctx, m.v.on)
 	if err != nil {
 		return reading{}, err
+	}
+	if m.v.on != onRedis {
+		// The critical section's work goes to Redis: lockServer takes out
+		// nothing.
+		s += m.cnt.work.Load()
 	}
 	c, err := channels(ctx, m.e.admin)
 	return reading{at: time.Now(), client: m.cnt.lock.Load(), work: m.cnt.work.Load(), server: s, channels: c}, err
@@ -78,7 +93,7 @@ func (m *measured) usedSince(ctx context.Context, r0 reading) (reading, error) {
 	return r1.since(r0), err
 }
 
-// lockServer is the server's count of lock commands (work taken out).
+// lockServer is the lock server's count of lock requests (work taken out).
 func (r reading) lockServer() int64 { return r.server - r.work }
 
 // runA is scenario a: g goroutines, each locking and unlocking its own key as fast
@@ -94,10 +109,11 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	srvCPU0, err := serverCPU(ctx, e.admin)
+	srvCPU0, err := e.lockServerCPU(ctx, v.on)
 	if err != nil {
 		return nil, err
 	}
+	disk0 := e.readDisk(ctx, v.on)
 	cpu0, cpuOK := processCPU()
 	lat := make([][]time.Duration, g)
 	var errs atomic.Int64
@@ -129,7 +145,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
-	srvCPU1, err := serverCPU(ctx, e.admin)
+	srvCPU1, err := e.lockServerCPU(ctx, v.on)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +166,7 @@ func (e *env) runA(ctx context.Context, v variant, g int) (metrics, error) {
 		"errors":                float64(errs.Load()),
 	}
 	m["server_cpu_us_per_cycle"] = ratio(micros(srvCPU1-srvCPU0), n)
+	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cycle")
 	if cpuOK {
 		m["client_cpu_us_per_cycle"] = ratio(micros(cpu1-cpu0), n)
 	}
@@ -231,18 +248,26 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	}
 	defer ms.close()
 	lockers := make([]locker, g)
+	defer func() {
+		for _, lk := range lockers[1:] {
+			if lk != nil && perGoroutine {
+				closeLocker(lk)
+			}
+		}
+	}()
 	for i := range lockers {
 		lockers[i] = ms.lk
 		if perGoroutine && i > 0 {
-			if lockers[i], err = v.open(ms.rdb); err != nil {
+			if lockers[i], err = v.open(ms.opening()); err != nil {
 				return nil, err
 			}
 		}
 	}
-	srvCPU0, err := serverCPU(ctx, e.admin)
+	srvCPU0, err := e.lockServerCPU(ctx, v.on)
 	if err != nil {
 		return nil, err
 	}
+	disk0 := e.readDisk(ctx, v.on)
 	prefix := e.prefix("b")
 	key := prefix + "lock"
 	ctr := newCounter(ms.rdb, prefix+"counter")
@@ -290,7 +315,7 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	if err != nil {
 		return nil, err
 	}
-	srvCPU1, err := serverCPU(ctx, e.admin)
+	srvCPU1, err := e.lockServerCPU(ctx, v.on)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +333,7 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	slices.Sort(wk)
 	csTime := percentile(wk, 0.5)
 	n := float64(cs)
-	return metrics{
+	m := metrics{
 		"cs":                   n,
 		"cs_per_s":             n / elapsed.Seconds(),
 		"handoffs":             float64(ctr.handoffs.Load()),
@@ -328,7 +353,9 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		"server_cpu_us_per_cs": ratio(float64(srvCPU1-srvCPU0)/float64(time.Microsecond), n),
 		"errors":               float64(errs.Load()),
 		"unlock_errors":        float64(unlockErrs.Load()),
-	}, nil
+	}
+	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cs")
+	return m, nil
 }
 
 // lockWithin takes m, waiting at most cfg.wait, and reports whether it holds

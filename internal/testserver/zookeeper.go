@@ -161,3 +161,6 @@ func (z *ZooKeeper) Stop() { z.proc.stop() }
 
 // Signal sends sig to the server process (for example SIGSTOP and SIGCONT).
 func (z *ZooKeeper) Signal(sig os.Signal) error { return z.proc.signal(sig) }
+
+// PID returns the server's process ID, or 0 when it is not running.
+func (z *ZooKeeper) PID() int { return z.proc.pid() }
