@@ -9,3 +9,11 @@ func SetBootClock(f func() (time.Duration, bool)) (restore func()) {
 	bootClock = f
 	return func() { bootClock = old }
 }
+
+// SetLostHook sets a function that runs when a lease is lost, once the loss is
+// visible to other goroutines and before the goroutine that ended the lease
+// moves on, and returns a function that removes it.
+func SetLostHook(f func(*Lease)) (restore func()) {
+	lostHook.Store(&f)
+	return func() { lostHook.Store(nil) }
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,6 +86,10 @@ func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) 
 // the host is suspended (CLOCK_BOOTTIME on Linux); ok is false where there is none.
 // A variable so that tests can simulate a suspend.
 var bootClock = readBootClock
+
+// lostHook, when set by a test, runs in lose once the loss is visible to other
+// goroutines and before lose returns.
+var lostHook atomic.Pointer[func(*Lease)]
 
 // pastDeadline reports whether the local validity has run out, on either the
 // monotonic clock or the suspend-aware one. A suspended host wakes up with its
@@ -418,8 +423,13 @@ func (l *Lease) lose(cause error, release bool) error {
 		l.lossDone = done
 	}
 	h := l.holding(l.cur)
-	l.mu.Unlock()
+	// Cancelled before the state is seen: whoever finds the lease lost finds
+	// Done closed and the cause set, not a lease that is neither held nor lost.
 	l.cancel(cause)
+	l.mu.Unlock()
+	if hook := lostHook.Load(); hook != nil {
+		(*hook)(l)
+	}
 	if release {
 		go func() {
 			defer close(done)

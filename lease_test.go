@@ -3,14 +3,17 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -172,5 +175,48 @@ func TestWatchdogStartsAtFirstRenewal(t *testing.T) {
 	}
 	if err := l2.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLossIsWholeWhenSeen: whoever sees a lease lost, while the goroutine
+// that ended it (here the deadline timer's) has not moved on, finds
+// ErrLockLost and Done closed, from Err and from Extend. A resumed holder
+// (SIGCONT) checks while its deadline timer fires.
+func TestLossIsWholeWhenSeen(t *testing.T) {
+	c, err := memlock.New(memlock.NewStore(), dlock.WithTTL(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 1)
+	defer dlock.SetLostHook(func(lost *dlock.Lease) {
+		if lost != l {
+			return
+		}
+		var bad []string
+		if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
+			bad = append(bad, fmt.Sprintf("Err = %v", err))
+		}
+		select {
+		case <-l.Done():
+		default:
+			bad = append(bad, "Done open")
+		}
+		if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrLockLost) {
+			bad = append(bad, fmt.Sprintf("Extend = %v", err))
+		}
+		seen <- strings.Join(bad, ", ")
+	})()
+	select {
+	case bad := <-seen:
+		if bad != "" {
+			t.Fatalf("lease seen lost by another goroutine: %s", bad)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease was never lost")
 	}
 }

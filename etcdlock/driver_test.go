@@ -20,6 +20,9 @@ import (
 var srv *testserver.Etcd
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
 	os.Exit(testserver.MainEtcd(m, func(e *testserver.Etcd) { srv = e }))
 }
 
