@@ -33,10 +33,11 @@ fi
 go vet ./...
 go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
 
-# The root module must not build etcd's client: it lives in the etcdlock module.
-if go list -deps -test ./... | grep -q 'etcd\.io'; then
-	echo "test.sh: the root module depends on etcd packages:" >&2
-	go list -deps -test ./... | grep 'etcd\.io' >&2
+# The root module must not build etcd's or ZooKeeper's client: they live in the
+# etcdlock and zklock modules (and the CLI's).
+if go list -deps -test ./... | grep -qE 'etcd\.io|go-zookeeper'; then
+	echo "test.sh: the root module depends on etcd or ZooKeeper packages:" >&2
+	go list -deps -test ./... | grep -E 'etcd\.io|go-zookeeper' >&2
 	exit 1
 fi
 
