@@ -1,6 +1,9 @@
 // Package dlock is a distributed lock library for Go: one backend-neutral API over
-// Redis (single, Sentinel, Cluster), ZooKeeper and, as they arrive, Redlock and
-// etcd.
+// Redis (single, Sentinel, Cluster; package redislock), Redlock over independent
+// Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), the SETNX/GETSET
+// protocol of older services (legacy) and an in-memory store for tests (memlock).
+// Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis),
+// leader election (Campaign) and multi-key locks (LockAll) over any Locker.
 //
 // A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
 // (bounded by its context and WithWait). The Lease carries the key, a fencing
@@ -60,6 +63,19 @@
 //   - Tokens assume the server's wall clock never steps back by more than
 //     redislock.FenceRetention while its counter is gone. A server clock that
 //     jumps forward expires keys early, like an eviction.
+//
+// Redlock (package redlock), over N independent masters:
+//   - Exclusion holds while a majority of the masters keeps its data and clocks
+//     drift less than the drift factor; a master restarted without persistence
+//     during a hold can give two holders (delay its restart by the longest TTL).
+//   - Tokens are raised on the granting majority to the largest drawn, so any
+//     two majorities' tokens are ordered.
+//
+// etcd (package etcdlock, a module of its own):
+//   - Exclusion holds while a quorum of the cluster is up and the holder is not
+//     paused past its local deadline; locks survive leader changes and restarts
+//     (etcd persists), and leases run in whole seconds.
+//   - Tokens are the lock keys' create revisions.
 //
 // ZooKeeper (package zklock, a module of its own):
 //   - Exclusion holds while a quorum of the ensemble is up and the holder is not
