@@ -199,3 +199,302 @@ func countRole(nodes, role string) int {
 	}
 	return n
 }
+
+// replyCounter counts the error replies of a cluster client's node connections
+// by their first word (TRYAGAIN, ASK, MOVED...).
+type replyCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func countReplies(rdb *redis.ClusterClient) *replyCounter {
+	rc := &replyCounter{n: map[string]int{}}
+	rdb.OnNewNode(func(c *redis.Client) { c.AddHook(rc) })
+	return rc
+}
+
+func (rc *replyCounter) get(word string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.n[word]
+}
+
+func (rc *replyCounter) note(err error) {
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
+		word, _, _ := strings.Cut(rerr.Error(), " ")
+		rc.mu.Lock()
+		rc.n[word]++
+		rc.mu.Unlock()
+	}
+}
+
+func (rc *replyCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (rc *replyCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		rc.note(cmd.Err())
+
+		return err
+	}
+}
+
+func (rc *replyCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			rc.note(c.Err())
+		}
+		return err
+	}
+}
+
+// slotMove moves one hash slot between two masters of a cluster by hand, as
+// redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on the
+// source, MIGRATE of the slot's keys, then SETSLOT NODE on every master.
+type slotMove struct {
+	slot            int64
+	src, dst        *redis.Client
+	srcID, dstID    string
+	dstHost, dstPrt string
+	masters         []*redis.Client
+}
+
+func newSlotMove(ctx context.Context, t testing.TB, slot int64, src, dst *testserver.Redis, masters []*testserver.Redis) *slotMove {
+	t.Helper()
+	m := &slotMove{slot: slot, dstHost: "127.0.0.1", dstPrt: strconv.Itoa(dst.Port)}
+	for _, r := range masters {
+		c := newRDB(t, r.Addr)
+		m.masters = append(m.masters, c)
+		switch r {
+		case src:
+			m.src = c
+		case dst:
+			m.dst = c
+		}
+	}
+	var err error
+	if m.srcID, err = m.src.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+		t.Fatal(err)
+	}
+	if m.dstID, err = m.dst.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// open puts the slot in the IMPORTING and MIGRATING states.
+func (m *slotMove) open(ctx context.Context) error {
+	return errors.Join(
+		m.dst.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.srcID).Err(),
+		m.src.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.dstID).Err())
+}
+
+// migrate moves keys (all the slot's keys when none are given) to the target
+// and returns how many it moved.
+func (m *slotMove) migrate(ctx context.Context, keys ...string) (int, error) {
+	moved := 0
+	for i := 0; i < 100; i++ {
+		batch := keys
+		if len(keys) == 0 {
+			var err error
+			if batch, err = m.src.ClusterGetKeysInSlot(ctx, int(m.slot), 100).Result(); err != nil {
+				return moved, err
+			}
+		}
+		if len(batch) == 0 {
+			return moved, nil
+		}
+		args := []any{"MIGRATE", m.dstHost, m.dstPrt, "", 0, 5000, "KEYS"}
+		for _, k := range batch {
+			args = append(args, k)
+		}
+		if err := m.src.Do(ctx, args...).Err(); err != nil && !errors.Is(err, redis.Nil) && err.Error() != "NOKEY" {
+			return moved, fmt.Errorf("MIGRATE %v: %w", batch, err)
+		}
+		moved += len(batch)
+		if len(keys) > 0 {
+			return moved, nil
+		}
+	}
+	return moved, errors.New("slot still not empty")
+}
+
+// close assigns the slot to the target on every master, the target first.
+func (m *slotMove) close(ctx context.Context) error {
+	var errs []error
+	for _, c := range append([]*redis.Client{m.dst, m.src}, m.masters...) {
+		errs = append(errs, c.Do(ctx, "CLUSTER", "SETSLOT", m.slot, "NODE", m.dstID).Err())
+	}
+	return errors.Join(errs...)
+}
+
+// awaitCond polls cond every 10ms until it holds or d passes.
+func awaitCond(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClusterSlotMigrationLiveLocks migrates the slot of a lock that is held
+// (and renewed) and waited for by other Clients. Half-way (the fence counter
+// moved, the lock hash not yet), the acquire script's keys are split between
+// the two nodes: the server answers TRYAGAIN, TryLock reports ErrUnavailable and
+// the waiters' Lock calls retry. After the move the holder keeps its lock (it
+// renews on the new node), the waiters take it in turn once it is released,
+// and no two ever hold it at once.
+func TestClusterSlotMigrationLiveLocks(t *testing.T) {
+	cluster := testserver.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	probe := newClusterClient(t, cluster.Addrs())
+	src, dst := cluster.Nodes[0], cluster.Nodes[1]
+	keys, _ := keysOn(t, probe, dlocktest.Key(t), 1, src.Addr)
+	if len(keys) != 1 {
+		t.Fatalf("no key on %s", src.Addr)
+	}
+	key := keys[0]
+	slot, err := probe.ClusterKeySlot(ctx, redislock.LockKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 600 * time.Millisecond
+	newLocker := func() (*redislock.Client, *redislock.Fence, *replyCounter) {
+		rdb := newClusterClient(t, cluster.Addrs())
+		rc := countReplies(rdb)
+		c, err := redislock.New(rdb, dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := redislock.NewFence(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, f, rc
+	}
+	holderC, holderF, holderRC := newLocker()
+	holder, err := holderC.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := newSectionCheck()
+	if err := check.enter(holder); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holderF.IncrBy(ctx, holder, "count:"+key, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// Waiters of two other Clients, each taking the lock a few times.
+	const waiterClients, perClient, rounds = 2, 2, 3
+	var entries []time.Time // the waiters' entries into the section
+	var entriesMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	var counters []*replyCounter
+	for c := 0; c < waiterClients; c++ {
+		l, f, rc := newLocker()
+		counters = append(counters, rc)
+		for i := 0; i < perClient; i++ {
+			g.Go(func() error {
+				for r := 0; r < rounds; r++ {
+					lease, err := l.Lock(gctx, key, dlock.WithWait(20*time.Second))
+					if err != nil {
+						return fmt.Errorf("waiter Lock: %w", err)
+					}
+					entriesMu.Lock()
+					entries = append(entries, time.Now())
+					entriesMu.Unlock()
+					if err := check.enter(lease); err != nil {
+						return err
+					}
+					_, ferr := f.IncrBy(gctx, lease, "count:"+key, 1)
+					time.Sleep(5 * time.Millisecond)
+					check.leave(key)
+					if err := errors.Join(ferr, lease.Unlock(gctx)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	awaitCond(t, 10*time.Second, "both waiting Clients on the waiting set", func() bool {
+		return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == waiterClients
+	})
+
+	// Half-way: only the fence counter has moved.
+	mv := newSlotMove(ctx, t, slot, src, dst, cluster.Nodes)
+	start := time.Now()
+	if err := mv.open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mv.migrate(ctx, redislock.FenceKey(key)); err != nil {
+		t.Fatal(err)
+	}
+	other, _, otherRC := newLocker()
+	if _, err := other.TryLock(ctx, key); !errors.Is(err, dlock.ErrUnavailable) || otherRC.get("TRYAGAIN") == 0 {
+		t.Fatalf("TryLock of a lock whose keys are split by a migration: %v (TRYAGAIN replies %d), want ErrUnavailable", err, otherRC.get("TRYAGAIN"))
+	}
+	awaitCond(t, 10*time.Second, "a waiter's retry answered TRYAGAIN", func() bool {
+		return counters[0].get("TRYAGAIN")+counters[1].get("TRYAGAIN") > 0
+	})
+	if err := holder.Err(); err != nil {
+		t.Fatalf("holder lost its lock half-way through the migration: %v (TRYAGAIN replies %d)", err, holderRC.get("TRYAGAIN"))
+	}
+	n, err := mv.migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mv.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Since(start)
+	if mv.dst.Exists(ctx, redislock.LockKey(key)).Val() != 1 || mv.src.Exists(ctx, redislock.LockKey(key)).Val() != 0 {
+		t.Fatalf("lock hash not moved from %s to %s", src.Addr, dst.Addr)
+	}
+
+	// The holder renews on the new node: wait for a renewal after the move.
+	migrated := time.Now()
+	awaitCond(t, 5*time.Second, "a renewal after the move", func() bool {
+		return holder.Err() != nil || holder.Deadline().After(migrated.Add(ttl/2))
+	})
+	kept := holder.Err() == nil
+	info, err := holderC.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept && (!info.Held || info.Token != holder.Token()) {
+		t.Fatalf("holder believes it holds, the server says %+v", info)
+	}
+	pattern := redislock.WakeChannel(key) + "*"
+	onSrc := len(mv.src.PubSubShardChannels(ctx, pattern).Val())
+	onDst := len(mv.dst.PubSubShardChannels(ctx, pattern).Val())
+	check.leave(key)
+	released := time.Now()
+	unlockErr := holder.Unlock(ctx)
+	if kept && unlockErr != nil {
+		t.Fatalf("holder's Unlock after the move: %v", unlockErr)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	first, gap := entries[0].Sub(released), time.Duration(0)
+	for i := 1; i < len(entries); i++ {
+		gap = max(gap, entries[i].Sub(entries[i-1]))
+	}
+	want := 1 + waiterClients*perClient*rounds
+	if got, err := probe.Get(ctx, "count:"+key).Int(); err != nil || got != want || check.n[key] != want {
+		t.Fatalf("fenced count %d (%v), sections %d, want %d", got, err, check.n[key], want)
+	}
+	tryagain := counters[0].get("TRYAGAIN") + counters[1].get("TRYAGAIN")
+	ask := counters[0].get("ASK") + counters[1].get("ASK")
+	movedN := counters[0].get("MOVED") + counters[1].get("MOVED")
+	t.Logf("SUMMARY slot migration of a held, waited-for plain lock: %d keys moved, slot in migration for %v; holder kept its lock: %v (lease err %v, unlock err %v); waiters got TRYAGAIN %d, ASK %d, MOVED %d times and retried; first waiter in %v after the holder's release, then %d sections in turn in %v (longest gap %v, lease TTL %v; the waiters' wake channels subscribed on the old master %d, on the new %d), never two holders",
+		n+1, moved.Round(time.Millisecond), kept, holder.Err(), unlockErr, tryagain, ask, movedN, first.Round(time.Millisecond),
+		len(entries), entries[len(entries)-1].Sub(entries[0]).Round(time.Millisecond), gap.Round(time.Millisecond), ttl, onSrc, onDst)
+}
