@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -497,4 +498,238 @@ func TestClusterSlotMigrationLiveLocks(t *testing.T) {
 	t.Logf("SUMMARY slot migration of a held, waited-for plain lock: %d keys moved, slot in migration for %v; holder kept its lock: %v (lease err %v, unlock err %v); waiters got TRYAGAIN %d, ASK %d, MOVED %d times and retried; first waiter in %v after the holder's release, then %d sections in turn in %v (longest gap %v, lease TTL %v; the waiters' wake channels subscribed on the old master %d, on the new %d), never two holders",
 		n+1, moved.Round(time.Millisecond), kept, holder.Err(), unlockErr, tryagain, ask, movedN, first.Round(time.Millisecond),
 		len(entries), entries[len(entries)-1].Sub(entries[0]).Round(time.Millisecond), gap.Round(time.Millisecond), ttl, onSrc, onDst)
+}
+
+// role returns the replication role ("master" or "slave") that r reports.
+func role(ctx context.Context, r *redis.Client) string {
+	info, err := r.Info(ctx, "replication").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "role:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// clusterOK reports whether every node reports cluster_state:ok.
+func clusterOK(ctx context.Context, nodes ...*redis.Client) bool {
+	for _, n := range nodes {
+		if !strings.Contains(n.ClusterInfo(ctx).Val(), "cluster_state:ok") {
+			return false
+		}
+	}
+	return true
+}
+
+// TestClusterFailoverHeldLocks fails masters over while locks on them are held.
+// A graceful failover (CLUSTER FAILOVER on the replica, which first catches up
+// with its master) keeps every lock: the holders renew on the promoted replica,
+// a newcomer is refused and a waiter takes the lock on release. A master killed
+// before its last lock write reached the replica (the replication link is cut
+// first) loses that lock in the automatic promotion: a second Client takes the
+// lock that the first still believes it holds, and the first learns it only at
+// its next renewal; its fenced writes are refused meanwhile, since the second
+// holder's token is higher.
+func TestClusterFailoverHeldLocks(t *testing.T) {
+	cluster := testserver.StartClusterWithReplicas(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	nodes := map[*testserver.Redis]*redis.Client{}
+	node := func(r *testserver.Redis) *redis.Client {
+		if nodes[r] == nil {
+			nodes[r] = newRDB(t, r.Addr)
+		}
+		return nodes[r]
+	}
+	probe := newClusterClient(t, cluster.Addrs())
+	const ttl = 3 * time.Second
+	newLocker := func(addrs []string, opts ...dlock.Option) (*redislock.Client, *redislock.Fence) {
+		// go-redis reloads its slot map on MOVED and READONLY replies, and
+		// otherwise only every ClusterStateReloadInterval (60s by default): a
+		// client whose master died keeps dialing it until then. A short
+		// interval lets it find the promoted replica within seconds.
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c, err := redislock.New(rdb, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := redislock.NewFence(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, f
+	}
+
+	t.Run("Graceful", func(t *testing.T) {
+		m, r := cluster.Nodes[0], cluster.Replicas[0][0]
+		keys, _ := keysOn(t, probe, dlocktest.Key(t), 3, m.Addr)
+		holderC, _ := newLocker(cluster.Addrs(), dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
+		var held []*dlock.Lease
+		for _, k := range keys {
+			l, err := holderC.TryLock(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		waiterC, _ := newLocker(cluster.Addrs())
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := waiterC.Lock(ctx, keys[0], dlock.WithWait(20*time.Second), dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- l
+		}()
+		awaitCond(t, 10*time.Second, "the waiter on the waiting set", func() bool {
+			return probe.ZCard(ctx, redislock.WaitingKey(keys[0])).Val() == 1
+		})
+
+		start := time.Now()
+		if err := node(r).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+			t.Fatal(err)
+		}
+		awaitCond(t, 15*time.Second, "the replica promoted", func() bool {
+			return role(ctx, node(r)) == "master" && role(ctx, node(m)) == "slave" && clusterOK(ctx, node(r), node(m))
+		})
+		promoted := time.Since(start)
+		after := time.Now()
+		awaitCond(t, 10*time.Second, "a renewal of every lease after the failover", func() bool {
+			for _, l := range held {
+				if l.Err() == nil && !l.Deadline().After(after.Add(ttl/2)) {
+					return false
+				}
+			}
+			return true
+		})
+		for i, l := range held {
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease %d lost in a graceful failover (promotion took %v): %v", i, promoted, err)
+			}
+			if v := node(r).HGet(ctx, redislock.LockKey(keys[i]), "o").Val(); v != l.Owner() {
+				t.Fatalf("lock %d on the promoted replica owned by %q, want %q", i, v, l.Owner())
+			}
+		}
+		newcomer, _ := newLocker([]string{r.Addr})
+		if _, err := newcomer.TryLock(ctx, keys[1]); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("newcomer TryLock after the failover: %v, want ErrNotObtained", err)
+		}
+		subscribed := len(node(r).PubSubShardChannels(ctx, redislock.WakeChannel(keys[0])+"*").Val())
+		released := time.Now()
+		if err := held[0].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := <-got
+		if w == nil {
+			t.FailNow()
+		}
+		waited := time.Since(released)
+		if w.Token() <= held[0].Token() {
+			t.Fatalf("waiter's token %d not above the holder's %d", w.Token(), held[0].Token())
+		}
+		if err := errors.Join(w.Unlock(ctx), held[1].Unlock(ctx), held[2].Unlock(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("SUMMARY graceful failover (CLUSTER FAILOVER) with %d locks held and a waiter: replica promoted in %v; every lease kept and renewed on the new master, a newcomer refused; the waiter took the released lock %v after its release (lease TTL %v; its wake channels subscribed on the new master: %d)",
+			len(held), promoted.Round(time.Millisecond), waited.Round(time.Millisecond), ttl, subscribed)
+	})
+
+	t.Run("KillUnreplicated", func(t *testing.T) {
+		m, r := cluster.Nodes[1], cluster.Replicas[1][0]
+		keys, _ := keysOn(t, probe, dlocktest.Key(t), 1, m.Addr)
+		key := keys[0]
+		// A resource fenced on another master, which survives.
+		var resource string
+		for i := 0; i < 1000 && resource == ""; i++ {
+			res := "res:" + key + "." + strconv.Itoa(i)
+			rk, _ := redislock.FenceRecordKey(res)
+			if n, err := probe.MasterForKey(ctx, rk); err == nil && n.Options().Addr != m.Addr {
+				resource = res
+			}
+		}
+		live := []string{cluster.Nodes[0].Addr, cluster.Replicas[0][0].Addr, cluster.Nodes[2].Addr, r.Addr}
+		// The first holder's lease outlives the test: it learns of the loss from
+		// the server, not from its local deadline.
+		first, firstF := newLocker(cluster.Addrs(), dlock.WithTTL(30*time.Second))
+
+		// Cut replication: the replica is stopped and the master drops its link,
+		// so the lock written next stays on the master alone.
+		if err := r.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := true
+		defer func() {
+			if stopped {
+				_ = r.Signal(syscall.SIGCONT)
+			}
+		}()
+		if err := node(m).Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := first.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := firstF.IncrBy(ctx, lease, resource, 1); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		m.Stop()
+		if err := r.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		stopped = false
+		awaitCond(t, 20*time.Second, "the replica promoted after its master's death", func() bool {
+			return role(ctx, node(r)) == "master" && clusterOK(ctx, node(r), node(cluster.Nodes[2]))
+		})
+		promoted := time.Since(start)
+		if n := node(r).Exists(ctx, redislock.LockKey(key)).Val(); n != 0 {
+			t.Fatalf("the lock reached the replica although its link was cut")
+		}
+
+		second, secondF := newLocker(live, dlock.WithTTL(30*time.Second))
+		var taken *dlock.Lease
+		awaitCond(t, 10*time.Second, "the second Client takes the lock", func() bool {
+			taken, err = second.TryLock(ctx, key)
+			return err == nil
+		})
+		believes := lease.Err() == nil && time.Now().Before(lease.Deadline())
+		if !believes {
+			t.Fatalf("the first holder already knows it lost the lock: %v", lease.Err())
+		}
+		if taken.Token() <= lease.Token() {
+			t.Fatalf("second holder's token %d not above the first's %d", taken.Token(), lease.Token())
+		}
+		if _, err := secondF.IncrBy(ctx, taken, resource, 1); err != nil {
+			t.Fatalf("second holder's fenced write: %v", err)
+		}
+		_, staleErr := firstF.IncrBy(ctx, lease, resource, 1)
+		if !errors.Is(staleErr, dlock.ErrStaleToken) {
+			t.Fatalf("stale holder's fenced write: %v, want ErrStaleToken", staleErr)
+		}
+		// Its cluster client routes the slot to the dead master until it
+		// reloads its slot map: renewals meanwhile fail with ErrUnavailable.
+		var extendErr error
+		unavailable := 0
+		awaitCond(t, 15*time.Second, "the first holder told at its next renewal", func() bool {
+			extendErr = lease.Extend(ctx, 30*time.Second)
+			if errors.Is(extendErr, dlock.ErrUnavailable) {
+				unavailable++
+			}
+			return errors.Is(extendErr, dlock.ErrNotHeld)
+		})
+		told := time.Since(start)
+		if v := probe.Get(ctx, resource).Val(); v != "2" {
+			t.Fatalf("resource = %q, want 2 (one write of each holder)", v)
+		}
+		if err := taken.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("SUMMARY master killed before its lock write replicated: replica promoted %v after the kill; the lock was gone on it, a second Client took it (token %d > %d) while the first still believed it held it; the first holder's fenced write was refused (%v); %d of its renewals failed with ErrUnavailable before its cluster client found the promoted replica (ClusterStateReloadInterval 1s), and %v after the kill one reported: %v",
+			promoted.Round(time.Millisecond), taken.Token(), lease.Token(), staleErr, unavailable, told.Round(time.Millisecond), extendErr)
+	})
 }
