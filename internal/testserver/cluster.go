@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,7 +96,7 @@ func newClusterNode(dir string) (*Redis, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0",
 		}
 		if lastErr = r.Start(); lastErr == nil {
 			return r, nil
@@ -176,11 +177,16 @@ func (c *Cluster) form(ctx context.Context) error {
 			ok = false
 		}
 		for _, n := range nodes {
-			if !ok || !n.replica {
-				continue
+			if !ok {
+				break
 			}
-			info, err := n.cl.Info(ctx, "replication").Result()
-			ok = err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
+			if n.replica {
+				info, err := n.cl.Info(ctx, "replication").Result()
+				ok = err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
+			}
+			// Every node knows every replica as one, so that a client sees
+			// them wherever it asks.
+			ok = ok && replicasKnown(n.cl.ClusterNodes(ctx).Val()) == len(nodes)-len(c.Nodes)
 		}
 		if ok {
 			return nil
@@ -191,6 +197,17 @@ func (c *Cluster) form(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// replicasKnown counts the replicas in a CLUSTER NODES reply.
+func replicasKnown(nodes string) int {
+	n := 0
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && slices.Contains(strings.Split(f[2], ","), "slave") {
+			n++
+		}
+	}
+	return n
 }
 
 // Sentinel is a redis-server in sentinel mode monitoring one master.
