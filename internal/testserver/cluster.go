@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,9 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Cluster is a Redis Cluster of masters started for a test.
+// Cluster is a Redis Cluster started for a test.
 type Cluster struct {
+	// Nodes are the masters, in the order of their slot ranges.
 	Nodes []*Redis
+	// Replicas[i] are the replicas of Nodes[i] (empty for StartCluster).
+	Replicas [][]*Redis
 }
 
 // Addrs returns the masters' addresses, to seed a redis.ClusterClient.
@@ -33,12 +37,24 @@ func (c *Cluster) Addrs() []string {
 // every node reports cluster_state:ok. All of it is stopped by t.Cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("testserver: cluster of %d nodes", n)
+	return StartClusterWithReplicas(t, n, 0)
+}
+
+// StartClusterWithReplicas starts a cluster of masters (at least 1) as
+// StartCluster does, each with replicasPerMaster replicas (CLUSTER REPLICATE),
+// and waits until every node reports cluster_state:ok and every replica's link
+// to its master is up and its initial sync done. The nodes declare a silent
+// peer failing after 2 seconds (cluster-node-timeout), so a replica promotes
+// itself within seconds of its master's death. All of it is stopped by
+// t.Cleanup.
+func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int) *Cluster {
+	t.Helper()
+	if masters < 1 || replicasPerMaster < 0 {
+		t.Fatalf("testserver: cluster of %d masters with %d replicas each", masters, replicasPerMaster)
 	}
-	c := &Cluster{}
-	for i := 0; i < n; i++ {
-		dir := filepath.Join(t.TempDir(), strconv.Itoa(i))
+	c := &Cluster{Replicas: make([][]*Redis, masters)}
+	start := func(name string) *Redis {
+		dir := filepath.Join(t.TempDir(), name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +63,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(r.Stop)
-		c.Nodes = append(c.Nodes, r)
+		return r
+	}
+	for i := 0; i < masters; i++ {
+		c.Nodes = append(c.Nodes, start(strconv.Itoa(i)))
+		for j := 0; j < replicasPerMaster; j++ {
+			c.Replicas[i] = append(c.Replicas[i], start(strconv.Itoa(i)+"r"+strconv.Itoa(j)))
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
@@ -74,7 +96,7 @@ func newClusterNode(dir string) (*Redis, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000",
+			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0",
 		}
 		if lastErr = r.Start(); lastErr == nil {
 			return r, nil
@@ -93,31 +115,78 @@ func portFree(p int) bool {
 }
 
 func (c *Cluster) form(ctx context.Context) error {
-	clients := make([]*redis.Client, len(c.Nodes))
-	for i, n := range c.Nodes {
-		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr})
-		defer clients[i].Close()
+	type node struct {
+		*Redis
+		cl      *redis.Client
+		master  int  // index in c.Nodes of the node or of its master
+		replica bool // a replica of c.Nodes[master]
 	}
+	var nodes []node
+	for i, m := range c.Nodes {
+		for j, r := range append([]*Redis{m}, c.Replicas[i]...) {
+			nodes = append(nodes, node{r, redis.NewClient(&redis.Options{Addr: r.Addr}), i, j > 0})
+		}
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.cl.Close()
+		}
+	}()
 	const slots = 16384
-	for i, cl := range clients {
-		lo, hi := i*slots/len(clients), (i+1)*slots/len(clients)-1
-		if err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			return fmt.Errorf("testserver: ADDSLOTSRANGE on %s: %w", c.Nodes[i].Addr, err)
+	ids := make([]string, len(c.Nodes))
+	for i, n := range nodes {
+		if m := n.master; !n.replica {
+			lo, hi := m*slots/len(c.Nodes), (m+1)*slots/len(c.Nodes)-1
+			if err := n.cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+				return fmt.Errorf("testserver: ADDSLOTSRANGE on %s: %w", n.Addr, err)
+			}
+			id, err := n.cl.Do(ctx, "CLUSTER", "MYID").Text()
+			if err != nil {
+				return fmt.Errorf("testserver: CLUSTER MYID on %s: %w", n.Addr, err)
+			}
+			ids[m] = id
 		}
 		if i > 0 {
-			if err := cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)).Err(); err != nil {
+			if err := n.cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)).Err(); err != nil {
 				return fmt.Errorf("testserver: CLUSTER MEET: %w", err)
 			}
 		}
 	}
+	known := "cluster_known_nodes:" + strconv.Itoa(len(nodes))
+	replicated := false
 	for {
 		ok := true
-		for _, cl := range clients {
-			info, err := cl.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(clients))) {
+		for _, n := range nodes {
+			info, err := n.cl.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, known) {
 				ok = false
 				break
 			}
+		}
+		if ok && !replicated {
+			// Every node knows every other: the replicas can follow their masters.
+			for _, n := range nodes {
+				if !n.replica {
+					continue
+				}
+				if err := n.cl.Do(ctx, "CLUSTER", "REPLICATE", ids[n.master]).Err(); err != nil {
+					return fmt.Errorf("testserver: CLUSTER REPLICATE on %s: %w", n.Addr, err)
+				}
+			}
+			replicated = true
+			ok = false
+		}
+		for _, n := range nodes {
+			if !ok {
+				break
+			}
+			if n.replica {
+				info, err := n.cl.Info(ctx, "replication").Result()
+				ok = err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
+			}
+			// Every node knows every replica as one, so that a client sees
+			// them wherever it asks.
+			ok = ok && replicasKnown(n.cl.ClusterNodes(ctx).Val()) == len(nodes)-len(c.Nodes)
 		}
 		if ok {
 			return nil
@@ -128,6 +197,17 @@ func (c *Cluster) form(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// replicasKnown counts the replicas in a CLUSTER NODES reply.
+func replicasKnown(nodes string) int {
+	n := 0
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && slices.Contains(strings.Split(f[2], ","), "slave") {
+			n++
+		}
+	}
+	return n
 }
 
 // Sentinel is a redis-server in sentinel mode monitoring one master.
