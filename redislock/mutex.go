@@ -96,7 +96,11 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 
 func (d *Driver) release(ctx context.Context, key, owner string) error {
 	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), WaitingKey(key)}, owner, d.c.hub.publishCmd(), WakeChannel(key)).Result()
-	return d.c.released(key, res, err)
+	err = d.c.released(key, res, err)
+	if err == nil {
+		d.c.hub.released(ClientWakeChannel(key, d.c.hub.id))
+	}
+	return err
 }
 
 // TTL implements dlock.Driver.
@@ -114,8 +118,11 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	_, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Result()
+	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
+		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Int64()
+	if err == nil && n == 1 {
+		d.c.hub.released(ClientWakeChannel(h.Key, d.c.hub.id))
+	}
 	return mapErr(err)
 }
 

@@ -491,6 +491,19 @@ func (h *hub) receive(c *subConn) {
 	}
 }
 
+// released tells the hub that this process released (or abandoned a holding of)
+// a lock whose waiters here are woken on channel: one of them tries next, with
+// no message needed. The release's own message goes to the longest-waiting
+// process, which may be another; a process's own waiters may have queued
+// without a round trip behind the holding it just released.
+func (h *hub) released(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[channel]; t != nil {
+		t.wakeOne()
+	}
+}
+
 // refusal reports whether err is the server refusing a subscription (ACL
 // permissions or authentication), which reconnecting will not cure.
 func refusal(err error) bool {

@@ -894,3 +894,53 @@ func TestWaiterThatLeavesGivesUpItsTurn(t *testing.T) {
 		t.Errorf("B obtained the lock %v after the release (the holder's TTL was a minute)", d)
 	}
 }
+
+// TestManyKeysManyClientsNoLostWake: Clients with waiters on several keys each
+// (in one process and across Clients) never wait for a holder's TTL: every
+// release wakes a waiter, local or remote.
+func TestManyKeysManyClientsNoLostWake(t *testing.T) {
+	const clients, keys, perKey, rounds = 3, 6, 2, 5
+	ttl := 20 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := make([]*redislock.Client, clients)
+	for i := range cs {
+		cs[i], _ = counted(t, false, dlock.WithTTL(ttl))
+	}
+	ks := make([]string, keys)
+	for i := range ks {
+		ks[i] = dlocktest.Key(t)
+	}
+	var worst atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range cs {
+		for _, k := range ks {
+			for range perKey {
+				g.Go(func() error {
+					for range rounds {
+						start := time.Now()
+						l, err := c.Lock(gctx, k)
+						if err != nil {
+							return err
+						}
+						if d := int64(time.Since(start)); d > worst.Load() {
+							worst.Store(d)
+						}
+						time.Sleep(time.Millisecond)
+						if err := l.Unlock(gctx); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+		}
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("longest wait %v (TTL %v)", time.Duration(worst.Load()), ttl)
+	if w := time.Duration(worst.Load()); w > ttl/4 {
+		t.Errorf("a waiter waited %v: a lost wake-up (TTL %v)", w, ttl)
+	}
+}
