@@ -25,6 +25,16 @@
 // nobody waiting, a lock and unlock stay two round trips, with no subscription and
 // no message.
 //
+// On Redis Cluster two cases are not recovered by a new subscription yet, and a
+// waiter then wakes at the holder's remaining TTL, as for a lost message: a
+// dropped subscription connection whose channels span several slots (go-redis
+// subscribes them again in one SSUBSCRIBE, which the server refuses with
+// CROSSSLOT), and a slot that moves to another master (migration, failover)
+// while waiters are subscribed on the old one. Exclusion is not affected. A
+// go-redis ClusterClient also learns of a failover only from a MOVED reply or
+// its ClusterOptions' state reload: keep that interval short where failovers
+// happen, so that holders hear from the new master.
+//
 // The plain lock (New) is not fair but does not starve waiters, and the work of a
 // hand-over does not grow with the number of waiting processes. A waiting
 // process (a Client) joins the lock's waiting set "dlock:{KEY}:waiting" (a sorted
