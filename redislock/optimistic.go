@@ -32,6 +32,7 @@ type VersionError struct {
 	Attempts int    // the writes tried (Update; 1 for CompareAndSet)
 }
 
+// Error says which version was expected and which was found.
 func (e *VersionError) Error() string {
 	return fmt.Sprintf("%s: %q is at version %d, not %d (%d attempts)", ErrVersionConflict, e.Key, e.Current, e.Expected, e.Attempts)
 }

@@ -74,7 +74,7 @@ func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]
 		acked, _ := wait.Int64()
 		return res, acked, err
 	}
-	panic("unreachable")
+	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
 }
 
 // checkAck releases a grant that fewer replicas than WithReplicaAck asks for
