@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -504,15 +503,14 @@ func (h *hub) released(channel string) {
 	}
 }
 
-// refusal reports whether err is the server refusing a subscription (ACL
-// permissions or authentication), which reconnecting will not cure.
+// refusal reports whether err is the server refusing a subscription for a
+// reason that subscribing again will not cure (a reply MapErr classes as
+// dlock.ErrRefused: ACL permissions, authentication, or a reply such as
+// CROSSSLOT when go-redis subscribes again channels of several slots at once).
+// Waiters then poll rather than sleep out their holders' TTLs.
 func refusal(err error) bool {
 	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	word, _, _ := strings.Cut(rerr.Error(), " ")
-	return word == "NOPERM" || word == "NOAUTH" || word == "WRONGPASS"
+	return errors.As(err, &rerr) && errors.Is(mapErr(err), dlock.ErrRefused)
 }
 
 // each calls f on every topic of c; h.mu is held.

@@ -25,12 +25,13 @@
 // nobody waiting, a lock and unlock stay two round trips, with no subscription and
 // no message.
 //
-// On Redis Cluster two cases are not recovered by a new subscription yet, and a
-// waiter then wakes at the holder's remaining TTL, as for a lost message: a
+// On Redis Cluster two cases are not recovered by a new subscription yet: a
 // dropped subscription connection whose channels span several slots (go-redis
 // subscribes them again in one SSUBSCRIBE, which the server refuses with
-// CROSSSLOT), and a slot that moves to another master (migration, failover)
-// while waiters are subscribed on the old one. Exclusion is not affected. A
+// CROSSSLOT: the refusal is logged and the waiters poll, as for an ACL
+// refusal), and a slot that moves to another master (migration, failover) while
+// waiters are subscribed on the old one (they wake at the holder's remaining
+// TTL, as for a lost message). Exclusion is not affected. A
 // go-redis ClusterClient also learns of a failover only from a MOVED reply or
 // its ClusterOptions' state reload: keep that interval short where failovers
 // happen, so that holders hear from the new master.
