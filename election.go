@@ -19,12 +19,15 @@ type Leadership struct {
 
 // Campaign waits until it wins the role for the caller and returns the
 // leadership. It runs on any Locker: the role is the lock key, opts are the
-// Lock options (WithTTL and WithAutoRenew set how long a dead leader keeps the
-// role, the time another candidate then takes to win; WithMetadata names the
-// candidate for Leader and Observe; WithWait bounds the campaign). Without
-// options the leadership is renewed for as long as the leader lives and lost
-// DefaultTTL after it dies. A candidate that loses its leadership campaigns
-// again by calling Campaign again.
+// Lock options (WithTTL sets how long a dead leader keeps the role, the time
+// another candidate then takes to win; WithMetadata names the candidate for
+// Leader and Observe; WithWait bounds the campaign, and WithFailureLimit how
+// long it waits through a failing backend). The leadership is renewed for as
+// long as the leader lives, whatever its TTL: unlike a lock, a leadership with
+// WithTTL is not a fixed lease, unless WithAutoRenew(false) is given (in opts
+// or as the Client's default). Without options it is lost DefaultTTL after its
+// leader dies. A candidate that loses its leadership campaigns again by
+// calling Campaign again; RunAsLeader does that in a loop.
 //
 // It returns an error matching ErrInvalid for a nil locker or context or a bad
 // role or option, and otherwise Lock's errors: the context's when it ended the
@@ -39,11 +42,19 @@ func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Lead
 	if err := ValidateKey(role); err != nil {
 		return nil, err
 	}
-	lease, err := l.Lock(ctx, role, opts...)
+	lease, err := l.Lock(ctx, role, append([]Option{renewUnlessSet}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
 	return &Leadership{role: role, lease: lease}, nil
+}
+
+// renewUnlessSet turns the watchdog on unless WithAutoRenew was given (as the
+// Client's default, or later in the call's options, which override it).
+func renewUnlessSet(c *config) {
+	if c.autoRenew == 0 {
+		c.autoRenew = 1
+	}
 }
 
 // Role returns the role won.

@@ -67,8 +67,8 @@ func defaultConfig() config {
 
 // WithTTL sets the lease time: how long the lock lives on the server after its last
 // acquisition or renewal. A lease with an explicit TTL is not renewed automatically
-// unless WithAutoRenew(true) is given too (a fixed lease time, as Redisson's
-// leaseTime). The TTL must lie in [MinTTL, MaxTTL]; fractions of a millisecond are
+// unless WithAutoRenew(true) is given too (a fixed lease time); Campaign is the
+// exception: a leadership is renewed whatever its TTL. The TTL must lie in [MinTTL, MaxTTL]; fractions of a millisecond are
 // rounded up. The default is DefaultTTL (15s), renewed automatically.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) { c.ttl, c.ttlSet = ttl, true }
