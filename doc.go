@@ -3,7 +3,8 @@
 // Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), the SETNX/GETSET
 // protocol of older services (legacy) and an in-memory store for tests (memlock).
 // Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis),
-// leader election (Campaign) and multi-key locks (LockAll) over any Locker.
+// leader election (Campaign, and RunAsLeader to run work while leading) and
+// multi-key locks (LockAll) over any Locker.
 //
 // A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
 // (bounded by its context and WithWait). The Lease carries the key, a fencing
