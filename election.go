@@ -65,11 +65,14 @@ var runBackoff = ExponentialBackoff(runBackoffMin, runBackoffMax)
 // RunAsLeader runs fn whenever the caller leads role, until ctx ends: it
 // campaigns (Campaign, with opts), runs fn under a context that is cancelled
 // when the leadership ends (lost: the cause matches ErrLockLost) or ctx does,
-// and resigns when fn returns, so that another candidate can win at once. Then,
-// after a backoff (a random 50-100ms, its ceiling doubling up to 10s while
-// terms stay shorter than that or campaigns fail), it campaigns again. fn should stop its work and return
-// when its context ends; LeadershipFromContext gives it the term's Leadership
-// (its fencing Token, for work that must never be done by two leaders).
+// and resigns when fn returns, so that another candidate can win at once.
+// Then, after a backoff (a random 50-100ms, its ceiling doubling up to 10s
+// while terms stay shorter than that or campaigns fail), it campaigns again.
+// fn should stop its work and return when its context ends;
+// LeadershipFromContext gives it the term's Leadership (its fencing Token, for
+// work that must never be done by two leaders). The leadership is renewed while
+// fn runs; its TTL (WithTTL, DefaultTTL by default) is how long the role stays
+// with a leader that died, before another candidate's fn starts.
 //
 // The loop goes on whatever fn returns: fn's error, a lost leadership and a
 // failed campaign (a backend failing for longer than the failure limit, see

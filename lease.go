@@ -553,24 +553,26 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duratio
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	err := l.extend(rctx, ttl)
 	cancel()
+	// In one step, so that a loss at the deadline finds either the renewal in
+	// flight or its failure.
 	l.mu.Lock()
 	l.renewAt = time.Time{}
+	switch {
+	case err == nil:
+		l.renewErr = nil
+	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
+		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
+	default:
+		l.renewErr = err
+	}
 	l.mu.Unlock()
 	switch {
 	case err == nil:
-		l.mu.Lock()
-		l.renewErr = nil
-		l.mu.Unlock()
 		return l.renewEvery, false
 	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
 		return 0, true
 	}
-	if errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline) {
-		err = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
-	}
-	l.mu.Lock()
-	l.renewErr = err
-	l.mu.Unlock()
 	// Transient failure: retry soon, but well within the remaining validity.
 	left := time.Until(deadline)
 	if left <= 0 {
