@@ -87,14 +87,8 @@ var runBackoff = ExponentialBackoff(runBackoffMin, runBackoffMax)
 // function or context, a bad role or a bad option. It starts no goroutine of
 // its own: fn runs on the caller's goroutine.
 func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context.Context) error, opts ...Option) error {
-	if isNil(l) {
-		return invalidf("nil locker")
-	}
-	if fn == nil {
-		return invalidf("nil function")
-	}
-	if ctx == nil {
-		return invalidf("nil context")
+	if err := checkRun(ctx, l, fn); err != nil {
+		return err
 	}
 	if err := ValidateKey(role); err != nil {
 		return err
@@ -155,16 +149,7 @@ func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context
 // run runs fn for the term and resigns when it returns, also when it panics or
 // ends its goroutine; rerr is Resign's error.
 func (l *Leadership) run(ctx context.Context, fn func(ctx context.Context) error) (ferr, rerr error) {
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leadershipKey{}, l))
-	lctx := l.Context()
-	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
-	defer func() {
-		stop()
-		cancel(nil)
-		// Resigns on every way out of fn; a panic goes on once the role is free.
-		rerr = l.Resign(ctx)
-	}()
-	return fn(fctx), nil
+	return runHeld(context.WithValue(ctx, leadershipKey{}, l), l.lease, fn)
 }
 
 type leadershipKey struct{}

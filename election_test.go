@@ -219,29 +219,24 @@ func TestCampaignWithTTLRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Explicitly fixed: the term ends at its TTL and says why.
-	lead, err = dlock.Campaign(ctx, c, role, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-lead.Done():
-	case <-ctx.Done():
-		t.Fatal("fixed term did not end")
-	}
-	if err := lead.Err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "fixed lease's TTL of 300ms ran out") {
-		t.Fatalf("fixed term ended with %v", err)
-	}
-
-	// A Client whose default is no renewal keeps it for its campaigns too.
+	// Explicitly fixed, in the call or as the Client's default: the term ends at
+	// its TTL and says why.
 	fixed := newRedisLocker(t, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
-	lead, err = dlock.Campaign(ctx, fixed, role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-lead.Done():
-	case <-ctx.Done():
-		t.Fatal("term of a Client without renewal did not end")
+	for _, cand := range []struct {
+		l    dlock.Locker
+		opts []dlock.Option
+	}{{c, []dlock.Option{dlock.WithTTL(ttl), dlock.WithAutoRenew(false)}}, {fixed, nil}} {
+		lead, err := dlock.Campaign(ctx, cand.l, role, cand.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lead.Done():
+		case <-ctx.Done():
+			t.Fatal("fixed term did not end")
+		}
+		if err := lead.Err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "fixed lease's TTL of 300ms ran out") {
+			t.Fatalf("fixed term ended with %v", err)
+		}
 	}
 }
