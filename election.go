@@ -76,9 +76,9 @@ var runBackoff = ExponentialBackoff(runBackoffMin, runBackoffMax)
 //
 // The loop goes on whatever fn returns: fn's error, a lost leadership and a
 // failed campaign (a backend failing for longer than the failure limit, see
-// WithFailureLimit) are logged with slog.Default, and the next campaign
-// follows the backoff. Handle fn's errors inside fn to report them your own
-// way. A panic in fn resigns and goes on up the stack, as in Do.
+// WithFailureLimit) are logged with slog.Default (or WithLogger's logger), and
+// the next campaign follows the backoff. Handle fn's errors inside fn to report
+// them your own way. A panic in fn resigns and goes on up the stack, as in Do.
 //
 // RunAsLeader returns only when it cannot go on: ctx's error once ctx has
 // ended (after fn has returned and the leadership was given up), or a
@@ -98,7 +98,12 @@ func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context
 	if cfg.err != nil {
 		return cfg.err
 	}
-	log := slog.Default()
+	if cfg.logger == nil {
+		if bl, ok := l.(baseLogger); ok {
+			cfg.logger = bl.baseLogger()
+		}
+	}
+	log := cfg.log()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for n := 1; ; n++ {
@@ -151,6 +156,12 @@ func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context
 func (l *Leadership) run(ctx context.Context, fn func(ctx context.Context) error) (ferr, rerr error) {
 	return runHeld(context.WithValue(ctx, leadershipKey{}, l), l.lease, fn)
 }
+
+// baseLogger is implemented by *Client (and the clients that embed it): the
+// logger given to NewClient, nil without one.
+type baseLogger interface{ baseLogger() *slog.Logger }
+
+func (c *Client) baseLogger() *slog.Logger { return c.base.logger }
 
 type leadershipKey struct{}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -204,10 +205,10 @@ func TestRunAsLeaderCancelStops(t *testing.T) {
 // The function's error is logged and the loop goes on: the next term follows.
 // A panic resigns and goes on up the stack.
 func TestRunAsLeaderFunctionErrorsAndPanics(t *testing.T) {
-	rec := recordWaitLogs(t)
-	rec.prefix = "dlock: the leader's function failed"
+	// Logged through the Client's logger.
+	rec := &logRecorder{prefix: "dlock: the leader's function failed", seen: make(chan string, 1)}
 	store := memlock.NewStore()
-	c, err := memlock.New(store)
+	c, err := memlock.New(store, dlock.WithLogger(slog.New(rec)))
 	if err != nil {
 		t.Fatal(err)
 	}
