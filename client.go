@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"reflect"
@@ -119,8 +118,8 @@ func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, err
 	return l, nil
 }
 
-// Lock takes key, waiting while another owner holds it. Waiters are woken by the
-// backend's notifications where it has them, and otherwise retry with the
+// Lock takes key, waiting while another owner holds it. Waiters are woken by
+// the backend's notifications where it has them, and otherwise retry with the
 // configured backoff; a waiter never sleeps past the holder's remaining TTL as
 // last reported by a backend whose notifications may be lost. Failures that
 // waiting may cure (ErrUnavailable: the server is down, slow, out of memory,
@@ -130,7 +129,8 @@ func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, err
 // (WithFailureLimit, DefaultFailureLimit = 1 minute by default) of failures
 // with no reply saying the lock is held, Lock returns the last failure
 // (matching ErrUnavailable). The first failure of a wait is logged once
-// (slog.Default), so that a wait through an outage is not silent. See Locker.
+// (slog.Default, or WithLogger's logger), so that a wait through an outage is
+// not silent. See Locker.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if err != nil {
@@ -267,7 +267,7 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 			}
 			if !logged {
 				logged = true
-				slog.Default().Warn("dlock: waiting for a lock while the backend fails; retrying until it answers, for at most the failure limit",
+				a.cfg.log().Warn("dlock: waiting for a lock while the backend fails; retrying until it answers, for at most the failure limit",
 					"key", a.key, "err", err, "failure_limit", a.cfg.failLimit)
 			}
 		}

@@ -3,7 +3,8 @@
 // Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), the SETNX/GETSET
 // protocol of older services (legacy) and an in-memory store for tests (memlock).
 // Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis),
-// leader election (Campaign) and multi-key locks (LockAll) over any Locker.
+// leader election (Campaign, and RunAsLeader to run work while leading) and
+// multi-key locks (LockAll) over any Locker.
 //
 // A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
 // (bounded by its context and WithWait). The Lease carries the key, a fencing
@@ -23,13 +24,13 @@
 // Lock (and Do, LockAll, Campaign) waits while another owner holds the key, for
 // as long as its context and WithWait allow. It also retries the failures that
 // waiting may cure (ErrUnavailable: a server down, unreachable, out of memory,
-// read-only, loading), but not forever: once every attempt for the failure limit
-// (WithFailureLimit, DefaultFailureLimit = 1 minute) has failed with no reply
-// saying the lock is held, the wait gives up with the last failure, matching
-// ErrUnavailable and naming the server's reason. A wait that meets a failure
-// logs it once through slog.Default, so that a process waiting through an
-// outage says what it waits for. ErrRefused, ErrInvalid and ErrConflict end a
-// wait at once.
+// read-only, loading), but not forever: once every attempt for the failure
+// limit (WithFailureLimit, DefaultFailureLimit = 1 minute) has failed with no
+// reply saying the lock is held, the wait gives up with the last failure,
+// matching ErrUnavailable and naming the server's reason. A wait that meets a
+// failure logs it once through slog.Default (or WithLogger's logger), so that a
+// process waiting through an outage says what it waits for. ErrRefused,
+// ErrInvalid and ErrConflict end a wait at once.
 //
 // # Safety model
 //

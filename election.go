@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"time"
 )
 
@@ -19,12 +21,15 @@ type Leadership struct {
 
 // Campaign waits until it wins the role for the caller and returns the
 // leadership. It runs on any Locker: the role is the lock key, opts are the
-// Lock options (WithTTL and WithAutoRenew set how long a dead leader keeps the
-// role, the time another candidate then takes to win; WithMetadata names the
-// candidate for Leader and Observe; WithWait bounds the campaign). Without
-// options the leadership is renewed for as long as the leader lives and lost
-// DefaultTTL after it dies. A candidate that loses its leadership campaigns
-// again by calling Campaign again.
+// Lock options (WithTTL sets how long a dead leader keeps the role, the time
+// another candidate then takes to win; WithMetadata names the candidate for
+// Leader and Observe; WithWait bounds the campaign, and WithFailureLimit how
+// long it waits through a failing backend). The leadership is renewed for as
+// long as the leader lives, whatever its TTL: unlike a lock, a leadership with
+// WithTTL is not a fixed lease, unless WithAutoRenew(false) is given (in opts
+// or as the Client's default). Without options it is lost DefaultTTL after its
+// leader dies. A candidate that loses its leadership campaigns again by
+// calling Campaign again; RunAsLeader does that in a loop.
 //
 // It returns an error matching ErrInvalid for a nil locker or context or a bad
 // role or option, and otherwise Lock's errors: the context's when it ended the
@@ -39,11 +44,144 @@ func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Lead
 	if err := ValidateKey(role); err != nil {
 		return nil, err
 	}
-	lease, err := l.Lock(ctx, role, opts...)
+	lease, err := l.Lock(ctx, role, append([]Option{renewUnlessSet}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
 	return &Leadership{role: role, lease: lease}, nil
+}
+
+// Backoff of RunAsLeader between two campaigns: a random time from half the
+// floor up to a ceiling that doubles from runBackoffMin up to runBackoffMax with
+// every round that follows a short one (a failed campaign, a term shorter than
+// runBackoffMax).
+const (
+	runBackoffMin = 100 * time.Millisecond
+	runBackoffMax = 10 * time.Second
+)
+
+var runBackoff = ExponentialBackoff(runBackoffMin, runBackoffMax)
+
+// RunAsLeader runs fn whenever the caller leads role, until ctx ends: it
+// campaigns (Campaign, with opts), runs fn under a context that is cancelled
+// when the leadership ends (lost: the cause matches ErrLockLost) or ctx does,
+// and resigns when fn returns, so that another candidate can win at once.
+// Then, after a backoff (a random 50-100ms, its ceiling doubling up to 10s
+// while terms stay shorter than that or campaigns fail), it campaigns again.
+// fn should stop its work and return when its context ends;
+// LeadershipFromContext gives it the term's Leadership (its fencing Token, for
+// work that must never be done by two leaders). The leadership is renewed while
+// fn runs; its TTL (WithTTL, DefaultTTL by default) is how long the role stays
+// with a leader that died, before another candidate's fn starts.
+//
+// The loop goes on whatever fn returns: fn's error, a lost leadership and a
+// failed campaign (a backend failing for longer than the failure limit, see
+// WithFailureLimit) are logged with slog.Default (or WithLogger's logger), and
+// the next campaign follows the backoff. Handle fn's errors inside fn to report
+// them your own way. A panic in fn resigns and goes on up the stack, as in Do.
+//
+// RunAsLeader returns only when it cannot go on: ctx's error once ctx has
+// ended (after fn has returned and the leadership was given up), or a
+// campaign's error that waiting does not cure (ErrRefused, ErrConflict). It
+// returns an error matching ErrInvalid, before any I/O, for a nil locker,
+// function or context, a bad role or a bad option. It starts no goroutine of
+// its own: fn runs on the caller's goroutine.
+func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context.Context) error, opts ...Option) error {
+	if err := checkRun(ctx, l, fn); err != nil {
+		return err
+	}
+	if err := ValidateKey(role); err != nil {
+		return err
+	}
+	cfg := defaultConfig()
+	cfg.apply(opts)
+	if cfg.err != nil {
+		return cfg.err
+	}
+	if cfg.logger == nil {
+		if bl, ok := l.(baseLogger); ok {
+			cfg.logger = bl.baseLogger()
+		}
+	}
+	log := cfg.log()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for n := 1; ; n++ {
+		lead, err := Campaign(ctx, l, role, opts...)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			if errors.Is(err, ErrInvalid) || errors.Is(err, ErrConflict) || errors.Is(err, ErrRefused) {
+				return err
+			}
+			if !errors.Is(err, ErrNotObtained) { // not a failure: WithWait ended
+				log.Warn("dlock: campaign failed; campaigning again after a backoff", "role", role, "err", err)
+			}
+		} else if cerr := ctx.Err(); cerr != nil {
+			// Won as ctx ended: no term, the role is given up at once.
+			_ = lead.Resign(ctx)
+			return cerr
+		} else {
+			start := time.Now()
+			ferr, rerr := lead.run(ctx, fn)
+			lerr := lead.Err()
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			switch {
+			case errors.Is(lerr, ErrLockLost):
+				log.Warn("dlock: leadership lost; campaigning again after a backoff", "role", role, "token", lead.Token(), "err", lerr)
+			case ferr != nil:
+				log.Warn("dlock: the leader's function failed; resigned, campaigning again after a backoff", "role", role, "token", lead.Token(), "err", ferr)
+			}
+			if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+				log.Warn("dlock: resigning failed; the role is free at its TTL", "role", role, "token", lead.Token(), "err", rerr)
+			}
+			if time.Since(start) >= runBackoffMax {
+				n = 1 // a long term: start the backoff over
+			}
+		}
+		timer.Reset(runBackoff.Backoff(n))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// run runs fn for the term and resigns when it returns, also when it panics or
+// ends its goroutine; rerr is Resign's error.
+func (l *Leadership) run(ctx context.Context, fn func(ctx context.Context) error) (ferr, rerr error) {
+	return runHeld(context.WithValue(ctx, leadershipKey{}, l), l.lease, fn)
+}
+
+// baseLogger is implemented by *Client (and the clients that embed it): the
+// logger given to NewClient, nil without one.
+type baseLogger interface{ baseLogger() *slog.Logger }
+
+func (c *Client) baseLogger() *slog.Logger { return c.base.logger }
+
+type leadershipKey struct{}
+
+// LeadershipFromContext returns the Leadership under which RunAsLeader runs
+// the function that got ctx (or a context derived from it), or nil for any
+// other context.
+func LeadershipFromContext(ctx context.Context) *Leadership {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(leadershipKey{}).(*Leadership)
+	return l
+}
+
+// renewUnlessSet turns the watchdog on unless WithAutoRenew was given (as the
+// Client's default, or later in the call's options, which override it).
+func renewUnlessSet(c *config) {
+	if c.autoRenew == 0 {
+		c.autoRenew = 1
+	}
 }
 
 // Role returns the role won.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,4 +191,52 @@ func TestElectionBadInput(t *testing.T) {
 		t.Error("nil Leadership")
 	}
 	<-l.Done()
+}
+
+// A leadership with an explicit TTL is renewed like one with the default: a
+// short TTL means a fast take-over after the leader dies, not a leadership
+// that ends every TTL. WithAutoRenew(false) still makes a fixed term.
+func TestCampaignWithTTLRenews(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = 300 * time.Millisecond
+	role := dlocktest.Key(t)
+	c := newRedisLocker(t)
+	lead, err := dlock.Campaign(ctx, c, role, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lead.Done():
+		t.Fatalf("leadership with TTL %v lost: %v", ttl, lead.Err())
+	case <-time.After(5 * ttl): // the time that passes is what is tested
+	}
+	info, err := dlock.Leader(ctx, c, role)
+	if err != nil || !info.Held || info.Token != lead.Token() {
+		t.Fatalf("after %v the leader is %+v (%v), want this term (token %d)", 5*ttl, info, err, lead.Token())
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Explicitly fixed, in the call or as the Client's default: the term ends at
+	// its TTL and says why.
+	fixed := newRedisLocker(t, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+	for _, cand := range []struct {
+		l    dlock.Locker
+		opts []dlock.Option
+	}{{c, []dlock.Option{dlock.WithTTL(ttl), dlock.WithAutoRenew(false)}}, {fixed, nil}} {
+		lead, err := dlock.Campaign(ctx, cand.l, role, cand.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lead.Done():
+		case <-ctx.Done():
+			t.Fatal("fixed term did not end")
+		}
+		if err := lead.Err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "fixed lease's TTL of 300ms ran out") {
+			t.Fatalf("fixed term ended with %v", err)
+		}
+	}
 }

@@ -19,7 +19,9 @@ var (
 
 	// ErrLockLost is the cause of a Lease's context when the lock can no longer be
 	// guaranteed: a renewal was refused, or no renewal succeeded before the local
-	// deadline. errors.Is(ErrLockLost, ErrNotHeld) is true.
+	// deadline (a fixed lease's TTL ran out, the MaxHold cap was reached, or
+	// renewals failed); the wrapping error's text names which.
+	// errors.Is(ErrLockLost, ErrNotHeld) is true.
 	ErrLockLost error = &lostError{}
 
 	// ErrReleased is the cause of a Lease's context after a successful Unlock.

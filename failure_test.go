@@ -29,8 +29,8 @@ type logRecorder struct {
 }
 
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler           { return r }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
 
 func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	if !strings.HasPrefix(rec.Message, r.prefix) {
@@ -166,8 +166,10 @@ func TestLockGivesUpAfterFailureLimit(t *testing.T) {
 	})
 
 	t.Run("killed", func(t *testing.T) {
-		rec := recordWaitLogs(t)
-		c, _, srv := failingLocker(t, ropts)
+		// Logged through the Client's own logger, not slog.Default.
+		rec := &logRecorder{prefix: "dlock: waiting", seen: make(chan string, 1)}
+		dflt := recordWaitLogs(t)
+		c, _, srv := failingLocker(t, ropts, dlock.WithLogger(slog.New(rec)))
 		srv.Stop()
 		took, err := lockNoDeadline(t, c, dlocktest.Key(t), 20*time.Second, dlock.WithFailureLimit(limit))
 		checkFailureLimitError(t, err, "connection refused")
@@ -178,6 +180,9 @@ func TestLockGivesUpAfterFailureLimit(t *testing.T) {
 		// retries): the wait then gives up without logging.
 		if n := len(rec.lines()); n > 1 {
 			t.Errorf("logged %d lines, want at most 1: %q", n, rec.lines())
+		}
+		if n := len(dflt.lines()); n != 0 {
+			t.Errorf("logged %q through slog.Default, not the Client's logger", dflt.lines())
 		}
 	})
 
@@ -296,5 +301,8 @@ func TestFailureLimitRejected(t *testing.T) {
 		if _, err := dlock.LockAll(ctx, c, []string{"k"}, dlock.WithFailureLimit(d)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("LockAll WithFailureLimit(%v): %v, want ErrInvalid", d, err)
 		}
+	}
+	if _, err := c.Lock(ctx, "k", dlock.WithLogger(nil)); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("WithLogger(nil): %v, want ErrInvalid", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,10 @@ const (
 // longer be guaranteed, and the operations only the holder may perform.
 //
 // The lock can be lost before Unlock: when a renewal is refused, or when no renewal
-// has succeeded by the lease's local deadline (see Deadline). Done is closed and
+// has succeeded by the lease's local deadline (see Deadline). The loss's error
+// names which: the store no longer holds the lock for this owner (expired,
+// force-unlocked or taken), a fixed lease's TTL ran out, the MaxHold cap was
+// reached, or renewals failed (with the last failure). Done is closed and
 // Context is cancelled with cause ErrLockLost strictly before any other client can
 // obtain the lock, provided clocks drift less than the drift margin. Work that must
 // never run twice should also pass Token to the protected resource (fencing), since
@@ -61,6 +65,9 @@ type Lease struct {
 	wdEnded  bool               // stopTimers ran: a watchdog not yet running must not start
 	wdStop   context.CancelFunc // stops a running watchdog; nil until it runs
 	wdDone   chan struct{}      // closed when the watchdog has returned or will never run
+	renewErr error              // the last failed renewal since the last success
+	renewAt  time.Time          // the start of the renewal in flight; zero when none
+	capped   bool               // the watchdog's renewals end at the MaxHold cap
 }
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
@@ -115,9 +122,46 @@ func (l *Lease) expireIfPast() {
 	past := l.state == held && l.pastDeadline()
 	l.mu.Unlock()
 	if past {
-		_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost), true)
+		_ = l.lose(l.expiry(), true)
 	}
 }
+
+// expiry is the loss of a lease whose local deadline has passed, naming why no
+// renewal kept it: a fixed lease (no watchdog) whose TTL ran out, the MaxHold
+// cap, renewals that failed (with the last failure), or a pause or suspend of
+// the process that outlasted the validity.
+func (l *Lease) expiry() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	suspended := ""
+	if time.Now().Before(l.deadline) {
+		suspended = " (the host was suspended past it)"
+	}
+	switch {
+	case l.renewEvery == 0:
+		return fmt.Errorf("%w: the fixed lease's TTL of %v ran out%s (no watchdog renews a lease with WithTTL unless WithAutoRenew(true) is given)",
+			ErrLockLost, l.cur, suspended)
+	case l.capped:
+		return fmt.Errorf("%w: held for the MaxHold cap of %v: renewal stopped and the TTL of %v ran out%s",
+			ErrLockLost, l.maxHold, l.cur, suspended)
+	}
+	// Failures are told, not wrapped: the loss must not match a context or
+	// backend error.
+	why := " (was the process paused?)"
+	switch {
+	case !l.renewAt.IsZero() && l.renewErr != nil:
+		why = fmt.Sprintf("; the last renewal failed (%s), and the one in flight for %v had no reply yet",
+			oneLine(l.renewErr), time.Since(l.renewAt).Round(time.Millisecond))
+	case !l.renewAt.IsZero():
+		why = fmt.Sprintf("; the renewal in flight for %v had no reply yet", time.Since(l.renewAt).Round(time.Millisecond))
+	case l.renewErr != nil:
+		why = "; the last renewal failed: " + oneLine(l.renewErr)
+	}
+	return fmt.Errorf("%w: no renewal succeeded before the local deadline%s%s", ErrLockLost, suspended, why)
+}
+
+// oneLine returns err's text on one line.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // start arms the deadline timer and the watchdog. The watchdog's goroutine is
 // the timer's, started when the first renewal is due: a lease unlocked before
@@ -291,7 +335,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return l.extended(start, bootStart, max(granted, ttl))
 	}
 	if errors.Is(err, ErrNotHeld) {
-		return l.lose(fmt.Errorf("%w: extend refused: %w", ErrLockLost, err), false)
+		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), false)
 	}
 	return err
 }
@@ -453,7 +497,7 @@ func (l *Lease) onDeadline() {
 		return
 	}
 	l.mu.Unlock()
-	_ = l.lose(fmt.Errorf("%w: no renewal before the local deadline", ErrLockLost), true)
+	_ = l.lose(l.expiry(), true)
 }
 
 // watchdog renews the lease at once and then every renewEvery until ctx ends, the
@@ -473,6 +517,12 @@ func (l *Lease) watchdog(ctx context.Context) {
 		if l.maxHold > 0 {
 			left := l.maxHold - time.Since(l.acquired)
 			capped, err := l.c.lim.Normalize(min(ttl, left))
+			if left <= ttl {
+				// This renewal, if any, is the last: the lease ends at the cap.
+				l.mu.Lock()
+				l.capped = true
+				l.mu.Unlock()
+			}
 			if left < l.c.lim.Min || err != nil {
 				return // cap reached: let the lease run out at its TTL
 			}
@@ -495,10 +545,28 @@ func (l *Lease) watchdog(ctx context.Context) {
 func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duration, stop bool) {
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
-	deadline := l.Deadline()
+	l.mu.Lock()
+	deadline := l.deadline
+	started := time.Now()
+	l.renewAt = started
+	l.mu.Unlock()
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	err := l.extend(rctx, ttl)
 	cancel()
+	// In one step, so that a loss at the deadline finds either the renewal in
+	// flight or its failure.
+	l.mu.Lock()
+	l.renewAt = time.Time{}
+	switch {
+	case err == nil:
+		l.renewErr = nil
+	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
+	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
+		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
+	default:
+		l.renewErr = err
+	}
+	l.mu.Unlock()
 	switch {
 	case err == nil:
 		return l.renewEvery, false

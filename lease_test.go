@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -219,4 +220,83 @@ func TestLossIsWholeWhenSeen(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lease was never lost")
 	}
+}
+
+// A lost lease's error says why it was lost: a fixed lease's TTL ran out, the
+// MaxHold cap was reached, renewals failed (and how), or the store no longer
+// holds the lock.
+func TestLossNamesCause(t *testing.T) {
+	ctx := context.Background()
+	lost := func(t *testing.T, l *dlock.Lease, want ...string) {
+		t.Helper()
+		select {
+		case <-l.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatal("lease not lost")
+		}
+		err := l.Err()
+		if !errors.Is(err, dlock.ErrLockLost) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("loss %v: want ErrLockLost only", err)
+		}
+		if cause := context.Cause(l.Context()); cause.Error() != err.Error() {
+			t.Errorf("context cause %q, Err %q", cause, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("loss %q does not say %q", err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("loss on more than one line: %q", err)
+		}
+		t.Log(err)
+	}
+
+	t.Run("fixed TTL", func(t *testing.T) {
+		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost(t, l, "fixed lease's TTL of 50ms ran out", "WithAutoRenew(true)")
+	})
+	t.Run("max hold", func(t *testing.T) {
+		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(100*time.Millisecond),
+			dlock.WithAutoRenew(true), dlock.WithMaxHold(250*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost(t, l, "MaxHold cap of 250ms")
+	})
+	t.Run("renewals failed", func(t *testing.T) {
+		srv := testserver.StartRedis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		defer rdb.Close()
+		c, err := redislock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Stop()
+		lost(t, l, "no renewal succeeded before the local deadline")
+		// The client may retry its dial until the renewal's deadline: the loss
+		// then tells the renewal still in flight.
+		if msg := l.Err().Error(); !strings.Contains(msg, "connection refused") && !strings.Contains(msg, "no reply") {
+			t.Errorf("loss %q tells neither the failure nor the renewal in flight", msg)
+		}
+	})
+	t.Run("not held", func(t *testing.T) {
+		c := newRedisLocker(t)
+		key := dlocktest.Key(t)
+		l, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ForceUnlock(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		lost(t, l, "the store no longer holds it")
+	})
 }

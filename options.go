@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"log/slog"
 	"math"
 	"time"
 )
@@ -50,6 +51,7 @@ type config struct {
 	waitSet    bool
 	retry      RetryStrategy
 	failLimit  time.Duration
+	logger     *slog.Logger // nil: slog.Default() when a message is logged
 	drift      float64
 	metadata   string
 	owner      string // WithOwner's ID; empty for anonymous acquisitions
@@ -67,8 +69,8 @@ func defaultConfig() config {
 
 // WithTTL sets the lease time: how long the lock lives on the server after its last
 // acquisition or renewal. A lease with an explicit TTL is not renewed automatically
-// unless WithAutoRenew(true) is given too (a fixed lease time, as Redisson's
-// leaseTime). The TTL must lie in [MinTTL, MaxTTL]; fractions of a millisecond are
+// unless WithAutoRenew(true) is given too (a fixed lease time); Campaign is the
+// exception: a leadership is renewed whatever its TTL. The TTL must lie in [MinTTL, MaxTTL]; fractions of a millisecond are
 // rounded up. The default is DefaultTTL (15s), renewed automatically.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) { c.ttl, c.ttlSet = ttl, true }
@@ -138,8 +140,8 @@ func WithWait(d time.Duration) Option {
 // again: a store that answers is waited on for as long as the wait lasts. The
 // attempt in flight when d passes is not cut short: the wait ends at its reply
 // or its request timeout. The first failure of a wait is logged once, with
-// slog.Default, saying what it met and that the wait goes on within this
-// bound. The limit applies whatever the context's deadline and WithWait, the
+// slog.Default (or WithLogger's logger), saying what it met and that the wait
+// goes on within this bound. The limit applies whatever the context's deadline and WithWait, the
 // earlier end winning; to ride out longer outages (a server restart that takes
 // minutes) give a longer limit. d must be positive. The default is
 // DefaultFailureLimit (1 minute). TryLock ignores it.
@@ -151,6 +153,28 @@ func WithFailureLimit(d time.Duration) Option {
 		}
 		c.failLimit = d
 	}
+}
+
+// WithLogger sets the logger of the messages a wait or RunAsLeader writes (the
+// first failure of a wait, a failed campaign, a lost leadership), for example a
+// program's own handler, or slog.New(slog.DiscardHandler) for none. l must not
+// be nil. The default is slog.Default() at the time of the message.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.setErr(invalidf("nil logger"))
+			return
+		}
+		c.logger = l
+	}
+}
+
+// log returns the logger of the configuration.
+func (c *config) log() *slog.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	return slog.Default()
 }
 
 // WithRetry sets the backoff between attempts while Lock waits. With a backend
