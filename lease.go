@@ -61,6 +61,7 @@ type Lease struct {
 	wdEnded  bool               // stopTimers ran: a watchdog not yet running must not start
 	wdStop   context.CancelFunc // stops a running watchdog; nil until it runs
 	wdDone   chan struct{}      // closed when the watchdog has returned or will never run
+	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
 }
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
@@ -132,6 +133,17 @@ func (l *Lease) start() {
 	}
 }
 
+// watchLost loses the lease as soon as lost (Grant.Lost) ends, the driver's
+// word that the holding is gone. It costs no goroutine until then.
+func (l *Lease) watchLost(lost context.Context) {
+	stop := context.AfterFunc(lost, func() {
+		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), true)
+	})
+	l.mu.Lock()
+	l.lostStop = stop
+	l.mu.Unlock()
+}
+
 // runWatchdog runs the watchdog from its timer, unless the lease has ended or is
 // being discarded.
 func (l *Lease) runWatchdog() {
@@ -157,6 +169,9 @@ func (l *Lease) stopTimers() {
 	}
 	l.wdEnded = true
 	wt, stop, done := l.wdTimer, l.wdStop, l.wdDone
+	if l.lostStop != nil {
+		l.lostStop()
+	}
 	l.mu.Unlock()
 	if wt != nil && !wt.Stop() {
 		// The watchdog has started: it either runs (stop is set) or returns at
