@@ -75,6 +75,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bounded"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -236,22 +237,12 @@ func NewDriver(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 // RequestTimeout returns the bound of each call (see WithRequestTimeout).
 func (d *Driver) RequestTimeout() time.Duration { return d.timeout }
 
-// request bounds one call of the Driver by the request timeout. Its done maps
-// the call's error: a call cut short by the timeout (not by the caller's
-// context) is etcd not answering, dlock.ErrUnavailable.
+// request bounds one call of the Driver by the request timeout: a call cut
+// short by it (not by the caller's context) is etcd not answering,
+// dlock.ErrUnavailable. The call passes its error through done.
 func (d *Driver) request(ctx context.Context) (context.Context, func(error) error) {
-	rctx, cancel := context.WithTimeoutCause(ctx, d.timeout, errNoAnswer)
-	return rctx, func(err error) error {
-		defer cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errNoAnswer) {
-			return fmt.Errorf("%w: etcd did not answer within %v (%v)", dlock.ErrUnavailable, d.timeout, err)
-		}
-		return err
-	}
+	return bounded.Call(ctx, d.timeout, "etcd")
 }
-
-// errNoAnswer is the cause of a call's context that its request timeout ended.
-var errNoAnswer = errors.New("etcdlock: request timeout")
 
 // TTLLimits returns the lease times etcd can grant: whole seconds, at least one.
 // The server may grant more than asked (its minimum TTL); the granted TTL is

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bounded"
 )
 
 // errSessionExpired and errDriverClosed are the causes of a Grant.Lost.
@@ -61,19 +61,9 @@ func (s *sessionWatch) end(cause error) {
 	}
 }
 
-// request bounds one call of the Driver by the request timeout. Its done maps
-// the call's error: a call cut short by the timeout (not by the caller's
-// context) is the server not answering, dlock.ErrUnavailable.
+// request bounds one call of the Driver by the request timeout: a call cut
+// short by it (not by the caller's context) is the server not answering,
+// dlock.ErrUnavailable. The call passes its error through done.
 func (d *Driver) request(ctx context.Context) (context.Context, func(error) error) {
-	rctx, cancel := context.WithTimeoutCause(ctx, d.reqTimeout, errNoAnswer)
-	return rctx, func(err error) error {
-		defer cancel()
-		if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), errNoAnswer) {
-			return fmt.Errorf("%w: ZooKeeper did not answer within %v (%v)", dlock.ErrUnavailable, d.reqTimeout, err)
-		}
-		return err
-	}
+	return bounded.Call(ctx, d.reqTimeout, "ZooKeeper")
 }
-
-// errNoAnswer is the cause of a call's context that its request timeout ended.
-var errNoAnswer = errors.New("zklock: request timeout")
