@@ -414,7 +414,9 @@ func (d *Driver) holderTTL(ctx context.Context, lp string, holder child, reap bo
 // its last write is more than its TTL ago by that clock, provided it has not
 // been written since (its version). The node's owner stopped trusting it
 // before: its local deadline counts from before that write, minus the drift
-// margin. It returns the time left by the server's clock, or gone.
+// margin. It returns the time left by the server's clock (-1 when this
+// session may not write the lock node: the node then lives as long as its
+// session), or gone.
 func (d *Driver) expired(ctx context.Context, lp, name string, nd nodeData, st *zk.Stat) (time.Duration, bool, error) {
 	var now *zk.Stat
 	err := d.call(ctx, func() (err error) {
@@ -423,6 +425,9 @@ func (d *Driver) expired(ctx context.Context, lp, name string, nd nodeData, st *
 	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, true, nil // the lock node went with its last child
+	}
+	if errors.Is(err, zk.ErrNoAuth) {
+		return -1, false, nil // no write access to the lock node: the session decides
 	}
 	if err != nil {
 		return 0, false, mapErr(err)
