@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -21,9 +22,34 @@ const unidentified = "?"
 // name, two Sentinel clients for one master): counted twice, they would make a
 // majority out of one server.
 type identities struct {
-	mu  sync.Mutex
-	ids []string // by node; "" until the node has answered
-	dup error    // set for good once two nodes turned out to be one server
+	mu    sync.Mutex
+	ids   []string // by node; "" until the node has answered
+	dup   error    // set for good once two nodes turned out to be one server
+	round bool     // every node has been asked once (answered or not)
+}
+
+// identifyAll asks every node not identified yet what server it is, in
+// parallel, each bounded by timeout, and waits for all of them: the first
+// acquisition compares all the nodes that answer before any of them takes
+// part. A node that did not answer is asked again by later acquisitions, before
+// their request on it.
+func (d *Driver) identifyAll(ctx context.Context, timeout time.Duration) error {
+	d.ident.mu.Lock()
+	done := d.ident.round
+	d.ident.mu.Unlock()
+	if done {
+		return d.duplicate()
+	}
+	_, err := fan(ctx, d.all(), timeout, func(ctx context.Context, i int) (struct{}, error) {
+		return struct{}{}, d.identify(ctx, i)
+	}, nil)
+	if err != nil {
+		return err
+	}
+	d.ident.mu.Lock()
+	d.ident.round = true
+	d.ident.mu.Unlock()
+	return d.duplicate()
 }
 
 // identify learns, at node i's first contact, which server it is, and returns an

@@ -122,11 +122,12 @@ func WithNodeTimeout(d time.Duration) Option {
 // *redis.Ring (not one master), the same client or address given twice, and a
 // bad option. It does no I/O: one server listed under two names (127.0.0.1:P
 // and localhost:P, an IP and a host name) is found at the first acquisition,
-// which asks every node's server what it is (INFO server: its run_id) before
-// its first request there; that acquisition, and every later one, fails with
-// an error matching dlock.ErrInvalid naming both nodes, and leaves nothing
-// behind. A node whose server will not say (an ACL user without INFO) is not
-// compared.
+// which first asks every node's server what it is (INFO server: its run_id; one
+// more round trip, once) and compares the answers; that acquisition, and every
+// later one, fails with an error matching dlock.ErrInvalid naming both nodes,
+// and takes nothing. A node that does not answer then is asked before its
+// first request of a later acquisition. A node whose server will not say (an
+// ACL user without INFO) is not compared.
 func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	switch n := len(nodes); {
 	case n == 0:
@@ -470,10 +471,10 @@ func (h *holding) unknown() map[int]bool {
 // every node, a majority needed; then the largest token of the majority is
 // recorded on it and handed out.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	if dup := d.duplicate(); dup != nil {
-		return dlock.Grant{}, dup
-	}
 	timeout := d.nodeTimeout(r.TTL)
+	if err := d.identifyAll(ctx, timeout); err != nil {
+		return dlock.Grant{}, err
+	}
 	nr := r
 	nr.Handle = nil
 	// Settled early by a majority of grants; a failure waits for every node (up
