@@ -207,6 +207,9 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 			ErrUnavailable, time.Since(start).Round(time.Millisecond), ttl)
 	}
 	l.start()
+	if g.Lost != nil {
+		l.watchLost(g.Lost)
+	}
 	return l, nil
 }
 

@@ -73,6 +73,13 @@ type Grant struct {
 	// a node path, the set of nodes that granted...). The Client passes it back
 	// in every later call about the holding; it never looks inside.
 	Handle any
+
+	// Lost, when not nil, is ended by the driver as soon as it knows that the
+	// holding is gone (a ZooKeeper session that expired): the Lease is then lost
+	// at once, with context.Cause(Lost) in its error, instead of at its next
+	// renewal or its local deadline. Optional: without it, a loss is found by
+	// renewals and the deadline.
+	Lost context.Context
 }
 
 // Holding names one holding (or one waiter's queue position) in calls to a Driver.

@@ -68,6 +68,7 @@ type Lease struct {
 	renewErr error              // the last failed renewal since the last success
 	renewAt  time.Time          // the start of the renewal in flight; zero when none
 	capped   bool               // the watchdog's renewals end at the MaxHold cap
+	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
 }
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
@@ -176,6 +177,17 @@ func (l *Lease) start() {
 	}
 }
 
+// watchLost loses the lease as soon as lost (Grant.Lost) ends, the driver's
+// word that the holding is gone. It costs no goroutine until then.
+func (l *Lease) watchLost(lost context.Context) {
+	stop := context.AfterFunc(lost, func() {
+		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), true)
+	})
+	l.mu.Lock()
+	l.lostStop = stop
+	l.mu.Unlock()
+}
+
 // runWatchdog runs the watchdog from its timer, unless the lease has ended or is
 // being discarded.
 func (l *Lease) runWatchdog() {
@@ -201,6 +213,9 @@ func (l *Lease) stopTimers() {
 	}
 	l.wdEnded = true
 	wt, stop, done := l.wdTimer, l.wdStop, l.wdDone
+	if l.lostStop != nil {
+		l.lostStop()
+	}
 	l.mu.Unlock()
 	if wt != nil && !wt.Stop() {
 		// The watchdog has started: it either runs (stop is set) or returns at

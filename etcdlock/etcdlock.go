@@ -44,7 +44,7 @@
 // the waiter's lease, and a busy attempt asks to be retried after a third of the
 // lease TTL without a wake, so the entry of a waiter that died disappears within
 // one TTL. A waiter that gives up removes its entry at once, and marks its
-// acquisition abandoned (see AbandonMarkTTL) so that an attempt still in flight
+// acquisition abandoned (see Driver.Abandon) so that an attempt still in flight
 // cannot write it again. TryLock does not queue: it writes its entry only if the
 // queue is empty, in one transaction, and leaves nothing behind otherwise.
 //
@@ -75,12 +75,17 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/bounded"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Prefix starts every key dlock writes to etcd.
 const Prefix = "dlock/"
+
+// DefaultRequestTimeout bounds each call of a Driver (one acquisition attempt,
+// one extend, release, TTL or abandon) unless WithRequestTimeout says otherwise.
+const DefaultRequestTimeout = 5 * time.Second
 
 // cleanupTimeout bounds the detached lease revocations made after a failed call.
 const cleanupTimeout = 2 * time.Second
@@ -92,15 +97,17 @@ func QueuePrefix(key string) string { return Prefix + "{" + key + "}/" }
 func EntryKey(key, owner string) string { return QueuePrefix(key) + owner }
 
 // AbandonKey returns the etcd key that marks owner's acquisition of the lock
-// named key as abandoned (see AbandonMarkTTL). It lies outside every queue.
+// named key as abandoned (see Driver.Abandon). It lies outside every queue.
 func AbandonKey(key, owner string) string { return Prefix + "abandoned/{" + key + "}/" + owner }
 
-// AbandonMarkTTL is the shortest life of the mark of an abandoned acquisition
-// (the acquisition's TTL plus 2s when that is longer): an attempt of the
+// The mark of an abandoned acquisition (see Driver.Abandon) lives the
+// acquisition's TTL plus the request timeout, in whole seconds: an attempt of the
 // acquisition still in flight when it was abandoned cannot write its entry while
-// the mark lives. An attempt can write only while the lease it was granted
-// before the abandonment lives, so the mark outlives every such attempt.
-const AbandonMarkTTL = time.Minute
+// the mark lives. An attempt can write only while the lease it was granted lives,
+// a lease granted at most a request timeout after the abandonment (the attempt
+// gives up by then) lives at most the TTL (or etcd's minimum TTL, which the mark's
+// own lease is raised to as well), so the mark outlives every such attempt, and
+// nothing of the abandoned acquisition outlives it.
 
 // Client is a dlock.Locker on etcd, and a dlock.Inspector. Create it with New;
 // it is safe for concurrent use.
@@ -114,14 +121,26 @@ var (
 	_ dlock.Inspector = (*Client)(nil)
 )
 
-// New returns a Client that locks through cli. opts become the defaults of every
-// TryLock and Lock; TTLs are whole seconds, at least one (see Driver.TTLLimits),
-// and the default TTL is dlock.DefaultTTL. It returns an error matching
-// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+// New returns a Client that locks through cli, with the default request
+// timeout (NewClient takes a Driver made with options). opts become the
+// defaults of every TryLock and Lock; TTLs are whole seconds, at least one (see
+// Driver.TTLLimits), and the default TTL is dlock.DefaultTTL. It returns an
+// error matching dlock.ErrInvalid for a nil client or a bad option; it does no
+// I/O.
 func New(cli *clientv3.Client, opts ...dlock.Option) (*Client, error) {
 	d, err := NewDriver(cli)
 	if err != nil {
 		return nil, err
+	}
+	return NewClient(d, opts...)
+}
+
+// NewClient returns a Client over d, with opts as the defaults of every TryLock
+// and Lock. It returns an error matching dlock.ErrInvalid for a nil driver or a
+// bad option.
+func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil etcdlock driver", dlock.ErrInvalid)
 	}
 	c, err := dlock.NewClient(d, opts...)
 	if err != nil {
@@ -160,8 +179,9 @@ var errNilClient = fmt.Errorf("%w: nil etcdlock client", dlock.ErrInvalid)
 // of acquire, extend, release and TTL, plus wake-ups for waiters, abandonment of
 // a waiter's entry, and inspection. Most users want New instead.
 type Driver struct {
-	cli   *clientv3.Client
-	wakes atomic.Int64 // wake-ups sent to waiters, for tests
+	cli     *clientv3.Client
+	timeout time.Duration // per call
+	wakes   atomic.Int64  // wake-ups sent to waiters, for tests
 }
 
 var (
@@ -172,13 +192,56 @@ var (
 	_ dlock.Inspector  = (*Driver)(nil)
 )
 
+// Option configures a Driver.
+type Option func(*Driver) error
+
+// WithRequestTimeout bounds each call of the Driver: one acquisition attempt
+// (TryLock is one), one extend, release, TTL or abandon, each of which takes a
+// few round trips. A call that etcd has not answered by then, because the
+// cluster is down, hung, cut off or has no leader, fails with an error matching
+// dlock.ErrUnavailable, whatever the caller's context allows (without a bound,
+// etcd's client waits for a connection for as long as the context lets it).
+// The caller's context still ends a call sooner. A TryLock that meets such a
+// cluster returns after the timeout plus its clean-up (at most the shorter of
+// the timeout and 2s). The default is DefaultRequestTimeout (5s); d must be
+// positive. Keep it well below the TTLs used: a renewal that takes longer than
+// the lease's remaining validity cannot save it anyway.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(dr *Driver) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: etcdlock: request timeout %v must be positive", dlock.ErrInvalid, d)
+		}
+		dr.timeout = d
+		return nil
+	}
+}
+
 // NewDriver returns the etcd driver over cli. It returns an error matching
-// dlock.ErrInvalid for a nil client; it does no I/O.
-func NewDriver(cli *clientv3.Client) (*Driver, error) {
+// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+func NewDriver(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: nil etcd client", dlock.ErrInvalid)
 	}
-	return &Driver{cli: cli}, nil
+	d := &Driver{cli: cli, timeout: DefaultRequestTimeout}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: etcdlock: nil option", dlock.ErrInvalid)
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// RequestTimeout returns the bound of each call (see WithRequestTimeout).
+func (d *Driver) RequestTimeout() time.Duration { return d.timeout }
+
+// request bounds one call of the Driver by the request timeout: a call cut
+// short by it (not by the caller's context) is etcd not answering,
+// dlock.ErrUnavailable. The call passes its error through done.
+func (d *Driver) request(ctx context.Context) (context.Context, func(error) error) {
+	return bounded.Call(ctx, d.timeout, "etcd")
 }
 
 // TTLLimits returns the lease times etcd can grant: whole seconds, at least one.
@@ -269,6 +332,12 @@ func (h *holding) set(rev int64, lease clientv3.LeaseID, asked int64) {
 // attempt. An attempt that finds an entry of r.Owner written by an earlier
 // attempt (whose reply was lost) takes that entry over, with a lease of r.TTL.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	ctx, done := d.request(ctx)
+	g, err := d.acquire(ctx, r)
+	return g, done(err)
+}
+
+func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if err := checkOwner(r.Owner); err != nil {
 		return dlock.Grant{}, err
 	}
@@ -439,6 +508,12 @@ func (d *Driver) remaining(ctx context.Context, first []*mvccpb.KeyValue) time.D
 // keeping its create revision (the fencing token). It returns an error matching
 // dlock.ErrNotHeld when the lease or the entry is gone.
 func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	ctx, done := d.request(ctx)
+	granted, err := d.extend(ctx, hd, ttl)
+	return granted, done(err)
+}
+
+func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return 0, err
@@ -491,6 +566,11 @@ func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration
 // (same create revision), and revokes its lease. It returns an error matching
 // dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
 func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
+	ctx, done := d.request(ctx)
+	return done(d.release(ctx, hd))
+}
+
+func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return err
@@ -507,10 +587,15 @@ func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
 
 // Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
 // the lock or waits (so the waiters behind it move up at once), and in the same
-// transaction marks the acquisition abandoned for AbandonMarkTTL or the
-// acquisition's TTL, whichever is longer, so that an attempt of it still in
-// flight cannot write the entry again. An entry already gone is not an error.
+// transaction marks the acquisition abandoned for its TTL plus the request
+// timeout, so that an attempt of it still in flight cannot write the entry
+// again. An entry already gone is not an error.
 func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
+	ctx, done := d.request(ctx)
+	return done(d.abandon(ctx, hd))
+}
+
+func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
 	if err := checkOwner(hd.Owner); err != nil {
 		return err
 	}
@@ -519,7 +604,7 @@ func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
 		return err
 	}
 	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
-	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL+2*time.Second, AbandonMarkTTL)))
+	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL, time.Second)+d.timeout))
 	if err != nil {
 		return err
 	}
@@ -580,6 +665,12 @@ func (d *Driver) removeDetached(ctx context.Context, h *holding) error {
 // closer lower bound, and TTL returns the larger of the two. It returns an error matching dlock.ErrNotHeld when
 // the lease is gone or no longer carries the holding's entry.
 func (d *Driver) TTL(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
+	ctx, done := d.request(ctx)
+	ttl, err := d.ttl(ctx, hd)
+	return ttl, done(err)
+}
+
+func (d *Driver) ttl(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
 	h, err := d.holdingOf(ctx, hd)
 	if err != nil {
 		return 0, err

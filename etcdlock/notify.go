@@ -59,7 +59,9 @@ func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *holding, w
 	}
 	for ctx.Err() == nil {
 		rev, moved := h.watchState()
-		resp, err := d.cli.Get(ctx, qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
+		gctx, cancel := context.WithTimeout(ctx, d.timeout)
+		resp, err := d.cli.Get(gctx, qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
+		cancel()
 		if err != nil {
 			backoff()
 			continue

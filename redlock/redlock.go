@@ -82,6 +82,7 @@ type Driver struct {
 	rdbs    []redis.UniversalClient
 	quorum  int
 	timeout time.Duration // per node; 0: from the TTL
+	ident   identities    // what each node's server said it is
 }
 
 var (
@@ -119,7 +120,14 @@ func WithNodeTimeout(d time.Duration) Option {
 // number must be odd and at least 3. It returns an error matching
 // dlock.ErrInvalid, naming the node, for a nil client, a *redis.ClusterClient or
 // *redis.Ring (not one master), the same client or address given twice, and a
-// bad option. It does no I/O.
+// bad option. It does no I/O: one server listed under two names (127.0.0.1:P
+// and localhost:P, an IP and a host name) is found at the first acquisition,
+// which first asks every node's server what it is (INFO server: its run_id; one
+// more round trip, once) and compares the answers; that acquisition, and every
+// later one, fails with an error matching dlock.ErrInvalid naming both nodes,
+// and takes nothing. A node that does not answer then is asked before its
+// first request of a later acquisition. A node whose server will not say (an
+// ACL user without INFO) is not compared.
 func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	switch n := len(nodes); {
 	case n == 0:
@@ -129,7 +137,7 @@ func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	case n%2 == 0:
 		return nil, fmt.Errorf("%w: redlock: %d nodes: use an odd number (%d nodes tolerate no more failures than %d)", dlock.ErrInvalid, n, n, n-1)
 	}
-	d := &Driver{quorum: len(nodes)/2 + 1}
+	d := &Driver{quorum: len(nodes)/2 + 1, ident: identities{ids: make([]string, len(nodes))}}
 	seen := map[string]int{}
 	for i, rdb := range nodes {
 		if dlock.IsNil(rdb) {
@@ -464,17 +472,28 @@ func (h *holding) unknown() map[int]bool {
 // recorded on it and handed out.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	timeout := d.nodeTimeout(r.TTL)
+	if err := d.identifyAll(ctx, timeout); err != nil {
+		return dlock.Grant{}, err
+	}
 	nr := r
 	nr.Handle = nil
 	// Settled early by a majority of grants; a failure waits for every node (up
-	// to the timeout), so that it knows which ones to release.
+	// to the timeout), so that it knows which ones to release. A node is asked
+	// what server it is before its first request: no node takes part before it
+	// has been compared with the others that have answered.
 	got, late, err := fanLate(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
+		if err := d.identify(ctx, i); err != nil {
+			return dlock.Grant{}, err
+		}
 		return d.nodes[i].Acquire(ctx, nr)
 	}, func(got []reply[dlock.Grant], _ int) bool {
 		return count(got) >= d.quorum
 	})
 	if err != nil {
 		return dlock.Grant{}, err // the Client abandons the acquisition on every node
+	}
+	if dup := d.duplicate(); dup != nil {
+		return dlock.Grant{}, d.refuseDuplicate(ctx, r, dup)
 	}
 	var yes, quiet []int
 	var top uint64

@@ -22,31 +22,41 @@ var (
 // same owner made (also one whose create reply was lost), and returns a
 // *dlock.BusyError (Queued, with the node as its Handle) while it is not first.
 // The token is the node's czxid.
+//
+// The grant's Lost ends when the session expires (its nodes are gone then): the
+// Lease is lost at once, not at its next renewal or its deadline.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	ctx, done := d.request(ctx)
 	g, err := d.acquire(ctx, r.Key, r.Owner, r.TTL, r.Metadata, r.Waiting)
-	if err != nil {
+	if err = done(err); err != nil {
 		return dlock.Grant{}, err
 	}
-	return dlock.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta}}, nil
+	return dlock.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta},
+		Lost: d.sess.lost(g.session, d.conn.SessionID())}, nil
 }
 
 // Extend implements dlock.Driver: it rewrites the holder's node with ttl, which
 // must not exceed the session timeout. It fails with dlock.ErrNotHeld when the
 // node is gone (released, forced, or deleted with its expired session).
 func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	return d.extend(ctx, h, ttl)
+	ctx, done := d.request(ctx)
+	granted, err := d.extend(ctx, h, ttl)
+	return granted, done(err)
 }
 
 // Release implements dlock.Driver: it deletes the holder's node, and touches no
 // other owner's. It returns dlock.ErrNotHeld when the node is gone.
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.release(ctx, h)
+	ctx, done := d.request(ctx)
+	return done(d.release(ctx, h))
 }
 
 // TTL implements dlock.Driver: the time left of the holder's TTL, counted from
 // the last write of its node.
 func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
-	return d.ttlLeft(ctx, h)
+	ctx, done := d.request(ctx)
+	left, err := d.ttlLeft(ctx, h)
+	return left, done(err)
 }
 
 // Abandon implements dlock.Abandoner: it deletes every node of h.Owner under
@@ -55,8 +65,9 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 // server cannot be reached in time, the Driver deletes them once it can. It is
 // not an error when there is none.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+	ctx, done := d.request(ctx)
 	_, err := d.remove(ctx, h.Key, h.Owner)
-	return err
+	return done(err)
 }
 
 // Subscribe implements dlock.Notifier. It watches the node just before the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,11 @@ func helperMain() bool {
 func runHelper(role, addr, key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	d, err := NewDriver(ctx, []string{addr}, WithSessionTimeout(helperSession))
+	session := helperSession
+	if ms, err := strconv.Atoi(os.Getenv("DLOCK_ZKLOCK_SESSION_MS")); err == nil {
+		session = time.Duration(ms) * time.Millisecond
+	}
+	d, err := NewDriver(ctx, []string{addr}, WithSessionTimeout(session))
 	if err != nil {
 		return err
 	}
@@ -53,6 +58,20 @@ func runHelper(role, addr, key string) error {
 		fmt.Println("queued")
 		<-ctx.Done()
 		return nil
+	case "ttlholder":
+		// Hold the lock with the TTL DLOCK_ZKLOCK_TTL_MS, renewed, until killed.
+		ms, _ := strconv.Atoi(os.Getenv("DLOCK_ZKLOCK_TTL_MS"))
+		c, err := New(d, dlock.WithTTL(time.Duration(ms)*time.Millisecond), dlock.WithAutoRenew(true))
+		if err != nil {
+			return err
+		}
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			return err
+		}
+		fmt.Println("held", l.Token())
+		<-l.Done()
+		return l.Err()
 	case "holder":
 		// Hold the lock with renewals, and report its loss.
 		c, err := New(d, dlock.WithTTL(d.SessionTimeout()))
@@ -81,12 +100,12 @@ type helper struct {
 	lines chan string
 }
 
-// startHelper starts a helper process in role for key; it is killed when the
-// test ends.
-func startHelper(t *testing.T, role, key string) *helper {
+// startHelper starts a helper process in role for key, with env (KEY=VALUE
+// pairs) added to its environment; it is killed when the test ends.
+func startHelper(t *testing.T, role, key string, env ...string) *helper {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "DLOCK_ZKLOCK_HELPER="+role, "DLOCK_ZKLOCK_ADDR="+srv.Addr, "DLOCK_ZKLOCK_KEY="+key)
+	cmd.Env = append(append(os.Environ(), "DLOCK_ZKLOCK_HELPER="+role, "DLOCK_ZKLOCK_ADDR="+srv.Addr, "DLOCK_ZKLOCK_KEY="+key), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -210,22 +210,24 @@ func (d *Driver) deleteNode(ctx context.Context, lp, owner, name string) error {
 
 // grant is a successful acquisition.
 type grant struct {
-	token uint64
-	ttl   time.Duration
-	node  string // the holder's node name
-	meta  string
+	token   uint64
+	ttl     time.Duration
+	node    string // the holder's node name
+	meta    string
+	session int64 // the session the node belongs to
 }
 
 // busy builds the error for a lock held by another owner with rem left; queued
 // is owner's node when the attempt left one in the queue, "" otherwise. A queued
 // waiter's watch is reliable (the client sets it again after a reconnect, and a
-// session expiry ends it with an event), so it may sleep a session timeout
-// without a wake.
-func (d *Driver) busy(rem time.Duration, queued, metadata string) error {
+// session expiry ends it with an event), but the waiter comes back after retry
+// without a wake: to rewrite its node within its TTL, and to remove a holder
+// whose TTL has run out (which no event announces).
+func (d *Driver) busy(rem time.Duration, queued, metadata string, retry time.Duration) error {
 	if queued == "" {
 		return &dlock.BusyError{Remaining: rem}
 	}
-	return &dlock.BusyError{Remaining: rem, RetryAfter: d.SessionTimeout(), Queued: true,
+	return &dlock.BusyError{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
 		Handle: &handle{node: queued, metadata: metadata}}
 }
 
@@ -272,14 +274,14 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		if fresh {
 			if len(q) > 0 && !waiting {
 				// TryLock of a held lock: no node, no write.
-				rem, gone, err := d.holderTTL(ctx, lp, q[0])
+				rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 				if err != nil {
 					return grant{}, err
 				}
 				if gone {
 					continue
 				}
-				return grant{}, d.busy(rem, "", "")
+				return grant{}, d.busy(rem, "", "", 0)
 			}
 			if _, err := d.create(ctx, lp, owner, encodeData(ttl, metadata)); err != nil {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
@@ -306,7 +308,21 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		if i == 0 {
 			return d.take(ctx, lp, q[0].name, ttl, metadata, fresh)
 		}
-		rem, gone, err := d.holderTTL(ctx, lp, q[0])
+		if !fresh && waiting {
+			// A waiter's later attempt rewrites its node, so that nobody takes
+			// it for the node of a dead waiter (see holderTTL).
+			err := d.call(ctx, func() error {
+				_, err := d.conn.Set(lp+"/"+q[i].name, encodeData(ttl, metadata), -1)
+				return err
+			})
+			if isNoNode(err) {
+				continue // removed as dead: queue again
+			}
+			if err != nil {
+				return grant{}, mapErr(err)
+			}
+		}
+		rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 		if err != nil {
 			if !waiting {
 				_ = d.deleteNode(context.WithoutCancel(ctx), lp, owner, q[i].name)
@@ -325,9 +341,13 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 			}
 		}
 		if !waiting {
-			return grant{}, d.busy(rem, "", "")
+			return grant{}, d.busy(rem, "", "", 0)
 		}
-		return grant{}, d.busy(rem, q[i].name, metadata)
+		retry := ttl / 3 // the node is rewritten well within its TTL
+		if i == 1 && rem >= 0 {
+			retry = min(retry, rem+time.Millisecond) // the holder's TTL runs out
+		}
+		return grant{}, d.busy(rem, q[i].name, metadata, retry)
 	}
 	return grant{}, changing(key)
 }
@@ -360,12 +380,14 @@ func (d *Driver) take(ctx context.Context, lp, name string, ttl time.Duration, m
 			return grant{}, mapErr(err)
 		}
 	}
-	return grant{token: uint64(st.Czxid), ttl: ttl, node: name, meta: metadata}, nil
+	return grant{token: uint64(st.Czxid), ttl: ttl, node: name, meta: metadata, session: st.EphemeralOwner}, nil
 }
 
 // holderTTL reads the holder's node: the TTL it has left (-1 unknown), or gone
-// when it was deleted in the meantime.
-func (d *Driver) holderTTL(ctx context.Context, lp string, holder child) (time.Duration, bool, error) {
+// when it was deleted in the meantime. With reap (another owner's attempt), a
+// node whose TTL has run out by the server's clock is deleted, and reported
+// gone: see expired.
+func (d *Driver) holderTTL(ctx context.Context, lp string, holder child, reap bool) (time.Duration, bool, error) {
 	var data []byte
 	var st *zk.Stat
 	err := d.call(ctx, func() (err error) {
@@ -379,7 +401,47 @@ func (d *Driver) holderTTL(ctx context.Context, lp string, holder child) (time.D
 		return 0, false, mapErr(err)
 	}
 	nd, _ := decodeData(data)
-	return remaining(nd, st.Mtime), false, nil
+	rem := remaining(nd, st.Mtime)
+	if !reap || rem >= 0 || nd.TTL <= 0 {
+		return rem, false, nil
+	}
+	return d.expired(ctx, lp, holder.name, nd, st)
+}
+
+// expired settles a node whose TTL has run out by this host's clock: it asks the
+// server for the time (the mtime of a write to the lock node: the same clock,
+// the leader's, that stamped the node's last write), and deletes the node when
+// its last write is more than its TTL ago by that clock, provided it has not
+// been written since (its version). The node's owner stopped trusting it
+// before: its local deadline counts from before that write, minus the drift
+// margin. It returns the time left by the server's clock (-1 when this
+// session may not write the lock node: the node then lives as long as its
+// session), or gone.
+func (d *Driver) expired(ctx context.Context, lp, name string, nd nodeData, st *zk.Stat) (time.Duration, bool, error) {
+	var now *zk.Stat
+	err := d.call(ctx, func() (err error) {
+		now, err = d.conn.Set(lp, nil, -1)
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, true, nil // the lock node went with its last child
+	}
+	if errors.Is(err, zk.ErrNoAuth) {
+		return -1, false, nil // no write access to the lock node: the session decides
+	}
+	if err != nil {
+		return 0, false, mapErr(err)
+	}
+	if left := time.Duration(st.Mtime+nd.TTL-now.Mtime) * time.Millisecond; left > 0 {
+		return min(left, time.Duration(nd.TTL)*time.Millisecond), false, nil
+	}
+	err = d.call(ctx, func() error { return d.conn.Delete(lp+"/"+name, st.Version) })
+	switch {
+	case err == nil, errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+		// Deleted, gone, or renewed meanwhile: the caller reads the queue again.
+		return 0, true, nil
+	}
+	return 0, false, mapErr(err)
 }
 
 // holderNode returns the lock node of h.Key and h.Owner's node in it, which
@@ -451,7 +513,7 @@ func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, e
 	if err != nil {
 		return 0, err
 	}
-	rem, gone, err := d.holderTTL(ctx, lp, child{name: hd.node})
+	rem, gone, err := d.holderTTL(ctx, lp, child{name: hd.node}, false)
 	if err != nil {
 		return 0, err
 	}

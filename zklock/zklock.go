@@ -53,9 +53,24 @@
 //     the child's data (the new TTL), which succeeds only while the child exists
 //     and the session is alive, and the write's time is what other clients use
 //     to tell the TTL left (BusyError.Remaining, TTL, Inspect).
-//   - A holder that crashes or stops answering blocks the lock until its
-//     session expires: the session timeout, not the TTL. A holder that closes its
-//     Driver frees its locks at once.
+//   - A holder that crashes or stops answering blocks the lock for its TTL,
+//     not for the session timeout: a node whose last write (its mtime) is
+//     more than its TTL ago is dead, and the next attempt of another owner
+//     that finds it first in the queue deletes it (unless it was written in
+//     between). Both times come from the server's clock: the attempt learns
+//     the server's time from a write of its own (the lock node's mtime), so
+//     the clocks of the clients do not matter, only that the servers of the
+//     ensemble agree on the time (within the drift margin), since a new leader
+//     stamps writes with its own clock. The holder's local deadline comes
+//     first, as on every backend: it counts from before the write. Waiters
+//     rewrite their own node at every attempt (at least every third of their
+//     TTL), so a live waiter's node is never taken for a dead one, and the
+//     node of a waiter that died goes the same way. A holder that closes its
+//     Driver frees its locks at once, and the session timeout still bounds
+//     every node, also one whose data is not dlock's.
+//   - A session that expires takes its nodes with it: the holder's Lease is
+//     lost as soon as the client hears of the expiry (at its first contact
+//     with the server after it), not at its next renewal (dlock.Grant.Lost).
 //
 // dlock.DefaultTTL (15s, renewed) needs a session timeout of at least 15s, the
 // default of WithSessionTimeout; a server clamps it lower only with a tick under
@@ -146,6 +161,10 @@ const (
 	// DefaultSessionTimeout is the session timeout asked for unless
 	// WithSessionTimeout is given. It fits dlock.DefaultTTL.
 	DefaultSessionTimeout = dlock.DefaultTTL
+
+	// DefaultRequestTimeout bounds each call of a Driver unless
+	// WithRequestTimeout is given.
+	DefaultRequestTimeout = 5 * time.Second
 )
 
 // Driver is a dlock.Driver on one ZooKeeper session: also a dlock.Notifier,
@@ -169,6 +188,9 @@ type Driver struct {
 	inflightMu sync.Mutex
 	inflight   map[ownerKey]*opSet
 
+	reqTimeout time.Duration // bounds each call of the Driver
+	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
+
 	testHookCreate func() // called before each create of a lock node, in tests
 	onTimeout      func() // called when the negotiated session timeout is known
 
@@ -183,6 +205,7 @@ type Option func(*options)
 type options struct {
 	root    string
 	timeout time.Duration
+	request time.Duration
 	acl     []zk.ACL
 	auth    []authInfo
 	logf    func(format string, args ...any)
@@ -204,6 +227,17 @@ func WithRoot(path string) Option { return func(o *options) { o.root = path } }
 // the longest TTL a lock can have, and how long a crashed holder blocks its
 // locks. The default is DefaultSessionTimeout (15s).
 func WithSessionTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRequestTimeout bounds each call of the Driver: one acquisition attempt
+// (TryLock is one), one extend, release, TTL or abandon, each of which takes a
+// few round trips. A call the server has not answered by then (it is down,
+// hung or cut off) fails with an error matching dlock.ErrUnavailable, whatever
+// the caller's context allows; the caller's context still ends it sooner.
+// Without it, a call would wait until the client gives the connection up (two
+// thirds of the session timeout). A TryLock that meets such a server returns
+// after the timeout plus its clean-up (at most 2s more). The default is
+// DefaultRequestTimeout (5s).
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.request = d } }
 
 // WithACL sets the ACL of the nodes the Driver creates. The default is
 // zk.WorldACL(zk.PermAll).
@@ -233,7 +267,7 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	o := options{root: DefaultRoot, timeout: DefaultSessionTimeout, acl: zk.WorldACL(zk.PermAll)}
+	o := options{root: DefaultRoot, timeout: DefaultSessionTimeout, request: DefaultRequestTimeout, acl: zk.WorldACL(zk.PermAll)}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: nil option", dlock.ErrInvalid)
@@ -257,8 +291,11 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 	if len(o.acl) == 0 {
 		return nil, fmt.Errorf("%w: empty ACL", dlock.ErrInvalid)
 	}
+	if o.request <= 0 {
+		return nil, fmt.Errorf("%w: request timeout %v must be positive", dlock.ErrInvalid, o.request)
+	}
 	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
-		inflight: map[ownerKey]*opSet{}}
+		inflight: map[ownerKey]*opSet{}, reqTimeout: o.request}
 	d.sweep.init()
 	d.timeoutMs.Store(o.timeout.Milliseconds())
 	// The client logs the session timeout the server granted right after it
@@ -273,6 +310,9 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 			case d.session <- struct{}{}:
 			default:
 			}
+		}
+		if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
+			d.sess.end(errSessionExpired)
 		}
 	})
 	log := zk.WithLogger(logger{d: d, logf: o.logf})
@@ -361,6 +401,7 @@ func (d *Driver) Close() error {
 		close(d.stop)
 		d.conn.Close()
 		d.wg.Wait()
+		d.sess.end(errDriverClosed)
 	})
 	return nil
 }

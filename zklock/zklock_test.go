@@ -121,7 +121,7 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 		if _, err := b.acquire(ctx, key, "waiter", time.Second, "", true); !errors.As(err, &busy) {
 			t.Fatalf("waiting attempt %d: %v", i, err)
 		}
-		if !busy.Queued || busy.Handle == nil || busy.RetryAfter != b.SessionTimeout() {
+		if !busy.Queued || busy.Handle == nil || busy.RetryAfter <= 0 || busy.RetryAfter > time.Second/3 {
 			t.Errorf("waiting attempt's busy error: %+v", busy)
 		}
 	}
