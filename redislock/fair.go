@@ -98,6 +98,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 			busy.Remaining = refresh
 		}
 	}
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -137,7 +138,7 @@ func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan str
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
 // cannot queue it again or take the lock.
 func (d *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	err := d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10))
+	err := d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h))
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

@@ -102,6 +102,7 @@ func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	}
 	g, err := acquireReply(res, err, r.TTL)
 	done(err)
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -140,7 +141,7 @@ func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 // that an attempt still in flight cannot add a hold after it.
 func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
-		d.c.hub.publishCmd(), WakeChannel(h.Key), strconv.FormatInt(markTTL(h.TTL), 10)).Result()
+		d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Result()
 	return mapErr(err)
 }
 

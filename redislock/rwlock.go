@@ -201,6 +201,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	default:
 		queued(busy, FairWaiterTTL/5) // so is the reader's entry
 	}
+	c.fl.sent(r, err)
 	return g, err
 }
 
@@ -225,5 +226,5 @@ func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struc
 // waiting writer's mark is lifted, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
 func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

@@ -110,8 +110,11 @@ elseif op == 'extend' or op == 'ttl' then
 elseif op == 'release' then
   return release(ARGV[3] == '')
 elseif op == 'abandon' then
-  -- ARGV[6] mark lifetime ms: a late attempt of the acquisition finds the mark.
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[6])
+  -- ARGV[6] mark lifetime ms: a late attempt of the acquisition finds the mark
+  -- ('0': no attempt can still arrive, no mark).
+  if ARGV[6] ~= '0' then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[6])
+  end
   return release(false)
 end
 return redis.error_reply('ERR dlock: unknown reentrant operation')
