@@ -21,9 +21,11 @@ import (
 func TestCancellationStormMarks(t *testing.T) {
 	const ttl = 2 * time.Second
 	kinds := map[string]func(t *testing.T) *redislock.Client{
-		"semaphore": func(t *testing.T) *redislock.Client { return newSemaphore(t, newRDB(t, srv.Addr), 2, dlock.WithTTL(ttl)) },
-		"fair":      func(t *testing.T) *redislock.Client { c, _ := counted(t, true, dlock.WithTTL(ttl)); return c },
-		"plain":     func(t *testing.T) *redislock.Client { c, _ := counted(t, false, dlock.WithTTL(ttl)); return c },
+		"semaphore": func(t *testing.T) *redislock.Client {
+			return newSemaphore(t, newRDB(t, srv.Addr), 2, dlock.WithTTL(ttl))
+		},
+		"fair":  func(t *testing.T) *redislock.Client { c, _ := counted(t, true, dlock.WithTTL(ttl)); return c },
+		"plain": func(t *testing.T) *redislock.Client { c, _ := counted(t, false, dlock.WithTTL(ttl)); return c },
 		"rwlock": func(t *testing.T) *redislock.Client {
 			m := newRWMutex(t, newRDB(t, srv.Addr), dlock.WithTTL(ttl))
 			return m.Client
