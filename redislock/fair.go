@@ -81,7 +81,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	done := func(error) {}
 	if r.Waiting {
 		var fin func(error, string, uint64)
-		_, _, _, _, fin = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, fin = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		done = func(err error) { fin(err, "", 0) }
 		waiting = "1"
 	}

@@ -49,7 +49,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
+		sub, mark, sc, queued, fin := d.c.hub.attempt(ctx, ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}

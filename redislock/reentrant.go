@@ -89,7 +89,7 @@ func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if r.Waiting {
 		// Never queued behind this process's waiters: the holder may be the
 		// one re-entering.
-		_, mark, _, _, fin := d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, mark, _, _, fin := d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		markBusy, done = "1", func(err error) { fin(err, "", 0) }
 		if mark {
 			markTaken = "1"

@@ -177,7 +177,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	}
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, _, _, done = c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, done = c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),

@@ -98,7 +98,7 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	waiting := "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, _, _, done = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, done = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
