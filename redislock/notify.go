@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -338,12 +339,15 @@ func (h *hub) remove(t *topic, w *waiter) {
 // pass has this hub leave the waiting set of t's plain lock and, with wake, wake
 // the next waiting process if the lock is free: a wake that came to this
 // process when none of its waiters could use it; h.mu is held.
-func (h *hub) pass(t *topic, wake bool) {
-	key, pass := t.key, "0"
+func (h *hub) pass(t *topic, wake bool) { h.passKey(t.conn, t.key, wake) }
+
+// passKey is pass for the plain lock named key, run by c's writer; h.mu is held.
+func (h *hub) passKey(c *subConn, key string, wake bool) {
+	pass := "0"
 	if wake {
 		pass = "1"
 	}
-	t.conn.queue(subOp{fn: func(ctx context.Context) {
+	c.queue(subOp{fn: func(ctx context.Context) {
 		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
 			h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
 	}})
@@ -483,6 +487,11 @@ func (h *hub) receive(c *subConn) {
 		backoff = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Message:
+			if key, ok := h.plainKey(m.Channel); ok && m.Payload == "" && h.topics[m.Channel] == nil {
+				// A release woke this process after its waiters for the
+				// plain lock left and the channel was let go: pass it on.
+				h.passKey(c, key, true)
+			}
 			if t := h.topics[m.Channel]; t != nil && t.conn == c {
 				switch w := t.find(m.Payload); {
 				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == ClientWakeChannel(t.key, h.id):
@@ -517,6 +526,16 @@ func (h *hub) released(channel string) {
 	if t := h.topics[channel]; t != nil {
 		t.wakeOne()
 	}
+}
+
+// plainKey returns the name of the plain lock whose wake channel for this hub
+// is channel (see ClientWakeChannel).
+func (h *hub) plainKey(channel string) (string, bool) {
+	key, ok := strings.CutPrefix(channel, Prefix+"{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(key, "}:wake:"+h.id)
 }
 
 // refusal reports whether err is the server refusing a subscription for a
