@@ -2,8 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,19 +45,17 @@ func TestCancellationStormMarks(t *testing.T) {
 				g.Go(func() error {
 					c := clients[w%len(clients)]
 					for i := 0; i < 100000 && time.Now().Before(stop); i++ {
-						cctx, ccancel := context.WithTimeout(ctx, time.Duration(rand.IntN(20000))*time.Microsecond)
-						l, err := c.Lock(cctx, key)
-						ccancel()
-						if err == nil {
-							if err := l.Unlock(ctx); err != nil {
-								return err
-							}
-							continue
-						}
-						if !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
+						l, err := briefLock(ctx, c, key, 20*time.Millisecond)
+						if err != nil {
 							return err
 						}
-						cancelled.Add(1)
+						if l == nil {
+							cancelled.Add(1)
+							continue
+						}
+						if err := l.Unlock(ctx); err != nil {
+							return err
+						}
 					}
 					return nil
 				})

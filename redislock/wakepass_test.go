@@ -20,10 +20,9 @@ import (
 // the holders, all in this process) and when a patient waiter waited, to find
 // the longest stretch in which a key was free while a patient waiter waited.
 type holdLog struct {
-	mu      sync.Mutex
-	holds   map[string][][2]time.Time // taken, given back
-	waits   map[string][][2]time.Time // the patient waiter's Lock calls
-	holding map[string]time.Time
+	mu    sync.Mutex
+	holds map[string][][2]time.Time // taken, given back
+	waits map[string][][2]time.Time // the patient waiter's Lock calls
 }
 
 func newHoldLog() *holdLog {
@@ -120,14 +119,9 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 			c := clients[w%len(clients)]
 			for i := 0; i < 1e6 && time.Now().Before(stop); i++ {
 				key := keys[rand.IntN(len(keys))]
-				cctx, ccancel := context.WithTimeout(ctx, time.Duration(rand.IntN(5000))*time.Microsecond)
-				l, err := c.Lock(cctx, key)
-				ccancel()
-				if err != nil {
-					if !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
-						return err
-					}
-					continue
+				l, err := briefLock(ctx, c, key, 5*time.Millisecond)
+				if err != nil || l == nil {
+					return err
 				}
 				if err := use(l, key, time.Now()); err != nil {
 					return err
@@ -164,6 +158,80 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 	}
 }
 
+// briefLock is one call of a storm of callers that give up within up to max:
+// the lease, or nil when the call gave up as such a call may.
+func briefLock(ctx context.Context, c *redislock.Client, key string, max time.Duration) (*dlock.Lease, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.Int64N(int64(max))))
+	defer cancel()
+	l, err := c.Lock(cctx, key)
+	if err != nil && (errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrUnavailable)) {
+		return nil, nil
+	}
+	return l, err
+}
+
+// wakeScene is a plain lock held by a Client, a waiting Client S (first in
+// the waiting set) and a patient Client P behind it.
+type wakeScene struct {
+	t            *testing.T
+	ctx          context.Context
+	key          string
+	probe        *redis.Client
+	held         *dlock.Lease
+	stopS        context.CancelFunc
+	sDone, pDone chan error
+}
+
+// newWakeScene has the lock taken (TTL 8s) and S wait for it.
+func newWakeScene(t *testing.T, ctx context.Context, s *redislock.Client) *wakeScene {
+	w := &wakeScene{t: t, ctx: ctx, key: dlocktest.Key(t), probe: newRDB(t, srv.Addr), sDone: make(chan error, 1), pDone: make(chan error, 1)}
+	var err error
+	if w.held, err = newClient(t, dlock.WithTTL(8*time.Second)).TryLock(ctx, w.key); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	w.stopS = scancel
+	go func() { _, err := s.Lock(sctx, w.key); w.sDone <- err }()
+	w.inSet("S waits in the set", 1)
+	return w
+}
+
+func (w *wakeScene) inSet(what string, n int64) {
+	eventually(w.t, what, func() bool { return w.probe.ZCard(w.ctx, redislock.WaitingKey(w.key)).Val() == n })
+}
+
+// patientWaits has P wait behind S, and then S give up.
+func (w *wakeScene) patientWaits() {
+	p := newClient(w.t)
+	go func() {
+		l, err := p.Lock(w.ctx, w.key, dlock.WithWait(20*time.Second))
+		if err == nil {
+			err = l.Unlock(w.ctx)
+		}
+		w.pDone <- err
+	}()
+	w.inSet("P waits in the set", 2)
+	w.stopS()
+	if err := <-w.sDone; !errors.Is(err, context.Canceled) {
+		w.t.Fatalf("S's Lock: %v", err)
+	}
+}
+
+// release frees the lock, and checks that P gets it at once, not at the
+// holder's TTL.
+func (w *wakeScene) release() {
+	released := time.Now()
+	if err := w.held.Unlock(w.ctx); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := <-w.pDone; err != nil {
+		w.t.Fatal(err)
+	}
+	if d := time.Since(released); d > 2*time.Second {
+		w.t.Errorf("P got the free lock %v after the release, want at once (the holder's TTL was 8s)", d.Round(time.Millisecond))
+	}
+}
+
 // TestPlainLockWakeAfterWaitersLeft: a release wakes a process whose last
 // waiter has just left (the process left the waiting set after the release
 // took it off): that process passes the wake on, and the next waiting process
@@ -171,48 +239,15 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 func TestPlainLockWakeAfterWaitersLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := dlocktest.Key(t)
-	probe := newRDB(t, srv.Addr)
-	holder := newClient(t, dlock.WithTTL(8*time.Second))
-	h, err := holder.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newClient(t)
-	sctx, scancel := context.WithCancel(ctx)
-	sdone := make(chan error, 1)
-	go func() { _, err := s.Lock(sctx, key); sdone <- err }()
-	eventually(t, "S waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 1 })
-	sid := probe.ZRange(ctx, redislock.WaitingKey(key), 0, 0).Val()[0]
-	p := newClient(t)
-	pdone := make(chan error, 1)
-	go func() {
-		l, err := p.Lock(ctx, key, dlock.WithWait(20*time.Second))
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		pdone <- err
-	}()
-	eventually(t, "P waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 2 })
-	scancel()
-	if err := <-sdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("S's Lock: %v", err)
-	}
-	eventually(t, "S left the set", func() bool { return probe.ZScore(ctx, redislock.WaitingKey(key), sid).Err() != nil })
+	w := newWakeScene(t, ctx, newClient(t))
+	sid := w.probe.ZRange(ctx, redislock.WaitingKey(w.key), 0, 0).Val()[0]
+	w.patientWaits()
+	eventually(t, "S left the set", func() bool { return w.probe.ZScore(ctx, redislock.WaitingKey(w.key), sid).Err() != nil })
 	// The release that raced with S's leaving: it finds S first in the set.
-	if err := probe.ZAdd(ctx, redislock.WaitingKey(key), redis.Z{Score: 0, Member: sid}).Err(); err != nil {
+	if err := w.probe.ZAdd(ctx, redislock.WaitingKey(w.key), redis.Z{Score: 0, Member: sid}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	released := time.Now()
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-pdone; err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(released); d > 2*time.Second {
-		t.Errorf("P got the free lock %v after the release, want at once (the holder's TTL was 8s)", d.Round(time.Millisecond))
-	}
+	w.release()
 }
 
 // TestPlainLockWakeNotKeptByGoneWaiter: a waiting attempt whose context ends
@@ -221,13 +256,6 @@ func TestPlainLockWakeAfterWaitersLeft(t *testing.T) {
 func TestPlainLockWakeNotKeptByGoneWaiter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := dlocktest.Key(t)
-	probe := newRDB(t, srv.Addr)
-	holder := newClient(t, dlock.WithTTL(8*time.Second))
-	h, err := holder.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d, err := redislock.NewDriver(newRDB(t, srv.Addr))
 	if err != nil {
 		t.Fatal(err)
@@ -236,41 +264,16 @@ func TestPlainLockWakeNotKeptByGoneWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(ctx)
-	sdone := make(chan error, 1)
-	go func() { _, err := s.Lock(sctx, key); sdone <- err }()
-	eventually(t, "S waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 1 })
+	w := newWakeScene(t, ctx, s)
 	// A second acquisition of S's process: one busy attempt, then its caller
 	// gives up before subscribing.
 	zctx, zcancel := context.WithCancel(ctx)
-	_, err = d.Acquire(zctx, dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second, Waiting: true})
+	_, err = d.Acquire(zctx, dlock.AcquireRequest{Key: w.key, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second, Waiting: true})
 	var busy *dlock.BusyError
 	if !errors.As(err, &busy) {
 		t.Fatalf("attempt on a held lock: %v", err)
 	}
 	zcancel()
-	p := newClient(t)
-	pdone := make(chan error, 1)
-	go func() {
-		l, err := p.Lock(ctx, key, dlock.WithWait(20*time.Second))
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		pdone <- err
-	}()
-	eventually(t, "P waits in the set", func() bool { return probe.ZCard(ctx, redislock.WaitingKey(key)).Val() == 2 })
-	scancel()
-	if err := <-sdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("S's Lock: %v", err)
-	}
-	released := time.Now()
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-pdone; err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(released); d > 2*time.Second {
-		t.Errorf("P got the free lock %v after the release, want at once (the holder's TTL was 8s)", d.Round(time.Millisecond))
-	}
+	w.patientWaits()
+	w.release()
 }
