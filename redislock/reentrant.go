@@ -179,7 +179,8 @@ func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 }
 
 // Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
-// attempt landed, and marks the acquisition abandoned (see AbandonMarkTTL), so
+// attempt landed, takes its owner ID's place among the waiting owners away (see
+// OwnerWaitMark), and marks the acquisition abandoned (see AbandonMarkTTL), so
 // that an attempt still in flight cannot add a hold after it.
 func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
