@@ -81,7 +81,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	done := func(error) {}
 	if r.Waiting {
 		var fin func(error, string, uint64)
-		_, _, _, _, fin = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, fin = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		done = func(err error) { fin(err, "", 0) }
 		waiting = "1"
 	}
@@ -98,6 +98,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 			busy.Remaining = refresh
 		}
 	}
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -137,7 +138,7 @@ func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan str
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
 // cannot queue it again or take the lock.
 func (d *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	err := d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10))
+	err := d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h))
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

@@ -49,7 +49,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
+		sub, mark, sc, queued, fin := d.c.hub.attempt(ctx, ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
@@ -81,6 +81,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		err = d.checkAck(ctx, r, acked)
 	}
 	done(err, arrival, g.Token)
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -119,7 +120,7 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), markTTL(h.TTL)).Int64()
+		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(ClientWakeChannel(h.Key, d.c.hub.id))
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -317,18 +318,11 @@ func (h *hub) remove(t *topic, w *waiter) {
 	if w.woken {
 		t.wakeOne()
 	}
-	if len(t.waiters) == 0 && t.score != "" {
+	if len(t.waiters) == 0 && (t.score != "" || w.woken) {
 		// Nobody here waits any more: leave the waiting set, and pass on a
 		// wake that nobody used.
 		t.score = ""
-		key, pass := t.key, "0"
-		if w.woken {
-			pass = "1"
-		}
-		t.conn.queue(subOp{fn: func(ctx context.Context) {
-			_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
-				h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
-		}})
+		h.pass(t, w.woken)
 	}
 	if len(t.waiters) > 0 || h.topics[t.channel] != t || t.idle != nil {
 		return
@@ -340,6 +334,23 @@ func (h *hub) remove(t *topic, w *waiter) {
 			h.detach(t)
 		}
 	})
+}
+
+// pass has this hub leave the waiting set of t's plain lock and, with wake, wake
+// the next waiting process if the lock is free: a wake that came to this
+// process when none of its waiters could use it; h.mu is held.
+func (h *hub) pass(t *topic, wake bool) { h.passKey(t.conn, t.key, wake) }
+
+// passKey is pass for the plain lock named key, run by c's writer; h.mu is held.
+func (h *hub) passKey(c *subConn, key string, wake bool) {
+	pass := "0"
+	if wake {
+		pass = "1"
+	}
+	c.queue(subOp{fn: func(ctx context.Context) {
+		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
+			h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
+	}})
 }
 
 // detach unsubscribes t's channel; h.mu is held.
@@ -410,12 +421,17 @@ func (h *hub) refuse(c *subConn, err error) {
 }
 
 // wakeOne wakes the oldest waiter that has no wake pending.
-func (t *topic) wakeOne() {
+func (t *topic) wakeOne() { t.wakeOneBut(nil) }
+
+// wakeOneBut wakes the oldest waiter other than but that has no wake pending,
+// and reports whether there was one.
+func (t *topic) wakeOneBut(but *waiter) bool {
 	for _, w := range t.waiters {
-		if w.send() {
-			return
+		if w != but && w.send() {
+			return true
 		}
 	}
+	return false
 }
 
 func (t *topic) wakeAll() {
@@ -471,8 +487,17 @@ func (h *hub) receive(c *subConn) {
 		backoff = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Message:
+			if key, ok := h.plainKey(m.Channel); ok && m.Payload == "" && h.topics[m.Channel] == nil {
+				// A release woke this process after its waiters for the
+				// plain lock left and the channel was let go: pass it on.
+				h.passKey(c, key, true)
+			}
 			if t := h.topics[m.Channel]; t != nil && t.conn == c {
 				switch w := t.find(m.Payload); {
+				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == ClientWakeChannel(t.key, h.id):
+					// A release woke this process after its last waiter
+					// for the plain lock left: pass the wake on at once.
+					h.pass(t, true)
 				case m.Payload == "":
 					t.wakeOne()
 				case m.Payload == "*":
@@ -501,6 +526,16 @@ func (h *hub) released(channel string) {
 	if t := h.topics[channel]; t != nil {
 		t.wakeOne()
 	}
+}
+
+// plainKey returns the name of the plain lock whose wake channel for this hub
+// is channel (see ClientWakeChannel).
+func (h *hub) plainKey(channel string) (string, bool) {
+	key, ok := strings.CutPrefix(channel, Prefix+"{")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(key, "}:wake:"+h.id)
 }
 
 // refusal reports whether err is the server refusing a subscription for a
@@ -535,7 +570,11 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 // it still gets queued: it should wait its turn (a wake) without a round trip, at
 // most that long. Otherwise done must be called with the attempt's outcome, and
 // the arrival score or token its reply carried.
-func (h *hub) attempt(channel, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
+//
+// A registration made here waits for the caller's Subscribe; if ctx (the wait's)
+// ends first, the caller will not subscribe, and the registration goes (passing
+// on a wake it was sent), so that no waiter that is gone keeps a wake.
+func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
@@ -550,6 +589,13 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (subscribed, ma
 	} else {
 		w = t.add(owner)
 		t.busy()
+		context.AfterFunc(ctx, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if w.subs == 0 && t.owners[w.owner] == w {
+				h.remove(t, w)
+			}
+		})
 		if left := time.Until(t.expiry); newcomerWaits && others > 0 && left > 0 {
 			return true, true, t.score, left, nil
 		}
@@ -569,8 +615,13 @@ func (h *hub) attempt(channel, owner string, newcomerWaits bool) (subscribed, ma
 			return
 		case err != nil:
 			// The attempt tells nothing (it failed or its outcome is unknown):
-			// another waiter tries in its place.
-			defer t.wakeOne()
+			// another waiter tries in its place, or, with none, w keeps the
+			// wake it may have been trying on, and passes it on if it leaves.
+			defer func() {
+				if !t.wakeOneBut(w) {
+					w.woken = true
+				}
+			}()
 		default:
 			// Taken: the script moved this hub to the back of the waiting set
 			// if others of it waited, and took it off otherwise.

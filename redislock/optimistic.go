@@ -2,29 +2,32 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed optimistic.lua
-var optimisticSrc string
-
-var optimisticScript = redis.NewScript(optimisticSrc)
 
 // ErrVersionConflict reports an optimistic write refused because the value
 // changed since it was read: by CompareAndSet at once, by Update once its
 // retries are exhausted. Nothing was written. A *VersionError carries the
-// details.
-var ErrVersionConflict = errors.New("redislock: version conflict")
+// details. It matches dlock.ErrConflict (the key holds other data than the
+// caller expected), as every VersionError does.
+var ErrVersionConflict error = &versionConflict{}
+
+type versionConflict struct{}
+
+func (*versionConflict) Error() string { return "redislock: version conflict" }
+
+// Is makes ErrVersionConflict match dlock.ErrConflict.
+func (*versionConflict) Is(target error) bool { return target == dlock.ErrConflict }
 
 // VersionError is the error of a refused optimistic write. It matches
-// ErrVersionConflict.
+// ErrVersionConflict and dlock.ErrConflict.
 type VersionError struct {
 	Key      string
 	Expected uint64 // the version the write was based on
@@ -37,11 +40,17 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("%s: %q is at version %d, not %d (%d attempts)", ErrVersionConflict, e.Key, e.Current, e.Expected, e.Attempts)
 }
 
-// Is makes a *VersionError match ErrVersionConflict.
-func (e *VersionError) Is(target error) bool { return target == ErrVersionConflict }
+// Is makes a *VersionError match ErrVersionConflict and dlock.ErrConflict.
+func (e *VersionError) Is(target error) bool {
+	return target == ErrVersionConflict || target == dlock.ErrConflict
+}
 
-// Versioned is a value with its version: 0 for a value that does not exist,
-// and one more with every write.
+// Versioned is a value with its version: 0 for a value that does not exist.
+// Every write gives the value a higher version, and a key's versions never
+// repeat, also after the value was deleted or expired and written again: they
+// are fencing tokens drawn from the key's fence counter (FenceKey), which
+// outlives the value (see FenceRetention). So a write based on a version read
+// before a delete never lands on a value written after it.
 type Versioned struct {
 	Value   string
 	Version uint64
@@ -56,7 +65,9 @@ var DefaultOptimisticRetry = dlock.LimitAttempts(dlock.ExponentialBackoff(time.M
 // its version, compute, and write only if the version is unchanged, retrying
 // from the fresh value otherwise. Each value is one hash at ValueKey(key)
 // holding the value and its version, and each write is one Lua script (the
-// check and the write in one step, one round trip). It suits short updates
+// check and the write in one step, one round trip) that also draws the new
+// version from the key's fence counter, FenceKey(key), shared with the locks of
+// that name. It suits short updates
 // under moderate contention; under heavy contention on one value the retries
 // cost more than a lock's waiting. It is safe for concurrent use.
 type Optimistic struct {
@@ -113,6 +124,10 @@ func (o *Optimistic) Get(ctx context.Context, key string) (Versioned, error) {
 	return versioned(key, n, m["v"])
 }
 
+// maxVersion is the largest version a value may have: the scripts compare
+// versions as Lua numbers, exact up to 2^53.
+const maxVersion = 1 << 53
+
 func notVersioned(key string) error {
 	return fmt.Errorf("%w: redislock: %q is not a versioned value", dlock.ErrConflict, key)
 }
@@ -127,12 +142,12 @@ func versioned(key string, n, v any) (Versioned, error) {
 		}
 		return out, nil
 	case string:
-		if ver, err := strconv.ParseUint(n, 10, 64); err == nil {
+		if ver, err := strconv.ParseUint(n, 10, 64); err == nil && ver <= maxVersion {
 			out.Version = ver
 			return out, nil
 		}
 	case int64:
-		if n >= 0 {
+		if n >= 0 && n <= maxVersion {
 			out.Version = uint64(n)
 			return out, nil
 		}
@@ -158,8 +173,8 @@ func (o *Optimistic) cas(ctx context.Context, key string, version uint64, value 
 	if o.ttl > 0 {
 		ms = (o.ttl + time.Millisecond - 1).Milliseconds()
 	}
-	res, err := optimisticScript.Run(ctx, o.rdb, []string{ValueKey(key)},
-		strconv.FormatUint(version, 10), value, ms).Slice()
+	res, err := redisscript.Optimistic.Run(ctx, o.rdb, []string{ValueKey(key), FenceKey(key)},
+		strconv.FormatUint(version, 10), value, ms, fenceRetentionMS).Slice()
 	if err != nil {
 		return 0, Versioned{}, mapErr(err)
 	}

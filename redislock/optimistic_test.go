@@ -61,8 +61,8 @@ func TestOptimisticNoLostUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := clients * rounds; v.Value != strconv.Itoa(want) || v.Version != uint64(want) {
-		t.Fatalf("final %+v, want value and version %d", v, want)
+	if want := clients * rounds; v.Value != strconv.Itoa(want) || v.Version == 0 {
+		t.Fatalf("final %+v, want value %d", v, want)
 	}
 	if ttl := newRDB(t, srv.Addr).PTTL(ctx, redislock.ValueKey(key)).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("value TTL %v, want (0, 1m]", ttl)
@@ -76,20 +76,107 @@ func TestOptimisticCompareAndSet(t *testing.T) {
 	if v, err := o.Get(ctx, key); err != nil || v != (redislock.Versioned{}) {
 		t.Fatalf("Get of a missing value: %+v %v", v, err)
 	}
-	n, err := o.CompareAndSet(ctx, key, 0, "a")
-	if err != nil || n != 1 {
-		t.Fatalf("first write: %d %v", n, err)
+	n1, err := o.CompareAndSet(ctx, key, 0, "a")
+	if err != nil || n1 == 0 {
+		t.Fatalf("first write: %d %v", n1, err)
 	}
 	_, err = o.CompareAndSet(ctx, key, 0, "b")
 	var ve *redislock.VersionError
-	if !errors.Is(err, redislock.ErrVersionConflict) || !errors.As(err, &ve) || ve.Current != 1 || ve.Expected != 0 {
+	if !errors.Is(err, redislock.ErrVersionConflict) || !errors.Is(err, dlock.ErrConflict) ||
+		!errors.As(err, &ve) || ve.Current != n1 || ve.Expected != 0 {
 		t.Fatalf("stale write: %v", err)
 	}
-	if n, err := o.CompareAndSet(ctx, key, 1, ""); err != nil || n != 2 {
-		t.Fatalf("second write: %d %v", n, err)
+	n2, err := o.CompareAndSet(ctx, key, n1, "")
+	if err != nil || n2 <= n1 {
+		t.Fatalf("second write: %d after %d, %v", n2, n1, err)
 	}
-	if v, err := o.Get(ctx, key); err != nil || v != (redislock.Versioned{Value: "", Version: 2}) {
+	if v, err := o.Get(ctx, key); err != nil || v != (redislock.Versioned{Value: "", Version: n2}) {
 		t.Fatalf("Get: %+v %v", v, err)
+	}
+	if !errors.Is(redislock.ErrVersionConflict, dlock.ErrConflict) {
+		t.Error("ErrVersionConflict does not match dlock.ErrConflict")
+	}
+}
+
+// A writer that read a value before it was deleted (or expired) cannot write
+// over the value written since: versions never repeat for a key (no ABA).
+func TestOptimisticVersionsNeverRepeat(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	for _, gone := range []string{"deleted", "expired"} {
+		t.Run(gone, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			a, b := newOptimistic(t), newOptimistic(t)
+			for i := 0; i < 3; i++ {
+				if _, err := a.Update(ctx, key, incr, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			read, err := a.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gone == "deleted" {
+				err = rdb.Del(ctx, redislock.ValueKey(key)).Err()
+			} else {
+				err = rdb.PExpire(ctx, redislock.ValueKey(key), time.Millisecond).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the value is gone", func() bool { return rdb.Exists(ctx, redislock.ValueKey(key)).Val() == 0 })
+			seen := map[uint64]bool{read.Version: true}
+			for i := 0; i < 3; i++ {
+				v, err := b.Update(ctx, key, func(redislock.Versioned) (string, error) { return "b", nil }, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if seen[v.Version] || v.Version <= read.Version {
+					t.Fatalf("write %d got version %d again (read %d before the value was %s)", i, v.Version, read.Version, gone)
+				}
+				seen[v.Version] = true
+			}
+			_, err = a.CompareAndSet(ctx, key, read.Version, "a")
+			if !errors.Is(err, redislock.ErrVersionConflict) {
+				t.Fatalf("a write based on version %d read before the value was %s: %v, want a version conflict", read.Version, gone, err)
+			}
+			if v, _ := b.Get(ctx, key); v.Value != "b" {
+				t.Fatalf("value %+v, want b's write", v)
+			}
+		})
+	}
+}
+
+// A hash whose version field is not a version is foreign data, reported as
+// dlock.ErrConflict by every method (not as a version conflict), and Update
+// does not retry it.
+func TestOptimisticForeignVersion(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	o := newOptimistic(t)
+	for _, n := range []string{"1.5", "abc", "-1", "", "99999999999999999999"} {
+		key := dlocktest.Key(t) + ":" + n
+		if err := rdb.HSet(ctx, redislock.ValueKey(key), "n", n, "v", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := o.Get(ctx, key)
+		if !errors.Is(err, dlock.ErrConflict) || errors.Is(err, redislock.ErrVersionConflict) {
+			t.Errorf("n=%q Get: %v, want ErrConflict", n, err)
+		}
+		for _, ver := range []uint64{0, 1} {
+			_, err := o.CompareAndSet(ctx, key, ver, "y")
+			if !errors.Is(err, dlock.ErrConflict) || errors.Is(err, redislock.ErrVersionConflict) {
+				t.Errorf("n=%q CompareAndSet(%d): %v, want ErrConflict and no version conflict", n, ver, err)
+			}
+		}
+		calls := 0
+		_, err = o.Update(ctx, key, func(redislock.Versioned) (string, error) { calls++; return "y", nil }, nil)
+		if !errors.Is(err, dlock.ErrConflict) || errors.Is(err, redislock.ErrVersionConflict) || calls > 1 {
+			t.Errorf("n=%q Update: %v after %d calls, want ErrConflict at once", n, err, calls)
+		}
+		if v := rdb.HGet(ctx, redislock.ValueKey(key), "v").Val(); v != "x" {
+			t.Errorf("n=%q: foreign hash changed to %q", n, v)
+		}
 	}
 }
 

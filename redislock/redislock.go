@@ -94,11 +94,14 @@ const Prefix = "dlock:"
 // within one microsecond or after a backward clock step shorter than this.
 const FenceRetention = 24 * time.Hour
 
-// AbandonMarkTTL bounds how long the mark of an abandoned acquisition lives (at
-// least a second, and at most this or the acquisition's TTL, whichever is
-// longer): an attempt of that acquisition still in flight when it was abandoned
-// cannot take the lock while the mark lives.
-const AbandonMarkTTL = time.Minute
+// AbandonMarkTTL is the shortest life of the mark of an abandoned acquisition;
+// a mark lives the acquisition's TTL or this, whichever is longer. An attempt of
+// that acquisition still in flight when it was abandoned cannot take the lock
+// while the mark lives (and one that arrives later holds it at most its TTL, as
+// a crashed holder does). Only an acquisition with an attempt whose reply never
+// came back is marked: one whose attempts were all answered has nothing in
+// flight.
+const AbandonMarkTTL = time.Second
 
 // Client is a dlock.Locker on Redis. Create it with New or NewFair; it is safe
 // for concurrent use. Its connections are the go-redis client's, plus one
@@ -142,6 +145,7 @@ func newKindClient(d dlock.Driver, c *conn, k kind, opts []dlock.Option) (*Clien
 type conn struct {
 	rdb redis.UniversalClient
 	hub *hub
+	fl  flights // the acquisitions with an unanswered attempt (see abandon.go)
 }
 
 func newConn(rdb redis.UniversalClient) (*conn, error) {
@@ -170,7 +174,7 @@ var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
 // markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
 func markTTL(ttl time.Duration) int64 {
-	return max(ttl, time.Second, AbandonMarkTTL).Milliseconds()
+	return max(ttl, AbandonMarkTTL).Milliseconds()
 }
 
 // acquireReply decodes the {1, token}, {0, pttl} or {2, 0} reply of an acquire

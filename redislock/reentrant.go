@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,6 +18,11 @@ import (
 // Lease's hold, and the lock is free once every hold is given up (or has
 // expired). Another owner ID is refused exactly as by the plain mutex, and
 // waits the same way (woken when the last hold is released).
+//
+// Owner IDs other than the holder's that wait take turns (see OwnerWaitMark):
+// while one waits, the holder's new re-entries by Lock wait too, at most
+// ReentryBar while the holder gives up no hold (a nested re-entry), so that
+// holders sharing an owner ID cannot keep the lock forever by overlapping.
 //
 // Go has no thread identity, so ownership is explicit. Within a process, code
 // that holds a Lease and needs the lock again passes an owner ID it shares with
@@ -48,6 +54,37 @@ func NewReentrant(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, err
 	return newClient(d, d.c, d.releaseAll, opts)
 }
 
+// OwnerWaitMark is how long the place of an owner ID waiting for a reentrant
+// lock lives after its last attempt. The owner IDs that wait (others than the
+// holder's) take turns in arrival order: while the next of them waits, the
+// holder's new re-entries wait too, so that its holds drain instead of
+// overlapping forever, and the free lock is the next owner's alone. A waiter
+// refreshes its owner's place at least every OwnerWaitMark/5; one that gives up
+// takes its owner's place away (the owner's other waiters queue again at their
+// next attempt); a waiter that died keeps the others waiting at most this long.
+const OwnerWaitMark = 5 * time.Second
+
+// ReentryBar bounds how long a holder's new re-entry by Lock (a waiting
+// acquisition) waits for a waiting owner while none of the holder's holds is
+// given up. A re-entry nested in a hold (the outer call holds the lock and
+// calls code that locks it again with the same owner ID) cannot wait for the
+// outer hold to end: it waits at most this long and then re-enters, so nesting
+// never deadlocks. Re-entries by Lock from other goroutines or processes of the
+// holder wait for the next owner's turn as long as the holder's holds keep
+// draining. A single attempt (TryLock) always re-enters at once: it cannot
+// wait, and a nested TryLock must not fail; holders that re-enter only by
+// overlapping TryLock calls can still keep a waiting owner out.
+const ReentryBar = time.Second
+
+var (
+	ownerWaitMarkMS = strconv.FormatInt(OwnerWaitMark.Milliseconds(), 10)
+	reentryBarMS    = strconv.FormatInt(ReentryBar.Milliseconds(), 10)
+)
+
+// waitingOwnersKey returns the Redis key of the owner IDs waiting for the
+// reentrant lock named key.
+func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
+
 // ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
 // want NewReentrant instead.
 type ReentrantDriver struct {
@@ -77,7 +114,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 		holder, acq = owner, ""
 	}
 	return redisscript.Reentrant.Run(ctx, d.c.rdb,
-		[]string{LockKey(key), FenceKey(key), AbandonKey(key, owner)},
+		[]string{LockKey(key), FenceKey(key), AbandonKey(key, owner), waitingOwnersKey(key)},
 		append([]any{op, holder, acq}, args...)...)
 }
 
@@ -89,19 +126,25 @@ func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if r.Waiting {
 		// Never queued behind this process's waiters: the holder may be the
 		// one re-entering.
-		_, mark, _, _, fin := d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, mark, _, _, fin := d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		markBusy, done = "1", func(err error) { fin(err, "", 0) }
 		if mark {
 			markTaken = "1"
 		}
 	}
 	res, err := d.run(ctx, "acquire", r.Key, r.Owner, false,
-		r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken).Slice()
+		r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
+		ownerWaitMarkMS, reentryBarMS).Slice()
 	if err == nil && len(res) == 3 {
 		res = res[:2] // the hold count: see Holds
 	}
 	g, err := acquireReply(res, err, r.TTL)
 	done(err)
+	var busy *dlock.BusyError
+	if errors.As(err, &busy) && r.Waiting {
+		queued(busy, OwnerWaitMark/5) // the owner's place is refreshed, and left if it gives up
+	}
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -136,11 +179,12 @@ func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 }
 
 // Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
-// attempt landed, and marks the acquisition abandoned (see AbandonMarkTTL), so
+// attempt landed, takes its owner ID's place among the waiting owners away (see
+// OwnerWaitMark), and marks the acquisition abandoned (see AbandonMarkTTL), so
 // that an attempt still in flight cannot add a hold after it.
 func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
-		d.c.hub.publishCmd(), WakeChannel(h.Key), strconv.FormatInt(markTTL(h.TTL), 10)).Result()
+		d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Result()
 	return mapErr(err)
 }
 

@@ -115,8 +115,11 @@ func (m *RWMutex) Upgrade(ctx context.Context, read *dlock.Lease) (*dlock.Lease,
 // token takes its place, and the waiting readers are woken, so that no other
 // writer can come in between. opts are as for TryLock (the new lease's TTL,
 // renewal, metadata). write ends (its Unlock then reports dlock.ErrNotHeld). The
-// error matches dlock.ErrNotHeld when write no longer holds the lock, and
-// dlock.ErrInvalid when write is not a write lease of a key of m.
+// error matches dlock.ErrInvalid when write is not a write lease of a
+// read-write lock (a read lease, a lease of a lock of another kind on the key),
+// and nothing changes: such a lease stays held. It matches dlock.ErrNotHeld
+// when write holds nothing any more (or is nil, or a lease of a key that holds
+// no lock).
 func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlock.Option) (*dlock.Lease, error) {
 	if err := m.check(ctx, write); err != nil {
 		return nil, err
@@ -174,14 +177,17 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	}
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, _, _, done = c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, done = c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
 		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
 		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from, fairWaiterTTLMS).Slice()
-	if err == nil && len(res) == 2 && res[0] == int64(3) {
+	if err == nil && len(res) == 2 && (res[0] == int64(3) || res[0] == int64(4)) {
 		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
+		if res[0] == int64(4) {
+			err = fmt.Errorf("%w: redislock: Downgrade of a lease that is not a write lease of the read-write lock %q", dlock.ErrInvalid, r.Key)
+		}
 		done(err, "", 0)
 		return dlock.Grant{}, err
 	}
@@ -195,6 +201,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	default:
 		queued(busy, FairWaiterTTL/5) // so is the reader's entry
 	}
+	c.fl.sent(r, err)
 	return g, err
 }
 
@@ -219,5 +226,5 @@ func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struc
 // waiting writer's mark is lifted, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
 func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

@@ -474,3 +474,42 @@ func TestRWMutexReadersNotStarvedByWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Downgrade of a lease that is not a write lease of a read-write lock (a read
+// lease, a plain or reentrant mutex's lease) is refused with dlock.ErrInvalid,
+// and the lease stays held.
+func TestRWMutexDowngradeOtherLeases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	m := newRWMutex(t, newRDB(t, srv.Addr))
+	r, err := m.RLocker().TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := newClient(t).TryLock(ctx, key+":plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re, err := newReentrant(t).TryLock(ctx, key+":reentrant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*dlock.Lease{"read lease": r, "plain mutex lease": plain, "reentrant lease": re} {
+		if d, err := m.Downgrade(ctx, l); !errors.Is(err, dlock.ErrInvalid) || d != nil {
+			t.Errorf("Downgrade of a %s: %v, %v; want dlock.ErrInvalid", name, d, err)
+		}
+		if err := l.Err(); err != nil {
+			t.Errorf("%s after a refused Downgrade: %v", name, err)
+		}
+		if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+			t.Errorf("%s after a refused Downgrade: TTL %v, %v", name, ttl, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%s: Unlock after a refused Downgrade: %v", name, err)
+		}
+	}
+	if n := newRDB(t, srv.Addr).Exists(ctx, redislock.LockKey(key)).Val(); n != 0 {
+		t.Errorf("the read-write lock is still there after its only reader left")
+	}
+}

@@ -98,7 +98,7 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	waiting := "0"
 	done := func(error, string, uint64) {}
 	if r.Waiting {
-		_, _, _, _, done = d.c.hub.attempt(WakeChannel(r.Key), r.Owner, false)
+		_, _, _, _, done = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
 		waiting = "1"
 	}
 	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
@@ -115,6 +115,7 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if errors.As(err, &busy) && r.Waiting {
 		queued(busy, FairWaiterTTL/5)
 	}
+	d.c.fl.sent(r, err)
 	return g, err
 }
 
@@ -154,5 +155,5 @@ func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 // holds or was handed goes on to the next waiter, and the acquisition is marked
 // abandoned (see AbandonMarkTTL).
 func (d *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, strconv.FormatInt(markTTL(h.TTL), 10)))
+	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

@@ -87,7 +87,7 @@ func TestClusterPrimitives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := opt.Update(ctx, key, incr, nil); err != nil || v.Version != 1 {
+	if v, err := opt.Update(ctx, key, incr, nil); err != nil || v.Value != "1" || v.Version == 0 {
 		t.Fatalf("Update: %+v %v", v, err)
 	}
 

@@ -5,9 +5,11 @@
 -- the lock.
 -- KEYS[1] lock hash   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
--- ARGV[4] mark lifetime ms
+-- ARGV[4] mark lifetime ms ('0': no attempt can still arrive, no mark)
 -- Returns 1 when a holding was released, 0 otherwise.
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+end
 local f = redis.call('HMGET', KEYS[1], 'o', 'w')
 if f[1] ~= ARGV[1] then
   return 0

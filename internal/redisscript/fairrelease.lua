@@ -6,11 +6,13 @@
 -- ARGV[6] '' for a release; for an abandoned acquisition, the lifetime (ms) of
 -- the owner's abandon mark KEYS[5], which stops an attempt of the same
 -- acquisition that reaches the server after this script from queueing again or
--- taking the lock.
+-- taking the lock ('0': no attempt can still arrive, no mark).
 -- Returns 1 when released, 0 when not held by owner.
 -- A release with nobody queued makes three calls.
 if ARGV[6] ~= '' then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  if ARGV[6] ~= '0' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  end
   if redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
     redis.call('LREM', KEYS[3], 1, ARGV[1])
   end

@@ -15,9 +15,13 @@
 -- Returns {1, token} when taken (also when the owner holds it already: a retry;
 -- its TTL is reset), {0, ms until the caller may try again} when busy, {2, 0}
 -- when the owner's acquisition was abandoned, {3, 0} when a downgrade finds
--- ARGV[10] not writing.
+-- ARGV[10] holding nothing, {4, 0} when a downgrade finds ARGV[10] reading or
+-- the key a lock of another kind (ARGV[10]'s lease is not a write lease).
 if redis.call('EXISTS', KEYS[5]) == 1 then
   return {2, 0}
+end
+if ARGV[10] ~= '' and redis.call('EXISTS', KEYS[1]) == 1 and not redis.call('HGET', KEYS[1], 'rw') then
+  return {4, 0}
 end
 local e = kind_error('rw')
 if e then
@@ -44,6 +48,9 @@ if redis.call('ZSCORE', KEYS[6], o) then
 end
 if ARGV[10] ~= '' then
   if wo ~= ARGV[10] then
+    if redis.call('ZSCORE', KEYS[6], ARGV[10]) then
+      return {4, 0}
+    end
     return {3, 0}
   end
   unhold(wo)

@@ -5,13 +5,15 @@
 -- '*'); the last reader's release wakes the next writer alone (by name).
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
 -- ARGV[4] '' for a release; for an abandoned acquisition, the lifetime (ms) of
--- the owner's abandon mark KEYS[5] (see rwacquire.lua): a waiting reader's
+-- the owner's abandon mark KEYS[5] (see rwacquire.lua; '0' = no mark): a waiting reader's
 -- entry and a waiting writer's mark go with it
 -- ARGV[5] fence retention ms   ARGV[6] the time (ms) a reader has to claim a
 -- read lease handed to it
 -- Returns 1 when released, 0 when ARGV[1] held nothing.
 if ARGV[4] ~= '' then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[4])
+  end
 end
 local e = kind_error('rw')
 if e then

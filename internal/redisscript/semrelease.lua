@@ -4,10 +4,12 @@
 -- ARGV[1] owner   ARGV[2] fence retention ms   ARGV[3] claim time ms
 -- ARGV[4] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[5] wake channel
 -- ARGV[6] '' for a release; for an abandoned acquisition, the lifetime (ms) of
--- the owner's abandon mark KEYS[5] (see semacquire.lua)
+-- the owner's abandon mark KEYS[5] (see semacquire.lua; '0' = no mark)
 -- Returns 1 when a permit was given back, 0 when owner held none.
 if ARGV[6] ~= '' then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  if ARGV[6] ~= '0' then
+    redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
+  end
 end
 local e = kind_error('n')
 if e then

@@ -1,0 +1,118 @@
+package redislock
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// An abandon mark is needed only where an attempt of the abandoned acquisition
+// may still reach the server: one whose reply never came back (cut short by the
+// context, or lost with its connection). An acquisition whose every attempt was
+// answered leaves nothing in the store that its Abandon does not remove, and
+// gets no mark: a storm of waiters giving up leaves marks only for the attempts
+// it cut short, and each lives as long as a holding that attempt could take
+// (see markTTL), not longer.
+//
+// The first answered busy reply of a waiting acquisition gives it an *attempts
+// as its Handle, which its later attempts and its Abandon receive; attempts
+// made before that (no Handle yet) that went unanswered are remembered in
+// flights. An Abandon that knows nothing of the acquisition (no Handle) marks
+// it.
+
+// attempts is the driver's Handle of a waiting acquisition.
+type attempts struct {
+	unanswered atomic.Bool // an attempt's reply never came back
+}
+
+// flights remembers the acquisitions (key and owner) without a Handle that
+// sent an attempt whose reply never came back.
+type flights struct {
+	mu sync.Mutex
+	m  map[flightKey]time.Time // when the last unanswered attempt was sent
+}
+
+type flightKey struct{ key, owner string }
+
+// flightSweep is the size at which noting a flight first forgets the flights
+// older than maxFlight, which no acquisition abandoned (a driver used without a
+// dlock.Client).
+const (
+	flightSweep = 4096
+	maxFlight   = 10 * time.Minute
+)
+
+// answered reports whether err is the outcome of an attempt whose reply came
+// back (or that was never sent): a reply of the server, or a refusal before any
+// I/O. Network and context errors are not, nor are the server's "not now"
+// replies (dlock.ErrUnavailable, indistinguishable from a network failure once
+// mapped): those mark, which is safe.
+func answered(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) || errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrNotObtained) ||
+		errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrRefused)
+}
+
+// sent records the outcome err of an attempt of r: it hands a waiting
+// acquisition's first busy reply its Handle, and notes an unanswered attempt.
+func (f *flights) sent(r dlock.AcquireRequest, err error) {
+	var busy *dlock.BusyError
+	switch {
+	case err == nil:
+		if r.Handle == nil {
+			f.forget(r.Key, r.Owner)
+		}
+	case errors.As(err, &busy):
+		if r.Handle == nil && busy.Handle == nil && r.Waiting {
+			busy.Handle = &attempts{}
+		}
+	case answered(err):
+	default:
+		if a, ok := r.Handle.(*attempts); ok {
+			a.unanswered.Store(true)
+			return
+		}
+		now := time.Now()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.m == nil {
+			f.m = make(map[flightKey]time.Time)
+		}
+		if len(f.m) >= flightSweep {
+			for k, at := range f.m {
+				if now.Sub(at) > maxFlight {
+					delete(f.m, k)
+				}
+			}
+		}
+		f.m[flightKey{r.Key, r.Owner}] = now
+	}
+}
+
+// forget drops what flights remembers of owner's acquisition of key, and
+// reports whether it had an unanswered attempt.
+func (f *flights) forget(key, owner string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.m) == 0 {
+		return false
+	}
+	_, ok := f.m[flightKey{key, owner}]
+	delete(f.m, flightKey{key, owner})
+	return ok
+}
+
+// mark returns the lifetime (ms, decimal) of the abandon mark of h's abandoned
+// acquisition, or "0" (no mark) when every attempt of it was answered.
+func (f *flights) mark(h dlock.Holding) string {
+	flew := f.forget(h.Key, h.Owner)
+	if a, ok := h.Handle.(*attempts); ok && !flew && !a.unanswered.Load() {
+		return "0"
+	}
+	return strconv.FormatInt(markTTL(h.TTL), 10)
+}

@@ -1,0 +1,92 @@
+package redislock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redislock"
+	"golang.org/x/sync/errgroup"
+)
+
+// TestCancellationStormMarks: a storm of waiters giving up (deadlines of 0-20
+// ms, one Client per contender process) leaves abandon marks only for the
+// attempts it cut short, not one per cancelled call, and none of them lives
+// longer than the acquisitions' TTL.
+func TestCancellationStormMarks(t *testing.T) {
+	const ttl = 2 * time.Second
+	kinds := map[string]func(t *testing.T) *redislock.Client{
+		"semaphore": func(t *testing.T) *redislock.Client {
+			return newSemaphore(t, newRDB(t, srv.Addr), 2, dlock.WithTTL(ttl))
+		},
+		"fair":  func(t *testing.T) *redislock.Client { c, _ := counted(t, true, dlock.WithTTL(ttl)); return c },
+		"plain": func(t *testing.T) *redislock.Client { c, _ := counted(t, false, dlock.WithTTL(ttl)); return c },
+		"rwlock": func(t *testing.T) *redislock.Client {
+			m := newRWMutex(t, newRDB(t, srv.Addr), dlock.WithTTL(ttl))
+			return m.Client
+		},
+	}
+	for name, newc := range kinds {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			key := dlocktest.Key(t)
+			clients := make([]*redislock.Client, 4)
+			for i := range clients {
+				clients[i] = newc(t)
+			}
+			var cancelled atomic.Int64
+			stop := time.Now().Add(2 * time.Second)
+			var g errgroup.Group
+			for w := range 40 {
+				g.Go(func() error {
+					c := clients[w%len(clients)]
+					for i := 0; i < 100000 && time.Now().Before(stop); i++ {
+						l, err := briefLock(ctx, c, key, 20*time.Millisecond)
+						if err != nil {
+							return err
+						}
+						if l == nil {
+							cancelled.Add(1)
+							continue
+						}
+						if err := l.Unlock(ctx); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			if err := g.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			end := time.Now()
+			probe := newRDB(t, srv.Addr)
+			marks := func() int {
+				n := 0
+				iter := probe.Scan(ctx, 0, redislock.AbandonKey(key, "*"), 1000).Iterator()
+				for iter.Next(ctx) {
+					n++
+				}
+				return n
+			}
+			left := marks()
+			t.Logf("%s storm: %d cancelled calls, %d abandon marks", name, cancelled.Load(), left)
+			// Before: one mark per cancelled call of the queueing kinds (fair,
+			// semaphore, read-write), each living a minute.
+			if max := 100 + cancelled.Load()*3/4; int64(left) > max {
+				t.Errorf("%d abandon marks after %d cancelled calls, want at most %d (only attempts cut short are marked)", left, cancelled.Load(), max)
+			}
+			time.Sleep(time.Until(end.Add(ttl + 200*time.Millisecond))) // the marks' lifetime is what is tested
+			if n := marks(); n != 0 {
+				t.Errorf("%d abandon marks left a TTL (%v) after the storm", n, ttl)
+			}
+			if n := probe.Exists(ctx, redislock.LockKey(key), redislock.QueueKey(key)).Val(); n != 0 {
+				t.Errorf("%d lock/queue keys left after the storm", n)
+			}
+		})
+	}
+}
