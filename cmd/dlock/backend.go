@@ -25,29 +25,30 @@ const (
 // backend is one entry in backends(); adding a multi-server algorithm for a
 // backend (Redlock) is filling in its many function.
 type backend struct {
-	flag  string   // --flag URL, repeatable
-	env   []string // consulted in order when no server flag is given at all
-	usage string
-	one   func(ctx context.Context, url string) (store, error)    // one server; nil: not available yet
-	many  func(ctx context.Context, urls []string) (store, error) // several servers; nil: not available yet
-	multi string                                                  // what several servers mean, for errors
+	flag    string   // --flag URL, repeatable
+	metavar string   // what the flag takes, for messages
+	env     []string // consulted in order when no server flag is given at all
+	usage   string
+	one     func(ctx context.Context, url string) (store, error)    // one server; nil: not available yet
+	many    func(ctx context.Context, urls []string) (store, error) // several servers; nil: not available yet
+	multi   string                                                  // what several servers mean, for errors
 }
 
 func backends() []backend {
 	return []backend{
 		{
-			flag: "redis", env: []string{"DLOCK_REDIS", "REDIS_URL"},
+			flag: "redis", metavar: "URL", env: []string{"DLOCK_REDIS", "REDIS_URL"},
 			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected; several (an odd number of independent masters) mean Redlock",
 			one:   openRedis, many: openRedlock, multi: "Redlock over several Redis masters",
 		},
 		{
-			flag: "etcd", env: []string{"DLOCK_ETCD"},
+			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
 			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
 			one:   func(ctx context.Context, u string) (store, error) { return openEtcd(ctx, []string{u}) },
 			many:  openEtcd,
 		},
 		{
-			flag: "zk", env: []string{"DLOCK_ZK"},
+			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},
 			usage: "ZooKeeper server `host:port` (or zk://host:port); repeat it for an ensemble",
 			one:   func(ctx context.Context, u string) (store, error) { return openZK(ctx, []string{u}) },
 			many:  openZK,
@@ -93,7 +94,7 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 	}
 	if chosen == nil {
-		return nil, usageErrorf("no lock server: give --redis URL or set DLOCK_REDIS")
+		return nil, usageErrorf("no lock server: %s", serverChoices())
 	}
 	switch {
 	case len(urls) > 1 && chosen.many == nil:
@@ -110,6 +111,16 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 	return chosen.one(ctx, urls[0])
 }
 
+// serverChoices names the flags and variables that give a lock server.
+func serverChoices() string {
+	var flags, vars []string
+	for _, b := range backends() {
+		flags = append(flags, "--"+b.flag+" "+b.metavar)
+		vars = append(vars, b.env[0])
+	}
+	return fmt.Sprintf("give %s, or set %s", strings.Join(flags, ", "), strings.Join(vars, ", "))
+}
+
 // store is what the subcommands need from a lock server.
 type store interface {
 	// String names the server for messages, without credentials.
@@ -118,6 +129,9 @@ type store interface {
 	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
 	// inspector shows and forces the server's locks (status, list, unlock).
 	inspector() dlock.Inspector
+	// failures returns the log of the lock operations' failures; nil when
+	// the backend keeps none.
+	failures() *failureLog
 	// explain returns err, or for an err matching dlock.ErrConflict an error
 	// saying what the server holds under key instead of a lock (exit 65).
 	explain(ctx context.Context, key string, err error) error
@@ -137,6 +151,7 @@ type redisStore struct {
 	rdb   redis.UniversalClient
 	where string
 	c     *redislock.Inspector
+	fails *failureLog
 }
 
 // openRedis connects to the Redis server at rawURL and checks that it answers.
@@ -168,15 +183,24 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		rdb.Close()
 		return nil, err
 	}
-	return &redisStore{rdb: rdb, where: where, c: c}, nil
+	fails := &failureLog{hide: []string{rawURL}}
+	rdb.AddHook(failureHook{fails})
+	return &redisStore{rdb: rdb, where: where, c: c, fails: fails}, nil
 }
 
 // dialRedis connects to the Redis server at rawURL and checks that it answers;
 // cluster reports a Cluster node. On error nothing stays open.
 func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
+	if !strings.Contains(rawURL, "://") {
+		want := "redis://" + rawURL
+		if strings.HasPrefix(rawURL, "/") {
+			want = "unix://" + rawURL
+		}
+		return nil, nil, "", false, usageErrorf("bad Redis URL %s: not a URL: write %s", maskURL(rawURL), maskURL(want))
+	}
 	opt, err = redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, nil, "", false, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
+		return nil, nil, "", false, usageErrorf("bad Redis URL %s: %s", maskURL(rawURL), urlProblem(err, rawURL))
 	}
 	if opt.Network != "unix" {
 		_, port, err := net.SplitHostPort(opt.Addr)
@@ -257,6 +281,8 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 }
 
 func (s *redisStore) inspector() dlock.Inspector { return s.c }
+
+func (s *redisStore) failures() *failureLog { return s.fails }
 
 // inspectLock reads one lock through st's inspector.
 func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {

@@ -41,6 +41,8 @@ func (s *consensusStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Lock
 
 func (s *consensusStore) inspector() dlock.Inspector { return s.insp }
 
+func (s *consensusStore) failures() *failureLog { return nil }
+
 func (s *consensusStore) explain(_ context.Context, key string, err error) error {
 	if !errors.Is(err, dlock.ErrConflict) {
 		return err
@@ -55,23 +57,26 @@ func hostPort(raw string, schemes ...string) (string, error) {
 	if i := strings.Index(raw, "://"); i >= 0 {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return "", usageErrorf("bad server URL %q: %v", raw, err)
+			return "", usageErrorf("bad server URL %s: %s", maskURL(raw), urlProblem(err, raw))
+		}
+		if u.User != nil {
+			return "", usageErrorf("bad server URL %s: no user name or password expected", maskURL(raw))
 		}
 		ok := false
 		for _, s := range schemes {
 			ok = ok || u.Scheme == s
 		}
 		if !ok {
-			return "", usageErrorf("bad server URL %q: scheme %q (want %s)", raw, u.Scheme, strings.Join(schemes, " or "))
+			return "", usageErrorf("bad server URL %s: scheme %q (want %s)", maskURL(raw), u.Scheme, strings.Join(schemes, " or "))
 		}
 		if u.Path != "" && u.Path != "/" {
-			return "", usageErrorf("bad server URL %q: no path expected", raw)
+			return "", usageErrorf("bad server URL %s: no path expected", maskURL(raw))
 		}
 		addr = u.Host
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 || host == "" {
-		return "", usageErrorf("bad server address %q: want host:port", raw)
+		return "", usageErrorf("bad server address %s: want host:port", maskURL(raw))
 	}
 	return addr, nil
 }
@@ -117,6 +122,23 @@ func openEtcd(ctx context.Context, urls []string) (store, error) {
 // its locks can have (zklock caps a lease at its session).
 const zkSession = 30 * time.Second
 
+// zkDownError says on one line why no ZooKeeper session was made: the first
+// server's connection error when it cannot be dialled, else that no session
+// came within the time allowed.
+func zkDownError(ctx context.Context, where string, addrs []string, err error) error {
+	if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, derr := new(net.Dialer).DialContext(dctx, "tcp", addrs[0])
+	if derr != nil {
+		return unavailableErrorf("cannot reach %s: %v", where, derr)
+	}
+	_ = c.Close()
+	return unavailableErrorf("cannot reach %s: no ZooKeeper session within %v", where, pingTimeout)
+}
+
 // openZK connects to the ZooKeeper ensemble at servers (host:port or
 // zk://host:port) and checks that it answers.
 func openZK(ctx context.Context, servers []string) (store, error) {
@@ -133,7 +155,7 @@ func openZK(ctx context.Context, servers []string) (store, error) {
 	defer cancel()
 	d, err := zklock.NewDriver(cctx, addrs, zklock.WithSessionTimeout(zkSession), zklock.WithLogger(func(string, ...any) {}))
 	if err != nil {
-		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
+		return nil, zkDownError(ctx, where, addrs, err)
 	}
 	c, err := zklock.New(d)
 	if err != nil {

@@ -17,6 +17,7 @@ type redlockStore struct {
 	where string
 	d     *redlock.Driver
 	c     *redlock.Client
+	fails *failureLog
 }
 
 // openRedlock connects to the Redis masters at urls. A majority must answer;
@@ -68,6 +69,10 @@ func openRedlock(ctx context.Context, urls []string) (store, error) {
 		return nil, unavailableErrorf("Redlock needs %d of %d masters, %d cannot be reached: %v", d.Quorum(), len(urls), len(down), errors.Join(down...))
 	}
 	s.d = d
+	s.fails = &failureLog{hide: urls}
+	for _, r := range s.rdbs {
+		r.AddHook(failureHook{s.fails})
+	}
 	s.c, err = redlock.NewClient(d)
 	if err != nil {
 		s.close()
@@ -96,6 +101,8 @@ func (s *redlockStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker
 }
 
 func (s *redlockStore) inspector() dlock.Inspector { return s.c }
+
+func (s *redlockStore) failures() *failureLog { return s.fails }
 
 func (s *redlockStore) explain(ctx context.Context, key string, err error) error {
 	if !errors.Is(err, dlock.ErrConflict) {

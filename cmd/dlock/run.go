@@ -49,6 +49,8 @@ type runFlags struct {
 	exclusive   bool
 	conflict    int
 	description string
+	quiet       bool
+	verbose     bool
 }
 
 func (o *runFlags) define() *flag.FlagSet {
@@ -72,6 +74,10 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
 	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
 	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
+	fs.BoolVar(&o.quiet, "q", false, "quiet: say nothing when the lock is busy (with --wait 0 -E 0: skip silently); errors are still printed")
+	fs.BoolVar(&o.quiet, "quiet", false, "same as -q")
+	fs.BoolVar(&o.verbose, "v", false, "verbose: say on stderr when the lock is obtained (with its token) and released")
+	fs.BoolVar(&o.verbose, "verbose", false, "same as -v")
 	return fs
 }
 
@@ -117,7 +123,8 @@ processes it started do not) and the lock stays until its TTL runs out.
 examples:
   export DLOCK_REDIS=redis://127.0.0.1:6379/0
   dlock run nightly-report -- ./report.sh --full
-  dlock run --wait 0 -E 0 cron:cleanup -- ./cleanup.sh   # skip quietly if busy
+  dlock run -q --wait 0 -E 0 cron:cleanup -- ./cleanup.sh   # skip quietly if busy
+  dlock run -- -odd-key -- ./job.sh                 # a KEY starting with "-"
   dlock run --wait 30s --ttl 1m --description "deploy v42" deploy -- make deploy
   dlock run --redis rediss://:secret@redis.internal:6380/0 job -- sh -c 'echo $DLOCK_TOKEN'`,
 		flags:   func() *flag.FlagSet { return new(runFlags).define() },
@@ -173,6 +180,12 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	case err != nil:
 		// "dlock run KEY ls -l": a flag of the command, with no "--" before it.
 		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s ...", a.before[0], strings.Join(a.before[1:], " "))
+	case len(a.before) == 0 && a.dashdash && len(a.after) >= 2 && a.after[1] == "--":
+		// "dlock run [flags] -- -KEY -- COMMAND": a key that starts with "-".
+		a.before, a.after = a.after[:1], a.after[2:]
+		if len(a.after) == 0 {
+			err = usageErrorf("missing COMMAND after \"--\"")
+		}
 	case len(a.before) == 0 && a.dashdash:
 		err = usageErrorf("missing KEY before \"--\": dlock run [flags] KEY -- COMMAND [ARGS...]")
 	case len(a.before) == 0:
@@ -221,6 +234,8 @@ func (r *runRequest) check() error {
 		return usageErrorf("-s and -x: a lock is either shared or exclusive")
 	case (o.shared || o.exclusive) && o.slots != 1:
 		return usageErrorf("-n with -s or -x: a key is either a semaphore or a read-write lock")
+	case o.quiet && o.verbose:
+		return usageErrorf("-q and -v: quiet or verbose, not both")
 	case (o.shared || o.exclusive || o.slots != 1) && o.fair:
 		return usageErrorf("--fair with -n, -s or -x: semaphores are first come, first served already, read-write locks are not")
 	}
@@ -305,10 +320,7 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 			wctx, wcancel = context.WithDeadline(ctx, start.Add(r.flags.wait.d))
 			defer wcancel()
 		}
-		var p *progress
-		if e.stderrTTY {
-			p = startProgress(wctx, e, st, r.key, start)
-		}
+		p := startProgress(wctx, e, st, r.key, start, !r.flags.quiet)
 		lease, err = locker.Lock(wctx, r.key)
 		p.stop()
 	}
@@ -325,10 +337,15 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		return nil, 128 + int(s), false
 	}
 	if err == nil {
+		if r.flags.verbose {
+			fmt.Fprintf(e.stderr, "dlock run: obtained %q on %s (token %d) after %v\n", r.key, st, lease.Token(), time.Since(start).Round(time.Millisecond))
+		}
 		return lease, 0, true
 	}
 	if errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
-		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
+		if !r.flags.quiet {
+			fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
+		}
 		return nil, r.flags.conflict, false
 	}
 	if errors.Is(err, dlock.ErrConflict) {
@@ -408,7 +425,11 @@ wait:
 	// may be dead: the lease has stopped renewing, and a holding the server
 	// may still have expires.
 	if !wasLost {
-		wasLost = errors.Is(release(e, lease), dlock.ErrNotHeld)
+		rerr := release(e, lease)
+		wasLost = errors.Is(rerr, dlock.ErrNotHeld)
+		if rerr == nil && r.flags.verbose {
+			fmt.Fprintf(e.stderr, "dlock run: released %q (the command exited %d)\n", r.key, code)
+		}
 		if wasLost && r.flags.onLost == onLostStop {
 			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
 		}
