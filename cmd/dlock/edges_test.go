@@ -214,4 +214,3 @@ func TestMalformedURLsKeepPasswords(t *testing.T) {
 		}
 	}
 }
-
