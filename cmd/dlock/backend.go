@@ -399,6 +399,12 @@ func newLockInfo(info dlock.LockInfo) lockInfo {
 		li.TTLms = info.TTL.Milliseconds()
 		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)
 		li.Holders, li.Limit = info.Holders, info.Limit
+		if li.Holders == 0 {
+			// A backend that does not count holders has exclusive locks only:
+			// the same shape as on Redis.
+			li.Holders, li.Limit = 1, 1
+		}
+		li.LastToken = max(li.LastToken, li.Token)
 	}
 	return li
 }
