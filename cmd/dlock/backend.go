@@ -29,8 +29,8 @@ type backend struct {
 	metavar string   // what the flag takes, for messages
 	env     []string // consulted in order when no server flag is given at all
 	usage   string
-	one     func(ctx context.Context, url string) (store, error)    // one server; nil: not available yet
-	many    func(ctx context.Context, urls []string) (store, error) // several servers; nil: not available yet
+	one     func(ctx context.Context, url string, tf *tlsFiles) (store, error)    // one server; nil: not available yet
+	many    func(ctx context.Context, urls []string, tf *tlsFiles) (store, error) // several servers; nil: not available yet
 	multi   string                                                  // what several servers mean, for errors
 }
 
@@ -44,13 +44,13 @@ func backends() []backend {
 		{
 			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
 			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
-			one:   func(ctx context.Context, u string) (store, error) { return openEtcd(ctx, []string{u}) },
+			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openEtcd(ctx, []string{u}, tf) },
 			many:  openEtcd,
 		},
 		{
 			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},
 			usage: "ZooKeeper server `host:port` (or zk://host:port); repeat it for an ensemble",
-			one:   func(ctx context.Context, u string) (store, error) { return openZK(ctx, []string{u}) },
+			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openZK(ctx, []string{u}, tf) },
 			many:  openZK,
 		},
 	}
@@ -59,6 +59,7 @@ func backends() []backend {
 // servers holds the server flags of every backend.
 type servers struct {
 	urls map[string]*stringsFlag
+	tls  tlsFiles
 }
 
 func (s *servers) define(fs *flag.FlagSet) {
@@ -68,6 +69,7 @@ func (s *servers) define(fs *flag.FlagSet) {
 		s.urls[b.flag] = v
 		fs.Var(v, b.flag, b.usage)
 	}
+	s.tls.define(fs)
 }
 
 // open connects to the servers given by flag, or else by the environment.
@@ -96,6 +98,7 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 	if chosen == nil {
 		return nil, usageErrorf("no lock server: %s", serverChoices())
 	}
+	s.tls.fromEnv(e.getenv)
 	switch {
 	case len(urls) > 1 && chosen.many == nil:
 		what := chosen.multi
@@ -104,11 +107,11 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
 	case len(urls) > 1:
-		return chosen.many(ctx, urls)
+		return chosen.many(ctx, urls, &s.tls)
 	case chosen.one == nil:
 		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
 	}
-	return chosen.one(ctx, urls[0])
+	return chosen.one(ctx, urls[0], &s.tls)
 }
 
 // serverChoices names the flags and variables that give a lock server.
@@ -156,8 +159,8 @@ type redisStore struct {
 
 // openRedis connects to the Redis server at rawURL and checks that it answers.
 // A Cluster node is detected and the whole Cluster used.
-func openRedis(ctx context.Context, rawURL string) (store, error) {
-	client, opt, where, cluster, err := dialRedis(ctx, rawURL)
+func openRedis(ctx context.Context, rawURL string, tf *tlsFiles) (store, error) {
+	client, opt, where, cluster, err := dialRedis(ctx, rawURL, tf)
 	if err != nil {
 		return nil, err
 	}
@@ -190,23 +193,48 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 
 // dialRedis connects to the Redis server at rawURL and checks that it answers;
 // cluster reports a Cluster node. On error nothing stays open.
-func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
+func dialRedis(ctx context.Context, rawURL string, tf *tlsFiles) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
+	opt, err = parseRedisURL(rawURL, tf)
+	if err != nil {
+		return nil, nil, "", false, err
+	}
+	where = "Redis at " + opt.Addr
+	rdb = redis.NewClient(opt)
+	cluster, err = ping(ctx, rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, "", false, pingError(where, rawURL, opt.TLSConfig != nil, err)
+	}
+	return rdb, opt, where, cluster, nil
+}
+
+// parseRedisURL checks a Redis URL and returns dlock's client options for it,
+// with the TLS files of tf for a rediss:// URL.
+func parseRedisURL(rawURL string, tf *tlsFiles) (*redis.Options, error) {
 	if !strings.Contains(rawURL, "://") {
 		want := "redis://" + rawURL
 		if strings.HasPrefix(rawURL, "/") {
 			want = "unix://" + rawURL
 		}
-		return nil, nil, "", false, usageErrorf("bad Redis URL %s: not a URL: write %s", maskURL(rawURL), maskURL(want))
+		return nil, usageErrorf("bad Redis URL %s: not a URL: write %s", maskURL(rawURL), maskURL(want))
 	}
-	opt, err = redis.ParseURL(rawURL)
+	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, nil, "", false, usageErrorf("bad Redis URL %s: %s", maskURL(rawURL), urlProblem(err, rawURL))
+		return nil, usageErrorf("bad Redis URL %s: %s", maskURL(rawURL), urlProblem(err, rawURL))
 	}
 	if opt.Network != "unix" {
 		_, port, err := net.SplitHostPort(opt.Addr)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
-			return nil, nil, "", false, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
+			return nil, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
 		}
+	}
+	switch {
+	case opt.TLSConfig != nil:
+		if opt.TLSConfig, err = tf.apply(opt.TLSConfig); err != nil {
+			return nil, err
+		}
+	case tf.set():
+		return nil, plainWithTLSFiles(rawURL, "rediss://")
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = dialTimeout
@@ -219,14 +247,7 @@ func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redi
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 4
-	where = "Redis at " + opt.Addr
-	rdb = redis.NewClient(opt)
-	cluster, err = ping(ctx, rdb)
-	if err != nil {
-		rdb.Close()
-		return nil, nil, "", false, pingError(where, rawURL, opt.TLSConfig != nil, err)
-	}
-	return rdb, opt, where, cluster, nil
+	return opt, nil
 }
 
 // pingError explains why a server did not answer, without credentials.
@@ -238,6 +259,8 @@ func pingError(where, rawURL string, tls bool, err error) error {
 		return unavailableErrorf("%s refused: %s", where, msg)
 	case tls && errors.Is(err, context.DeadlineExceeded):
 		return unavailableErrorf("cannot reach %s: no TLS answer within %v (is TLS enabled on the server?)", where, pingTimeout)
+	case !tls && speaksTLS(err):
+		return unavailableErrorf("cannot reach %s: %s: the server may speak TLS: use rediss://", where, msg)
 	}
 	return unavailableErrorf("cannot reach %s: %s", where, msg)
 }

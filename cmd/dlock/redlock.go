@@ -23,21 +23,20 @@ type redlockStore struct {
 // openRedlock connects to the Redis masters at urls. A majority must answer;
 // the others may come back later. A Cluster node is refused: Redlock needs
 // independent masters.
-func openRedlock(ctx context.Context, urls []string) (store, error) {
+func openRedlock(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	s := &redlockStore{}
 	var addrs []string
 	var down []error
 	for _, u := range urls {
-		rdb, opt, where, cluster, err := dialRedis(ctx, u)
+		rdb, opt, where, cluster, err := dialRedis(ctx, u, tf)
 		var ex *exitError
 		if err != nil && errors.As(err, &ex) && ex.code == exitUnavailable {
 			// Unreachable for now: keep a client, which reconnects when it can.
 			var perr error
-			if opt, perr = redis.ParseURL(u); perr != nil {
+			if opt, perr = parseRedisURL(u, tf); perr != nil {
 				s.close()
 				return nil, err
 			}
-			opt.ContextTimeoutEnabled, opt.PoolSize, opt.DialTimeout = true, 4, dialTimeout
 			rdb, where = redis.NewClient(opt), "Redis at "+opt.Addr
 			down = append(down, err)
 		} else if err != nil {
