@@ -31,7 +31,7 @@ type backend struct {
 	usage   string
 	one     func(ctx context.Context, url string, tf *tlsFiles) (store, error)    // one server; nil: not available yet
 	many    func(ctx context.Context, urls []string, tf *tlsFiles) (store, error) // several servers; nil: not available yet
-	multi   string                                                  // what several servers mean, for errors
+	multi   string                                                                // what several servers mean, for errors
 }
 
 func backends() []backend {
@@ -44,8 +44,10 @@ func backends() []backend {
 		{
 			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
 			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
-			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openEtcd(ctx, []string{u}, tf) },
-			many:  openEtcd,
+			one: func(ctx context.Context, u string, tf *tlsFiles) (store, error) {
+				return openEtcd(ctx, []string{u}, tf)
+			},
+			many: openEtcd,
 		},
 		{
 			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},

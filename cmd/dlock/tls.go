@@ -92,7 +92,6 @@ func speaksTLS(err error) bool {
 		(errors.As(err, &op) && op.Op == "read")
 }
 
-
 // tlsDialer returns a dialer of TLS connections with cfg, the server name taken
 // from the address when cfg has none, for clients that take a dialer.
 func tlsDialer(cfg *tls.Config) func(network, address string, timeout time.Duration) (net.Conn, error) {
