@@ -43,7 +43,7 @@ func backends() []backend {
 		},
 		{
 			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
-			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
+			usage: "etcd client endpoint `URL`: http://host:port or host:port, https://host:port for TLS; repeat it for a cluster",
 			one: func(ctx context.Context, u string, tf *tlsFiles) (store, error) {
 				return openEtcd(ctx, []string{u}, tf)
 			},
@@ -51,7 +51,7 @@ func backends() []backend {
 		},
 		{
 			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},
-			usage: "ZooKeeper server `host:port` (or zk://host:port); repeat it for an ensemble",
+			usage: "ZooKeeper server `host:port` (or zk://host:port), its secure client port with --tls-*; repeat it for an ensemble",
 			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openZK(ctx, []string{u}, tf) },
 			many:  openZK,
 		},
