@@ -70,12 +70,9 @@ func NewStore() *Store {
 	}
 }
 
-// Client is a dlock.Locker over a Store, as a redislock.Client is over a Redis
-// server. It is also a dlock.Inspector.
-type Client struct {
-	*dlock.Client
-	*Store
-}
+// Client is the dlock.Client that New returns: a dlock.Locker over a Store, and
+// a dlock.Inspector through it.
+type Client = dlock.Client
 
 // New returns a Client over store with opts as the defaults of every call. It
 // returns an error matching dlock.ErrInvalid for a nil store or a bad option.
@@ -83,11 +80,7 @@ func New(store *Store, opts ...dlock.Option) (*Client, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", dlock.ErrInvalid)
 	}
-	c, err := dlock.NewClient(store, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: c, Store: store}, nil
+	return dlock.NewClient(store, opts...)
 }
 
 // TTLLimits implements dlock.TTLLimiter: the defaults of every dlock backend.
@@ -258,6 +251,7 @@ func (s *Store) info(key string) dlock.LockInfo {
 	if h := s.live(key); h != nil {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
 	}
 	return info
 }

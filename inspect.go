@@ -1,0 +1,56 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+var _ Inspector = (*Client)(nil)
+
+// inspector returns the Client's driver as an Inspector, or an error matching
+// errors.ErrUnsupported when the backend cannot read its locks.
+func (c *Client) inspector() (Inspector, error) {
+	if c == nil {
+		return nil, invalidf("nil client")
+	}
+	in, ok := c.d.(Inspector)
+	if !ok {
+		return nil, fmt.Errorf("dlock: the %T backend cannot inspect its locks: %w", c.d, errors.ErrUnsupported)
+	}
+	return in, nil
+}
+
+// Inspect reads the lock named key without changing it, through the Client's
+// backend (see Inspector). A free lock is not an error: the result has Held
+// false. A backend that cannot read its locks returns an error matching
+// errors.ErrUnsupported.
+func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	in, err := c.inspector()
+	if err != nil {
+		return LockInfo{Key: key}, err
+	}
+	return in.Inspect(ctx, key)
+}
+
+// List returns the held locks whose names match pattern (see MatchKey), sorted
+// by key, through the Client's backend (see Inspector).
+func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	in, err := c.inspector()
+	if err != nil {
+		return nil, err
+	}
+	return in.List(ctx, pattern)
+}
+
+// ForceUnlock removes the holding of key whoever holds it and returns what it
+// removed, through the Client's backend (see Inspector). A free lock is
+// ErrNotHeld. The holder learns of the loss at its next renewal or its local
+// deadline.
+func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	in, err := c.inspector()
+	if err != nil {
+		return LockInfo{Key: key}, err
+	}
+	return in.ForceUnlock(ctx, key)
+}
