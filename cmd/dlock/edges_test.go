@@ -214,3 +214,25 @@ func TestMalformedURLsKeepPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestRunGivesUpOnFailingServer: a run without --wait on a server that refuses
+// every attempt (out of memory) says why on stderr that is a pipe, and exits
+// 69 once --fail-after has passed.
+func TestRunGivesUpOnFailingServer(t *testing.T) {
+	s := outOfMemory(t)
+	const limit = 2 * time.Second
+	r := dlockRun(t, "run", "--redis", "redis://"+s.Addr+"/0", "--fail-after", limit.String(), dlocktest.Key(t), "--", "true")
+	if r.code != exitUnavailable || r.elapsed < limit || r.elapsed > limit+10*time.Second {
+		t.Errorf("exit %d after %v, want %d after --fail-after %v; stderr %q", r.code, r.elapsed, exitUnavailable, limit, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "dlock run: waiting") || !strings.Contains(lines[0], "OOM") {
+		t.Errorf("no waiting line naming the server's reason before the error: %q", r.stderr)
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "OOM") || strings.Contains(last, "waiting 0s") {
+		t.Errorf("last line %q does not give the reason", last)
+	}
+	if r := dlockRun(t, "run", "--fail-after", "0", "k", "--", "true"); r.code != exitUsage {
+		t.Errorf("--fail-after 0: exit %d", r.code)
+	}
+}

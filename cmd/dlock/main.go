@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -76,6 +77,9 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	// go-redis logs connection failures on its own; dlock reports them once.
 	redis.SetLogger(quietLogger{})
+	// The library logs a wait through failures once; dlock run says it
+	// itself, on its own lines.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	e := &env{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),

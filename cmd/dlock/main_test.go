@@ -1291,6 +1291,14 @@ func TestRunServerRefusals(t *testing.T) {
 	if r.elapsed < 500*time.Millisecond {
 		t.Errorf("OOM reported after %v, before the wait of 500ms ended", r.elapsed)
 	}
+	// What it waited for, then the error on one line.
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "dlock run: waiting") {
+			t.Errorf("OOM: stderr has more than waiting lines and the error: %q", r.stderr)
+		}
+	}
+	r.stderr = lines[len(lines)-1] + "\n"
 	checkOneLine(t, r)
 }
 

@@ -41,6 +41,7 @@ type runFlags struct {
 	ttl         durationFlag
 	renewEvery  durationFlag
 	wait        durationFlag
+	failAfter   durationFlag
 	grace       durationFlag
 	onLost      string
 	fair        bool
@@ -62,6 +63,8 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
 	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
 	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock, then exit 75 (-E); 0: a single attempt, no waiting")
+	o.failAfter = durationFlag{d: dlock.DefaultFailureLimit, min: time.Millisecond}
+	fs.Var(&o.failAfter, "fail-after", "give up (exit 69) when the server has failed every attempt for `DURATION` (down, out of memory, read-only, loading...); a busy lock is waited for regardless")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
 	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
 	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
@@ -112,7 +115,9 @@ exit codes:
                        then SIGKILL after --grace. With --on-lost warn the
                        command runs on, dlock warns on stderr, and exits with
                        the command's own status
-  64                   bad usage      69  server unreachable or failing
+  64                   bad usage
+  69                   server unreachable, or failing every attempt for
+                       --fail-after (it says why on stderr while it waits)
   65                   the key holds data that is not a dlock lock
   126, 127             the command is not executable, not found (no lock taken)
   128+N                interrupted by signal N while waiting
@@ -272,7 +277,7 @@ func (r *runRequest) lockOptions() []dlock.Option {
 		m.User = u.Username
 	}
 	meta, _ := json.Marshal(m)
-	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta))}
+	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta)), dlock.WithFailureLimit(o.failAfter.d)}
 	if o.renewEvery.set {
 		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
 	}
