@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -108,34 +107,6 @@ func TestRunSaysWhyServerFailsWhenNotTerminal(t *testing.T) {
 	}
 	if !strings.Contains(lines[len(lines)-1], "OOM") {
 		t.Errorf("last line does not give the reason: %q", r.stderr)
-	}
-}
-
-// TestWaitingLineShowsDescription: on an 80-column terminal the waiting line
-// shows the holder's description, however long the key.
-func TestWaitingLineShowsDescription(t *testing.T) {
-	key := dlocktest.Key(t) + ":with-a-rather-long-name"
-	const desc = "nightly report v42"
-	holder, _, _ := startHolder(t, []string{"--description", desc}, key, `echo ok > "$1"; exec sleep 30`)
-	defer func() { _ = holder.Process.Kill() }()
-	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
-	term := ptyStart(t, cmd, 0)
-	term.finish()
-	out := term.text()
-	shown := 0
-	for _, line := range strings.Split(out, "\r\x1b[K") {
-		if !strings.HasPrefix(line, "dlock: waiting") {
-			continue
-		}
-		if n := utf8.RuneCountInString(line); n >= ptyColumns {
-			t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
-		}
-		if strings.Contains(line, `"`+desc+`"`) {
-			shown++
-		}
-	}
-	if shown == 0 {
-		t.Errorf("no waiting line shows the description %q: %q", desc, out)
 	}
 }
 

@@ -1216,27 +1216,44 @@ func TestVersion(t *testing.T) {
 }
 
 // TestWaitingLineFitsTerminal checks that the waiting line, redrawn in place,
-// is narrower than the terminal, so that it never wraps into a trail of lines.
+// is narrower than the terminal, so that it never wraps into a trail of lines,
+// and that it shows the holder's description however long the key.
 func TestWaitingLineFitsTerminal(t *testing.T) {
-	key := dlocktest.Key(t)
-	holder, _, _ := startHolder(t, []string{"--description", strings.Repeat("a long description ", 8)}, key, `echo ok > "$1"; exec sleep 30`)
-	defer func() { _ = holder.Process.Kill() }()
-	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
-	term := ptyStart(t, cmd, 0)
-	term.finish()
-	out := term.text()
-	lines := 0
-	for _, line := range strings.Split(out, "\r\x1b[K") {
-		if !strings.Contains(line, "waiting") {
-			continue
-		}
-		lines++
-		if n := utf8.RuneCountInString(line); n >= ptyColumns {
-			t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
-		}
-	}
-	if lines == 0 {
-		t.Errorf("no waiting line: %q", out)
+	for _, tc := range []struct {
+		name, suffix, desc string
+		shown              bool // the whole description fits
+	}{
+		{"long description", "", strings.Repeat("a long description ", 8), false},
+		{"long key", ":with-a-rather-long-name", "nightly report v42", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := dlocktest.Key(t) + tc.suffix
+			holder, _, _ := startHolder(t, []string{"--description", tc.desc}, key, `echo ok > "$1"; exec sleep 30`)
+			defer func() { _ = holder.Process.Kill() }()
+			cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
+			term := ptyStart(t, cmd, 0)
+			term.finish()
+			out := term.text()
+			lines, shown := 0, 0
+			for _, line := range strings.Split(out, "\r\x1b[K") {
+				if !strings.HasPrefix(line, "dlock: waiting") {
+					continue
+				}
+				lines++
+				if n := utf8.RuneCountInString(line); n >= ptyColumns {
+					t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
+				}
+				if strings.Contains(line, strconv.Quote(tc.desc)) {
+					shown++
+				}
+			}
+			if lines == 0 {
+				t.Errorf("no waiting line: %q", out)
+			}
+			if tc.shown && shown == 0 {
+				t.Errorf("no waiting line shows the description %q: %q", tc.desc, out)
+			}
+		})
 	}
 }
 
