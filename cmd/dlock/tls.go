@@ -87,9 +87,7 @@ func plainWithTLSFiles(url, want string) error {
 // speaksTLS reports whether err is what a plain-text client gets from a TLS
 // port: the server closes the connection on a request that is no handshake.
 func speaksTLS(err error) bool {
-	var op *net.OpError
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		(errors.As(err, &op) && op.Op == "read")
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // tlsDialer returns a dialer of TLS connections with cfg, the server name taken
