@@ -63,7 +63,7 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
 	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
 	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock, then exit 75 (-E); 0: a single attempt, no waiting")
-	o.failAfter = durationFlag{d: dlock.DefaultFailureLimit, min: time.Millisecond}
+	o.failAfter = durationFlag{d: dlock.DefaultFailureLimit, min: time.Millisecond, def: "1m"}
 	fs.Var(&o.failAfter, "fail-after", "give up (exit 69) when the server has failed every attempt for `DURATION` (down, out of memory, read-only, loading...); a busy lock is waited for regardless")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
 	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
