@@ -24,7 +24,10 @@ if ((${#need[@]})); then
 	fi
 fi
 
-echo "test.sh: gofmt, go vet, staticcheck"
+# say prints a progress line with the time since the start.
+say() { printf 'test.sh [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
+say "gofmt, go vet, staticcheck (the first run downloads and builds staticcheck ${STATICCHECK_VERSION})"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt needed on: $unformatted" >&2
@@ -41,20 +44,29 @@ if go list -deps -test ./... | grep -qE 'etcd\.io|go-zookeeper'; then
 	exit 1
 fi
 
-echo "test.sh: go test -race ./..."
-go test -race -count=1 -timeout 15m "$@" ./...
+# One package at a time, so that each one's result shows as it finishes.
+pkgs=$(go list ./...)
+n=$(echo "$pkgs" | wc -l)
+i=0
+for pkg in $pkgs; do
+	i=$((i + 1))
+	say "go test -race [$i/$n] $pkg"
+	go test -race -count=1 -timeout 15m "$@" "$pkg"
+done
 
-echo "test.sh: cmd/dlock (the CLI, its own module so that library users never build the etcd and ZooKeeper clients)"
+say "cmd/dlock (the CLI, its own module so that library users never build the etcd and ZooKeeper clients)"
 (cd cmd/dlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
 
-echo "test.sh: examples/sqlfence (its own module)"
+say "examples/sqlfence (its own module)"
 (cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
 
-echo "test.sh: etcdlock (its own module): vet, staticcheck and tests against a real etcd"
+say "etcdlock (its own module): vet, staticcheck and tests against a real etcd"
 (cd etcdlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
 
-echo "test.sh: bench (its own module): vet and a quick run against a real redis-server"
+say "bench (its own module): vet and a quick run against a real redis-server"
 (cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
 
-echo "test.sh: zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
+say "zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
 (cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+say "all green"

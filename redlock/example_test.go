@@ -12,7 +12,7 @@ import (
 
 func ExampleNew() {
 	var nodes []redis.UniversalClient
-	for _, addr := range addrs() { // five independent masters
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379", "redis-d:6379", "redis-e:6379"} { // five independent masters
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
@@ -32,12 +32,12 @@ func ExampleNew() {
 	if err := lease.Unlock(ctx); err != nil {
 		fmt.Println(err)
 	}
-	// Output: held on a majority; token > 0: true
+	// It prints: held on a majority; token > 0: true
 }
 
 func ExampleNewDriver() {
 	var nodes []redis.UniversalClient
-	for _, addr := range addrs()[:3] {
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
@@ -57,7 +57,7 @@ func ExampleNewDriver() {
 		return nil // the work, under a context that ends if the lock is lost
 	})
 	fmt.Println(err)
-	// Output:
+	// It prints:
 	// 3 nodes, quorum 2
 	// <nil>
 }

@@ -15,7 +15,9 @@ import (
 // from the last write of its node by the ZooKeeper leader's clock, against this
 // host's clock; <0 when past or unknown (a holder that stopped renewing, whose
 // node goes with its session). Waiters counts the nodes queued behind the
-// holder. LastToken is 0: ZooKeeper keeps no record of a released lock.
+// holder. A held lock is exclusive and granted in arrival order (Holders and
+// Limit 1, Kind dlock.KindFair) and its LastToken is the holder's token; a free lock's LastToken is 0: ZooKeeper keeps no record
+// of a released lock.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, _, err := d.inspect(ctx, key)
 	return info, err
@@ -49,7 +51,8 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 		}
 		nd, _ := decodeData(data)
 		return dlock.LockInfo{Key: key, Held: true, Owner: q[0].owner, Metadata: nd.Metadata,
-			Token: uint64(st.Czxid), TTL: remaining(nd, st.Mtime), Waiters: len(q) - 1}, q[0].name, nil
+			Token: uint64(st.Czxid), TTL: remaining(nd, st.Mtime), Waiters: len(q) - 1,
+			Holders: 1, Limit: 1, LastToken: uint64(st.Czxid), Kind: dlock.KindFair}, q[0].name, nil
 	}
 	return dlock.LockInfo{}, "", changing(key)
 }

@@ -25,31 +25,34 @@ const (
 // backend is one entry in backends(); adding a multi-server algorithm for a
 // backend (Redlock) is filling in its many function.
 type backend struct {
-	flag  string   // --flag URL, repeatable
-	env   []string // consulted in order when no server flag is given at all
-	usage string
-	one   func(ctx context.Context, url string) (store, error)    // one server; nil: not available yet
-	many  func(ctx context.Context, urls []string) (store, error) // several servers; nil: not available yet
-	multi string                                                  // what several servers mean, for errors
+	flag    string   // --flag URL, repeatable
+	metavar string   // what the flag takes, for messages
+	env     []string // consulted in order when no server flag is given at all
+	usage   string
+	one     func(ctx context.Context, url string, tf *tlsFiles) (store, error)    // one server; nil: not available yet
+	many    func(ctx context.Context, urls []string, tf *tlsFiles) (store, error) // several servers; nil: not available yet
+	multi   string                                                                // what several servers mean, for errors
 }
 
 func backends() []backend {
 	return []backend{
 		{
-			flag: "redis", env: []string{"DLOCK_REDIS", "REDIS_URL"},
+			flag: "redis", metavar: "URL", env: []string{"DLOCK_REDIS", "REDIS_URL"},
 			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected; several (an odd number of independent masters) mean Redlock",
 			one:   openRedis, many: openRedlock, multi: "Redlock over several Redis masters",
 		},
 		{
-			flag: "etcd", env: []string{"DLOCK_ETCD"},
-			usage: "etcd client endpoint `URL`: http://host:port or host:port; repeat it for a cluster",
-			one:   func(ctx context.Context, u string) (store, error) { return openEtcd(ctx, []string{u}) },
-			many:  openEtcd,
+			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
+			usage: "etcd client endpoint `URL`: http://host:port or host:port, https://host:port for TLS; repeat it for a cluster",
+			one: func(ctx context.Context, u string, tf *tlsFiles) (store, error) {
+				return openEtcd(ctx, []string{u}, tf)
+			},
+			many: openEtcd,
 		},
 		{
-			flag: "zk", env: []string{"DLOCK_ZK"},
-			usage: "ZooKeeper server `host:port` (or zk://host:port); repeat it for an ensemble",
-			one:   func(ctx context.Context, u string) (store, error) { return openZK(ctx, []string{u}) },
+			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},
+			usage: "ZooKeeper server `host:port` (or zk://host:port), its secure client port with --tls-*; repeat it for an ensemble",
+			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openZK(ctx, []string{u}, tf) },
 			many:  openZK,
 		},
 	}
@@ -58,6 +61,7 @@ func backends() []backend {
 // servers holds the server flags of every backend.
 type servers struct {
 	urls map[string]*stringsFlag
+	tls  tlsFiles
 }
 
 func (s *servers) define(fs *flag.FlagSet) {
@@ -67,6 +71,7 @@ func (s *servers) define(fs *flag.FlagSet) {
 		s.urls[b.flag] = v
 		fs.Var(v, b.flag, b.usage)
 	}
+	s.tls.define(fs)
 }
 
 // open connects to the servers given by flag, or else by the environment.
@@ -93,8 +98,9 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 	}
 	if chosen == nil {
-		return nil, usageErrorf("no lock server: give --redis URL or set DLOCK_REDIS")
+		return nil, usageErrorf("no lock server: %s", serverChoices())
 	}
+	s.tls.fromEnv(e.getenv)
 	switch {
 	case len(urls) > 1 && chosen.many == nil:
 		what := chosen.multi
@@ -103,11 +109,21 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
 	case len(urls) > 1:
-		return chosen.many(ctx, urls)
+		return chosen.many(ctx, urls, &s.tls)
 	case chosen.one == nil:
 		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
 	}
-	return chosen.one(ctx, urls[0])
+	return chosen.one(ctx, urls[0], &s.tls)
+}
+
+// serverChoices names the flags and variables that give a lock server.
+func serverChoices() string {
+	var flags, vars []string
+	for _, b := range backends() {
+		flags = append(flags, "--"+b.flag+" "+b.metavar)
+		vars = append(vars, b.env[0])
+	}
+	return fmt.Sprintf("give %s, or set %s", strings.Join(flags, ", "), strings.Join(vars, ", "))
 }
 
 // store is what the subcommands need from a lock server.
@@ -118,6 +134,9 @@ type store interface {
 	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
 	// inspector shows and forces the server's locks (status, list, unlock).
 	inspector() dlock.Inspector
+	// failures returns the log of the lock operations' failures; nil when
+	// the backend keeps none.
+	failures() *failureLog
 	// explain returns err, or for an err matching dlock.ErrConflict an error
 	// saying what the server holds under key instead of a lock (exit 65).
 	explain(ctx context.Context, key string, err error) error
@@ -137,12 +156,13 @@ type redisStore struct {
 	rdb   redis.UniversalClient
 	where string
 	c     *redislock.Inspector
+	fails *failureLog
 }
 
 // openRedis connects to the Redis server at rawURL and checks that it answers.
 // A Cluster node is detected and the whole Cluster used.
-func openRedis(ctx context.Context, rawURL string) (store, error) {
-	client, opt, where, cluster, err := dialRedis(ctx, rawURL)
+func openRedis(ctx context.Context, rawURL string, tf *tlsFiles) (store, error) {
+	client, opt, where, cluster, err := dialRedis(ctx, rawURL, tf)
 	if err != nil {
 		return nil, err
 	}
@@ -168,21 +188,55 @@ func openRedis(ctx context.Context, rawURL string) (store, error) {
 		rdb.Close()
 		return nil, err
 	}
-	return &redisStore{rdb: rdb, where: where, c: c}, nil
+	fails := &failureLog{hide: []string{rawURL}}
+	rdb.AddHook(failureHook{fails})
+	return &redisStore{rdb: rdb, where: where, c: c, fails: fails}, nil
 }
 
 // dialRedis connects to the Redis server at rawURL and checks that it answers;
 // cluster reports a Cluster node. On error nothing stays open.
-func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
-	opt, err = redis.ParseURL(rawURL)
+func dialRedis(ctx context.Context, rawURL string, tf *tlsFiles) (rdb *redis.Client, opt *redis.Options, where string, cluster bool, err error) {
+	opt, err = parseRedisURL(rawURL, tf)
 	if err != nil {
-		return nil, nil, "", false, usageErrorf("bad Redis URL: %s", redact(err.Error(), rawURL))
+		return nil, nil, "", false, err
+	}
+	where = "Redis at " + opt.Addr
+	rdb = redis.NewClient(opt)
+	cluster, err = ping(ctx, rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, "", false, pingError(where, rawURL, opt.TLSConfig != nil, err)
+	}
+	return rdb, opt, where, cluster, nil
+}
+
+// parseRedisURL checks a Redis URL and returns dlock's client options for it,
+// with the TLS files of tf for a rediss:// URL.
+func parseRedisURL(rawURL string, tf *tlsFiles) (*redis.Options, error) {
+	if !strings.Contains(rawURL, "://") {
+		want := "redis://" + rawURL
+		if strings.HasPrefix(rawURL, "/") {
+			want = "unix://" + rawURL
+		}
+		return nil, usageErrorf("bad Redis URL %s: not a URL: write %s", maskURL(rawURL), maskURL(want))
+	}
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, usageErrorf("bad Redis URL %s: %s", maskURL(rawURL), urlProblem(err, rawURL))
 	}
 	if opt.Network != "unix" {
 		_, port, err := net.SplitHostPort(opt.Addr)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
-			return nil, nil, "", false, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
+			return nil, usageErrorf("bad Redis URL: address %q has no valid port", opt.Addr)
 		}
+	}
+	switch {
+	case opt.TLSConfig != nil:
+		if opt.TLSConfig, err = tf.apply(opt.TLSConfig); err != nil {
+			return nil, err
+		}
+	case tf.set():
+		return nil, plainWithTLSFiles(rawURL, "rediss://")
 	}
 	if opt.DialTimeout == 0 {
 		opt.DialTimeout = dialTimeout
@@ -195,14 +249,7 @@ func dialRedis(ctx context.Context, rawURL string) (rdb *redis.Client, opt *redi
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 4
-	where = "Redis at " + opt.Addr
-	rdb = redis.NewClient(opt)
-	cluster, err = ping(ctx, rdb)
-	if err != nil {
-		rdb.Close()
-		return nil, nil, "", false, pingError(where, rawURL, opt.TLSConfig != nil, err)
-	}
-	return rdb, opt, where, cluster, nil
+	return opt, nil
 }
 
 // pingError explains why a server did not answer, without credentials.
@@ -214,6 +261,8 @@ func pingError(where, rawURL string, tls bool, err error) error {
 		return unavailableErrorf("%s refused: %s", where, msg)
 	case tls && errors.Is(err, context.DeadlineExceeded):
 		return unavailableErrorf("cannot reach %s: no TLS answer within %v (is TLS enabled on the server?)", where, pingTimeout)
+	case !tls && speaksTLS(err):
+		return unavailableErrorf("cannot reach %s: %s: the server may speak TLS: use rediss://", where, msg)
 	}
 	return unavailableErrorf("cannot reach %s: %s", where, msg)
 }
@@ -257,6 +306,8 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 }
 
 func (s *redisStore) inspector() dlock.Inspector { return s.c }
+
+func (s *redisStore) failures() *failureLog { return s.fails }
 
 // inspectLock reads one lock through st's inspector.
 func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {
@@ -373,6 +424,12 @@ func newLockInfo(info dlock.LockInfo) lockInfo {
 		li.TTLms = info.TTL.Milliseconds()
 		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)
 		li.Holders, li.Limit = info.Holders, info.Limit
+		if li.Holders == 0 {
+			// A backend that does not count holders has exclusive locks only:
+			// the same shape as on Redis.
+			li.Holders, li.Limit = 1, 1
+		}
+		li.LastToken = max(li.LastToken, li.Token)
 	}
 	return li
 }

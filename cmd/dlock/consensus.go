@@ -41,6 +41,8 @@ func (s *consensusStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Lock
 
 func (s *consensusStore) inspector() dlock.Inspector { return s.insp }
 
+func (s *consensusStore) failures() *failureLog { return nil }
+
 func (s *consensusStore) explain(_ context.Context, key string, err error) error {
 	if !errors.Is(err, dlock.ErrConflict) {
 		return err
@@ -51,44 +53,71 @@ func (s *consensusStore) explain(_ context.Context, key string, err error) error
 // hostPort checks one server address given as host:port or a URL with a scheme
 // of schemes, and returns host:port.
 func hostPort(raw string, schemes ...string) (string, error) {
-	addr := raw
+	addr, _, err := hostPortScheme(raw, schemes...)
+	return addr, err
+}
+
+// hostPortScheme is hostPort, returning the URL's scheme too ("" for host:port).
+func hostPortScheme(raw string, schemes ...string) (string, string, error) {
+	addr, scheme := raw, ""
 	if i := strings.Index(raw, "://"); i >= 0 {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return "", usageErrorf("bad server URL %q: %v", raw, err)
+			return "", "", usageErrorf("bad server URL %s: %s", maskURL(raw), urlProblem(err, raw))
+		}
+		if u.User != nil {
+			return "", "", usageErrorf("bad server URL %s: no user name or password expected", maskURL(raw))
 		}
 		ok := false
 		for _, s := range schemes {
 			ok = ok || u.Scheme == s
 		}
 		if !ok {
-			return "", usageErrorf("bad server URL %q: scheme %q (want %s)", raw, u.Scheme, strings.Join(schemes, " or "))
+			return "", "", usageErrorf("bad server URL %s: scheme %q (want %s)", maskURL(raw), u.Scheme, strings.Join(schemes, " or "))
 		}
 		if u.Path != "" && u.Path != "/" {
-			return "", usageErrorf("bad server URL %q: no path expected", raw)
+			return "", "", usageErrorf("bad server URL %s: no path expected", maskURL(raw))
 		}
-		addr = u.Host
+		addr, scheme = u.Host, u.Scheme
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 || host == "" {
-		return "", usageErrorf("bad server address %q: want host:port", raw)
+		return "", "", usageErrorf("bad server address %s: want host:port", maskURL(raw))
 	}
-	return addr, nil
+	return addr, scheme, nil
 }
 
 // openEtcd connects to the etcd cluster whose client endpoints are urls
-// (http://host:port or host:port) and checks that it answers.
-func openEtcd(ctx context.Context, urls []string) (store, error) {
+// (http://host:port or host:port, https://host:port for TLS) and checks that it
+// answers.
+func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	eps := make([]string, len(urls))
+	secure := 0
 	for i, u := range urls {
-		hp, err := hostPort(u, "http", "etcd")
+		hp, scheme, err := hostPortScheme(u, "http", "https", "etcd")
 		if err != nil {
 			return nil, err
 		}
 		eps[i] = "http://" + hp
+		if scheme == "https" {
+			eps[i] = "https://" + hp
+			secure++
+		}
+	}
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: dialTimeout, Logger: zap.NewNop()}
+	switch {
+	case secure > 0 && secure < len(eps):
+		return nil, usageErrorf("--etcd: every endpoint is https:// or none is")
+	case secure > 0:
+		var err error
+		if cfg.TLS, err = tf.apply(nil); err != nil {
+			return nil, err
+		}
+	case tf.set():
+		return nil, plainWithTLSFiles(urls[0], "https://")
 	}
 	where := "etcd at " + strings.Join(eps, ",")
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: dialTimeout, Logger: zap.NewNop()})
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
 	}
@@ -117,9 +146,27 @@ func openEtcd(ctx context.Context, urls []string) (store, error) {
 // its locks can have (zklock caps a lease at its session).
 const zkSession = 30 * time.Second
 
+// zkDownError says on one line why no ZooKeeper session was made: the first
+// server's connection error when it cannot be dialled, else that no session
+// came within the time allowed.
+func zkDownError(ctx context.Context, where string, addrs []string, err error) error {
+	if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, derr := new(net.Dialer).DialContext(dctx, "tcp", addrs[0])
+	if derr != nil {
+		return unavailableErrorf("cannot reach %s: %v", where, derr)
+	}
+	_ = c.Close()
+	return unavailableErrorf("cannot reach %s: no ZooKeeper session within %v", where, pingTimeout)
+}
+
 // openZK connects to the ZooKeeper ensemble at servers (host:port or
-// zk://host:port) and checks that it answers.
-func openZK(ctx context.Context, servers []string) (store, error) {
+// zk://host:port) and checks that it answers. With TLS files it speaks TLS
+// (to ZooKeeper's secureClientPort).
+func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) {
 	addrs := make([]string, len(servers))
 	for i, s := range servers {
 		hp, err := hostPort(s, "zk", "zookeeper")
@@ -131,9 +178,18 @@ func openZK(ctx context.Context, servers []string) (store, error) {
 	where := "ZooKeeper at " + strings.Join(addrs, ",")
 	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	d, err := zklock.NewDriver(cctx, addrs, zklock.WithSessionTimeout(zkSession), zklock.WithLogger(func(string, ...any) {}))
+	opts := []zklock.Option{zklock.WithSessionTimeout(zkSession), zklock.WithLogger(func(string, ...any) {})}
+	if tf.set() {
+		cfg, err := tf.apply(nil)
+		if err != nil {
+			return nil, err
+		}
+		where += " (TLS)"
+		opts = append(opts, zklock.WithDialer(tlsDialer(cfg)))
+	}
+	d, err := zklock.NewDriver(cctx, addrs, opts...)
 	if err != nil {
-		return nil, unavailableErrorf("cannot reach %s: %v", where, err)
+		return nil, zkDownError(ctx, where, addrs, err)
 	}
 	c, err := zklock.New(d)
 	if err != nil {

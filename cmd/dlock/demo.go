@@ -124,7 +124,7 @@ func demoServer(url string) (*redis.Options, string, func(), error) {
 	if url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, "", nil, usageErrorf("bad --redis URL: %v", redactURLError(err, url))
+			return nil, "", nil, usageErrorf("bad --redis URL %s: %s", maskURL(url), urlProblem(err, url))
 		}
 		return opt, "Redis at " + opt.Addr, func() {}, nil
 	}

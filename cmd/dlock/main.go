@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -76,6 +77,9 @@ func main() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	// go-redis logs connection failures on its own; dlock reports them once.
 	redis.SetLogger(quietLogger{})
+	// The library logs a wait through failures once; dlock run says it
+	// itself, on its own lines.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
 	e := &env{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),
@@ -141,7 +145,11 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nservers: --redis URL, or $DLOCK_REDIS, else $REDIS_URL (redis://[user:pass@]host:port/db, rediss:// for TLS)")
+	fmt.Fprintln(w, "\nservers (one backend; repeat the flag for several servers):")
+	fmt.Fprintln(w, "  --redis URL        or $DLOCK_REDIS, else $REDIS_URL: redis://[user:pass@]host:port/db, rediss:// for TLS")
+	fmt.Fprintln(w, "  --etcd URL         or $DLOCK_ETCD: http://host:2379, https:// for TLS")
+	fmt.Fprintln(w, "  --zk HOST:PORT     or $DLOCK_ZK: a ZooKeeper server")
+	fmt.Fprintln(w, "  --tls-ca, --tls-cert, --tls-key FILE   or $DLOCK_TLS_CA, $DLOCK_TLS_CERT, $DLOCK_TLS_KEY")
 	fmt.Fprintln(w, "\nexamples:")
 	fmt.Fprintln(w, "  dlock run --redis redis://127.0.0.1:6379/0 nightly-report -- ./report.sh")
 	fmt.Fprintln(w, "  dlock status nightly-report")

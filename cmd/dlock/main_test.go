@@ -525,7 +525,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"renew not below ttl", []string{"run", "--ttl", "1s", "--renew-every", "1s", key, "--", "true"}, 64, "renew-every"},
 		{"redlock even", []string{"run", "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "odd number"},
 		{"redlock same server", []string{"run", "--redis", redisURL(), "--redis", redisURL(), "--redis", redisURL(), key, "--", "true"}, 64, "same server"},
-		{"etcd bad URL", []string{"run", "--etcd", "https://127.0.0.1:2379/x", key, "--", "true"}, 64, "scheme"},
+		{"etcd bad URL", []string{"run", "--etcd", "ftp://127.0.0.1:2379", key, "--", "true"}, 64, "scheme"},
+		{"etcd URL with a path", []string{"run", "--etcd", "https://127.0.0.1:2379/x", key, "--", "true"}, 64, "no path"},
 		{"zk bad address", []string{"run", "--zk", "127.0.0.1", key, "--", "true"}, 64, "host:port"},
 		{"two backends", []string{"run", "--etcd", "127.0.0.1:2379", "--zk", "127.0.0.1:2181", key, "--", "true"}, 64, "one backend"},
 		{"no permits", []string{"run", "-n", "0", key, "--", "true"}, 64, "1 to"},
@@ -1215,27 +1216,44 @@ func TestVersion(t *testing.T) {
 }
 
 // TestWaitingLineFitsTerminal checks that the waiting line, redrawn in place,
-// is narrower than the terminal, so that it never wraps into a trail of lines.
+// is narrower than the terminal, so that it never wraps into a trail of lines,
+// and that it shows the holder's description however long the key.
 func TestWaitingLineFitsTerminal(t *testing.T) {
-	key := dlocktest.Key(t)
-	holder, _, _ := startHolder(t, []string{"--description", strings.Repeat("a long description ", 8)}, key, `echo ok > "$1"; exec sleep 30`)
-	defer func() { _ = holder.Process.Kill() }()
-	cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
-	term := ptyStart(t, cmd, 0)
-	term.finish()
-	out := term.text()
-	lines := 0
-	for _, line := range strings.Split(out, "\r\x1b[K") {
-		if !strings.Contains(line, "waiting") {
-			continue
-		}
-		lines++
-		if n := utf8.RuneCountInString(line); n >= ptyColumns {
-			t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
-		}
-	}
-	if lines == 0 {
-		t.Errorf("no waiting line: %q", out)
+	for _, tc := range []struct {
+		name, suffix, desc string
+		shown              bool // the whole description fits
+	}{
+		{"long description", "", strings.Repeat("a long description ", 8), false},
+		{"long key", ":with-a-rather-long-name", "nightly report v42", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := dlocktest.Key(t) + tc.suffix
+			holder, _, _ := startHolder(t, []string{"--description", tc.desc}, key, `echo ok > "$1"; exec sleep 30`)
+			defer func() { _ = holder.Process.Kill() }()
+			cmd := dlockCmd(t, "run", "--wait", "1500ms", key, "--", "true")
+			term := ptyStart(t, cmd, 0)
+			term.finish()
+			out := term.text()
+			lines, shown := 0, 0
+			for _, line := range strings.Split(out, "\r\x1b[K") {
+				if !strings.HasPrefix(line, "dlock: waiting") {
+					continue
+				}
+				lines++
+				if n := utf8.RuneCountInString(line); n >= ptyColumns {
+					t.Errorf("a waiting line of %d columns on a terminal of %d: %q", n, ptyColumns, line)
+				}
+				if strings.Contains(line, strconv.Quote(tc.desc)) {
+					shown++
+				}
+			}
+			if lines == 0 {
+				t.Errorf("no waiting line: %q", out)
+			}
+			if tc.shown && shown == 0 {
+				t.Errorf("no waiting line shows the description %q: %q", tc.desc, out)
+			}
+		})
 	}
 }
 
@@ -1290,6 +1308,14 @@ func TestRunServerRefusals(t *testing.T) {
 	if r.elapsed < 500*time.Millisecond {
 		t.Errorf("OOM reported after %v, before the wait of 500ms ended", r.elapsed)
 	}
+	// What it waited for, then the error on one line.
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "dlock run: waiting") {
+			t.Errorf("OOM: stderr has more than waiting lines and the error: %q", r.stderr)
+		}
+	}
+	r.stderr = lines[len(lines)-1] + "\n"
 	checkOneLine(t, r)
 }
 

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -41,7 +43,69 @@ func redact(msg, raw string) string {
 	return msg
 }
 
-// redactURLError keeps a password in a URL out of error messages.
-func redactURLError(err error, raw string) string {
-	return redact(err.Error(), raw)
+// maskURL returns raw with everything between "://" and the last "@" (the user
+// name and password, however malformed) written as "xxxxx": the form of a
+// server URL that errors may show.
+func maskURL(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		if j := strings.LastIndex(raw, "@"); j >= 0 {
+			return "xxxxx" + raw[j:]
+		}
+		return raw
+	}
+	rest := raw[i+3:]
+	if j := strings.LastIndex(rest, "@"); j >= 0 {
+		return raw[:i+3] + "xxxxx" + rest[j:]
+	}
+	return raw
+}
+
+// urlProblem says why raw, a server URL, does not parse, as err says, without
+// any piece of raw's user name or password: the parser's quotations of the
+// input are dropped, and a message that still shows a piece of the secret is
+// replaced by a hint.
+func urlProblem(err error, raw string) string {
+	var ue *url.Error
+	msg := err.Error()
+	isURL := errors.As(err, &ue)
+	if isURL {
+		msg = ue.Err.Error()
+	}
+	msg = strings.TrimPrefix(msg, "redis: ")
+	msg = strings.TrimRight(strings.TrimSpace(quoted.ReplaceAllString(redact(msg, raw), "")), ":")
+	if showsSecret(msg, raw) || msg == "" {
+		msg = "it does not parse"
+	}
+	if isURL && strings.Contains(maskURL(raw), "xxxxx") {
+		msg += " (percent-encode / ? # % @ and spaces in the user name and password)"
+	}
+	return msg
+}
+
+var quoted = regexp.MustCompile(`\s*"[^"]*"`)
+
+// showsSecret reports whether msg shows four characters in a row of the
+// password of the URL raw (all of it when shorter), or its user information
+// when there is no password.
+func showsSecret(msg, raw string) bool {
+	masked := maskURL(raw)
+	if masked == raw {
+		return false
+	}
+	i := strings.Index(raw, "://") + 3
+	info := raw[i : i+strings.LastIndex(raw[i:], "@")]
+	if _, pass, ok := strings.Cut(info, ":"); ok && pass != "" {
+		info = pass
+	}
+	const window = 4
+	if len(info) <= window {
+		return strings.Contains(msg, info)
+	}
+	for k := 0; k+window <= len(info); k++ {
+		if strings.Contains(msg, info[k:k+window]) {
+			return true
+		}
+	}
+	return false
 }

@@ -17,26 +17,26 @@ type redlockStore struct {
 	where string
 	d     *redlock.Driver
 	c     *redlock.Client
+	fails *failureLog
 }
 
 // openRedlock connects to the Redis masters at urls. A majority must answer;
 // the others may come back later. A Cluster node is refused: Redlock needs
 // independent masters.
-func openRedlock(ctx context.Context, urls []string) (store, error) {
+func openRedlock(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	s := &redlockStore{}
 	var addrs []string
 	var down []error
 	for _, u := range urls {
-		rdb, opt, where, cluster, err := dialRedis(ctx, u)
+		rdb, opt, where, cluster, err := dialRedis(ctx, u, tf)
 		var ex *exitError
 		if err != nil && errors.As(err, &ex) && ex.code == exitUnavailable {
 			// Unreachable for now: keep a client, which reconnects when it can.
 			var perr error
-			if opt, perr = redis.ParseURL(u); perr != nil {
+			if opt, perr = parseRedisURL(u, tf); perr != nil {
 				s.close()
 				return nil, err
 			}
-			opt.ContextTimeoutEnabled, opt.PoolSize, opt.DialTimeout = true, 4, dialTimeout
 			rdb, where = redis.NewClient(opt), "Redis at "+opt.Addr
 			down = append(down, err)
 		} else if err != nil {
@@ -68,6 +68,10 @@ func openRedlock(ctx context.Context, urls []string) (store, error) {
 		return nil, unavailableErrorf("Redlock needs %d of %d masters, %d cannot be reached: %v", d.Quorum(), len(urls), len(down), errors.Join(down...))
 	}
 	s.d = d
+	s.fails = &failureLog{hide: urls}
+	for _, r := range s.rdbs {
+		r.AddHook(failureHook{s.fails})
+	}
 	s.c, err = redlock.NewClient(d)
 	if err != nil {
 		s.close()
@@ -96,6 +100,8 @@ func (s *redlockStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker
 }
 
 func (s *redlockStore) inspector() dlock.Inspector { return s.c }
+
+func (s *redlockStore) failures() *failureLog { return s.fails }
 
 func (s *redlockStore) explain(ctx context.Context, key string, err error) error {
 	if !errors.Is(err, dlock.ErrConflict) {

@@ -41,6 +41,7 @@ type runFlags struct {
 	ttl         durationFlag
 	renewEvery  durationFlag
 	wait        durationFlag
+	failAfter   durationFlag
 	grace       durationFlag
 	onLost      string
 	fair        bool
@@ -49,6 +50,8 @@ type runFlags struct {
 	exclusive   bool
 	conflict    int
 	description string
+	quiet       bool
+	verbose     bool
 }
 
 func (o *runFlags) define() *flag.FlagSet {
@@ -60,6 +63,8 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
 	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
 	fs.Var(&o.wait, "wait", "wait at most `DURATION` for the lock, then exit 75 (-E); 0: a single attempt, no waiting")
+	o.failAfter = durationFlag{d: dlock.DefaultFailureLimit, min: time.Millisecond, def: "1m"}
+	fs.Var(&o.failAfter, "fail-after", "give up (exit 69) when the server has failed every attempt for `DURATION` (down, out of memory, read-only, loading...); a busy lock is waited for regardless")
 	o.grace = durationFlag{d: defaultGrace, zero: "kill at once"}
 	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
 	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
@@ -72,6 +77,10 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
 	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
 	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
+	fs.BoolVar(&o.quiet, "q", false, "quiet: say nothing when the lock is busy (with --wait 0 -E 0: skip silently); errors are still printed")
+	fs.BoolVar(&o.quiet, "quiet", false, "same as -q")
+	fs.BoolVar(&o.verbose, "v", false, "verbose: say on stderr when the lock is obtained (with its token) and released")
+	fs.BoolVar(&o.verbose, "verbose", false, "same as -v")
 	return fs
 }
 
@@ -106,7 +115,9 @@ exit codes:
                        then SIGKILL after --grace. With --on-lost warn the
                        command runs on, dlock warns on stderr, and exits with
                        the command's own status
-  64                   bad usage      69  server unreachable or failing
+  64                   bad usage
+  69                   server unreachable, or failing every attempt for
+                       --fail-after (it says why on stderr while it waits)
   65                   the key holds data that is not a dlock lock
   126, 127             the command is not executable, not found (no lock taken)
   128+N                interrupted by signal N while waiting
@@ -117,7 +128,8 @@ processes it started do not) and the lock stays until its TTL runs out.
 examples:
   export DLOCK_REDIS=redis://127.0.0.1:6379/0
   dlock run nightly-report -- ./report.sh --full
-  dlock run --wait 0 -E 0 cron:cleanup -- ./cleanup.sh   # skip quietly if busy
+  dlock run -q --wait 0 -E 0 cron:cleanup -- ./cleanup.sh   # skip quietly if busy
+  dlock run -- -odd-key -- ./job.sh                 # a KEY starting with "-"
   dlock run --wait 30s --ttl 1m --description "deploy v42" deploy -- make deploy
   dlock run --redis rediss://:secret@redis.internal:6380/0 job -- sh -c 'echo $DLOCK_TOKEN'`,
 		flags:   func() *flag.FlagSet { return new(runFlags).define() },
@@ -173,6 +185,12 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 	case err != nil:
 		// "dlock run KEY ls -l": a flag of the command, with no "--" before it.
 		err = usageErrorf("missing \"--\" between KEY and COMMAND: dlock run [flags] %s -- %s ...", a.before[0], strings.Join(a.before[1:], " "))
+	case len(a.before) == 0 && a.dashdash && len(a.after) >= 2 && a.after[1] == "--":
+		// "dlock run [flags] -- -KEY -- COMMAND": a key that starts with "-".
+		a.before, a.after = a.after[:1], a.after[2:]
+		if len(a.after) == 0 {
+			err = usageErrorf("missing COMMAND after \"--\"")
+		}
 	case len(a.before) == 0 && a.dashdash:
 		err = usageErrorf("missing KEY before \"--\": dlock run [flags] KEY -- COMMAND [ARGS...]")
 	case len(a.before) == 0:
@@ -221,6 +239,8 @@ func (r *runRequest) check() error {
 		return usageErrorf("-s and -x: a lock is either shared or exclusive")
 	case (o.shared || o.exclusive) && o.slots != 1:
 		return usageErrorf("-n with -s or -x: a key is either a semaphore or a read-write lock")
+	case o.quiet && o.verbose:
+		return usageErrorf("-q and -v: quiet or verbose, not both")
 	case (o.shared || o.exclusive || o.slots != 1) && o.fair:
 		return usageErrorf("--fair with -n, -s or -x: semaphores are first come, first served already, read-write locks are not")
 	}
@@ -257,7 +277,7 @@ func (r *runRequest) lockOptions() []dlock.Option {
 		m.User = u.Username
 	}
 	meta, _ := json.Marshal(m)
-	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta))}
+	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta)), dlock.WithFailureLimit(o.failAfter.d)}
 	if o.renewEvery.set {
 		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
 	}
@@ -305,10 +325,7 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 			wctx, wcancel = context.WithDeadline(ctx, start.Add(r.flags.wait.d))
 			defer wcancel()
 		}
-		var p *progress
-		if e.stderrTTY {
-			p = startProgress(wctx, e, st, r.key, start)
-		}
+		p := startProgress(wctx, e, st, r.key, start, !r.flags.quiet)
 		lease, err = locker.Lock(wctx, r.key)
 		p.stop()
 	}
@@ -325,10 +342,15 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 		return nil, 128 + int(s), false
 	}
 	if err == nil {
+		if r.flags.verbose {
+			fmt.Fprintf(e.stderr, "dlock run: obtained %q on %s (token %d) after %v\n", r.key, st, lease.Token(), time.Since(start).Round(time.Millisecond))
+		}
 		return lease, 0, true
 	}
 	if errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrUnavailable) {
-		fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
+		if !r.flags.quiet {
+			fmt.Fprintf(e.stderr, "dlock run: %s\n", r.notObtained(st, time.Since(start)))
+		}
 		return nil, r.flags.conflict, false
 	}
 	if errors.Is(err, dlock.ErrConflict) {
@@ -408,7 +430,11 @@ wait:
 	// may be dead: the lease has stopped renewing, and a holding the server
 	// may still have expires.
 	if !wasLost {
-		wasLost = errors.Is(release(e, lease), dlock.ErrNotHeld)
+		rerr := release(e, lease)
+		wasLost = errors.Is(rerr, dlock.ErrNotHeld)
+		if rerr == nil && r.flags.verbose {
+			fmt.Fprintf(e.stderr, "dlock run: released %q (the command exited %d)\n", r.key, code)
+		}
 		if wasLost && r.flags.onLost == onLostStop {
 			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q before the command ended (it exited %d)\n", r.key, code)
 		}

