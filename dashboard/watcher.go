@@ -71,8 +71,9 @@ type Row struct {
 	Key  string `json:"key"`
 	Held bool   `json:"held"` // false for a lock seen held within the last minute, free now
 
-	// Kind is "mutex", "fair", "reentrant", "read-write", "semaphore N", or
-	// "lock" when the backend cannot tell.
+	// Kind is "mutex", "fair", "reentrant", "read-write", "semaphore N",
+	// "exclusive" for an exclusive lock of a backend that does not tell which,
+	// or "lock" when nothing tells.
 	Kind string `json:"kind"`
 
 	Owner       string `json:"owner,omitempty"`    // the holder's owner token, which a force-unlock confirms
@@ -100,8 +101,9 @@ type Row struct {
 	LastToken uint64 `json:"last_token,omitempty"`
 
 	// Rate is the acquisitions per second over the last RateWindow, from the
-	// growth of the fencing tokens: exact where tokens count acquisitions, a
-	// lower bound (one per change seen) where they are clock readings (Redis).
+	// growth of the fencing tokens: where tokens count acquisitions, their
+	// growth; where they are clock readings in microseconds (Redis, memlock),
+	// a lower bound: one per read that sees a newer token.
 	Rate float64 `json:"acq_per_s"`
 
 	// TTLLow marks a TTL close to running out: under a quarter of TTLMax.
@@ -533,6 +535,8 @@ func kindOf(info dlock.LockInfo) string {
 		return "semaphore " + strconv.Itoa(info.Limit)
 	case info.Kind == "" && info.Held && info.Limit == 0 && info.Holders > 0:
 		return dlock.KindReadWrite
+	case info.Kind == "" && info.Limit == 1:
+		return "exclusive" // a mutex or a fair lock: the backend does not say
 	case info.Kind == "":
 		return "lock"
 	}

@@ -5,6 +5,7 @@
 //	dlock status [flags] KEY
 //	dlock list [flags] [PATTERN]
 //	dlock unlock --force [flags] KEY
+//	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
 //	dlock completion bash|zsh
 //	dlock version
@@ -64,6 +65,7 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
+		serveCommand(),
 		demoCommand(),
 		completionCommand(),
 		versionCommand(),

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/headless"
+	"github.com/dlock-go/dlock/internal/testserver"
+)
+
+// syncBuffer is a bytes.Buffer written by one goroutine and read by another.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe starts "dlock serve --http 127.0.0.1:0 ARGS" and returns the URL
+// it announces and its stderr (the audit lines).
+func startServe(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
+	cmd := dlockCmd(t, append([]string{"serve", "--http", "127.0.0.1:0", "--interval", "200ms"}, args...)...)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	stderr := new(syncBuffer)
+	go func() {
+		r := bufio.NewReader(pipe)
+		line, _ := r.ReadString('\n')
+		stderr.Write([]byte(line))
+		first <- line
+		_, _ = io.Copy(stderr, r)
+	}()
+	var line string
+	select {
+	case line = <-first:
+	case <-time.After(20 * time.Second):
+		t.Fatal("dlock serve announced no address")
+	}
+	m := regexp.MustCompile(`(http://127\.0\.0\.1:\d+/) shows`).FindStringSubmatch(line)
+	if m == nil {
+		_ = cmd.Wait()
+		t.Fatalf("dlock serve: %q (exit %v)", line, cmd.ProcessState)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return m[1], stderr
+}
+
+// serveLocks is the JSON of GET /api/locks as the tests read it.
+type serveLocks struct {
+	Title       string `json:"title"`
+	AllowUnlock bool   `json:"allow_unlock"`
+	Held        int    `json:"held"`
+	Waiters     int    `json:"waiters"`
+	Locks       []struct {
+		Key         string `json:"key"`
+		Held        bool   `json:"held"`
+		Kind        string `json:"kind"`
+		Owner       string `json:"owner"`
+		Holder      string `json:"holder"`
+		Description string `json:"description"`
+		PID         int    `json:"pid"`
+		Waiters     int    `json:"waiters"`
+		Holders     int    `json:"holders"`
+		Limit       int    `json:"limit"`
+		TTLMS       int64  `json:"ttl_ms"`
+	} `json:"locks"`
+}
+
+func getServe(t *testing.T, url string) serveLocks {
+	t.Helper()
+	resp, err := http.Get(url + "api/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var j serveLocks
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET api/locks: %s %v", resp.Status, err)
+	}
+	return j
+}
+
+func postUnlock(t *testing.T, url, key, owner string) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"key": key, "owner": owner})
+	resp, err := http.Post(url+"api/unlock", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServe: dlock serve shows the locks other dlock processes hold (a mutex
+// with a hostile description, a fair lock with a waiter queued, a semaphore)
+// as JSON and in the page Chromium renders; it refuses to unlock without
+// --allow-unlock, and requests for another host name.
+func TestServe(t *testing.T) {
+	prefix := dlocktest.Key(t)
+	hostile := "deploy\x1b[2J\n</td></tr><tr data-key=\"forged\">\u202e"
+	holdWith(t, prefix+":report", "--description", "nightly report")
+	holdWith(t, prefix+":evil", "--description", hostile)
+	holdWith(t, prefix+":deploy", "--fair", "--description", "deploy v42")
+	holdWith(t, prefix+":pool", "-n", "3")
+	waiter := dlockCmd(t, "run", "--fair", "--wait", "60s", prefix+":deploy", "--", "true")
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	url, stderr := startServe(t, prefix+":*")
+	if !strings.Contains(stderr.String(), "read-only") {
+		t.Errorf("announce line: %q", stderr.String())
+	}
+	var j serveLocks
+	waitFor(t, "the waiter to show", func() bool { j = getServe(t, url); return j.Waiters == 1 })
+	if j.Held != 4 || len(j.Locks) != 4 || j.AllowUnlock || !strings.HasPrefix(j.Title, "Redis at 127.0.0.1:") {
+		t.Fatalf("reply %+v", j)
+	}
+	byKey := map[string]int{}
+	for i, l := range j.Locks {
+		byKey[strings.TrimPrefix(l.Key, prefix+":")] = i
+	}
+	if l := j.Locks[byKey["deploy"]]; l.Waiters != 1 || l.Description != "deploy v42" || l.PID == 0 || l.TTLMS <= 0 {
+		t.Errorf("deploy row %+v", l)
+	}
+	if l := j.Locks[byKey["pool"]]; l.Kind != "semaphore 3" || l.Holders != 1 || l.Limit != 3 {
+		t.Errorf("pool row %+v", l)
+	}
+	if l := j.Locks[byKey["evil"]]; l.Description != `deploy\x1b[2J\n</td></tr><tr data-key="forged">\u202e` {
+		t.Errorf("hostile description %q not escaped", l.Description)
+	}
+
+	report := j.Locks[byKey["report"]]
+	if code, body := postUnlock(t, url, report.Key, report.Owner); code != http.StatusForbidden {
+		t.Errorf("unlock without --allow-unlock: %d %s, want 403", code, body)
+	}
+	if r := dlockRun(t, "status", report.Key); r.code != 0 {
+		t.Errorf("the refused unlock removed the lock: %s", r.stdout)
+	}
+	req, _ := http.NewRequest(http.MethodGet, url+"api/locks", nil)
+	req.Host = "rebound.example:80"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("request for another host name: %v %v, want 421", resp.Status, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	headless.Chromium(t)
+	dom := headless.DumpDOM(t, url+"#plot="+prefix+":deploy", 3*time.Second)
+	var keys []string
+	for _, m := range regexp.MustCompile(`<tr data-key="([^"]*)"`).FindAllStringSubmatch(dom, -1) {
+		keys = append(keys, strings.TrimPrefix(m[1], prefix+":"))
+	}
+	if strings.Join(keys, " ") != "deploy evil pool report" {
+		t.Fatalf("page rows %q, want the four locks and nothing forged:\n%s", keys, dom)
+	}
+	if !strings.Contains(dom, `<td class="waiters num">1</td>`) || strings.Count(dom, `<svg class="plot"`) != 6 || strings.Contains(dom, "force-unlock</button>") {
+		t.Errorf("page: want a waiter, 6 plots and no unlock button:\n%s", dom)
+	}
+}
+
+// TestServeAllowUnlock: with --allow-unlock a confirmed unlock removes the lock,
+// the holder's dlock run learns it (exit 76), and stderr has the audit line.
+func TestServeAllowUnlock(t *testing.T) {
+	key := dlocktest.Key(t)
+	holder, _, _ := startHolder(t, []string{"--ttl", "2s", "--description", "stuck job"}, key, `echo ok > "$1"; exec sleep 30`)
+	url, stderr := startServe(t, "--allow-unlock", key)
+	j := getServe(t, url)
+	if len(j.Locks) != 1 || !j.AllowUnlock {
+		t.Fatalf("reply %+v", j)
+	}
+	l := j.Locks[0]
+	if code, body := postUnlock(t, url, key, "not-the-holder"); code != http.StatusConflict {
+		t.Errorf("unlock of another owner: %d %s, want 409", code, body)
+	}
+	if code, body := postUnlock(t, url, key, l.Owner); code != http.StatusOK || !strings.Contains(body, "stuck job") {
+		t.Fatalf("confirmed unlock: %d %s", code, body)
+	}
+	waitFor(t, "the audit line", func() bool {
+		return strings.Contains(stderr.String(), `force-unlocked "`+key+`" held by`) && strings.Contains(stderr.String(), `"stuck job" (owner `+l.Owner)
+	})
+	res := wait(t, holder, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
+	if res.code != exitLockLost {
+		t.Errorf("holder after the unlock: exit %d, want %d", res.code, exitLockLost)
+	}
+}
+
+// TestServeConsensus: the view of etcd and ZooKeeper locks.
+func TestServeConsensus(t *testing.T) {
+	etcd := testserver.StartEtcd(t)
+	zk := testserver.StartZooKeeper(t)
+	for _, b := range []struct{ name, flag, addr string }{
+		{"etcd", "--etcd", etcd.ClientURL},
+		{"zk", "--zk", zk.Addr},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			key := dlocktest.Key(t)
+			holdWith(t, key, b.flag, b.addr, "--description", "on "+b.name)
+			waiter := dlockCmd(t, "run", b.flag, b.addr, "--wait", "60s", key, "--", "true")
+			if err := waiter.Start(); err != nil {
+				t.Fatal(err)
+			}
+			url, _ := startServe(t, b.flag, b.addr, key)
+			var j serveLocks
+			waitFor(t, "the lock to show", func() bool { j = getServe(t, url); return len(j.Locks) == 1 })
+			if l := j.Locks[0]; !l.Held || l.Description != "on "+b.name || l.PID == 0 || l.Owner == "" {
+				t.Errorf("row %+v", l)
+			}
+			if !strings.Contains(j.Title, map[string]string{"etcd": "etcd at", "zk": "ZooKeeper at"}[b.name]) {
+				t.Errorf("title %q", j.Title)
+			}
+		})
+	}
+}
