@@ -5,6 +5,7 @@
 //	dlock status [flags] KEY
 //	dlock list [flags] [PATTERN]
 //	dlock unlock --force [flags] KEY
+//	dlock top [flags] [PATTERN]
 //	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
 //	dlock completion bash|zsh
@@ -65,6 +66,7 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
+		topCommand(),
 		serveCommand(),
 		demoCommand(),
 		completionCommand(),
