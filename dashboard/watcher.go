@@ -465,15 +465,14 @@ func (tr *track) row(key string, now time.Time) Row {
 	info := tr.info
 	r := Row{Key: Printable(key), Held: tr.held, Kind: kindOf(info), Waiters: info.Waiters,
 		Holders: info.Holders, Limit: info.Limit, Token: info.Token, LastToken: max(info.LastToken, tr.lastTok)}
-	if tr.held {
-		if len(tr.acqs) > 0 {
-			var n float64
-			for _, a := range tr.acqs {
-				n += a.n
-			}
-			r.Rate = n / RateWindow.Seconds()
+	var n float64
+	for _, a := range tr.acqs {
+		if now.Sub(a.t) <= RateWindow {
+			n += a.n
 		}
-	} else {
+	}
+	r.Rate = n / RateWindow.Seconds()
+	if !tr.held {
 		r.Waiters, r.Holders, r.Token = 0, 0, 0
 		r.Holder = "free"
 		return r

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,40 +232,70 @@ func (v *topView) draw(width, height int) {
 	_, _ = v.out.Write(b.Bytes())
 }
 
+// keys splits one read of the terminal into keys: escape sequences (arrows)
+// and single characters.
+func keys(b []byte) []string {
+	var out []string
+	s := string(b)
+	for s != "" {
+		n := 1
+		switch {
+		case len(s) >= 3 && (strings.HasPrefix(s, "\x1b[") || strings.HasPrefix(s, "\x1bO")):
+			n = 3
+			for n < len(s) && (s[n-1] < 0x40 || s[n-1] > 0x7e) { // up to the final byte
+				n++
+			}
+		default:
+			_, n = utf8.DecodeRuneInString(s)
+		}
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return out
+}
+
 // key handles one read of keys; false means quit.
 func (v *topView) key(ctx context.Context, b []byte) bool {
+	for _, k := range keys(b) {
+		if !v.key1(ctx, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// key1 handles one key; false means quit.
+func (v *topView) key1(ctx context.Context, k string) bool {
 	s := &v.state
 	switch {
 	case s.confirm != nil:
 		r := *s.confirm
 		s.confirm = nil
-		if len(b) == 1 && (b[0] == 'y' || b[0] == 'Y') {
+		if k == "y" || k == "Y" {
 			v.unlock(ctx, r)
 		} else {
 			s.message = "not removed: " + r.Key
 		}
 		return true
 	case s.editing:
-		for _, c := range string(b) {
-			switch {
-			case c == '\r' || c == '\n':
-				s.editing, s.filter = false, s.draft
-			case c == 0x1b:
-				s.editing, s.draft = false, s.filter
-				return true // the rest is an escape sequence
-			case c == 0x7f || c == 0x08:
-				if r := []rune(s.draft); len(r) > 0 {
-					s.draft = string(r[:len(r)-1])
-				}
-			case c == 0x03:
-				return false
-			case unicode.IsPrint(c):
-				s.draft += string(c)
+		c, _ := utf8.DecodeRuneInString(k)
+		switch {
+		case k == "\r" || k == "\n":
+			s.editing, s.filter = false, s.draft
+		case k == "\x1b":
+			s.editing, s.draft = false, s.filter
+		case k == "\x7f" || k == "\b":
+			if r := []rune(s.draft); len(r) > 0 {
+				s.draft = string(r[:len(r)-1])
 			}
+		case k == "\x03":
+			return false
+		case len(k) == utf8.RuneLen(c) && unicode.IsPrint(c):
+			s.draft += k
 		}
 		return true
 	}
-	switch k := string(b); k {
+	switch k {
 	case "q", "Q", "\x03", "\x04":
 		return false
 	case "s":
@@ -553,6 +584,9 @@ func cell(s string, w int, right bool) string {
 	return s + strings.Repeat(" ", w-n)
 }
 
+// ttlBar finds the filled part of a TTL bar, to color it.
+var ttlBar = regexp.MustCompile(`█+`)
+
 // ANSI attributes of the table.
 const (
 	sgrReset   = "\x1b[0m"
@@ -616,6 +650,11 @@ func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height
 			b.WriteString(cell(c.cell(r, c.width), c.width, c.right))
 		}
 		line := cell(b.String(), width, false)
+		color := "\x1b[32m"
+		if r.TTLLow {
+			color = "\x1b[33m"
+		}
+		line = ttlBar.ReplaceAllString(line, color+"$0\x1b[39m")
 		switch {
 		case hasSel && r.Key == sel.Key:
 			line = sgrReverse + line + sgrReset
