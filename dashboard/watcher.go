@@ -188,6 +188,8 @@ type track struct {
 	lastTok   uint64    // the newest token seen
 	acqs      []acq     // acquisitions seen within RateWindow
 	hist      history
+	metaRaw   string      // the metadata meta was parsed from
+	meta      *holderMeta // parsed once per holding
 }
 
 type acq struct {
@@ -343,24 +345,35 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 		heldFor := now.Sub(tr.since(now))
 		tr.hist.add(now, w.bucket, n, info.Waiters, heldFor.Seconds())
 	}
-	rows := make([]Row, 0, len(w.tracks))
+	keys := make([]string, 0, len(w.tracks))
 	for key, tr := range w.tracks {
 		if !seen[key] {
-			if tr.held {
-				tr.held = false
-			}
+			tr.held = false
 			if now.Sub(tr.lastSeen) > max(keepFree, w.opts.History) {
 				delete(w.tracks, key)
 				continue
 			}
 			tr.hist.add(now, w.bucket, 0, 0, 0)
 		}
-		if !tr.held && now.Sub(tr.lastSeen) > keepFree {
-			continue // kept for its history only
+		if tr.held || now.Sub(tr.lastSeen) <= keepFree { // else kept for its history only
+			keys = append(keys, key)
 		}
-		rows = append(rows, tr.row(key, now))
 	}
-	Sort(rows, SortKey)
+	slices.Sort(keys)
+	rows := make([]Row, len(keys))
+	for i, key := range keys {
+		rows[i] = w.tracks[key].row(key, now)
+	}
+	// Held before free, each by key.
+	slices.SortStableFunc(rows, func(a, b Row) int {
+		switch {
+		case a.Held == b.Held:
+			return 0
+		case a.Held:
+			return -1
+		}
+		return 1
+	})
 	w.totals.add(now, w.bucket, totAcq, totWait, float64(held))
 	w.snap.Rows, w.snap.Held, w.snap.Waiters = rows, held, totWait
 	w.snap.Totals = w.totals.points(now, w.bucket)
@@ -396,6 +409,9 @@ func (tr *track) observe(info dlock.LockInfo, now time.Time) float64 {
 	tr.ttlMax = max(tr.ttlMax, info.TTL)
 	tr.lastTTL = info.TTL
 	tr.info, tr.held, tr.lastSeen = info, true, now
+	if info.Metadata != tr.metaRaw {
+		tr.metaRaw, tr.meta = info.Metadata, parseHolder(info.Metadata)
+	}
 	if n > 0 {
 		tr.acqs = append(tr.acqs, acq{now, n})
 	}
@@ -420,7 +436,7 @@ func clockToken(tok uint64, now time.Time) bool {
 
 // since returns when the current holding began, as well as the track knows.
 func (tr *track) since(now time.Time) time.Time {
-	if m := parseHolder(tr.info.Metadata); m != nil && !m.Since.IsZero() && !m.Since.After(now) {
+	if m := tr.meta; m != nil && !m.Since.IsZero() && !m.Since.After(now) {
 		return acquiredAt(m.Since, tr.info.Token, now)
 	}
 	return tr.firstSeen
@@ -481,7 +497,7 @@ func (tr *track) row(key string, now time.Time) Row {
 	if id, _ := dlock.SplitOwner(info.Owner); id != info.Owner {
 		r.OwnerID = Printable(id)
 	}
-	if m := parseHolder(info.Metadata); m != nil {
+	if m := tr.meta; m != nil {
 		r.Host, r.PID, r.User, r.Description = Printable(m.Host), m.PID, Printable(m.User), Printable(m.Description)
 	} else {
 		r.Metadata = Printable(info.Metadata)
