@@ -19,6 +19,7 @@ type serveFlags struct {
 	addr        string
 	allowUnlock bool
 	interval    durationFlag
+	history     durationFlag
 }
 
 func (o *serveFlags) define() *flag.FlagSet {
@@ -28,6 +29,8 @@ func (o *serveFlags) define() *flag.FlagSet {
 	fs.BoolVar(&o.allowUnlock, "allow-unlock", false, "let the page force-unlock a lock, after a confirmation naming its holder")
 	o.interval = durationFlag{d: dashboard.DefaultInterval, min: dashboard.MinInterval, max: time.Hour, def: "1s"}
 	fs.Var(&o.interval, "interval", "`duration` between two reads of the locks")
+	o.history = durationFlag{d: dashboard.DefaultHistory, min: time.Second, max: 24 * time.Hour, def: "5m"}
+	fs.Var(&o.history, "history", "how far back the plots reach (a `duration`)")
 	return fs
 }
 
@@ -80,7 +83,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	}
 	defer st.close()
 	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{
-		Pattern: pattern, Interval: o.interval.d, Title: st.String(), AllowUnlock: o.allowUnlock,
+		Pattern: pattern, Interval: o.interval.d, History: o.history.d, Title: st.String(), AllowUnlock: o.allowUnlock,
 		Audit: func(r dashboard.Row, remote string) {
 			fmt.Fprintf(e.stderr, "dlock serve: %s force-unlocked %q held by %s (owner %s, token %d) at the request of %s\n",
 				time.Now().UTC().Format(time.RFC3339), r.Key, r.Holder, r.Owner, r.Token, remote)

@@ -222,7 +222,8 @@ func TestServeAllowUnlock(t *testing.T) {
 	}
 }
 
-// TestServeConsensus: the view of etcd and ZooKeeper locks.
+// TestServeConsensus: the views (serve, list --watch) of etcd and ZooKeeper
+// locks.
 func TestServeConsensus(t *testing.T) {
 	etcd := testserver.StartEtcd(t)
 	zk := testserver.StartZooKeeper(t)
@@ -236,6 +237,19 @@ func TestServeConsensus(t *testing.T) {
 			waiter := dlockCmd(t, "run", b.flag, b.addr, "--wait", "60s", key, "--", "true")
 			if err := waiter.Start(); err != nil {
 				t.Fatal(err)
+			}
+			cmd := dlockCmd(t, "list", "--watch", "--interval", "200ms", b.flag, b.addr, key)
+			out := new(syncBuffer)
+			cmd.Stdout = out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "list --watch to show the lock", func() bool {
+				return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` +\S+ +\S+@\S+ pid \d+ "on ` + b.name + `"`).MatchString(out.String())
+			})
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			if r := wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer)); r.code != 0 {
+				t.Errorf("list --watch: exit %d", r.code)
 			}
 			url, _ := startServe(t, b.flag, b.addr, key)
 			var j serveLocks
