@@ -110,6 +110,12 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "dlock serve: WARNING: %s is not a loopback address and the page has no authentication: anyone who reaches it sees every lock%s\n",
 			o.addr, map[bool]string{true: " and can remove it", false: ""}[o.allowUnlock])
 	}
+	// Read every interval whether a page is open or not, so that the plots
+	// cover the minutes before it was opened.
+	rctx, stopReading := context.WithCancel(ctx)
+	reading := make(chan struct{})
+	go func() { defer close(reading); _ = w.Run(rctx, nil) }()
+	defer func() { stopReading(); <-reading }()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

@@ -387,37 +387,55 @@ func paneHTML(pane string) string {
 	var b strings.Builder
 	b.WriteString(`<!doctype html><meta charset="utf-8"><body style="margin:0;background:#1e1e1e"><pre style="margin:0;padding:10px;font:14px/1.25 'DejaVu Sans Mono',monospace;color:#d4d4d4">`)
 	sgr := regexp.MustCompile(`\x1b\[([0-9;]*)m`)
+	// tmux writes an attribute where it changes, also across line ends.
+	style := map[string]string{}
+	span := func() {
+		var css []string
+		for _, k := range []string{"weight", "opacity", "reverse", "color"} {
+			if v := style[k]; v != "" {
+				css = append(css, v)
+			}
+		}
+		if len(css) > 0 {
+			b.WriteString(`<span style="` + strings.Join(css, ";") + `">`)
+		}
+	}
 	for _, line := range strings.Split(strings.TrimRight(pane, "\n"), "\n") {
-		open := 0
+		span()
 		last := 0
 		for _, m := range sgr.FindAllStringSubmatchIndex(line, -1) {
 			b.WriteString(html.EscapeString(line[last:m[0]]))
 			last = m[1]
-			for ; open > 0; open-- {
+			if len(style) > 0 {
 				b.WriteString("</span>")
 			}
-			var style []string
 			for _, code := range strings.Split(line[m[2]:m[3]], ";") {
 				switch code {
+				case "", "0":
+					clear(style)
 				case "1":
-					style = append(style, "font-weight:bold")
+					style["weight"] = "font-weight:bold"
 				case "2":
-					style = append(style, "opacity:.6")
+					style["opacity"] = "opacity:.6"
 				case "7":
-					style = append(style, "background:#d4d4d4;color:#1e1e1e")
+					style["reverse"] = "background:#d4d4d4;color:#1e1e1e"
 				case "32":
-					style = append(style, "color:#98c379")
+					style["color"] = "color:#98c379"
 				case "33":
-					style = append(style, "color:#e5c07b")
+					style["color"] = "color:#e5c07b"
+				case "39":
+					delete(style, "color")
+				case "22":
+					delete(style, "weight")
+					delete(style, "opacity")
+				case "27":
+					delete(style, "reverse")
 				}
 			}
-			if len(style) > 0 {
-				b.WriteString(`<span style="` + strings.Join(style, ";") + `">`)
-				open++
-			}
+			span()
 		}
 		b.WriteString(html.EscapeString(line[last:]))
-		for ; open > 0; open-- {
+		if len(style) > 0 {
 			b.WriteString("</span>")
 		}
 		b.WriteString("\n")
