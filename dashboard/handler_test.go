@@ -25,18 +25,10 @@ type locksJSON struct {
 	Waiters     int    `json:"waiters"`
 	Error       string `json:"error"`
 	Locks       []struct {
-		Key      string  `json:"key"`
-		Held     bool    `json:"held"`
-		Kind     string  `json:"kind"`
-		Owner    string  `json:"owner"`
-		Holder   string  `json:"holder"`
-		Host     string  `json:"host"`
-		PID      int     `json:"pid"`
-		TTLMS    int64   `json:"ttl_ms"`
-		TTLMaxMS int64   `json:"ttl_max_ms"`
-		HeldMS   int64   `json:"held_ms"`
-		Waiters  int     `json:"waiters"`
-		Rate     float64 `json:"acq_per_s"`
+		dashboard.Row
+		TTLMS    int64 `json:"ttl_ms"`
+		TTLMaxMS int64 `json:"ttl_max_ms"`
+		HeldMS   int64 `json:"held_ms"`
 	} `json:"locks"`
 	Totals []dashboard.Point            `json:"totals"`
 	Plots  map[string][]dashboard.Point `json:"plots"`

@@ -190,6 +190,8 @@ type track struct {
 	hist      history
 	metaRaw   string      // the metadata meta was parsed from
 	meta      *holderMeta // parsed once per holding
+	who       *Row        // the holder's fields of the row, escaped once per holding
+	whoOwner  string      // the owner who describes
 }
 
 type acq struct {
@@ -411,6 +413,10 @@ func (tr *track) observe(info dlock.LockInfo, now time.Time) float64 {
 	tr.info, tr.held, tr.lastSeen = info, true, now
 	if info.Metadata != tr.metaRaw {
 		tr.metaRaw, tr.meta = info.Metadata, parseHolder(info.Metadata)
+		tr.who = nil
+	}
+	if info.Owner != tr.whoOwner {
+		tr.who, tr.whoOwner = nil, info.Owner
 	}
 	if n > 0 {
 		tr.acqs = append(tr.acqs, acq{now, n})
@@ -493,16 +499,21 @@ func (tr *track) row(key string, now time.Time) Row {
 		r.Holder = "free"
 		return r
 	}
-	r.Owner = Printable(info.Owner)
-	if id, _ := dlock.SplitOwner(info.Owner); id != info.Owner {
-		r.OwnerID = Printable(id)
+	if tr.who == nil {
+		who := Row{Owner: Printable(info.Owner)}
+		if id, _ := dlock.SplitOwner(info.Owner); id != info.Owner {
+			who.OwnerID = Printable(id)
+		}
+		if m := tr.meta; m != nil {
+			who.Host, who.PID, who.User, who.Description = Printable(m.Host), m.PID, Printable(m.User), Printable(m.Description)
+		} else {
+			who.Metadata = Printable(info.Metadata)
+		}
+		who.Holder = holderLine(who)
+		tr.who = &who
 	}
-	if m := tr.meta; m != nil {
-		r.Host, r.PID, r.User, r.Description = Printable(m.Host), m.PID, Printable(m.User), Printable(m.Description)
-	} else {
-		r.Metadata = Printable(info.Metadata)
-	}
-	r.Holder = holderLine(r)
+	r.Owner, r.OwnerID, r.Host, r.PID, r.User, r.Description, r.Metadata, r.Holder =
+		tr.who.Owner, tr.who.OwnerID, tr.who.Host, tr.who.PID, tr.who.User, tr.who.Description, tr.who.Metadata, tr.who.Holder
 	r.Since = tr.since(now)
 	r.SinceSeen = r.Since.Equal(tr.firstSeen)
 	r.HeldFor = max(now.Sub(r.Since), 0)

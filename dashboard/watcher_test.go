@@ -168,20 +168,27 @@ func TestWatcherRateAndFree(t *testing.T) {
 	}
 }
 
-func TestWatcherVanishedHolder(t *testing.T) {
-	ctx := context.Background()
+// holdAndWatch takes key with opts in a memlock Store, and returns a Watcher
+// of the store reading as often as allowed.
+func holdAndWatch(t *testing.T, key string, opts ...dlock.Option) *dashboard.Watcher {
+	t.Helper()
 	st := memlock.NewStore()
-	c := newClient(t, st)
-	// A holder that never renews (a fixed TTL, as a process gone would leave it).
-	l, err := c.TryLock(ctx, "stuck", dlock.WithTTL(1500*time.Millisecond))
+	l, err := newClient(t, st).TryLock(context.Background(), key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Unlock(ctx)
+	t.Cleanup(func() { l.Unlock(context.Background()) })
 	w, err := dashboard.NewWatcher(st, dashboard.Options{Interval: dashboard.MinInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+func TestWatcherVanishedHolder(t *testing.T) {
+	ctx := context.Background()
+	// A holder that never renews (a fixed TTL, as a process gone would leave it).
+	w := holdAndWatch(t, "stuck", dlock.WithTTL(1500*time.Millisecond))
 	s, _ := w.Refresh(ctx)
 	if r := rowOf(t, s, "stuck"); r.Vanished || r.TTLLow {
 		t.Fatalf("fresh holding marked: %+v", r)
@@ -203,17 +210,7 @@ func TestWatcherVanishedHolder(t *testing.T) {
 // A renewing holder is never marked vanished.
 func TestWatcherRenewingHolder(t *testing.T) {
 	ctx := context.Background()
-	st := memlock.NewStore()
-	c := newClient(t, st)
-	l, err := c.TryLock(ctx, "alive", dlock.WithTTL(900*time.Millisecond), dlock.WithAutoRenew(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Unlock(ctx)
-	w, err := dashboard.NewWatcher(st, dashboard.Options{Interval: dashboard.MinInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := holdAndWatch(t, "alive", dlock.WithTTL(900*time.Millisecond), dlock.WithAutoRenew(true))
 	end := time.Now().Add(2 * time.Second)
 	for time.Now().Before(end) {
 		s, _ := w.Refresh(ctx)

@@ -64,14 +64,9 @@ examples:
 func runServe(ctx context.Context, e *env, args []string) int {
 	c := serveCommand()
 	o := new(serveFlags)
-	fs := o.define()
-	a, code, ok := parseFlags(e, c, fs, args)
+	pattern, code, ok := parsePattern(e, c, o.define(), args)
 	if !ok {
 		return code
-	}
-	pattern, err := patternArg(append(a.before, a.after...))
-	if err != nil {
-		return fail(e, c.name, err)
 	}
 	host, _, err := net.SplitHostPort(o.addr)
 	if err != nil {
@@ -133,15 +128,22 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// patternArg is the optional PATTERN argument of top, serve and list --watch.
-func patternArg(rest []string) (string, error) {
-	switch len(rest) {
-	case 0:
-		return "*", nil
-	case 1:
-		return rest[0], nil
+// parsePattern parses the flags of top or serve into fs and returns the
+// optional PATTERN argument ("*" when none). ok is false, with the exit code,
+// when the command should stop (see parseFlags).
+func parsePattern(e *env, c command, fs *flag.FlagSet, args []string) (pattern string, code int, ok bool) {
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
+		return "", code, false
 	}
-	return "", usageErrorf("one PATTERN expected, got %d arguments: %s", len(rest), strings.Join(rest, " "))
+	switch rest := append(a.before, a.after...); len(rest) {
+	case 0:
+		return "*", 0, true
+	case 1:
+		return rest[0], 0, true
+	default:
+		return "", fail(e, c.name, usageErrorf("one PATTERN expected, got %d arguments: %s", len(rest), strings.Join(rest, " "))), false
+	}
 }
 
 // isLoopback reports whether host (of a listen address) is a loopback name or

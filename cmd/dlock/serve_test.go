@@ -1,85 +1,61 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/headless"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// syncBuffer is a bytes.Buffer written by one goroutine and read by another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startServe starts "dlock serve --http 127.0.0.1:0 ARGS" and returns the URL
-// it announces and its stderr (the audit lines).
-func startServe(t *testing.T, args ...string) (string, *syncBuffer) {
+// it announces and the file that receives its stderr (the audit lines).
+func startServe(t *testing.T, args ...string) (url, stderrFile string) {
 	t.Helper()
 	cmd := dlockCmd(t, append([]string{"serve", "--http", "127.0.0.1:0", "--interval", "200ms"}, args...)...)
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd.Stderr = outFile(t, &stderrFile)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan string, 1)
-	stderr := new(syncBuffer)
-	go func() {
-		r := bufio.NewReader(pipe)
-		line, _ := r.ReadString('\n')
-		stderr.Write([]byte(line))
-		first <- line
-		_, _ = io.Copy(stderr, r)
-	}()
-	var line string
-	select {
-	case line = <-first:
-	case <-time.After(20 * time.Second):
-		t.Fatal("dlock serve announced no address")
-	}
-	m := regexp.MustCompile(`(http://127\.0\.0\.1:\d+/) shows`).FindStringSubmatch(line)
-	if m == nil {
-		_ = cmd.Wait()
-		t.Fatalf("dlock serve: %q (exit %v)", line, cmd.ProcessState)
-	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
 	})
-	return m[1], stderr
+	announced := regexp.MustCompile(`(http://127\.0\.0\.1:\d+/) shows`)
+	waitFor(t, "dlock serve to announce its address", func() bool {
+		b, _ := os.ReadFile(stderrFile)
+		return announced.Match(b)
+	})
+	b, _ := os.ReadFile(stderrFile)
+	return string(announced.FindSubmatch(b)[1]), stderrFile
+}
+
+// outFile creates a file for a process's output in the test's directory, and
+// sets *path to its name.
+func outFile(t *testing.T, path *string) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	*path = f.Name()
+	return f
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
 
 // serveLocks is the JSON of GET /api/locks as the tests read it.
@@ -89,17 +65,8 @@ type serveLocks struct {
 	Held        int    `json:"held"`
 	Waiters     int    `json:"waiters"`
 	Locks       []struct {
-		Key         string `json:"key"`
-		Held        bool   `json:"held"`
-		Kind        string `json:"kind"`
-		Owner       string `json:"owner"`
-		Holder      string `json:"holder"`
-		Description string `json:"description"`
-		PID         int    `json:"pid"`
-		Waiters     int    `json:"waiters"`
-		Holders     int    `json:"holders"`
-		Limit       int    `json:"limit"`
-		TTLMS       int64  `json:"ttl_ms"`
+		dashboard.Row
+		TTLMS int64 `json:"ttl_ms"`
 	} `json:"locks"`
 }
 
@@ -145,8 +112,8 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, stderr := startServe(t, prefix+":*")
-	if !strings.Contains(stderr.String(), "read-only") {
-		t.Errorf("announce line: %q", stderr.String())
+	if !strings.Contains(readFile(stderr), "read-only") {
+		t.Errorf("announce line: %q", readFile(stderr))
 	}
 	var j serveLocks
 	waitFor(t, "the waiter to show", func() bool { j = getServe(t, url); return j.Waiters == 1 })
@@ -214,7 +181,7 @@ func TestServeAllowUnlock(t *testing.T) {
 		t.Fatalf("confirmed unlock: %d %s", code, body)
 	}
 	waitFor(t, "the audit line", func() bool {
-		return strings.Contains(stderr.String(), `force-unlocked "`+key+`" held by`) && strings.Contains(stderr.String(), `"stuck job" (owner `+l.Owner)
+		return strings.Contains(readFile(stderr), `force-unlocked "`+key+`" held by`) && strings.Contains(readFile(stderr), `"stuck job" (owner `+l.Owner)
 	})
 	res := wait(t, holder, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
 	if res.code != exitLockLost {
@@ -239,13 +206,13 @@ func TestServeConsensus(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := dlockCmd(t, "list", "--watch", "--interval", "200ms", b.flag, b.addr, key)
-			out := new(syncBuffer)
-			cmd.Stdout = out
+			var out string
+			cmd.Stdout = outFile(t, &out)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "list --watch to show the lock", func() bool {
-				return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` +\S+ +\S+@\S+ pid \d+ "on ` + b.name + `"`).MatchString(out.String())
+				return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` +\S+ +\S+@\S+ pid \d+ "on ` + b.name + `"`).MatchString(readFile(out))
 			})
 			_ = cmd.Process.Signal(syscall.SIGINT)
 			if r := wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer)); r.code != 0 {

@@ -67,14 +67,9 @@ examples:
 func runTop(ctx context.Context, e *env, args []string) int {
 	c := topCommand()
 	o := new(topFlags)
-	fs := o.define()
-	a, code, ok := parseFlags(e, c, fs, args)
+	pattern, code, ok := parsePattern(e, c, o.define(), args)
 	if !ok {
 		return code
-	}
-	pattern, err := patternArg(append(a.before, a.after...))
-	if err != nil {
-		return fail(e, c.name, err)
 	}
 	by, err := dashboard.ParseSortBy(o.sort)
 	if err != nil {

@@ -342,19 +342,19 @@ func TestListWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := dlockCmd(t, "list", "--watch", "--interval", "200ms", p+":*")
-	out := new(syncBuffer)
-	cmd.Stdout = out
+	var out string
+	cmd.Stdout = outFile(t, &out)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "three blocks with the waiter", func() bool { return strings.Count(out.String(), "1 held, 1 waiting") >= 3 })
+	waitFor(t, "three blocks with the waiter", func() bool { return strings.Count(readFile(out), "1 held, 1 waiting") >= 3 })
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	res := wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
 	if res.code != 0 {
 		t.Errorf("list --watch after SIGINT: exit %d", res.code)
 	}
 	var block string
-	for _, b := range strings.Split(out.String(), "\n\n") {
+	for _, b := range strings.Split(readFile(out), "\n\n") {
 		if strings.Contains(b, "1 held, 1 waiting") {
 			block = b
 			break
