@@ -2,13 +2,16 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/internal/headless"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -164,4 +168,60 @@ func artifacts(t *testing.T) string {
 		return d
 	}
 	return t.TempDir()
+}
+
+// TestPageUnlockConfirmation clicks force-unlock in the page Chromium shows: the
+// confirmation names the lock, its holder and owner; dismissed, nothing is
+// removed; accepted, the lock is removed and the page says so.
+func TestPageUnlockConfirmation(t *testing.T) {
+	headless.Chromium(t)
+	ctx := context.Background()
+	st := memlock.NewStore()
+	l, err := newClient(t, st).TryLock(ctx, "stuck", dlock.WithMetadata(runMeta(t, "web-1", 4242, "nightly report")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	h := dashboard.Handler(st, dashboard.Options{AllowUnlock: true, Interval: 200 * time.Millisecond})
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	b := headless.Start(t)
+	b.Navigate(srv.URL + "/")
+	button := `document.querySelector('tr[data-key="stuck"] button.unlock')`
+	b.WaitEval("the unlock button", button+` !== null`)
+	click := func() string {
+		// Clicked from a timer: confirm() blocks the page until answered.
+		b.Eval(`setTimeout(() => ` + button + `.click(), 0), true`)
+		var dlg struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(b.WaitEvent("Page.javascriptDialogOpening"), &dlg); err != nil || dlg.Type != "confirm" {
+			t.Fatalf("dialog %+v %v", dlg, err)
+		}
+		return dlg.Message
+	}
+	msg := click()
+	for _, want := range []string{`Force-unlock "stuck"?`, `Held by: ops@web-1 pid 4242 "nightly report"`, "Owner: " + l.Owner()} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("confirmation %q lacks %q", msg, want)
+		}
+	}
+	b.Call("Page.handleJavaScriptDialog", map[string]any{"accept": false})
+	click()
+	b.Call("Page.handleJavaScriptDialog", map[string]any{"accept": true})
+	b.WaitEval("the page to report the removal", `document.getElementById("notice").textContent.startsWith("removed stuck held by ops@web-1")`)
+	if info, _ := st.Inspect(ctx, "stuck"); info.Held {
+		t.Fatalf("an accepted confirmation left the lock: %+v", info)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("%d unlock requests, want 1: the dismissed confirmation sent one", n)
+	}
 }
