@@ -13,6 +13,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v tmux >/dev/null 2>&1 || need+=(tmux) # dlock top's tests
+command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core) # the web view's tests
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"

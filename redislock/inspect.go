@@ -128,6 +128,17 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 
 // list lists the held locks of kind k whose names match pattern.
 func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, error) {
+	names, err := c.names(ctx, pattern)
+	if err != nil {
+		return nil, err
+	}
+	infos, _, err := c.read(ctx, names, k)
+	return infos, err
+}
+
+// names returns the names of the locks whose names match pattern, of every
+// kind, held or not, sorted.
+func (c *conn) names(ctx context.Context, pattern string) ([]string, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
@@ -171,8 +182,14 @@ func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, er
 		return nil, mapErr(err)
 	}
 	sort.Strings(names)
-	names = slices.Compact(names) // a key can be seen twice while a cluster moves slots
-	infos := make([]LockInfo, 0, len(names))
+	return slices.Compact(names), nil // a key can be seen twice while a cluster moves slots
+}
+
+// read reads the locks named names as locks of kind k, in pipelined batches,
+// and returns the held ones, and the names whose keys hold something else (a
+// lock of another kind, or foreign data).
+func (c *conn) read(ctx context.Context, names []string, k kind) (infos []LockInfo, other []string, err error) {
+	infos = make([]LockInfo, 0, len(names))
 	for len(names) > 0 {
 		batch := names[:min(len(names), listBatch)]
 		names = names[len(batch):]
@@ -188,15 +205,15 @@ func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, er
 			info, err := k.reply(batch[i], res, err)
 			switch {
 			case errors.Is(err, dlock.ErrConflict):
-				continue
+				other = append(other, batch[i])
 			case err != nil:
-				return nil, err
+				return nil, nil, err
 			case info.Held:
 				infos = append(infos, info)
 			}
 		}
 	}
-	return infos, nil
+	return infos, other, nil
 }
 
 // listBatch is how many locks List reads in one pipelined round trip.
@@ -312,18 +329,27 @@ func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, err
 }
 
 // List returns the held locks of every kind whose names match pattern, sorted
-// by name, as Client.List does.
+// by name, as Client.List does. The keys are scanned once, and each lock is
+// read as the first kind it is.
 func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if _, err := in.each(func(*Client) (LockInfo, error) { return LockInfo{}, nil }); err != nil {
 		return nil, err
 	}
+	names, err := in.kinds[0].c.names(ctx, pattern)
+	if err != nil {
+		return nil, err
+	}
 	var all []LockInfo
 	for _, c := range in.kinds {
-		infos, err := c.List(ctx, pattern)
+		if len(names) == 0 {
+			break
+		}
+		infos, other, err := c.c.read(ctx, names, c.kind)
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, infos...)
+		names = other
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
 	return all, nil

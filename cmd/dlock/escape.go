@@ -3,39 +3,17 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"strconv"
-	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/dashboard"
 )
 
-// printable returns s with every character a terminal could act on written as
-// a Go escape: control characters (\x1b, \n, \t, \u009b), format characters
-// such as the bidirectional overrides (\u202e), and bytes that are not UTF-8
-// (\xff). Holder-supplied text (descriptions, metadata, host and user names)
-// goes through it before it reaches a terminal, so that it can neither send
-// escape sequences nor forge rows and columns.
-func printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return !isPrintable(r) }) < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case isPrintable(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r) // '\n', '\x1b', '\u202e'
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += size
-	}
-	return b.String()
-}
+// printable returns s with every character a terminal could act on escaped,
+// so that holder-supplied text can neither send escape sequences nor forge rows
+// and columns (see dashboard.Printable).
+func printable(s string) string { return dashboard.Printable(s) }
 
 func isPrintable(r rune) bool { return r != utf8.RuneError && unicode.IsPrint(r) }
 

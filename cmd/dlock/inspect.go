@@ -119,6 +119,7 @@ type inspectFlags struct {
 	json    bool
 	names   bool
 	force   bool
+	watch   watchFlags
 }
 
 func (o *inspectFlags) define(name string) *flag.FlagSet {
@@ -127,6 +128,7 @@ func (o *inspectFlags) define(name string) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", false, "print JSON for scripts")
 	if name == "list" {
 		fs.BoolVar(&o.names, "names", false, "print only the names of the held locks, one a line")
+		o.watch.define(fs)
 	}
 	if name == "unlock" {
 		fs.BoolVar(&o.force, "force", false, "really remove a lock another process holds")
@@ -288,6 +290,9 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 func runList(ctx context.Context, e *env, args []string) int {
 	c := listCommand()
 	return withStore(ctx, e, c, args, "*", func(o *inspectFlags, pattern string, st store) int {
+		if o.watch.on {
+			return runWatch(ctx, e, st, pattern, o.watch.interval.d)
+		}
 		infos, err := listLocks(ctx, st, pattern)
 		switch {
 		case err != nil:

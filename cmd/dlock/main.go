@@ -5,6 +5,8 @@
 //	dlock status [flags] KEY
 //	dlock list [flags] [PATTERN]
 //	dlock unlock --force [flags] KEY
+//	dlock top [flags] [PATTERN]
+//	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
 //	dlock completion bash|zsh
 //	dlock version
@@ -65,6 +67,8 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
+		topCommand(),
+		serveCommand(),
 		demoCommand(),
 		completionCommand(),
 		versionCommand(),

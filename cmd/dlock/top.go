@@ -1,0 +1,678 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/dashboard"
+	"golang.org/x/term"
+)
+
+// topFlags are the flags of dlock top.
+type topFlags struct {
+	servers  servers
+	interval durationFlag
+	sort     string
+}
+
+func (o *topFlags) define() *flag.FlagSet {
+	fs := newFlagSet("top")
+	o.servers.define(fs)
+	o.interval = durationFlag{d: dashboard.DefaultInterval, min: dashboard.MinInterval, max: time.Hour, def: "1s"}
+	fs.Var(&o.interval, "interval", "`duration` between two reads of the locks")
+	fs.StringVar(&o.sort, "sort", "waiters", "order of the rows: `waiters`, age, churn or key")
+	return fs
+}
+
+func topCommand() command {
+	return command{
+		name: "top", summary: "a live full-screen view of the held locks",
+		synopsis: "dlock top [flags] [PATTERN]",
+		help: `Shows the locks whose names match PATTERN (default *) on the whole terminal,
+read again every --interval: key, kind, holder (host, pid, description), time
+held, TTL left as a bar, waiters queued, holders (of a semaphore or readers),
+acquisitions per second. Marks: ! the TTL is under a quarter of its length,
+? the holder has not renewed for over half of it (probably gone). Holder text
+is escaped. On narrow terminals the less needed columns go first.
+
+keys:
+  up/down, j/k   select a lock
+  s              sort by waiters, age, churn, key in turn
+  /              filter by a text in the key or holder (Enter applies, Esc clears)
+  u              force-unlock the selected lock, after a confirmation naming
+                 its holder (y); an audit line goes to stderr
+  q, Ctrl-C      quit
+
+It needs a terminal; in a pipe, use "dlock list --watch".
+
+examples:
+  dlock top
+  dlock top --sort churn 'deploy:*'
+  dlock top --etcd http://127.0.0.1:2379 2>>unlock-audit.log`,
+		flags: func() *flag.FlagSet { return new(topFlags).define() },
+		run:   runTop,
+	}
+}
+
+func runTop(ctx context.Context, e *env, args []string) int {
+	c := topCommand()
+	o := new(topFlags)
+	pattern, code, ok := parsePattern(e, c, o.define(), args)
+	if !ok {
+		return code
+	}
+	by, err := dashboard.ParseSortBy(o.sort)
+	if err != nil {
+		return fail(e, c.name, usageErrorf("--sort %q: waiters, age, churn or key", o.sort))
+	}
+	in, iok := e.stdin.(*os.File)
+	out, ook := e.stdout.(*os.File)
+	if !iok || !ook || !term.IsTerminal(int(in.Fd())) || !term.IsTerminal(int(out.Fd())) {
+		return fail(e, c.name, usageErrorf("needs a terminal on stdin and stdout; in a pipe use: dlock list --watch"))
+	}
+	st, err := o.servers.open(ctx, e)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	defer st.close()
+	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, Interval: o.interval.d})
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	v := &topView{e: e, w: w, in: in, out: out, where: st.String(), state: topState{sort: by}}
+	if err := v.run(ctx); err != nil {
+		return fail(e, c.name, err)
+	}
+	return exitOK
+}
+
+// topState is what the operator chose and sees besides the locks.
+type topState struct {
+	sort     dashboard.SortBy
+	filter   string
+	editing  bool   // typing a filter
+	draft    string // the filter being typed
+	selected string // the key of the selected row
+	confirm  *dashboard.Row
+	message  string
+}
+
+// topView is a running dlock top.
+type topView struct {
+	e       *env
+	w       *dashboard.Watcher
+	in, out *os.File
+	where   string
+	state   topState
+	snap    dashboard.Snapshot
+	audit   []string // audit lines held back while the screen is ours
+}
+
+const (
+	enterScreen = "\x1b[?1049h\x1b[?25l" // the alternate screen, no cursor
+	leaveScreen = "\x1b[?25h\x1b[?1049l"
+)
+
+func (v *topView) run(ctx context.Context) error {
+	old, err := term.MakeRaw(int(v.in.Fd()))
+	if err != nil {
+		return fmt.Errorf("cannot put the terminal in raw mode: %w", err)
+	}
+	fmt.Fprint(v.out, enterScreen)
+	defer func() {
+		fmt.Fprint(v.out, leaveScreen)
+		_ = term.Restore(int(v.in.Fd()), old)
+		for _, l := range v.audit {
+			fmt.Fprintln(v.e.stderr, l)
+		}
+	}()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		latest *dashboard.Snapshot
+		fresh  = make(chan struct{}, 1)
+		wg     sync.WaitGroup
+	)
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = v.w.Run(ctx, func(s dashboard.Snapshot) {
+			mu.Lock()
+			latest = &s
+			mu.Unlock()
+			select {
+			case fresh <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	// The reader of keys is left blocked in its Read when top ends; the
+	// process ends right after.
+	keys := make(chan []byte)
+	go func() {
+		buf := make([]byte, 256)
+		for {
+			n, err := v.in.Read(buf)
+			if err != nil {
+				close(keys)
+				return
+			}
+			select {
+			case keys <- append([]byte(nil), buf[:n]...):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	resize := time.NewTicker(250 * time.Millisecond)
+	defer resize.Stop()
+	width, height := v.size()
+	v.draw(width, height)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-fresh:
+			mu.Lock()
+			v.snap = *latest
+			mu.Unlock()
+		case b, ok := <-keys:
+			if !ok || !v.key(ctx, b) {
+				return nil
+			}
+		case <-resize.C:
+			if w, h := v.size(); w == width && h == height {
+				continue
+			}
+		}
+		width, height = v.size()
+		v.draw(width, height)
+	}
+}
+
+func (v *topView) size() (int, int) {
+	w, h, err := term.GetSize(int(v.out.Fd()))
+	if err != nil || w <= 0 || h <= 0 {
+		return 80, 24
+	}
+	return w, h
+}
+
+func (v *topView) draw(width, height int) {
+	lines := renderTop(v.where, v.snap, &v.state, width, height, time.Now())
+	var b bytes.Buffer
+	b.WriteString("\x1b[H")
+	for i, l := range lines {
+		b.WriteString(l)
+		b.WriteString("\x1b[K")
+		if i < len(lines)-1 {
+			b.WriteString("\r\n")
+		}
+	}
+	b.WriteString("\x1b[J")
+	_, _ = v.out.Write(b.Bytes())
+}
+
+// keys splits one read of the terminal into keys: escape sequences (arrows)
+// and single characters.
+func keys(b []byte) []string {
+	var out []string
+	s := string(b)
+	for s != "" {
+		n := 1
+		switch {
+		case len(s) >= 3 && (strings.HasPrefix(s, "\x1b[") || strings.HasPrefix(s, "\x1bO")):
+			n = 3
+			for n < len(s) && (s[n-1] < 0x40 || s[n-1] > 0x7e) { // up to the final byte
+				n++
+			}
+		default:
+			_, n = utf8.DecodeRuneInString(s)
+		}
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return out
+}
+
+// key handles one read of keys; false means quit.
+func (v *topView) key(ctx context.Context, b []byte) bool {
+	for _, k := range keys(b) {
+		if !v.key1(ctx, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// key1 handles one key; false means quit.
+func (v *topView) key1(ctx context.Context, k string) bool {
+	s := &v.state
+	switch {
+	case s.confirm != nil:
+		r := *s.confirm
+		s.confirm = nil
+		if k == "y" || k == "Y" {
+			v.unlock(ctx, r)
+		} else {
+			s.message = "not removed: " + r.Key
+		}
+		return true
+	case s.editing:
+		c, _ := utf8.DecodeRuneInString(k)
+		switch {
+		case k == "\r" || k == "\n":
+			s.editing, s.filter = false, s.draft
+		case k == "\x1b":
+			s.editing, s.draft = false, s.filter
+		case k == "\x7f" || k == "\b":
+			if r := []rune(s.draft); len(r) > 0 {
+				s.draft = string(r[:len(r)-1])
+			}
+		case k == "\x03":
+			return false
+		case len(k) == utf8.RuneLen(c) && unicode.IsPrint(c):
+			s.draft += k
+		}
+		return true
+	}
+	switch k {
+	case "q", "Q", "\x03", "\x04":
+		return false
+	case "s":
+		order := []dashboard.SortBy{dashboard.SortWaiters, dashboard.SortAge, dashboard.SortChurn, dashboard.SortKey}
+		for i, o := range order {
+			if o == s.sort {
+				s.sort = order[(i+1)%len(order)]
+				break
+			}
+		}
+		s.message = "sorted by " + string(s.sort)
+	case "/":
+		s.editing, s.draft = true, s.filter
+	case "\x1b":
+		s.filter, s.message = "", ""
+	case "j", "\x1b[B", "\x1bOB":
+		v.move(1)
+	case "k", "\x1b[A", "\x1bOA":
+		v.move(-1)
+	case "u":
+		rows := visibleRows(v.snap, s)
+		if r, ok := selectedRow(rows, s); ok && r.Held {
+			s.confirm = &r
+		} else {
+			s.message = "no held lock selected"
+		}
+	}
+	return true
+}
+
+func (v *topView) move(d int) {
+	rows := visibleRows(v.snap, &v.state)
+	if len(rows) == 0 {
+		return
+	}
+	i := 0
+	for j, r := range rows {
+		if r.Key == v.state.selected {
+			i = j + d
+		}
+	}
+	v.state.selected = rows[min(max(i, 0), len(rows)-1)].Key
+}
+
+// unlock force-unlocks r if its holder, confirmed by the operator, still
+// holds it, and writes the audit line.
+func (v *topView) unlock(ctx context.Context, r dashboard.Row) {
+	removed, err := v.w.ForceUnlock(ctx, r.Key, r.Owner)
+	if err != nil {
+		v.state.message = "not removed: " + oneLine(err)
+		return
+	}
+	line := fmt.Sprintf("dlock top: %s force-unlocked %q held by %s (owner %s, token %d)",
+		time.Now().UTC().Format(time.RFC3339), removed.Key, removed.Holder, removed.Owner, removed.Token)
+	if v.e.stderrTTY {
+		v.audit = append(v.audit, line) // printed when the screen is given back
+	} else {
+		fmt.Fprintln(v.e.stderr, line)
+	}
+	v.state.message = "removed " + strconv.Quote(removed.Key) + " held by " + removed.Holder
+}
+
+// visibleRows are the rows of s that pass the filter, in the chosen order.
+func visibleRows(snap dashboard.Snapshot, s *topState) []dashboard.Row {
+	f := strings.ToLower(s.filter)
+	if s.editing {
+		f = strings.ToLower(s.draft)
+	}
+	rows := make([]dashboard.Row, 0, len(snap.Rows))
+	for _, r := range snap.Rows {
+		if f == "" || strings.Contains(strings.ToLower(r.Key), f) || strings.Contains(strings.ToLower(r.Holder), f) {
+			rows = append(rows, r)
+		}
+	}
+	dashboard.Sort(rows, s.sort)
+	return rows
+}
+
+// selectedRow returns the selected row, or the first when the selection is
+// gone (and selects it).
+func selectedRow(rows []dashboard.Row, s *topState) (dashboard.Row, bool) {
+	for _, r := range rows {
+		if r.Key == s.selected {
+			return r, true
+		}
+	}
+	if len(rows) == 0 {
+		return dashboard.Row{}, false
+	}
+	s.selected = rows[0].Key
+	return rows[0], true
+}
+
+// topColumn is one column of the table.
+type topColumn struct {
+	title string
+	width int  // the width, or the least for the key and the holder
+	right bool // aligned right
+	cell  func(r dashboard.Row, width int) string
+}
+
+// topColumns returns the columns that fit width, the less needed ones left
+// out first on narrow terminals, and the key and holder widened for rows.
+func topColumns(width int, rows []dashboard.Row) []topColumn {
+	kindW, barW := 5, 0 // narrow: the TTL without its bar
+	switch {
+	case width >= 120:
+		kindW, barW = 11, 10
+	case width >= 70:
+		barW = 6
+	}
+	all := []struct {
+		c    topColumn
+		prio int // lower goes first
+	}{
+		{topColumn{title: "", width: 2, cell: func(r dashboard.Row, _ int) string { return marks(r) }}, 9},
+		{topColumn{title: "KEY", width: 10, cell: func(r dashboard.Row, _ int) string { return r.Key }}, 9},
+		{topColumn{title: "KIND", width: kindW, cell: func(r dashboard.Row, w int) string { return kindText(r.Kind, w) }}, 2},
+		{topColumn{title: "HOLDER", width: 12, cell: func(r dashboard.Row, _ int) string { return r.Holder }}, 8},
+		{topColumn{title: "HELD", width: 6, right: true, cell: func(r dashboard.Row, _ int) string { return heldText(r) }}, 4},
+		{topColumn{title: "TTL", width: max(barW+6, 5), cell: func(r dashboard.Row, w int) string { return ttlCell(r, w-6) }}, 5},
+		{topColumn{title: "WAIT", width: 4, right: true, cell: func(r dashboard.Row, _ int) string { return strconv.Itoa(r.Waiters) }}, 7},
+		{topColumn{title: "HOLD", width: 5, right: true, cell: func(r dashboard.Row, _ int) string { return holdText(r) }}, 3},
+		{topColumn{title: "ACQ/S", width: 5, right: true, cell: func(r dashboard.Row, _ int) string { return rateText(r.Rate) }}, 1},
+	}
+	keep := make([]bool, len(all))
+	for i := range keep {
+		keep[i] = true
+	}
+	used := func() int {
+		n := 0
+		for i, c := range all {
+			if keep[i] {
+				n += c.c.width + 1
+			}
+		}
+		return n - 1
+	}
+	for prio := 1; used() > width && prio < 9; prio++ {
+		for i, c := range all {
+			if c.prio == prio {
+				keep[i] = false
+			}
+		}
+	}
+	var cols []topColumn
+	for i, c := range all {
+		if keep[i] {
+			cols = append(cols, c.c)
+		}
+	}
+	// The spare columns go to the key and the holder, as far as their text
+	// needs: two fifths to the key first, then the holder, then the key.
+	need := map[string]int{"KEY": 0, "HOLDER": 0}
+	for _, r := range rows {
+		need["KEY"] = max(need["KEY"], utf8.RuneCountInString(r.Key))
+		need["HOLDER"] = max(need["HOLDER"], utf8.RuneCountInString(r.Holder))
+	}
+	spare := width - used()
+	give := func(title string, most int) {
+		for i := range cols {
+			if cols[i].title == title && spare > 0 {
+				add := min(max(need[title]-cols[i].width, 0), most, spare)
+				cols[i].width += add
+				spare -= add
+			}
+		}
+	}
+	give("KEY", spare*2/5)
+	give("HOLDER", spare)
+	give("KEY", spare)
+	return cols
+}
+
+func marks(r dashboard.Row) string {
+	m := ""
+	if r.TTLLow {
+		m += "!"
+	}
+	if r.Vanished {
+		m += "?"
+	}
+	return m
+}
+
+func kindText(kind string, w int) string {
+	if w >= len(kind) {
+		return kind
+	}
+	switch {
+	case strings.HasPrefix(kind, "semaphore "):
+		return "sem" + strings.TrimPrefix(kind, "semaphore ")
+	case kind == "read-write":
+		return "rw"
+	case kind == "exclusive":
+		return "excl"
+	case kind == "reentrant":
+		return "reent"
+	}
+	return kind
+}
+
+func heldText(r dashboard.Row) string {
+	if !r.Held {
+		return "-"
+	}
+	return shortDur(r.HeldFor)
+}
+
+func holdText(r dashboard.Row) string {
+	switch {
+	case !r.Held:
+		return "-"
+	case r.Limit == 0:
+		return strconv.Itoa(r.Holders) + "sh"
+	case r.Limit > 1:
+		return strconv.Itoa(r.Holders) + "/" + strconv.Itoa(r.Limit)
+	}
+	return strconv.Itoa(r.Holders)
+}
+
+func rateText(r float64) string {
+	switch {
+	case r == 0:
+		return "0"
+	case r < 10:
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
+}
+
+// ttlCell is the TTL left as a bar of barW cells (none when barW < 2) and a
+// duration of 5 columns.
+func ttlCell(r dashboard.Row, barW int) string {
+	switch {
+	case !r.Held:
+		return "free"
+	case r.TTL < 0:
+		return "session"
+	}
+	text := fmt.Sprintf("%5s", shortDur(r.TTL))
+	if barW < 2 {
+		return strings.TrimSpace(text)
+	}
+	full := 0
+	if r.TTLMax > 0 {
+		full = int((int64(r.TTL)*int64(barW) + int64(r.TTLMax)/2) / int64(r.TTLMax))
+	}
+	full = min(max(full, 0), barW)
+	if full == 0 && r.TTL > 0 {
+		full = 1
+	}
+	return strings.Repeat("█", full) + strings.Repeat("░", barW-full) + " " + text
+}
+
+// shortDur writes d in at most 6 columns: 9.5s, 42s, 12m05s, 3h07m, 2d04h.
+func shortDur(d time.Duration) string {
+	s := d.Seconds()
+	switch {
+	case d < 0:
+		return "-"
+	case s < 10:
+		return strconv.FormatFloat(s, 'f', 1, 64) + "s"
+	case s < 60:
+		return strconv.Itoa(int(s)) + "s"
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", int(s)/60, int(s)%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%02dm", int(s)/3600, int(s)%3600/60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(s)/86400, int(s)%86400/3600)
+}
+
+// cell pads or cuts s to exactly w columns.
+func cell(s string, w int, right bool) string {
+	n := utf8.RuneCountInString(s)
+	if n > w {
+		if w < 2 {
+			return strings.Repeat(" ", w)
+		}
+		return string([]rune(s)[:w-1]) + "…"
+	}
+	if right {
+		return strings.Repeat(" ", w-n) + s
+	}
+	return s + strings.Repeat(" ", w-n)
+}
+
+// ttlBar finds the filled part of a TTL bar, to color it.
+var ttlBar = regexp.MustCompile(`█+`)
+
+// ANSI attributes of the table.
+const (
+	sgrReset   = "\x1b[0m"
+	sgrReverse = "\x1b[7m"
+	sgrDim     = "\x1b[2m"
+	sgrBold    = "\x1b[1m"
+	sgrWarn    = "\x1b[33;1m"
+)
+
+// renderTop returns the lines of the screen: a header, the table, a message
+// or prompt line and the keys. Holder text in rows is already escaped
+// (dashboard.Printable); every line is cut to width.
+func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height int, now time.Time) []string {
+	width, height = max(width, 20), max(height, 5)
+	rows := visibleRows(snap, s)
+	sel, hasSel := selectedRow(rows, s)
+	head := fmt.Sprintf("dlock top · %s · %s · %d held, %d waiting", where, printable(snap.Pattern), snap.Held, snap.Waiters)
+	if !snap.Time.IsZero() {
+		head += " · " + snap.Time.Local().Format("15:04:05")
+	}
+	status := fmt.Sprintf("sort %s · every %v", s.sort, snap.Interval)
+	if !snap.Time.IsZero() {
+		status += fmt.Sprintf(" · read in %v", snap.Took.Round(100*time.Microsecond))
+	}
+	switch {
+	case s.editing:
+		status += " · filter: " + printable(s.draft) + "▏"
+	case s.filter != "":
+		status += fmt.Sprintf(" · filter %q (%d of %d)", s.filter, len(rows), len(snap.Rows))
+	}
+	lines := []string{sgrBold + cell(head, width, false) + sgrReset}
+	if snap.Err != "" {
+		lines = append(lines, sgrWarn+cell("read failed: "+snap.Err, width, false)+sgrReset)
+	} else {
+		lines = append(lines, cell(status, width, false))
+	}
+	cols := topColumns(width, rows)
+	var hb strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			hb.WriteByte(' ')
+		}
+		hb.WriteString(cell(c.title, c.width, c.right))
+	}
+	lines = append(lines, sgrReverse+cell(hb.String(), width, false)+sgrReset)
+
+	room := height - len(lines) - 2
+	first := 0
+	for i, r := range rows { // keep the selection on the screen
+		if hasSel && r.Key == sel.Key && i >= room {
+			first = i - room + 1
+		}
+	}
+	for i := first; i < len(rows) && i < first+room; i++ {
+		r := rows[i]
+		var b strings.Builder
+		for j, c := range cols {
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(cell(c.cell(r, c.width), c.width, c.right))
+		}
+		line := cell(b.String(), width, false)
+		color := "\x1b[32m"
+		if r.TTLLow {
+			color = "\x1b[33m"
+		}
+		line = ttlBar.ReplaceAllString(line, color+"$0\x1b[39m")
+		switch {
+		case hasSel && r.Key == sel.Key:
+			line = sgrReverse + line + sgrReset
+		case !r.Held:
+			line = sgrDim + line + sgrReset
+		case r.Vanished || r.TTLLow:
+			line = sgrWarn + line[:len(marks(r))] + sgrReset + line[len(marks(r)):]
+		}
+		lines = append(lines, line)
+	}
+	if len(rows) == 0 {
+		lines = append(lines, cell("  no held lock matches", width, false))
+	}
+	for len(lines) < height-2 {
+		lines = append(lines, "")
+	}
+	if c := s.confirm; c != nil {
+		lines = append(lines,
+			sgrWarn+cell(fmt.Sprintf("Force-unlock %q? y removes it, any other key cancels", c.Key), width, false)+sgrReset,
+			sgrWarn+cell(fmt.Sprintf("held by %s (owner %s, for %s)", c.Holder, c.Owner, shortDur(c.HeldFor)), width, false)+sgrReset)
+		return lines
+	}
+	lines = append(lines, cell(s.message, width, false))
+	lines = append(lines, sgrDim+cell("q quit  ↑↓ select  s sort  / filter  u force-unlock", width, false)+sgrReset)
+	return lines
+}
