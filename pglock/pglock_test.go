@@ -86,7 +86,9 @@ func TestConformance(t *testing.T) {
 
 func TestConformancePolling(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, Config{Poll: true}, opts...) },
+		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+			return newClient(t, Config{Poll: true}, opts...)
+		},
 		Skip: map[string]string{
 			"ForeignDataIsConflict": "a table row is always a lock; a table of another shape is ErrConflict (TestForeignTableIsConflict)",
 		},

@@ -12,8 +12,8 @@ import (
 
 // queries are the statements of a Driver, for its table and sequence.
 type queries struct {
-	migrate, check                          []string
-	acquire, extend, release, ttl, abandon  string
+	migrate, check                           []string
+	acquire, extend, release, ttl, abandon   string
 	sweep, inspect, list, forceUnlock, fence string
 }
 
@@ -23,7 +23,7 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 
 // buildQueries writes the statements for table and seq (both quoted).
 //
-// A row is held while its owner is not '' and its expiry lies ahead. The token
+// A row is held while its owner is not ” and its expiry lies ahead. The token
 // column is unique, which makes it a key column for PostgreSQL's row locks: an
 // update that changes the token (a grant to another owner) or deletes the row
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
