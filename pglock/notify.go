@@ -23,7 +23,8 @@ const minPause, maxPause = 20 * time.Millisecond, 2 * time.Second
 // listener is a Driver's LISTEN connection and its waiters. The connection
 // exists while somebody waits.
 type listener struct {
-	d *Driver
+	d      *Driver
+	listen string // the LISTEN statement
 
 	mu           sync.Mutex
 	subs         map[string]map[*sub]struct{} // by key
@@ -51,7 +52,11 @@ type listenRun struct {
 }
 
 func newListener(d *Driver) *listener {
-	return &listener{d: d, subs: map[string]map[*sub]struct{}{}}
+	return &listener{
+		d:      d,
+		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
+		subs:   map[string]map[*sub]struct{}{},
+	}
 }
 
 // Subscribe implements dlock.Notifier. The waiter is woken when a NOTIFY for
@@ -190,7 +195,7 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 	defer close(r.done)
 	pause := minPause
 	for ctx.Err() == nil {
-		listened, err := l.listen(ctx, r)
+		listened, err := l.run(ctx, r)
 		if err != nil {
 			l.refuse(r, err)
 			return
@@ -206,10 +211,10 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 	}
 }
 
-// listen connects, LISTENs, and wakes waiters on notifications until the
+// run connects, LISTENs, and wakes waiters on notifications until the
 // connection fails or ctx ends. It returns whether it listened, and an error
 // only when the server refused LISTEN for good.
-func (l *listener) listen(ctx context.Context, r *listenRun) (listened bool, refused error) {
+func (l *listener) run(ctx context.Context, r *listenRun) (listened bool, refused error) {
 	l.connects.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, l.d.cfg.RequestTimeout)
 	defer cancel()
@@ -222,7 +227,7 @@ func (l *listener) listen(ctx context.Context, r *listenRun) (listened bool, ref
 		defer cancel()
 		_ = conn.Close(ctx)
 	}()
-	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.d.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(cctx, l.listen); err != nil {
 		if code := sqlState(err); code != "" && !transient(code) {
 			return false, err
 		}
