@@ -13,6 +13,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -58,3 +59,6 @@ echo "test.sh: bench (its own module): vet and a quick run against a real redis-
 
 echo "test.sh: zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
 (cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: pglock (its own module): vet, staticcheck, tests against a real PostgreSQL"
+(cd pglock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
