@@ -154,6 +154,15 @@ func TestForeignTableIsConflict(t *testing.T) {
 	if err := newPool(t).QueryRow(ctx, "SELECT value FROM "+table+" WHERE key = 'k'").Scan(&v); err != nil || v != 42 {
 		t.Fatalf("foreign row after lock attempts: %v, %v", v, err)
 	}
+	// The right columns without a unique token: fencing could not work.
+	lookalike := table + "_l"
+	admin(t, "CREATE TABLE "+lookalike+` (key text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL,
+		expires_at timestamptz NOT NULL, metadata text NOT NULL DEFAULT '', abandoned text[] NOT NULL DEFAULT '{}',
+		abandoned_until timestamptz NOT NULL DEFAULT '-infinity')`)
+	admin(t, "CREATE SEQUENCE "+lookalike+"_token")
+	if err := newDriver(t, Config{Table: lookalike}).Migrate(ctx); !errors.Is(err, dlock.ErrConflict) || !strings.Contains(err.Error(), "unique") {
+		t.Errorf("Migrate over a table without a unique token: %v, want ErrConflict", err)
+	}
 }
 
 func TestHungServerIsUnavailableWithinTheRequestTimeout(t *testing.T) {

@@ -170,6 +170,18 @@ func (d *Driver) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Fence relies on the token being a key column (see buildQueries).
+	var unique bool
+	if err := d.pool.QueryRow(ctx, `
+SELECT EXISTS (
+	SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+	WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnatts = 1
+		AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = 'token')`, d.table).Scan(&unique); err != nil {
+		return err
+	}
+	if !unique {
+		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s has no unique index on token, which fencing needs: not a dlock table", d.table))
+	}
 	for _, q := range d.q.check {
 		rows, err := d.pool.Query(ctx, q)
 		if err == nil {
