@@ -22,8 +22,8 @@ import (
 // made in tx are ordered before everything the next holder does in this
 // database, whatever the pauses of the holder and the drift of any clock. When
 // the lease was lost before Fence (expired, released, taken over), Fence
-// returns an error matching dlock.ErrNotHeld (and dlock.ErrStaleToken when a
-// newer holder's token is there), tx stays usable, and the caller must roll
+// returns an error matching dlock.ErrNotHeld (and dlock.ErrStaleToken when the
+// key was granted since with a newer token), tx stays usable, and the caller must roll
 // back. Other errors follow the Driver's (a request timeout ends tx's
 // connection).
 //
@@ -89,8 +89,8 @@ func (d *Driver) fence(ctx context.Context, lease *dlock.Lease, query func(ctx c
 		return err
 	case !found:
 		return fmt.Errorf("%w: pglock: fence: %q is free", dlock.ErrNotHeld, key)
-	case token > 0 && uint64(token) > lease.Token() && owner != "":
-		return fmt.Errorf("%w: pglock: fence: %q is held with token %d, newer than %d: %w", dlock.ErrNotHeld, key, token, lease.Token(), dlock.ErrStaleToken)
+	case token > 0 && uint64(token) > lease.Token():
+		return fmt.Errorf("%w: pglock: fence: %q was granted since with token %d, newer than %d: %w", dlock.ErrNotHeld, key, token, lease.Token(), dlock.ErrStaleToken)
 	case owner != lease.Owner() || uint64(token) != lease.Token():
 		return fmt.Errorf("%w: pglock: fence: %q is not held by this lease", dlock.ErrNotHeld, key)
 	case !live:
