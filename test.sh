@@ -62,3 +62,6 @@ echo "test.sh: zklock (its own module): vet, staticcheck, test against a real Zo
 
 echo "test.sh: pglock (its own module): vet, staticcheck, tests against a real PostgreSQL"
 (cd pglock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: examples/pgfence (its own module): a fenced order processor against a real PostgreSQL"
+(cd examples/pgfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
