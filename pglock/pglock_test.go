@@ -16,6 +16,9 @@ import (
 var srv *testserver.Postgres
 
 func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(holderMain())
+	}
 	os.Exit(testserver.MainPostgres(m, func(p *testserver.Postgres) {
 		srv = p
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
