@@ -17,24 +17,25 @@ import (
 // change hands before tx commits or rolls back.
 //
 // The guarantee: if Fence returns nil and tx then commits, no other holder was
-// granted the key before the commit. Every grant to another owner, every
-// release and every forced unlock of the key waits for tx to end, so writes
-// made in tx are ordered before everything the next holder does in this
-// database, whatever the pauses of the holder and the drift of any clock. When
-// the lease was lost before Fence (expired, released, taken over), Fence
-// returns an error matching dlock.ErrNotHeld (and dlock.ErrStaleToken when the
-// key was granted since with a newer token), tx stays usable, and the caller must roll
-// back. Other errors follow the Driver's (a request timeout ends tx's
-// connection).
+// granted the key before the commit. Every grant of the key to another owner
+// changes the row's token, a key column, and so waits for tx to end (releases,
+// forced unlocks and the holder's renewals do not: they leave the token as it
+// is). Writes made in tx are thus ordered before everything the next holder
+// does in this database, whatever the pauses of the holder and the drift of
+// any clock. When the lease was lost before Fence (expired, released, taken
+// over), Fence returns an error matching dlock.ErrNotHeld (and
+// dlock.ErrStaleToken when the key was granted since with a newer token), tx
+// stays usable, and the caller must roll back. Other errors follow the
+// Driver's (a request timeout ends tx's connection). Fence may come anywhere
+// before the commit: as the last statement it covers those before it too.
 //
 // The limits: the guarantee covers writes to this database made in tx, not
 // writes to other systems (pass them lease.Token() and let them check it);
 // the lease may expire while tx runs, and the next holder then waits for tx to
-// end, so keep fenced transactions short and set idle_in_transaction_session_timeout
-// so that a holder that stops inside one does not keep the key forever; the
-// holder's renewals (Extend) go on during tx, but its Unlock waits for tx, so
-// unlock after commit. In REPEATABLE READ or SERIALIZABLE, a row changed after
-// tx's snapshot makes Fence fail with a serialization error
+// end, so keep fenced transactions short, and set
+// idle_in_transaction_session_timeout so that a holder that stops inside one
+// does not keep the key. In REPEATABLE READ or SERIALIZABLE, a row changed
+// after tx's snapshot makes Fence fail with a serialization error
 // (dlock.ErrUnavailable): retry the transaction.
 func (d *Driver) Fence(ctx context.Context, tx pgx.Tx, lease *dlock.Lease) error {
 	if d == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -189,5 +190,49 @@ func TestFenceOfALeaseFromNew(t *testing.T) {
 	defer func() { _ = lease.Unlock(context.Background()) }()
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return d.Fence(ctx, tx, lease) }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A release and a forced unlock during a fenced transaction do not wait for
+// it, but the grant that follows does.
+func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
+	key := dlocktest.Key(t)
+	pool := newPool(t)
+	d, _ := NewDriver(pool, Config{})
+	c, _ := d.Client()
+	ctx := ctxT(t, 30*time.Second)
+	for _, force := range []bool{false, true} {
+		lease, err := c.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Fence(ctx, tx, lease); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if force {
+			_, err = newDriver(t, Config{}).ForceUnlock(ctx, key)
+		} else {
+			err = lease.Unlock(ctx)
+		}
+		if err != nil || time.Since(start) > 2*time.Second {
+			t.Fatalf("release (forced: %v) during a fenced transaction: %v after %v", force, err, time.Since(start))
+		}
+		next := newDriver(t, Config{RequestTimeout: 300 * time.Millisecond})
+		owner := "next-" + strconv.FormatBool(force)
+		if _, err := next.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner, TTL: time.Second}); !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("grant during a fenced transaction (forced: %v): %v, want a timeout", force, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The timed-out attempt may have landed after the commit: abandon it.
+		if err := next.Abandon(ctx, dlock.Holding{Key: key, Owner: owner, TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

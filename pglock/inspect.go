@@ -91,9 +91,9 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 }
 
 // ForceUnlock implements dlock.Inspector: it removes the key's live holding,
-// whoever holds it, notifies its waiters, and returns what it removed. It
-// waits for the end of transactions fenced on the key (see Fence). A free lock
-// is dlock.ErrNotHeld.
+// whoever holds it, notifies its waiters, and returns what it removed. It does
+// not wait for transactions fenced on the key, but the next grant does (see
+// Fence). A free lock is dlock.ErrNotHeld.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info := dlock.LockInfo{Key: key}
 	if d == nil {
