@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -31,6 +32,18 @@ func countRows(t *testing.T, table string) int {
 	return n
 }
 
+// fencedInsert inserts (n, the lease's token) into table in a transaction
+// fenced by lease.
+func fencedInsert(ctx context.Context, d *Driver, pool *pgxpool.Pool, table string, lease *dlock.Lease, n int) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := d.Fence(ctx, tx, lease); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", n, int64(lease.Token()))
+		return err
+	})
+}
+
 func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	table := fenceTable(t)
 	key := dlocktest.Key(t)
@@ -42,13 +55,7 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := d.Fence(ctx, tx, lease); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1, $1)", lease.Token())
-		return err
-	})
+	err = fencedInsert(ctx, d, pool, table, lease, 1)
 	if err != nil {
 		t.Fatalf("fenced write of a holder: %v", err)
 	}
@@ -58,13 +65,7 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := d.Fence(ctx, tx, lease); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2, $1)", lease.Token())
-		return err
-	})
+	err = fencedInsert(ctx, d, pool, table, lease, 2)
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("fenced write after a takeover: %v, want ErrNotHeld and ErrStaleToken", err)
 	}

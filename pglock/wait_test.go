@@ -42,11 +42,13 @@ func subscribed(t *testing.T, d *Driver, n int) {
 	t.Fatalf("%d waiters never subscribed on a live connection", n)
 }
 
-func TestReleaseWakesWaitersOfOtherProcesses(t *testing.T) {
-	key := dlocktest.Key(t)
-	holder := newClient(t, Config{})
-	ctx := ctxT(t, 30*time.Second)
-	l, err := holder.TryLock(ctx, key, dlock.WithTTL(30*time.Second))
+// heldAndWaited takes key with a lease of ttl in one process and has the
+// Lock of another process wait for it, subscribed on a live connection. It
+// returns the holder's lease, the waiter's Driver, and the waiter's channel
+// (see waitFor).
+func heldAndWaited(t *testing.T, key string, ttl time.Duration) (*dlock.Lease, *Driver, <-chan *dlock.Lease) {
+	t.Helper()
+	l, err := newClient(t, Config{}).TryLock(ctxT(t, 10*time.Second), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,12 @@ func TestReleaseWakesWaitersOfOtherProcesses(t *testing.T) {
 	w, _ := wd.Client()
 	got := waitFor(t, w, key)
 	subscribed(t, wd, 1)
+	return l, wd, got
+}
+
+func TestReleaseWakesWaitersOfOtherProcesses(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	l, wd, got := heldAndWaited(t, dlocktest.Key(t), 30*time.Second)
 	start := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -80,16 +88,9 @@ func TestReleaseWakesWaitersOfOtherProcesses(t *testing.T) {
 func TestLostNotifyCostsAtMostTheTTL(t *testing.T) {
 	key := dlocktest.Key(t)
 	const ttl = 1500 * time.Millisecond
-	holder := newClient(t, Config{})
 	ctx := ctxT(t, 30*time.Second)
-	if _, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl)); err != nil {
-		t.Fatal(err)
-	}
 	taken := time.Now()
-	wd := newDriver(t, Config{})
-	w, _ := wd.Client()
-	got := waitFor(t, w, key)
-	subscribed(t, wd, 1)
+	_, _, got := heldAndWaited(t, key, ttl)
 	admin(t, "UPDATE dlock_locks SET owner = '', expires_at = clock_timestamp() WHERE key = $1", key)
 	select {
 	case l := <-got:
@@ -105,17 +106,8 @@ func TestLostNotifyCostsAtMostTheTTL(t *testing.T) {
 }
 
 func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
-	key := dlocktest.Key(t)
-	holder := newClient(t, Config{})
 	ctx := ctxT(t, 30*time.Second)
-	l, err := holder.TryLock(ctx, key, dlock.WithTTL(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wd := newDriver(t, Config{})
-	w, _ := wd.Client()
-	got := waitFor(t, w, key)
-	subscribed(t, wd, 1)
+	l, wd, got := heldAndWaited(t, dlocktest.Key(t), 30*time.Second)
 	admin(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()")
 	for i := 0; ; i++ {
 		if c, _, _ := wd.ListenerStats(); c >= 2 {
