@@ -19,6 +19,17 @@ func sqlState(err error) string {
 	return ""
 }
 
+// connectionGone reports whether err says that the server ended the
+// connection (an administrator's pg_terminate_backend, a shutdown) or that the
+// request could not have been sent.
+func connectionGone(err error) bool {
+	switch sqlState(err) {
+	case "57P01", "57P02":
+		return true
+	}
+	return pgconn.SafeToRetry(err)
+}
+
 // undefinedTable reports whether err says that a table or sequence is missing.
 func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
 

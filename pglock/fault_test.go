@@ -262,6 +262,7 @@ func TestFaultHolderConnectionsTerminated(t *testing.T) {
 	}
 	// A fenced transaction whose connection dies before its commit.
 	table := fenceTable(t)
+	pool.Reset() // the test's own transaction starts on a live connection
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -283,6 +284,28 @@ func TestFaultHolderConnectionsTerminated(t *testing.T) {
 		t.Fatalf("Unlock after the connections were killed: %v", err)
 	}
 	t.Logf("FIGURES ttl=%v connections-terminated=%d over %v lease=kept others-refused=all", ttl, killed, time.Since(start).Round(time.Millisecond))
+}
+
+// A pooled connection the server closed while it was idle (terminated by an
+// administrator) costs a request nothing: the request runs again on a fresh
+// connection.
+func TestFaultIdleConnectionTerminatedIsRetried(t *testing.T) {
+	app := "pglock-idle-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pool := newPoolURL(t, srv.URL+"&pool_max_conns=1&application_name="+app)
+	d, _ := NewDriver(pool, Config{})
+	ctx := ctxT(t, 20*time.Second)
+	key := dlocktest.Key(t)
+	h := dlock.Holding{Key: key, Owner: "o", TTL: time.Minute}
+	for i, op := range []func() error{
+		func() error { _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute}); return err },
+		func() error { _, err := d.Extend(ctx, h, time.Minute); return err },
+		func() error { return d.Release(ctx, h) },
+	} {
+		admin(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app)
+		if err := op(); err != nil {
+			t.Fatalf("operation %d after its idle connection was terminated: %v", i, err)
+		}
+	}
 }
 
 // The server restarted (immediate shutdown, crash recovery) while a lock is

@@ -209,29 +209,32 @@ func (d *Driver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
 // micros is d in whole microseconds, rounded up.
 func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
 
+// acquireLockWait bounds how long an acquisition waits for the lock of the
+// key's row. A statement holds it for a moment; a transaction fenced on the
+// key (see Fence) until it ends, and the key counts as busy meanwhile.
+const acquireLockWait = 200 * time.Millisecond
+
 // Acquire implements dlock.Driver in one statement: insert the row, or take
-// over one that has expired or that r.Owner already holds.
+// over one that has expired or that r.Owner already holds. The key is busy
+// (with an unknown remaining time) while a transaction fenced on it is open.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if d == nil {
 		return dlock.Grant{}, errNilDriver
 	}
 	var state int
 	var token, remaining int64
-	found := false
+	found, locked := false, false
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
-		rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata)
-		if err != nil {
-			return err
+		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
+		if sqlState(err) == "55P03" {
+			locked = true // a transaction fenced on the key holds its row
+			return nil
 		}
-		defer rows.Close()
-		for rows.Next() {
-			found = true
-			if err := rows.Scan(&state, &token, &remaining); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+		return err
 	})
+	if err == nil && locked {
+		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+	}
 	switch {
 	case err != nil:
 		return dlock.Grant{}, err
@@ -248,6 +251,26 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
 	return dlock.Grant{}, &dlock.BusyError{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
+}
+
+// acquire runs the acquisition statement after setting a bounded wait for the
+// row's lock, in one round trip and one implicit transaction, and passes its
+// row, if any, to row.
+func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
+	b := &pgx.Batch{}
+	b.Queue(d.q.lockTimeout, acquireLockWait.Milliseconds())
+	b.Queue(d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var state int
+			var token, remaining int64
+			if err := rows.Scan(&state, &token, &remaining); err != nil {
+				return err
+			}
+			row(state, token, remaining)
+		}
+		return rows.Err()
+	})
+	return d.pool.SendBatch(ctx, b).Close()
 }
 
 // Extend implements dlock.Driver: it moves the expiry of the owner's live row
@@ -371,6 +394,11 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
 	err := f(rctx)
+	if err != nil && rctx.Err() == nil && connectionGone(err) {
+		// A pooled connection the server had closed before it read the
+		// request: the request did not run, and a fresh connection may.
+		err = f(rctx)
+	}
 	if err != nil && d.cfg.CreateTable && undefinedTable(err) {
 		if err = d.migrate(rctx); err == nil {
 			err = f(rctx)

@@ -15,6 +15,7 @@ type queries struct {
 	migrate, check                           []string
 	acquire, extend, release, ttl, abandon   string
 	sweep, inspect, list, forceUnlock, fence string
+	lockTimeout                              string
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
@@ -77,6 +78,8 @@ UNION ALL
 SELECT CASE WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp() THEN 2 ELSE 1 END,
 	l.token, $REM
 FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM acq)`),
+		// $1 milliseconds: lock_timeout for the rest of the transaction.
+		lockTimeout: `SELECT set_config('lock_timeout', $1::bigint::text, true)`,
 		// $1 key, $2 owner, $3 ttl in µs.
 		extend: s(`
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
