@@ -297,7 +297,10 @@ func TestFaultIdleConnectionTerminatedIsRetried(t *testing.T) {
 	key := dlocktest.Key(t)
 	h := dlock.Holding{Key: key, Owner: "o", TTL: time.Minute}
 	for i, op := range []func() error{
-		func() error { _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute}); return err },
+		func() error {
+			_, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute})
+			return err
+		},
 		func() error { _, err := d.Extend(ctx, h, time.Minute); return err },
 		func() error { return d.Release(ctx, h) },
 	} {
