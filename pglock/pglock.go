@@ -253,24 +253,22 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	return dlock.Grant{}, &dlock.BusyError{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
 }
 
-// acquire runs the acquisition statement after setting a bounded wait for the
-// row's lock, in one round trip and one implicit transaction, and passes its
-// row, if any, to row.
+// acquire runs the acquisition statement and passes its row, if any, to row.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
-	b := &pgx.Batch{}
-	b.Queue(d.q.lockTimeout, acquireLockWait.Milliseconds())
-	b.Queue(d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var state int
-			var token, remaining int64
-			if err := rows.Scan(&state, &token, &remaining); err != nil {
-				return err
-			}
-			row(state, token, remaining)
+	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state int
+		var token, remaining int64
+		if err := rows.Scan(&state, &token, &remaining); err != nil {
+			return err
 		}
-		return rows.Err()
-	})
-	return d.pool.SendBatch(ctx, b).Close()
+		row(state, token, remaining)
+	}
+	return rows.Err()
 }
 
 // Extend implements dlock.Driver: it moves the expiry of the owner's live row

@@ -15,7 +15,6 @@ type queries struct {
 	migrate, check                           []string
 	acquire, extend, release, ttl, abandon   string
 	sweep, inspect, list, forceUnlock, fence string
-	lockTimeout                              string
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
@@ -57,13 +56,17 @@ func buildQueries(table, seq string) queries {
 			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
-		// $1 key, $2 owner, $3 ttl in µs, $4 metadata. One row: granted with
+		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 the longest wait
+		// for the row's lock in ms. One row: granted with
 		// the token, or busy with the holder's time left, or abandoned; no row
 		// when the row that kept us out is newer than the snapshot.
 		acquire: s(`
 WITH acq AS (
 	INSERT INTO $T AS l (key, owner, token, expires_at, metadata)
-	VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond', $4)
+	-- set_config bounds the wait for the row's lock (lock_timeout, for this
+	-- statement's transaction alone): VALUES runs before the conflict check.
+	VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond',
+		$4::text || left(set_config('lock_timeout', $5::bigint::text, true), 0))
 	ON CONFLICT (key) DO UPDATE SET
 		owner = EXCLUDED.owner,
 		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE nextval('$S') END,
@@ -78,8 +81,6 @@ UNION ALL
 SELECT CASE WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp() THEN 2 ELSE 1 END,
 	l.token, $REM
 FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM acq)`),
-		// $1 milliseconds: lock_timeout for the rest of the transaction.
-		lockTimeout: `SELECT set_config('lock_timeout', $1::bigint::text, true)`,
 		// $1 key, $2 owner, $3 ttl in µs.
 		extend: s(`
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
