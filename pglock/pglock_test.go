@@ -56,6 +56,11 @@ func newPoolURL(t testing.TB, url string) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	// One connection ready: a test's first request does not pay for the
+	// connection's set-up (a lease of a few ms could run out meanwhile).
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return pool
 }
 
