@@ -50,6 +50,12 @@ func TestBadInputIsInvalid(t *testing.T) {
 		t.Errorf("bad option: %v", err)
 	}
 	ctx := ctxT(t, 10*time.Second)
+	c, _ := New(pool)
+	for _, meta := range []string{"a\x00b", "bad\xffutf8"} {
+		if l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithMetadata(meta)); !errors.Is(err, dlock.ErrInvalid) || l != nil {
+			t.Errorf("metadata %q: %v, want ErrInvalid", meta, err)
+		}
+	}
 	var d *Driver
 	if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil driver Acquire: %v", err)

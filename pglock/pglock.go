@@ -66,6 +66,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -220,6 +221,9 @@ const acquireLockWait = 200 * time.Millisecond
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if d == nil {
 		return dlock.Grant{}, errNilDriver
+	}
+	if strings.IndexByte(r.Metadata, 0) >= 0 || !utf8.ValidString(r.Metadata) {
+		return dlock.Grant{}, fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
 	}
 	var state int
 	var token, remaining int64

@@ -95,11 +95,12 @@ WITH cur AS (
 SELECT live, pg_notify($3, $1) IS NULL FROM cur`),
 		// $1 key, $2 owner.
 		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
-		// $1 key, $2 owner, $3 mark life in µs, $4 channel.
+		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
+		// the mark alone has a negative token: unique, and never granted.
 		abandon: s(fmt.Sprintf(`
 WITH up AS (
 	INSERT INTO $T AS l (key, owner, token, expires_at, metadata, abandoned, abandoned_until)
-	VALUES ($1, '', nextval('$S'), clock_timestamp(), '', ARRAY[$2::text], clock_timestamp() + $3::bigint * interval '1 microsecond')
+	VALUES ($1, '', -nextval('$S'), clock_timestamp(), '', ARRAY[$2::text], clock_timestamp() + $3::bigint * interval '1 microsecond')
 	ON CONFLICT (key) DO UPDATE SET
 		owner = CASE WHEN l.owner = $2 THEN '' ELSE l.owner END,
 		expires_at = CASE WHEN l.owner = $2 THEN least(l.expires_at, clock_timestamp()) ELSE l.expires_at END,
