@@ -7,6 +7,7 @@ replace github.com/dlock-go/dlock => ../
 require (
 	github.com/dlock-go/dlock v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
+	golang.org/x/sync v0.24.0
 )
 
 require (
@@ -17,7 +18,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

@@ -123,6 +123,7 @@ type Driver struct {
 	seq     string // quoted
 	channel string // the NOTIFY channel, unquoted
 	q       queries
+	semQ    semQueries
 	ln      *listener
 
 	migrateMu sync.Mutex
@@ -188,6 +189,8 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	}
 	seqParts := append([]string(nil), parts...)
 	seqParts[len(seqParts)-1] += "_token"
+	semParts := append([]string(nil), parts...)
+	semParts[len(semParts)-1] += "_sem"
 	d := &Driver{
 		pool:    pool,
 		cfg:     cfg,
@@ -196,6 +199,10 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		channel: cfg.Table,
 	}
 	d.q = buildQueries(d.table, d.seq)
+	var semCreate, semCheck string
+	d.semQ, semCreate, semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
+	d.q.migrate = append(d.q.migrate, semCreate)
+	d.q.check = append(d.q.check, semCheck)
 	d.ln = newListener(d)
 	return d, nil
 }

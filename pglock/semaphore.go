@@ -1,0 +1,500 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// MaxPermits is the largest number of permits a semaphore may have.
+const MaxPermits = 1 << 16
+
+// SemaphoreDriver is the dlock.Driver of counting semaphores of n permits in
+// the Driver's database: at most n leases of a key are held at once, each with
+// its own owner, fencing token, TTL and loss signal. It is also a
+// dlock.Notifier, a dlock.Abandoner and a dlock.Inspector. Most users want
+// NewSemaphore.
+//
+// A semaphore's permits are rows of their own table (the Driver's table with
+// "_sem" appended, created by Migrate): one row per permit in use and a header
+// row per key. An acquisition is one transaction that locks the header row
+// first, so that the acquisitions of a key are serialized: it checks the
+// number of permits the key is used with (a Client made with another n gets
+// an error matching dlock.ErrConflict while any permit is held), finds the
+// owner's permit (a retry gets it back) or a free one, and draws the token
+// while it holds the header. Tokens therefore increase with every grant of
+// the key. Releases and renewals touch the permit's row alone. Semaphore keys
+// are a namespace of their own: a semaphore and an exclusive lock of the same
+// name are two locks. Waiters are woken by the release of any permit of the
+// key; they are not queued in arrival order.
+type SemaphoreDriver struct {
+	d *Driver
+	n int
+	q semQueries
+}
+
+var (
+	_ dlock.Driver     = (*SemaphoreDriver)(nil)
+	_ dlock.Notifier   = (*SemaphoreDriver)(nil)
+	_ dlock.Abandoner  = (*SemaphoreDriver)(nil)
+	_ dlock.Inspector  = (*SemaphoreDriver)(nil)
+	_ dlock.TTLLimiter = (*SemaphoreDriver)(nil)
+)
+
+// NewSemaphore returns a Client whose locks are counting semaphores of n
+// permits in the DefaultTable's semaphore table of pool's database (see
+// SemaphoreDriver), with opts as the defaults of every call. It does no I/O.
+// It returns an error matching dlock.ErrInvalid for n outside [1,
+// MaxPermits], a nil pool or a bad option.
+func NewSemaphore(pool *pgxpool.Pool, n int, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(pool, Config{})
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.Semaphore(n)
+	if err != nil {
+		return nil, err
+	}
+	return dlock.NewClient(s, opts...)
+}
+
+// Semaphore returns the driver of semaphores of n permits over d's pool and
+// configuration.
+func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
+	if d == nil {
+		return nil, errNilDriver
+	}
+	if n < 1 || n > MaxPermits {
+		return nil, fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+	}
+	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
+}
+
+// TTLLimits implements dlock.TTLLimiter.
+func (s *SemaphoreDriver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+
+// Subscribe implements dlock.Notifier, as Driver.Subscribe: a waiter is woken
+// when a permit of its key is released.
+func (s *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return s.d.Subscribe(ctx, h)
+}
+
+// semQueries are the statements of the semaphores of a Driver.
+type semQueries struct {
+	header, live, extendOwn, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
+}
+
+// buildSemQueries writes the statements of the semaphore table (quoted) with
+// tokens from seq, its CREATE TABLE, and a query that checks its columns.
+func buildSemQueries(table, seq string) (q semQueries, create, check string) {
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
+	s := func(q string) string { return r.Replace(q) }
+	q = semQueries{
+		// $1 key, $2 n: the key's header row, made if missing, locked.
+		header: s(`
+INSERT INTO $T AS l (key, slot, n, owner, token, expires_at)
+VALUES ($1, -1, $2, '', 0, '-infinity')
+ON CONFLICT (key, slot) DO UPDATE SET n = l.n
+RETURNING l.abandoned, l.abandoned_until > clock_timestamp()`),
+		// $1 key: the permits in use.
+		live: s(`
+SELECT slot, owner, n, $REM FROM $T l
+WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()`),
+		// $1 key, $2 slot, $3 ttl in µs, $4 metadata.
+		extendOwn: s(`
+UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', metadata = $4
+WHERE key = $1 AND slot = $2 RETURNING token`),
+		// $1 key, $2 slot, $3 n, $4 owner, $5 ttl in µs, $6 metadata.
+		grant: s(`
+INSERT INTO $T AS l (key, slot, n, owner, token, expires_at, metadata)
+VALUES ($1, $2, $3, $4, nextval('$S'), clock_timestamp() + $5::bigint * interval '1 microsecond', $6)
+ON CONFLICT (key, slot) DO UPDATE SET n = EXCLUDED.n, owner = EXCLUDED.owner, token = EXCLUDED.token,
+	expires_at = EXCLUDED.expires_at, metadata = EXCLUDED.metadata
+RETURNING token`),
+		// $1 key, $2 owner, $3 channel.
+		release: s(`
+WITH cur AS (
+	SELECT key, slot, expires_at > clock_timestamp() AS live
+	FROM $T WHERE key = $1 AND slot >= 0 AND owner = $2 FOR UPDATE
+), upd AS (
+	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
+)
+SELECT bool_or(live), pg_notify($3, $1) IS NULL FROM cur HAVING count(*) > 0`),
+		// $1 key, $2 owner, $3 ttl in µs.
+		extend: s(`
+UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND slot >= 0 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner.
+		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND slot >= 0 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner, $3 mark life in µs; the header is locked.
+		abandon: s(fmt.Sprintf(`
+UPDATE $T l SET
+	abandoned = CASE WHEN l.abandoned_until > clock_timestamp()
+		THEN (l.abandoned || $2::text)[greatest(1, cardinality(l.abandoned) + 2 - %d):]
+		ELSE ARRAY[$2::text] END,
+	abandoned_until = greatest(l.abandoned_until, clock_timestamp() + $3::bigint * interval '1 microsecond')
+WHERE key = $1 AND slot = -1`, maxMarks)),
+		// $1 key: every permit row.
+		inspect: s(`
+SELECT owner, token, metadata, $REM, n, owner <> '' AND expires_at > clock_timestamp()
+FROM $T l WHERE key = $1 AND slot >= 0`),
+		// $1 the pattern's literal prefix.
+		list: s(`
+SELECT key, owner, token, metadata, $REM, n FROM $T l
+WHERE slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
+		// $1 key, $2 channel: frees every permit in use.
+		forceUnlock: s(`
+WITH cur AS (
+	SELECT key, slot FROM $T
+	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() FOR UPDATE
+), upd AS (
+	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
+)
+SELECT count(*), pg_notify($2, $1) IS NULL FROM cur`),
+	}
+	create = s(`CREATE TABLE IF NOT EXISTS $T (
+	key             text        NOT NULL,
+	slot            int         NOT NULL,
+	n               int         NOT NULL,
+	owner           text        NOT NULL,
+	token           bigint      NOT NULL,
+	expires_at      timestamptz NOT NULL,
+	metadata        text        NOT NULL DEFAULT '',
+	abandoned       text[]      NOT NULL DEFAULT '{}',
+	abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+	PRIMARY KEY (key, slot)
+)`)
+	check = s(`SELECT key, slot, n, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`)
+	return q, create, check
+}
+
+// tx runs f in one transaction whose waits for row locks are bounded as an
+// acquisition's are, as one request of the Driver.
+func (s *SemaphoreDriver) tx(ctx context.Context, op string, f func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.d.do(ctx, op, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.d.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1::bigint::text, true)`, acquireLockWait.Milliseconds()); err != nil {
+				return err
+			}
+			return f(ctx, tx)
+		})
+	})
+}
+
+// errLimit is the error of a semaphore used with another number of permits.
+type limitError struct {
+	key       string
+	n, stored int
+}
+
+func (e *limitError) Error() string {
+	return fmt.Sprintf("pglock: semaphore %q is held with %d permits, not %d", e.key, e.stored, e.n)
+}
+
+// Is makes a limitError match dlock.ErrConflict.
+func (e *limitError) Is(target error) bool { return target == dlock.ErrConflict }
+
+// Acquire implements dlock.Driver in one transaction: lock the key's header
+// row, then take the owner's permit again or a free one.
+func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	if s == nil {
+		return dlock.Grant{}, errNilDriver
+	}
+	if strings.IndexByte(r.Metadata, 0) >= 0 || !utf8.ValidString(r.Metadata) {
+		return dlock.Grant{}, fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+	}
+	var grant dlock.Grant
+	var refusal error
+	err := s.tx(ctx, "acquire", func(ctx context.Context, tx pgx.Tx) error {
+		refusal = nil
+		var marks []string
+		var marked bool
+		if err := tx.QueryRow(ctx, s.q.header, r.Key, s.n).Scan(&marks, &marked); err != nil {
+			return err
+		}
+		for _, m := range marks {
+			if marked && m == r.Owner {
+				refusal = fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+				return nil
+			}
+		}
+		rows, err := tx.Query(ctx, s.q.live, r.Key)
+		if err != nil {
+			return err
+		}
+		used := map[int]bool{}
+		own, soonest := -1, time.Duration(-1)
+		for rows.Next() {
+			var slot, n int
+			var owner string
+			var us int64
+			if err := rows.Scan(&slot, &owner, &n, &us); err != nil {
+				rows.Close()
+				return err
+			}
+			if n != s.n {
+				refusal = &limitError{key: r.Key, n: s.n, stored: n}
+			}
+			used[slot] = true
+			if owner == r.Owner {
+				own = slot
+			}
+			if rem := time.Duration(us) * time.Microsecond; soonest < 0 || rem < soonest {
+				soonest = rem
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || refusal != nil {
+			return err
+		}
+		var token int64
+		switch {
+		case own >= 0: // a retry of the holder: the same permit
+			err = tx.QueryRow(ctx, s.q.extendOwn, r.Key, own, micros(r.TTL), r.Metadata).Scan(&token)
+		case len(used) >= s.n:
+			refusal = &dlock.BusyError{Remaining: soonest}
+			return nil
+		default:
+			slot := 0
+			for used[slot] {
+				slot++
+			}
+			err = tx.QueryRow(ctx, s.q.grant, r.Key, slot, s.n, r.Owner, micros(r.TTL), r.Metadata).Scan(&token)
+		}
+		grant = dlock.Grant{Token: uint64(token), TTL: r.TTL}
+		return err
+	})
+	if sqlState(err) == "55P03" { // another transaction holds the header: an acquisition, or an abandonment
+		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+	}
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if refusal != nil {
+		return dlock.Grant{}, refusal
+	}
+	return grant, nil
+}
+
+// Extend implements dlock.Driver.
+func (s *SemaphoreDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	if s == nil {
+		return 0, errNilDriver
+	}
+	var n int64
+	err := s.d.do(ctx, "extend", func(ctx context.Context) error {
+		tag, err := s.d.pool.Exec(ctx, s.q.extend, h.Key, h.Owner, micros(ttl))
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, notHeld(h.Key)
+	}
+	return ttl, nil
+}
+
+// Release implements dlock.Driver: it frees the owner's permit and notifies
+// the key's waiters.
+func (s *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
+	if s == nil {
+		return errNilDriver
+	}
+	var live, found, notified bool
+	err := s.d.do(ctx, "release", func(ctx context.Context) error {
+		err := s.d.pool.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !found || !live {
+		return notHeld(h.Key)
+	}
+	return nil
+}
+
+// TTL implements dlock.Driver.
+func (s *SemaphoreDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	if s == nil {
+		return 0, errNilDriver
+	}
+	var us int64
+	found := false
+	err := s.d.do(ctx, "ttl", func(ctx context.Context) error {
+		err := s.d.pool.QueryRow(ctx, s.q.ttl, h.Key, h.Owner).Scan(&us)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, notHeld(h.Key)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// Abandon implements dlock.Abandoner: under the key's header row, it marks
+// the owner's acquisition abandoned (an attempt still in flight waits for the
+// header and then meets the mark) and frees the owner's permit.
+func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	if s == nil {
+		return errNilDriver
+	}
+	return s.tx(ctx, "abandon", func(ctx context.Context, tx pgx.Tx) error {
+		var marks []string
+		var marked bool
+		if err := tx.QueryRow(ctx, s.q.header, h.Key, s.n).Scan(&marks, &marked); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL))); err != nil {
+			return err
+		}
+		var live, notified bool
+		err := tx.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Inspect implements dlock.Inspector: Holders is the permits in use, Limit
+// the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
+// that ends last.
+func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info := dlock.LockInfo{Key: key}
+	if s == nil {
+		return info, errNilDriver
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return info, err
+	}
+	err := s.d.do(ctx, "inspect", func(ctx context.Context) error {
+		info = dlock.LockInfo{Key: key}
+		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p dlock.LockInfo
+			var token, us int64
+			var n int
+			var held bool
+			if err := rows.Scan(&p.Owner, &token, &p.Metadata, &us, &n, &held); err != nil {
+				return err
+			}
+			info.LastToken = max(info.LastToken, uint64(max(token, 0)))
+			if held {
+				p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
+				addPermit(&info, p, n)
+			}
+		}
+		return rows.Err()
+	})
+	return info, err
+}
+
+// addPermit counts the held permit p of a semaphore of n permits into info.
+func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
+	info.Held, info.Limit = true, n
+	info.Holders++
+	if info.Holders == 1 || p.TTL > info.TTL {
+		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
+	}
+}
+
+// List implements dlock.Inspector: the semaphores with permits in use whose
+// keys match pattern, sorted by key.
+func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if s == nil {
+		return nil, errNilDriver
+	}
+	if err := dlock.ValidatePattern(pattern); err != nil {
+		return nil, err
+	}
+	prefix := pattern
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		prefix = pattern[:i]
+	}
+	byKey := map[string]*dlock.LockInfo{}
+	err := s.d.do(ctx, "list", func(ctx context.Context) error {
+		clear(byKey)
+		rows, err := s.d.pool.Query(ctx, s.q.list, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p dlock.LockInfo
+			var key string
+			var token, us int64
+			var n int
+			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
+				return err
+			}
+			if !dlock.MatchKey(pattern, key) {
+				continue
+			}
+			if byKey[key] == nil {
+				byKey[key] = &dlock.LockInfo{Key: key}
+			}
+			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
+			addPermit(byKey[key], p, n)
+			byKey[key].LastToken = max(byKey[key].LastToken, p.Token)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dlock.LockInfo, 0, len(byKey))
+	for _, info := range byKey {
+		out = append(out, *info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceUnlock implements dlock.Inspector: it frees every permit of key in
+// use, notifies the waiters, and returns what it freed. A semaphore without a
+// permit in use is dlock.ErrNotHeld.
+func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info, err := s.Inspect(ctx, key)
+	if err != nil {
+		return info, err
+	}
+	var n int64
+	var notified bool
+	err = s.d.do(ctx, "force unlock", func(ctx context.Context) error {
+		return s.d.pool.QueryRow(ctx, s.q.forceUnlock, key, s.d.channel).Scan(&n, &notified)
+	})
+	if err != nil {
+		return dlock.LockInfo{Key: key}, err
+	}
+	if n == 0 {
+		return dlock.LockInfo{Key: key, LastToken: info.LastToken}, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
+	}
+	return info, nil
+}
