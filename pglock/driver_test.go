@@ -297,4 +297,17 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 	if rows.Err() != nil || len(keys) != 2 || !keys[fresh] || !keys[live] {
 		t.Fatalf("rows after Sweep: %v, %v; want %s and %s", keys, rows.Err(), fresh, live)
 	}
+	// A semaphore's permit and header go too, long after their expiry.
+	s, _ := d.Semaphore(2)
+	if _, err := s.Acquire(ctx, dlock.AcquireRequest{Key: dead, Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, "UPDATE dlock_locks_sem SET expires_at = now() - interval '2 hours' WHERE key = $1", dead)
+	if _, err := d.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := newPool(t).QueryRow(ctx, "SELECT count(*) FROM dlock_locks_sem WHERE key = $1", dead).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("semaphore rows after Sweep: %d, %v", n, err)
+	}
 }

@@ -375,20 +375,27 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 // inside the server between drawing its token and inserting its row.
 const SweepAfter = time.Hour
 
-// Sweep deletes the rows of locks that nobody has held for SweepAfter (and
-// that carry no live abandonment mark), skipping rows locked by a
-// transaction, and returns how many it deleted. Released and expired locks
-// keep their row (with the key's newest token) until Sweep removes it: run it
-// now and then where keys are many and short-lived (one per order, say).
+// Sweep deletes the rows of locks and semaphore permits that nobody has held
+// for SweepAfter (and that carry no live abandonment mark), skipping rows
+// locked by a transaction, and returns how many it deleted. Released and
+// expired locks keep their row (with the key's newest token) until Sweep
+// removes it: run it now and then where keys are many and short-lived (one per
+// order, say).
 func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 	if d == nil {
 		return 0, errNilDriver
 	}
 	var n int64
 	err := d.do(ctx, "sweep", func(ctx context.Context) error {
-		tag, err := d.pool.Exec(ctx, d.q.sweep, micros(SweepAfter))
-		n = tag.RowsAffected()
-		return err
+		n = 0
+		for _, q := range []string{d.q.sweep, d.semQ.sweep} {
+			tag, err := d.pool.Exec(ctx, q, micros(SweepAfter))
+			if err != nil {
+				return err
+			}
+			n += tag.RowsAffected()
+		}
+		return nil
 	})
 	return n, err
 }

@@ -90,6 +90,7 @@ func (s *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 // semQueries are the statements of the semaphores of a Driver.
 type semQueries struct {
 	header, live, extendOwn, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
+	sweep                                                                                     string
 }
 
 // buildSemQueries writes the statements of the semaphore table (quoted) with
@@ -151,6 +152,16 @@ FROM $T l WHERE key = $1 AND slot >= 0`),
 		list: s(`
 SELECT key, owner, token, metadata, $REM, n FROM $T l
 WHERE slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
+		// $1 the age in µs past its expiry of a row to delete: permits, and
+		// the headers of keys without a permit in use.
+		sweep: s(`
+DELETE FROM $T WHERE ctid IN (
+	SELECT ctid FROM $T l
+	WHERE greatest(expires_at, abandoned_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
+		AND (slot >= 0 OR NOT EXISTS (
+			SELECT FROM $T p WHERE p.key = l.key AND p.slot >= 0 AND p.expires_at > clock_timestamp()))
+	FOR UPDATE SKIP LOCKED
+)`),
 		// $1 key, $2 channel: frees every permit in use.
 		forceUnlock: s(`
 WITH cur AS (
