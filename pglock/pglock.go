@@ -48,6 +48,11 @@
 // transaction is ordered before the grant of the key to anybody else. See
 // Fence and docs/postgres.md for the exact guarantee and its limits.
 //
+// # Semaphores
+//
+// NewSemaphore and Driver.Semaphore give counting semaphores of n permits in
+// a table of their own (see SemaphoreDriver).
+//
 // # What is guaranteed
 //
 // One PostgreSQL server orders every change of a row, so a key has at most one
