@@ -89,8 +89,8 @@ func (s *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 
 // semQueries are the statements of the semaphores of a Driver.
 type semQueries struct {
-	header, live, extendOwn, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
-	sweep                                                                                     string
+	header, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
+	sweep                                                                    string
 }
 
 // buildSemQueries writes the statements of the semaphore table (quoted) with
@@ -99,27 +99,40 @@ func buildSemQueries(table, seq string) (q semQueries, create, check string) {
 	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
 	s := func(q string) string { return r.Replace(q) }
 	q = semQueries{
-		// $1 key, $2 n: the key's header row, made if missing, locked.
+		// $1 key, $2 n, $3 the longest wait for the row's lock in ms: the
+		// key's header row, made if missing, locked.
 		header: s(`
 INSERT INTO $T AS l (key, slot, n, owner, token, expires_at)
-VALUES ($1, -1, $2, '', 0, '-infinity')
-ON CONFLICT (key, slot) DO UPDATE SET n = l.n
-RETURNING l.abandoned, l.abandoned_until > clock_timestamp()`),
-		// $1 key: the permits in use.
-		live: s(`
-SELECT slot, owner, n, $REM FROM $T l
-WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()`),
-		// $1 key, $2 slot, $3 ttl in µs, $4 metadata.
-		extendOwn: s(`
-UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond', metadata = $4
-WHERE key = $1 AND slot = $2 RETURNING token`),
-		// $1 key, $2 slot, $3 n, $4 owner, $5 ttl in µs, $6 metadata.
+VALUES ($1, -1, $2::int + 0 * length(set_config('lock_timeout', $3::bigint::text, true)), '', 0, '-infinity')
+ON CONFLICT (key, slot) DO UPDATE SET n = l.n`),
+		// $1 key, $2 owner, $3 n, $4 ttl in µs, $5 metadata; the header is
+		// locked. One row: the outcome (granted, busy, abandoned, another n),
+		// the token, the soonest end of a permit in use in µs, and the n of
+		// the holders when it differs.
 		grant: s(`
-INSERT INTO $T AS l (key, slot, n, owner, token, expires_at, metadata)
-VALUES ($1, $2, $3, $4, nextval('$S'), clock_timestamp() + $5::bigint * interval '1 microsecond', $6)
-ON CONFLICT (key, slot) DO UPDATE SET n = EXCLUDED.n, owner = EXCLUDED.owner, token = EXCLUDED.token,
-	expires_at = EXCLUDED.expires_at, metadata = EXCLUDED.metadata
-RETURNING token`),
+WITH live AS (
+	SELECT slot, owner, n, $REM AS rem FROM $T l
+	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
+), st AS (
+	SELECT
+		EXISTS (SELECT FROM $T h WHERE h.key = $1 AND h.slot = -1
+			AND h.abandoned_until > clock_timestamp() AND $2 = ANY (h.abandoned)) AS gone,
+		(SELECT max(n) FROM live WHERE n <> $3) AS other,
+		(SELECT min(slot) FROM live WHERE owner = $2) AS own,
+		(SELECT min(s) FROM generate_series(0, $3 - 1) s WHERE s NOT IN (SELECT slot FROM live)) AS free,
+		(SELECT min(rem) FROM live) AS soonest
+), g AS (
+	INSERT INTO $T AS l (key, slot, n, owner, token, expires_at, metadata)
+	SELECT $1, coalesce(own, free), $3, $2, nextval('$S'), clock_timestamp() + $4::bigint * interval '1 microsecond', $5
+	FROM st WHERE NOT gone AND other IS NULL AND coalesce(own, free) IS NOT NULL
+	ON CONFLICT (key, slot) DO UPDATE SET n = EXCLUDED.n, owner = EXCLUDED.owner,
+		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE EXCLUDED.token END,
+		expires_at = EXCLUDED.expires_at, metadata = EXCLUDED.metadata
+	RETURNING token
+)
+SELECT CASE WHEN gone THEN 2 WHEN other IS NOT NULL THEN 3 WHEN EXISTS (SELECT FROM g) THEN 0 ELSE 1 END,
+	coalesce((SELECT token FROM g), 0), coalesce(soonest, -1), coalesce(other, 0)
+FROM st`),
 		// $1 key, $2 owner, $3 channel.
 		release: s(`
 WITH cur AS (
@@ -189,20 +202,7 @@ SELECT count(*), pg_notify($2, $1) IS NULL FROM cur`),
 	return q, create, check
 }
 
-// tx runs f in one transaction whose waits for row locks are bounded as an
-// acquisition's are, as one request of the Driver.
-func (s *SemaphoreDriver) tx(ctx context.Context, op string, f func(ctx context.Context, tx pgx.Tx) error) error {
-	return s.d.do(ctx, op, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, s.d.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1::bigint::text, true)`, acquireLockWait.Milliseconds()); err != nil {
-				return err
-			}
-			return f(ctx, tx)
-		})
-	})
-}
-
-// errLimit is the error of a semaphore used with another number of permits.
+// limitError is the error of a semaphore used with another number of permits.
 type limitError struct {
 	key       string
 	n, stored int
@@ -215,8 +215,11 @@ func (e *limitError) Error() string {
 // Is makes a limitError match dlock.ErrConflict.
 func (e *limitError) Is(target error) bool { return target == dlock.ErrConflict }
 
-// Acquire implements dlock.Driver in one transaction: lock the key's header
-// row, then take the owner's permit again or a free one.
+// Acquire implements dlock.Driver in one round trip and one transaction of
+// two statements: lock the key's header row (made if missing; waiting at most
+// as long as an acquisition of an exclusive lock), then, with a snapshot
+// taken under that lock, take the owner's permit again or the lowest free
+// one.
 func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if s == nil {
 		return dlock.Grant{}, errNilDriver
@@ -224,78 +227,36 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if strings.IndexByte(r.Metadata, 0) >= 0 || !utf8.ValidString(r.Metadata) {
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
 	}
-	var grant dlock.Grant
-	var refusal error
-	err := s.tx(ctx, "acquire", func(ctx context.Context, tx pgx.Tx) error {
-		refusal = nil
-		var marks []string
-		var marked bool
-		if err := tx.QueryRow(ctx, s.q.header, r.Key, s.n).Scan(&marks, &marked); err != nil {
-			return err
-		}
-		for _, m := range marks {
-			if marked && m == r.Owner {
-				refusal = fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
-				return nil
-			}
-		}
-		rows, err := tx.Query(ctx, s.q.live, r.Key)
-		if err != nil {
-			return err
-		}
-		used := map[int]bool{}
-		own, soonest := -1, time.Duration(-1)
-		for rows.Next() {
-			var slot, n int
-			var owner string
-			var us int64
-			if err := rows.Scan(&slot, &owner, &n, &us); err != nil {
-				rows.Close()
-				return err
-			}
-			if n != s.n {
-				refusal = &limitError{key: r.Key, n: s.n, stored: n}
-			}
-			used[slot] = true
-			if owner == r.Owner {
-				own = slot
-			}
-			if rem := time.Duration(us) * time.Microsecond; soonest < 0 || rem < soonest {
-				soonest = rem
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || refusal != nil {
-			return err
-		}
-		var token int64
-		switch {
-		case own >= 0: // a retry of the holder: the same permit
-			err = tx.QueryRow(ctx, s.q.extendOwn, r.Key, own, micros(r.TTL), r.Metadata).Scan(&token)
-		case len(used) >= s.n:
-			refusal = &dlock.BusyError{Remaining: soonest}
-			return nil
-		default:
-			slot := 0
-			for used[slot] {
-				slot++
-			}
-			err = tx.QueryRow(ctx, s.q.grant, r.Key, slot, s.n, r.Owner, micros(r.TTL), r.Metadata).Scan(&token)
-		}
-		grant = dlock.Grant{Token: uint64(token), TTL: r.TTL}
-		return err
+	var state int
+	var token, soonest, stored int64
+	err := s.d.do(ctx, "acquire", func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(s.q.header, r.Key, s.n, acquireLockWait.Milliseconds())
+		b.Queue(s.q.grant, r.Key, r.Owner, s.n, micros(r.TTL), r.Metadata).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&state, &token, &soonest, &stored)
+		})
+		return s.d.pool.SendBatch(ctx, b).Close()
 	})
-	if sqlState(err) == "55P03" { // another transaction holds the header: an acquisition, or an abandonment
+	switch {
+	case sqlState(err) == "55P03": // another transaction holds the header a while
 		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
-	}
-	if err != nil {
+	case err != nil:
 		return dlock.Grant{}, err
 	}
-	if refusal != nil {
-		return dlock.Grant{}, refusal
+	switch state {
+	case stateGranted:
+		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+	case stateAbandoned:
+		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+	case stateMismatch:
+		return dlock.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
 	}
-	return grant, nil
+	return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(soonest) * time.Microsecond}
 }
+
+// stateMismatch is the outcome of a semaphore acquisition with another
+// number of permits than the key's holders.
+const stateMismatch = 3
 
 // Extend implements dlock.Driver.
 func (s *SemaphoreDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
@@ -372,22 +333,26 @@ func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
-	return s.tx(ctx, "abandon", func(ctx context.Context, tx pgx.Tx) error {
-		var marks []string
-		var marked bool
-		if err := tx.QueryRow(ctx, s.q.header, h.Key, s.n).Scan(&marks, &marked); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL))); err != nil {
-			return err
-		}
-		var live, notified bool
-		err := tx.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
+	return s.d.do(ctx, "abandon", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.d.pool, func(tx pgx.Tx) error { return s.abandon(ctx, tx, h) })
 	})
+}
+
+// abandon marks h's acquisition abandoned in tx, under the key's header, and
+// frees h's permit.
+func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h dlock.Holding) error {
+	if _, err := tx.Exec(ctx, s.q.header, h.Key, s.n, acquireLockWait.Milliseconds()); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL))); err != nil {
+		return err
+	}
+	var live, notified bool
+	err := tx.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
 }
 
 // Inspect implements dlock.Inspector: Holders is the permits in use, Limit
