@@ -55,10 +55,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
-	prefix := pattern
-	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
-		prefix = pattern[:i]
-	}
+	prefix := literalPrefix(pattern)
 	var out []dlock.LockInfo
 	err := d.do(ctx, "list", func(ctx context.Context) error {
 		out = out[:0]
@@ -88,6 +85,15 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
+}
+
+// literalPrefix is the start of a List pattern before its first wildcard or
+// escape: every key the pattern matches starts with it.
+func literalPrefix(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
 }
 
 // ForceUnlock implements dlock.Inspector: it removes the key's live holding,

@@ -234,8 +234,8 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	if d == nil {
 		return dlock.Grant{}, errNilDriver
 	}
-	if strings.IndexByte(r.Metadata, 0) >= 0 || !utf8.ValidString(r.Metadata) {
-		return dlock.Grant{}, fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+	if err := checkMetadata(r.Metadata); err != nil {
+		return dlock.Grant{}, err
 	}
 	var state int
 	var token, remaining int64
@@ -293,9 +293,15 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	if d == nil {
 		return 0, errNilDriver
 	}
+	return d.extend(ctx, d.q.extend, h, ttl)
+}
+
+// extend runs the extend statement q ($1 key, $2 owner, $3 ttl in µs) of a
+// lock table.
+func (d *Driver) extend(ctx context.Context, q string, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	var n int64
 	err := d.do(ctx, "extend", func(ctx context.Context) error {
-		tag, err := d.pool.Exec(ctx, d.q.extend, h.Key, h.Owner, micros(ttl))
+		tag, err := d.pool.Exec(ctx, q, h.Key, h.Owner, micros(ttl))
 		n = tag.RowsAffected()
 		return err
 	})
@@ -315,9 +321,16 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}
+	return d.release(ctx, d.q.release, h)
+}
+
+// release runs the release statement q of a lock table ($1 key, $2 owner, $3
+// channel; a row of whether the holding was live and a notification, when
+// the owner had one).
+func (d *Driver) release(ctx context.Context, q string, h dlock.Holding) error {
 	var live, found, notified bool
 	err := d.do(ctx, "release", func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, d.q.release, h.Key, h.Owner, d.channel).Scan(&live, &notified)
+		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner, d.channel).Scan(&live, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -339,10 +352,15 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 	if d == nil {
 		return 0, errNilDriver
 	}
+	return d.ttl(ctx, d.q.ttl, h)
+}
+
+// ttl runs the TTL statement q of a lock table ($1 key, $2 owner).
+func (d *Driver) ttl(ctx context.Context, q string, h dlock.Holding) (time.Duration, error) {
 	var us int64
 	found := false
 	err := d.do(ctx, "ttl", func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, d.q.ttl, h.Key, h.Owner).Scan(&us)
+		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner).Scan(&us)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -426,6 +444,14 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 		}
 	}
 	return d.mapErr(ctx, rctx, op, err)
+}
+
+// checkMetadata refuses metadata that PostgreSQL text cannot hold.
+func checkMetadata(meta string) error {
+	if strings.IndexByte(meta, 0) >= 0 || !utf8.ValidString(meta) {
+		return fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+	}
+	return nil
 }
 
 // notHeld is the error of a call about a holding that is gone.

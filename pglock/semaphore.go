@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -224,8 +223,8 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	if s == nil {
 		return dlock.Grant{}, errNilDriver
 	}
-	if strings.IndexByte(r.Metadata, 0) >= 0 || !utf8.ValidString(r.Metadata) {
-		return dlock.Grant{}, fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+	if err := checkMetadata(r.Metadata); err != nil {
+		return dlock.Grant{}, err
 	}
 	var state int
 	var token, soonest, stored int64
@@ -263,19 +262,7 @@ func (s *SemaphoreDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.
 	if s == nil {
 		return 0, errNilDriver
 	}
-	var n int64
-	err := s.d.do(ctx, "extend", func(ctx context.Context) error {
-		tag, err := s.d.pool.Exec(ctx, s.q.extend, h.Key, h.Owner, micros(ttl))
-		n = tag.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 {
-		return 0, notHeld(h.Key)
-	}
-	return ttl, nil
+	return s.d.extend(ctx, s.q.extend, h, ttl)
 }
 
 // Release implements dlock.Driver: it frees the owner's permit and notifies
@@ -284,22 +271,7 @@ func (s *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
-	var live, found, notified bool
-	err := s.d.do(ctx, "release", func(ctx context.Context) error {
-		err := s.d.pool.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if !found || !live {
-		return notHeld(h.Key)
-	}
-	return nil
+	return s.d.release(ctx, s.q.release, h)
 }
 
 // TTL implements dlock.Driver.
@@ -307,23 +279,7 @@ func (s *SemaphoreDriver) TTL(ctx context.Context, h dlock.Holding) (time.Durati
 	if s == nil {
 		return 0, errNilDriver
 	}
-	var us int64
-	found := false
-	err := s.d.do(ctx, "ttl", func(ctx context.Context) error {
-		err := s.d.pool.QueryRow(ctx, s.q.ttl, h.Key, h.Owner).Scan(&us)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, notHeld(h.Key)
-	}
-	return time.Duration(us) * time.Microsecond, nil
+	return s.d.ttl(ctx, s.q.ttl, h)
 }
 
 // Abandon implements dlock.Abandoner: under the key's header row, it marks
@@ -410,10 +366,7 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
-	prefix := pattern
-	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
-		prefix = pattern[:i]
-	}
+	prefix := literalPrefix(pattern)
 	byKey := map[string]*dlock.LockInfo{}
 	err := s.d.do(ctx, "list", func(ctx context.Context) error {
 		clear(byKey)
