@@ -17,7 +17,7 @@ import (
 
 // Benchmarks against the test server (all on one host):
 //
-//	go test -run '^$' -bench . -benchtime 3s ./pglock/
+//	cd pglock && go test -run '^$' -bench . -benchtime 3s .
 //
 // Each reports the server's CPU time per operation (all PostgreSQL processes,
 // from /proc) next to the wall time.
