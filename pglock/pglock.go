@@ -15,15 +15,19 @@
 // otherwise): the key, the holder's owner, its fencing token, its expiry as a
 // timestamp of the database's clock, and its metadata. Tokens come from one
 // sequence (the table's name with "_token" appended): global, strictly
-// increasing, and never reused, also across restarts of the server, so every
-// token of a key is greater than every earlier one. The table is created by
+// increasing, and never reused, also across restarts of the server. A grant
+// draws its token while it holds the lock of the key's row, after every
+// earlier grant of the key committed, so every token of a key is greater than
+// every earlier one. The table is created by
 // Driver.Migrate, or by the first call that finds it missing when
 // Config.CreateTable is set.
 //
 // Acquire is one statement: it inserts the row, or takes over a row whose
 // expiry has passed (or that its owner already holds: a retry whose first reply
 // was lost gets the same holding and token back), and otherwise reports the
-// holder's remaining time. Extend and Release change the row only if it is
+// holder's remaining time. It waits at most 200ms for the lock of the row
+// (held for longer only by a transaction fenced on the key, see Fence), and
+// the key is busy meanwhile. Extend and Release change the row only if it is
 // still the owner's and not expired; Extend never re-creates a row. Expiry is
 // read and written by the database's clock alone (clock_timestamp()), so the
 // clocks of the processes that lock do not matter.
@@ -37,8 +41,8 @@
 // notification can be lost (the listening connection broke, the server
 // restarted): a waiter then sleeps at most the holder's remaining TTL, as with
 // Redis. An expiry sends nothing; waiters wake when the holder's TTL has
-// passed. Where LISTEN is refused (a pooler in transaction mode, a read-only
-// permission set), or with Config.Poll, waiters poll.
+// passed. Where LISTEN is refused, or with Config.Poll (for a pooler in
+// transaction mode, which does not carry notifications), waiters poll.
 //
 // # Fencing inside the database
 //
