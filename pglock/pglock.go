@@ -133,6 +133,7 @@ type Driver struct {
 	channel string // the NOTIFY channel, unquoted
 	q       queries
 	semQ    semQueries
+	fairQ   fairQueries
 	ln      *listener
 
 	migrateMu sync.Mutex
@@ -200,6 +201,8 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	seqParts[len(seqParts)-1] += "_token"
 	semParts := append([]string(nil), parts...)
 	semParts[len(semParts)-1] += "_sem"
+	queueParts := append([]string(nil), parts...)
+	queueParts[len(queueParts)-1] += "_queue"
 	d := &Driver{
 		pool:    pool,
 		cfg:     cfg,
@@ -210,8 +213,10 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 	d.q = buildQueries(d.table, d.seq)
 	var semCreate, semCheck string
 	d.semQ, semCreate, semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
-	d.q.migrate = append(d.q.migrate, semCreate)
-	d.q.check = append(d.q.check, semCheck)
+	var fairCreate, fairCheck string
+	d.fairQ, fairCreate, fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
+	d.q.migrate = append(d.q.migrate, semCreate, fairCreate)
+	d.q.check = append(d.q.check, semCheck, fairCheck)
 	d.ln = newListener(d)
 	return d, nil
 }
@@ -402,12 +407,12 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 // inside the server between drawing its token and inserting its row.
 const SweepAfter = time.Hour
 
-// Sweep deletes the rows of locks and semaphore permits that nobody has held
-// for SweepAfter (and that carry no live abandonment mark), skipping rows
-// locked by a transaction, and returns how many it deleted. Released and
-// expired locks keep their row (with the key's newest token) until Sweep
-// removes it: run it now and then where keys are many and short-lived (one per
-// order, say).
+// Sweep deletes the rows of locks, semaphore permits and fair-lock waiters
+// that nobody has held (or renewed) for SweepAfter and that carry no live
+// abandonment mark, skipping rows locked by a transaction, and returns how
+// many it deleted. Released and expired locks keep their row (with the key's
+// newest token) until Sweep removes it: run it now and then where keys are
+// many and short-lived (one per order, say).
 func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 	if d == nil {
 		return 0, errNilDriver
@@ -415,7 +420,7 @@ func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 	var n int64
 	err := d.do(ctx, "sweep", func(ctx context.Context) error {
 		n = 0
-		for _, q := range []string{d.q.sweep, d.semQ.sweep} {
+		for _, q := range []string{d.q.sweep, d.semQ.sweep, d.fairQ.sweep} {
 			tag, err := d.pool.Exec(ctx, q, micros(SweepAfter))
 			if err != nil {
 				return err
