@@ -52,10 +52,11 @@
 // transaction is ordered before the grant of the key to anybody else. See
 // Fence and docs/postgres.md for the exact guarantee and its limits.
 //
-// # Semaphores
+// # Semaphores and fair locks
 //
 // NewSemaphore and Driver.Semaphore give counting semaphores of n permits in
-// a table of their own (see SemaphoreDriver).
+// a table of their own (see SemaphoreDriver); NewFair and Driver.Fair give
+// exclusive locks granted in arrival order (see FairDriver).
 //
 // # What is guaranteed
 //
