@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"reflect"
@@ -22,10 +23,11 @@ type Locker interface {
 
 	// Lock waits until the lock is obtained, the context ends, or the wait given by
 	// WithWait has passed, retrying meanwhile the backend failures that waiting
-	// may cure. When the lock was held to the end, the error matches
-	// ErrNotObtained (and the context's error when that ended the wait); when the
-	// backend was failing to the end, it matches ErrUnavailable instead, since
-	// nobody may hold the lock.
+	// may cure, for at most the failure limit (WithFailureLimit) without a reply
+	// saying the lock is held. When the lock was held to the end, the error
+	// matches ErrNotObtained (and the context's error when that ended the wait);
+	// when the backend was failing to the end, it matches ErrUnavailable instead,
+	// since nobody may hold the lock.
 	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 }
 
@@ -123,7 +125,12 @@ func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, err
 // last reported by a backend whose notifications may be lost. Failures that
 // waiting may cure (ErrUnavailable: the server is down, slow, out of memory,
 // read-only...) are retried with backoff until the wait ends; the error then
-// says what the last attempt met. See Locker.
+// says what the last attempt met. A wait with neither a context deadline nor
+// WithWait still ends on a backend that only fails: after the failure limit
+// (WithFailureLimit, DefaultFailureLimit = 1 minute by default) of failures
+// with no reply saying the lock is held, Lock returns the last failure
+// (matching ErrUnavailable). The first failure of a wait is logged once
+// (slog.Default), so that a wait through an outage is not silent. See Locker.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if err != nil {
@@ -153,6 +160,7 @@ type acquisition struct {
 	handle  any  // the last BusyError's Handle
 	dirty   bool // an attempt may have left state behind: abandon on give-up
 	start   time.Time
+	tried   time.Time  // the start of the last attempt
 	busy    *BusyError // the last attempt that found the lock held
 	failed  error      // the last failure since then that the context did not cause
 }
@@ -166,6 +174,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 	if a.start.IsZero() {
 		a.start = start
 	}
+	a.tried = start
 	g, err := a.c.d.Acquire(ctx, AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
 		Waiting: a.waiting, Handle: a.handle,
@@ -228,6 +237,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 	subscribed := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var failing time.Time // the start of the first attempt of a run of failures
+	logged := false
 	for n := 1; ; n++ {
 		l, err = a.attempt(ctx)
 		if err == nil {
@@ -241,6 +252,24 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		isBusy := errors.As(err, &busy)
 		if !isBusy && !retryable(ctx, err) {
 			return nil, err
+		}
+		var failLeft time.Duration // time left in the failure limit; 0 when busy
+		if isBusy {
+			failing = time.Time{}
+		} else {
+			if failing.IsZero() {
+				failing = a.tried
+			}
+			failLeft = a.cfg.failLimit - time.Since(failing)
+			if failLeft <= 0 {
+				return nil, fmt.Errorf("%w; gave up after %v of failures (the failure limit)%s",
+					err, time.Since(failing).Round(time.Millisecond), a.waited(n))
+			}
+			if !logged {
+				logged = true
+				slog.Default().Warn("dlock: waiting for a lock while the backend fails; retrying until it answers, for at most the failure limit",
+					"key", a.key, "err", err, "failure_limit", a.cfg.failLimit)
+			}
 		}
 		if isBusy && !subscribed {
 			subscribed = true
@@ -264,6 +293,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 				// Expiry has millisecond resolution: wake just after it.
 				delay = busy.Remaining + time.Millisecond
 			}
+		} else if delay > failLeft {
+			delay = failLeft // one last attempt at the limit
 		}
 		timer.Reset(delay)
 		select {

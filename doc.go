@@ -18,6 +18,19 @@
 //		return process(ctx)
 //	})
 //
+// # Waiting and failures
+//
+// Lock (and Do, LockAll, Campaign) waits while another owner holds the key, for
+// as long as its context and WithWait allow. It also retries the failures that
+// waiting may cure (ErrUnavailable: a server down, unreachable, out of memory,
+// read-only, loading), but not forever: once every attempt for the failure limit
+// (WithFailureLimit, DefaultFailureLimit = 1 minute) has failed with no reply
+// saying the lock is held, the wait gives up with the last failure, matching
+// ErrUnavailable and naming the server's reason. A wait that meets a failure
+// logs it once through slog.Default, so that a process waiting through an
+// outage says what it waits for. ErrRefused, ErrInvalid and ErrConflict end a
+// wait at once.
+//
 // # Safety model
 //
 //  1. Every lock has a 128-bit random owner token and an expiry; no code path

@@ -173,7 +173,21 @@ type LockInfo struct {
 	// LastToken is the newest fencing token handed out for the key, also after
 	// the lock was released, where the store keeps it; 0 when unknown.
 	LastToken uint64
+
+	// Kind is the kind of lock the key holds (KindMutex, KindFair,
+	// KindReentrant, KindReadWrite, KindSemaphore), or "" when free or when the
+	// backend cannot tell.
+	Kind string
 }
+
+// The kinds of lock a LockInfo names.
+const (
+	KindMutex     = "mutex"      // an exclusive lock, not fair (New on every backend)
+	KindFair      = "fair"       // an exclusive lock granted in arrival order
+	KindReentrant = "reentrant"  // an exclusive lock that its owner ID may take again
+	KindReadWrite = "read-write" // readers or one writer
+	KindSemaphore = "semaphore"  // at most Limit holders
+)
 
 // Inspector is implemented by drivers (and clients) that can show and force locks,
 // for operators and tools such as the dlock command. Every method validates its

@@ -29,6 +29,11 @@ const (
 
 	// MaxMetadataLen is the longest metadata string accepted, in bytes.
 	MaxMetadataLen = 4096
+
+	// DefaultFailureLimit is how long a waiting acquisition keeps retrying a
+	// backend that only fails (no reply saying the lock is held) when
+	// WithFailureLimit is not given.
+	DefaultFailureLimit = time.Minute
 )
 
 // Option configures a Client (as its default for every call) or a single TryLock or
@@ -44,6 +49,7 @@ type config struct {
 	wait       time.Duration
 	waitSet    bool
 	retry      RetryStrategy
+	failLimit  time.Duration
 	drift      float64
 	metadata   string
 	owner      string // WithOwner's ID; empty for anonymous acquisitions
@@ -52,9 +58,10 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		ttl:   DefaultTTL,
-		retry: defaultRetry,
-		drift: DefaultDriftFactor,
+		ttl:       DefaultTTL,
+		retry:     defaultRetry,
+		failLimit: DefaultFailureLimit,
+		drift:     DefaultDriftFactor,
 	}
 }
 
@@ -106,7 +113,8 @@ func WithMaxHold(d time.Duration) Option {
 }
 
 // WithWait bounds how long Lock waits for a held lock to become free, retrying
-// meanwhile the failures that waiting may cure (ErrUnavailable). Zero makes Lock a
+// meanwhile the failures that waiting may cure (ErrUnavailable), for at most the
+// failure limit (WithFailureLimit) in a row. Zero makes Lock a
 // TryLock: one attempt, no waiting and no retry. Negative values are invalid. The
 // default is to wait until the lock is obtained or the context ends. TryLock
 // ignores it.
@@ -117,6 +125,31 @@ func WithWait(d time.Duration) Option {
 			return
 		}
 		c.wait, c.waitSet = d, true
+	}
+}
+
+// WithFailureLimit bounds how long a waiting acquisition (Lock, Do, LockAll,
+// Campaign...) retries a backend that only fails: when every attempt for d has
+// met a failure that waiting may cure (ErrUnavailable: the server is down,
+// unreachable, out of memory, read-only, loading...) and none has met the lock
+// held by another owner, the wait gives up with the last failure, whose error
+// matches ErrUnavailable (not ErrNotObtained, nor a context error) and names
+// the server's reason. An attempt that finds the lock held starts the count
+// again: a store that answers is waited on for as long as the wait lasts. The
+// attempt in flight when d passes is not cut short: the wait ends at its reply
+// or its request timeout. The first failure of a wait is logged once, with
+// slog.Default, saying what it met and that the wait goes on within this
+// bound. The limit applies whatever the context's deadline and WithWait, the
+// earlier end winning; to ride out longer outages (a server restart that takes
+// minutes) give a longer limit. d must be positive. The default is
+// DefaultFailureLimit (1 minute). TryLock ignores it.
+func WithFailureLimit(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.setErr(invalidf("failure limit %v must be positive", d))
+			return
+		}
+		c.failLimit = d
 	}
 }
 

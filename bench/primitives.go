@@ -80,9 +80,9 @@ type exclusiveHolders struct{ l locker }
 func (e exclusiveHolders) holder(key string, _ int) (mutex, bool) { return e.l.mutex(key), true }
 func (exclusiveHolders) limit() int                               { return 1 }
 
-// runP is scenario p: g goroutines, each with its own Client, contending for one
+// runPrimitives is scenario p: g goroutines, each with its own Client, contending for one
 // key of the variant's lock kind for the contended duration.
-func (e *env) runP(ctx context.Context, v variant, g int) (metrics, error) {
+func (e *env) runPrimitives(ctx context.Context, v variant, g int) (metrics, error) {
 	prefix := e.prefix("p")
 	key := prefix + "lock"
 	cnt := &cmdCounter{}
@@ -205,7 +205,7 @@ func (e *env) runP(ctx context.Context, v variant, g int) (metrics, error) {
 	}, nil
 }
 
-func tableP(out io.Writer, g int, ms []measurement) {
+func tablePrimitives(out io.Writer, g int, ms []measurement) {
 	table(out, fmt.Sprintf("p. primitives, one key, G = %d goroutines with a Client each (medians; excl = mutex holders and writers)", g), ms, []column{
 		{"ops/s", "ops_per_s", "%.0f"},
 		{"wait p50 ms", "wait_p50_ms", "%.2f"},

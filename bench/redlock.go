@@ -78,9 +78,9 @@ type redlockResult struct {
 	timeouts     int64
 }
 
-// runR is scenario r: five masters (the bench's server and four more), each
+// runRedlock is scenario r: five masters (the bench's server and four more), each
 // variant under each load for cfg.aDur, cfg.reps times, variants interleaved.
-func (e *env) runR(ctx context.Context, dir string, out io.Writer) error {
+func (e *env) runRedlock(ctx context.Context, dir string, out io.Writer) error {
 	addrs := []string{e.addr}
 	for i := 1; i < redlockNodes; i++ {
 		sub := filepath.Join(dir, "r"+strconv.Itoa(i))

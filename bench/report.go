@@ -68,75 +68,10 @@ func cell(format string, m metrics, name string) string {
 	return fmt.Sprintf(format, v)
 }
 
-func tableA(out io.Writer, g int, ms []measurement) {
-	table(out, fmt.Sprintf("a. uncontended, G = %d goroutines, each on its own key (medians; × raw = median of per-repetition ratios)", g), ms, []column{
-		{"cycles/s", "cycles_per_s", "%.0f"},
-		{"× raw", "cycles_per_s_vs_raw", "%.2f"},
-		{"p50 µs", "lat_p50_us", "%.0f"},
-		{"× raw", "lat_p50_us_vs_raw", "%.2f"},
-		{"p99 µs", "lat_p99_us", "%.0f"},
-		{"× raw", "lat_p99_us_vs_raw", "%.2f"},
-		{"cmds/cycle client", "cmds_per_cycle_client", "%.2f"},
-		{"server", "cmds_per_cycle_server", "%.2f"},
-		{"CPU µs/cycle client", "client_cpu_us_per_cycle", "%.1f"},
-		{"server", "server_cpu_us_per_cycle", "%.1f"},
-		{"errors", "errors", "%.0f"},
-	})
-}
-
-func tableB(out io.Writer, g int, ms []measurement) {
-	tableContended(out, fmt.Sprintf("b. one key, G = %d goroutines sharing one Client, GET+SET increment inside the lock (medians)", g), ms)
-}
-
-// tableContended is the table of a contended scenario (b, bc, bp).
-func tableContended(out io.Writer, title string, ms []measurement) {
-	table(out, title, ms, []column{
-		{"CS/s", "cs_per_s", "%.0f"},
-		{"handoffs/s", "handoffs_per_s", "%.0f"},
-		{"handoff %", "handoff_pct", "%.1f"},
-		{"wait p50 ms", "wait_p50_ms", "%.2f"},
-		{"p99 ms", "wait_p99_ms", "%.1f"},
-		{"max ms", "wait_max_ms", "%.1f"},
-		{"max/(G·CS)", "wait_max_per_g_cs", "%.1f"},
-		{"timed out", "timeouts", "%.0f"},
-		{"Jain", "jain", "%.2f"},
-		{"lost", "lost", "%.0f"},
-		{"overlaps", "overlaps", "%.0f"},
-		{"cmds/CS client", "cmds_per_cs_client", "%.2f"},
-		{"server", "cmds_per_cs_server", "%.2f"},
-		{"server CPU µs/CS", "server_cpu_us_per_cs", "%.1f"},
-		{"errors", "errors", "%.0f"},
-	})
-}
-
-func tableC(out io.Writer, scenario string, n int, ms []measurement) {
-	title := fmt.Sprintf("c1. %d waiters on one key, then the lock passes through all of them (medians)", n)
-	if scenario == "c2" {
-		title = fmt.Sprintf("c2. %d keys, each held with one waiter, then every holder releases (medians)", n)
-	}
-	table(out, title, ms, []column{
-		{"waiters", "waiters", "%.0f"},
-		{"idle cmds/s client", "idle_cmds_per_s_client", "%.0f"},
-		{"server", "idle_cmds_per_s_server", "%.0f"},
-		{"conns", "conns", "%.0f"},
-		{"sub conns", "sub_conns", "%.0f"},
-		{"channels", "channels", "%.0f"},
-		{"bytes/waiter", "bytes_per_waiter", "%.0f"},
-		{"handoffs", "handoffs", "%.0f"},
-		{"in s", "drain_s", "%.2f"},
-		{"handoffs/s", "handoffs_per_s", "%.0f"},
-		{"cmds/handoff client", "cmds_per_handoff_client", "%.2f"},
-		{"server", "cmds_per_handoff_server", "%.2f"},
-		{"lost", "lost", "%.0f"},
-		{"overlaps", "overlaps", "%.0f"},
-		{"errors", "errors", "%.0f"},
-	})
-}
-
-// headlineB prints, for every dlock variant and G of scenario b, its hand-overs per
+// headlineContended prints, for every dlock variant and G of scenario b, its hand-overs per
 // second against redsync with its default retry and against the best peer
 // polling every millisecond, from the medians in meds.
-func headlineB(out io.Writer, meds []measurement) {
+func headlineContended(out io.Writer, meds []measurement) {
 	byN := map[int]map[string]metrics{}
 	var ns []int
 	for _, m := range meds {

@@ -131,26 +131,26 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 	var all []measurement
 	if cfg.scenarios["a"] {
 		for _, g := range cfg.aG {
-			ms, err := e.repeat(ctx, "a", g, inA, e.runA)
+			ms, err := e.repeat(ctx, "a", g, inA, e.runUncontended)
 			all = append(all, ms...)
 			if err != nil {
 				return all, err
 			}
-			tableA(out, g, ms)
+			tableUncontended(out, g, ms)
 		}
 	}
 	if cfg.scenarios["b"] {
 		var meds []measurement
 		for _, g := range cfg.bG {
-			ms, err := e.repeat(ctx, "b", g, inB, e.runB)
+			ms, err := e.repeat(ctx, "b", g, inB, e.runSharedClient)
 			all = append(all, ms...)
 			if err != nil {
 				return all, err
 			}
-			tableB(out, g, ms)
+			tableSharedClient(out, g, ms)
 			meds = append(meds, medians(ms)...)
 		}
-		headlineB(out, meds)
+		headlineContended(out, meds)
 	}
 	for _, sc := range []struct {
 		name, title string
@@ -158,8 +158,8 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 		bits        int
 		f           runner
 	}{
-		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, inB | inBC, e.runBC},
-		{"bp", "bp. one key, G processes", cfg.bpG, inB, e.runBP},
+		{"bc", "bc. one key, G Clients (one per goroutine)", cfg.bG, inB | inBC, e.runClientEach},
+		{"bp", "bp. one key, G processes", cfg.bpG, inB, e.runProcesses},
 	} {
 		if !cfg.scenarios[sc.name] {
 			continue
@@ -178,28 +178,28 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			name string
 			n    int
 			f    runner
-		}{{"c1", cfg.cWaiters, e.runC1}, {"c2", cfg.cKeys, e.runC2}} {
+		}{{"c1", cfg.cWaiters, e.runQueue}, {"c2", cfg.cKeys, e.runManyKeys}} {
 			ms, err := e.repeat(ctx, sc.name, sc.n, inC, sc.f)
 			all = append(all, ms...)
 			if err != nil {
 				return all, err
 			}
-			tableC(out, sc.name, sc.n, ms)
+			tableWaiters(out, sc.name, sc.n, ms)
 		}
 	}
 	if cfg.scenarios["r"] {
-		if err := e.runR(ctx, dir, out); err != nil {
+		if err := e.runRedlock(ctx, dir, out); err != nil {
 			return all, err
 		}
 	}
 	if cfg.scenarios["p"] {
 		for _, g := range cfg.pG {
-			ms, err := e.repeat(ctx, "p", g, inP, e.runP)
+			ms, err := e.repeat(ctx, "p", g, inP, e.runPrimitives)
 			all = append(all, ms...)
 			if err != nil {
 				return all, err
 			}
-			tableP(out, g, ms)
+			tablePrimitives(out, g, ms)
 		}
 	}
 	tableConsensus(out, all)

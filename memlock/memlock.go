@@ -251,6 +251,7 @@ func (s *Store) info(key string) dlock.LockInfo {
 	if h := s.live(key); h != nil {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
 	}
 	return info
 }

@@ -35,11 +35,11 @@ type workerResult struct {
 	CSMicros   []float64 `json:"cs_us"`
 }
 
-// runBP is scenario bp: scenario b with each contender a process of its own (this
+// runProcesses is scenario bp: scenario b with each contender a process of its own (this
 // binary started again as a worker), to confirm scenario bc's figures with real
 // processes. Handoffs and overlaps are tracked in Redis (a last-holder key and an
 // in-section counter), as work.
-func (e *env) runBP(ctx context.Context, v variant, g int) (metrics, error) {
+func (e *env) runProcesses(ctx context.Context, v variant, g int) (metrics, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err

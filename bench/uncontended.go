@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errorPause slows a goroutine down after an unexpected error so that a broken
+// run cannot spin.
+const errorPause = 10 * time.Millisecond
+
+// runUncontended is scenario a: g goroutines, each locking and unlocking its own key as fast
+// as it can for the configured duration.
+func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, error) {
+	ms, err := e.openMeasured(v, "bench")
+	if err != nil {
+		return nil, err
+	}
+	defer ms.close()
+	prefix := e.prefix("a")
+	r0, err := ms.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srvCPU0, err := e.lockServerCPU(ctx, v.on)
+	if err != nil {
+		return nil, err
+	}
+	disk0 := e.readDisk(ctx, v.on)
+	cpu0, cpuOK := processCPU()
+	lat := make([][]time.Duration, g)
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	end := start.Add(e.cfg.aDur)
+	for i := range g {
+		m := ms.lk.mutex(prefix + strconv.Itoa(i))
+		wg.Go(func() {
+			samples := make([]time.Duration, 0, 1<<14)
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					break
+				}
+				if err := m.lock(ctx); err != nil {
+					errs.Add(1)
+					time.Sleep(errorPause)
+					continue
+				}
+				if err := m.unlock(ctx); err != nil {
+					errs.Add(1)
+				}
+				samples = append(samples, time.Since(t0))
+			}
+			lat[i] = samples
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
+	srvCPU1, err := e.lockServerCPU(ctx, v.on)
+	if err != nil {
+		return nil, err
+	}
+	used, err := ms.usedSince(ctx, r0)
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	n := float64(len(all))
+	m := metrics{
+		"cycles":                float64(len(all)),
+		"cycles_per_s":          n / elapsed.Seconds(),
+		"lat_p50_us":            micros(percentile(all, 0.50)),
+		"lat_p99_us":            micros(percentile(all, 0.99)),
+		"cmds_per_cycle_client": ratio(float64(used.client), n),
+		"cmds_per_cycle_server": ratio(float64(used.lockServer()), n),
+		"errors":                float64(errs.Load()),
+	}
+	m["server_cpu_us_per_cycle"] = ratio(micros(srvCPU1-srvCPU0), n)
+	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cycle")
+	if cpuOK {
+		m["client_cpu_us_per_cycle"] = ratio(micros(cpu1-cpu0), n)
+	}
+	return m, nil
+}
+
+func tableUncontended(out io.Writer, g int, ms []measurement) {
+	table(out, fmt.Sprintf("a. uncontended, G = %d goroutines, each on its own key (medians; × raw = median of per-repetition ratios)", g), ms, []column{
+		{"cycles/s", "cycles_per_s", "%.0f"},
+		{"× raw", "cycles_per_s_vs_raw", "%.2f"},
+		{"p50 µs", "lat_p50_us", "%.0f"},
+		{"× raw", "lat_p50_us_vs_raw", "%.2f"},
+		{"p99 µs", "lat_p99_us", "%.0f"},
+		{"× raw", "lat_p99_us_vs_raw", "%.2f"},
+		{"cmds/cycle client", "cmds_per_cycle_client", "%.2f"},
+		{"server", "cmds_per_cycle_server", "%.2f"},
+		{"CPU µs/cycle client", "client_cpu_us_per_cycle", "%.1f"},
+		{"server", "server_cpu_us_per_cycle", "%.1f"},
+		{"errors", "errors", "%.0f"},
+	})
+}
