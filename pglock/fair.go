@@ -242,7 +242,16 @@ func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	err = f.d.do(ctx, "inspect", func(ctx context.Context) error {
 		return f.d.pool.QueryRow(ctx, f.d.fairQ.waiters, key).Scan(&info.Waiters)
 	})
-	return info, err
+	return fairKind(info), err
+}
+
+// fairKind names a held lock read through a FairDriver fair (the table
+// cannot tell a fair holding from a plain one: the Client's kind decides).
+func fairKind(info dlock.LockInfo) dlock.LockInfo {
+	if info.Held {
+		info.Kind = dlock.KindFair
+	}
+	return info
 }
 
 // List implements dlock.Inspector, as Driver.List.
@@ -250,7 +259,11 @@ func (f *FairDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo
 	if f == nil {
 		return nil, errNilDriver
 	}
-	return f.d.List(ctx, pattern)
+	infos, err := f.d.List(ctx, pattern)
+	for i := range infos {
+		infos[i] = fairKind(infos[i])
+	}
+	return infos, err
 }
 
 // ForceUnlock implements dlock.Inspector, as Driver.ForceUnlock: the head of
@@ -259,5 +272,6 @@ func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInf
 	if f == nil {
 		return dlock.LockInfo{Key: key}, errNilDriver
 	}
-	return f.d.ForceUnlock(ctx, key)
+	info, err := f.d.ForceUnlock(ctx, key)
+	return fairKind(info), err
 }

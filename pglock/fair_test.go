@@ -126,6 +126,9 @@ func TestFairWaitersThatLeaveOrDie(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued(t, f, key, 1)
+	if info, err := f.Inspect(ctx, key); err != nil || info.Kind != dlock.KindFair || info.Owner != l.Owner() || info.Waiters != 1 {
+		t.Fatalf("Inspect of a fair lock with a waiter: %+v, %v", info, err)
+	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

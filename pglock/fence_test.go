@@ -175,7 +175,8 @@ func TestFenceSQL(t *testing.T) {
 	}
 }
 
-// Fence works the same from a Lease of a Client made by New.
+// Fence works the same from a Lease of a Client made by New, which also
+// inspects through its driver.
 func TestFenceOfALeaseFromNew(t *testing.T) {
 	pool := newPool(t)
 	c, err := New(pool)
@@ -191,6 +192,10 @@ func TestFenceOfALeaseFromNew(t *testing.T) {
 	defer func() { _ = lease.Unlock(context.Background()) }()
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return d.Fence(ctx, tx, lease) }); err != nil {
 		t.Fatal(err)
+	}
+	// The Client reads the lock through its driver.
+	if info, err := c.Inspect(ctx, lease.Key()); err != nil || !info.Held || info.Kind != dlock.KindMutex || info.Token != lease.Token() {
+		t.Fatalf("Inspect through the Client: %+v, %v", info, err)
 	}
 }
 

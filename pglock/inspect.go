@@ -40,7 +40,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if held {
 		info.Held, info.Owner, info.Token, info.Metadata = true, owner, uint64(token), meta
 		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit = 1, 1
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
 	}
 	return info, nil
 }
@@ -75,7 +75,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 			}
 			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
 			info.TTL = time.Duration(us) * time.Microsecond
-			info.Holders, info.Limit = 1, 1
+			info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
 			out = append(out, info)
 		}
 		return rows.Err()
@@ -122,7 +122,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 		found = true
 		info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
 		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit = 1, 1
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
 		return nil
 	})
 	if err != nil {

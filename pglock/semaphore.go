@@ -350,7 +350,7 @@ func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockIn
 
 // addPermit counts the held permit p of a semaphore of n permits into info.
 func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
-	info.Held, info.Limit = true, n
+	info.Held, info.Limit, info.Kind = true, n, dlock.KindSemaphore
 	info.Holders++
 	if info.Holders == 1 || p.TTL > info.TTL {
 		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL

@@ -109,7 +109,7 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 		t.Fatalf("a semaphore of 3 over one of 2: %v, want ErrConflict", err)
 	}
 	info, err := s.Inspect(ctx, key)
-	if err != nil || !info.Held || info.Holders != 2 || info.Limit != 2 || info.Owner != b.Owner() || info.Token != b.Token() || info.Metadata != "b" {
+	if err != nil || !info.Held || info.Kind != dlock.KindSemaphore || info.Holders != 2 || info.Limit != 2 || info.Owner != b.Owner() || info.Token != b.Token() || info.Metadata != "b" {
 		t.Fatalf("Inspect: %+v, %v; want 2 of 2, the last ending b", info, err)
 	}
 	infos, err := s.List(ctx, key[:len(key)-3]+"*")
