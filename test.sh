@@ -15,6 +15,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v tmux >/dev/null 2>&1 || need+=(tmux) # dlock top's tests
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core) # the web view's tests
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -46,15 +47,9 @@ if go list -deps -test ./... | grep -qE 'etcd\.io|go-zookeeper'; then
 	exit 1
 fi
 
-# One package at a time, so that each one's result shows as it finishes.
-pkgs=$(go list ./...)
-n=$(echo "$pkgs" | wc -l)
-i=0
-for pkg in $pkgs; do
-	i=$((i + 1))
-	say "go test -race [$i/$n] $pkg"
-	go test -race -count=1 -timeout 15m "$@" "$pkg"
-done
+# go test prints each package's result as it finishes (several run at once).
+say "go test -race ./... ($(go list ./... | wc -l) packages)"
+go test -race -count=1 -timeout 15m "$@" ./...
 
 say "cmd/dlock (the CLI, its own module so that library users never build the etcd and ZooKeeper clients)"
 (cd cmd/dlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
@@ -70,5 +65,11 @@ say "bench (its own module): vet and a quick run against a real redis-server"
 
 say "zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
 (cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+say "pglock (its own module): vet, staticcheck, tests against a real PostgreSQL"
+(cd pglock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+say "examples/pgfence (its own module): a fenced order processor against a real PostgreSQL"
+(cd examples/pgfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
 
 say "all green"

@@ -55,6 +55,11 @@ func backends() []backend {
 			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openZK(ctx, []string{u}, tf) },
 			many:  openZK,
 		},
+		{
+			flag: "postgres", env: []string{"DLOCK_POSTGRES"},
+			usage: "PostgreSQL `URL`: postgres://[user:pass@]host:port/db (or host:port); the lock table is created when missing",
+			one:   openPostgres, multi: "one PostgreSQL database",
+		},
 	}
 }
 

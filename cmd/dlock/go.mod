@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/dlock-go/dlock => ../..
 	github.com/dlock-go/dlock/etcdlock => ../../etcdlock
+	github.com/dlock-go/dlock/pglock => ../../pglock
 	github.com/dlock-go/dlock/zklock => ../../zklock
 )
 
@@ -13,7 +14,9 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/dlock-go/dlock v0.0.0
 	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/pglock v0.0.0
 	github.com/dlock-go/dlock/zklock v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
@@ -28,6 +31,9 @@ require (
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.etcd.io/etcd/api/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35 // indirect

@@ -1319,14 +1319,17 @@ func TestRunServerRefusals(t *testing.T) {
 	checkOneLine(t, r)
 }
 
-// TestConsensusBackends: run, status, list and unlock --force on etcd (--etcd) and
-// ZooKeeper (--zk, and DLOCK_ZK), with the same exit codes as on Redis.
+// TestConsensusBackends: run, status, list and unlock --force on etcd (--etcd),
+// ZooKeeper (--zk) and PostgreSQL (--postgres), also with the server from the
+// environment, with the same exit codes as on Redis.
 func TestConsensusBackends(t *testing.T) {
 	etcd := testserver.StartEtcd(t)
 	zk := testserver.StartZooKeeper(t)
+	pg := testserver.StartPostgres(t)
 	for _, b := range []struct{ name, flag, addr, env string }{
 		{"etcd", "--etcd", etcd.ClientURL, "DLOCK_ETCD"},
 		{"zk", "--zk", zk.Addr, "DLOCK_ZK"},
+		{"postgres", "--postgres", pg.URL, "DLOCK_POSTGRES"},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			key := dlocktest.Key(t)
@@ -1373,6 +1376,11 @@ func TestConsensusBackends(t *testing.T) {
 			}
 			if r = dlockRun(t, "run", b.flag, "127.0.0.1:1", key, "--", "true"); r.code != exitUnavailable {
 				t.Errorf("run on a closed port: exit %d, want %d; %s", r.code, exitUnavailable, r.stderr)
+			}
+			if b.name == "postgres" {
+				if r = dlockRun(t, "run", b.flag, b.addr, "-n", "2", key, "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "exclusive lock only") {
+					t.Errorf("run -n 2 on PostgreSQL: exit %d, want %d; %s", r.code, exitUsage, r.stderr)
+				}
 			}
 		})
 	}

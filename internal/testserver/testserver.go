@@ -1,6 +1,6 @@
-// Package testserver starts real redis-server, etcd and ZooKeeper processes on free
-// loopback ports for dlock's tests, and stops them when the test ends, also when
-// it fails.
+// Package testserver starts real redis-server, etcd, ZooKeeper and PostgreSQL
+// processes on free loopback ports for dlock's tests, and stops them when the
+// test ends, also when it fails.
 package testserver
 
 import (
@@ -197,7 +197,10 @@ func (p *process) start(cmd *exec.Cmd, logPath string) (<-chan struct{}, error) 
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		logs.Close()
 		return nil, fmt.Errorf("testserver: start %s: %w", cmd.Path, err)

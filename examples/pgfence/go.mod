@@ -1,0 +1,26 @@
+module github.com/dlock-go/dlock/examples/pgfence
+
+go 1.26.0
+
+replace github.com/dlock-go/dlock => ../..
+
+replace github.com/dlock-go/dlock/pglock => ../../pglock
+
+require (
+	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock/pglock v0.0.0
+	github.com/jackc/pgx/v5 v5.12.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)

@@ -1,0 +1,83 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// sqlState returns the SQLSTATE of a server error in err, or "".
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// connectionGone reports whether err says that the server ended the
+// connection (an administrator's pg_terminate_backend, a shutdown) or that the
+// request could not have been sent.
+func connectionGone(err error) bool {
+	switch sqlState(err) {
+	case "57P01", "57P02":
+		return true
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// undefinedTable reports whether err says that a table or sequence is missing.
+func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
+
+// mapErr turns the error of one request into one matching the dlock
+// sentinels, the cause wrapped: the end of ctx as it is; the request timeout
+// (rctx's end), network failures, and server errors that mean "not now"
+// (shutdown, recovery, a read-only server after a failover, overload,
+// serialization failures) as dlock.ErrUnavailable; a table of another shape as
+// dlock.ErrConflict; every other server error (missing table, permissions,
+// authentication) as dlock.ErrRefused.
+func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrUnavailable) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("pglock: %s: %w", op, cerr)
+	}
+	if rctx.Err() != nil {
+		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: no answer within %v: %w", op, d.cfg.RequestTimeout, err))
+	}
+	code := sqlState(err)
+	switch {
+	case code == "":
+		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
+	case code == "42P01":
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: create the table first (Driver.Migrate, or Config.CreateTable): %w", op, err))
+	case code == "42703" || code == "42804" || code == "42809" || code == "22P02":
+		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s: %s is not a dlock table: %w", op, d.table, err))
+	case transient(code):
+		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
+	}
+	return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w", op, err))
+}
+
+// transient reports whether a SQLSTATE means that waiting may cure the error.
+func transient(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), // connection exception
+		strings.HasPrefix(code, "53"), // insufficient resources
+		strings.HasPrefix(code, "57"), // operator intervention: shutdown, cancel, cannot connect now
+		strings.HasPrefix(code, "58"), // system error (I/O)
+		strings.HasPrefix(code, "40"), // serialization failure, deadlock
+		code == "55P03",               // lock not available
+		code == "25006":               // read-only transaction: a standby, or a primary demoted by a failover
+		return true
+	}
+	return false
+}

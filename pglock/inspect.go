@@ -1,0 +1,135 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+)
+
+// Inspect implements dlock.Inspector: the key's row as the database sees it
+// now. LastToken is the token of the key's row, also after the holding
+// expired, until the row is released or swept.
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info := dlock.LockInfo{Key: key}
+	if d == nil {
+		return info, errNilDriver
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return info, err
+	}
+	var owner, meta string
+	var token, us int64
+	var held bool
+	err := d.do(ctx, "inspect", func(ctx context.Context) error {
+		err := d.pool.QueryRow(ctx, d.q.inspect, key).Scan(&owner, &token, &meta, &us, &held)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return info, err
+	}
+	info.LastToken = uint64(max(token, 0))
+	if held {
+		info.Held, info.Owner, info.Token, info.Metadata = true, owner, uint64(token), meta
+		info.TTL = time.Duration(us) * time.Microsecond
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+	}
+	return info, nil
+}
+
+// List implements dlock.Inspector: the held locks whose keys match pattern
+// (see dlock.MatchKey), sorted by key. The database selects the keys that
+// start with the pattern's literal prefix; the pattern filters them.
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if d == nil {
+		return nil, errNilDriver
+	}
+	if err := dlock.ValidatePattern(pattern); err != nil {
+		return nil, err
+	}
+	prefix := literalPrefix(pattern)
+	var out []dlock.LockInfo
+	err := d.do(ctx, "list", func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := d.pool.Query(ctx, d.q.list, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var info dlock.LockInfo
+			var token, us int64
+			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
+				return err
+			}
+			if !dlock.MatchKey(pattern, info.Key) {
+				continue
+			}
+			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
+			info.TTL = time.Duration(us) * time.Microsecond
+			info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+			out = append(out, info)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// literalPrefix is the start of a List pattern before its first wildcard or
+// escape: every key the pattern matches starts with it.
+func literalPrefix(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
+}
+
+// ForceUnlock implements dlock.Inspector: it removes the key's live holding,
+// whoever holds it, notifies its waiters, and returns what it removed. It does
+// not wait for transactions fenced on the key, but the next grant does (see
+// Fence). A free lock is dlock.ErrNotHeld.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info := dlock.LockInfo{Key: key}
+	if d == nil {
+		return info, errNilDriver
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return info, err
+	}
+	found := false
+	err := d.do(ctx, "force unlock", func(ctx context.Context) error {
+		var token, us int64
+		var notified bool
+		err := d.pool.QueryRow(ctx, d.q.forceUnlock, key, d.channel).Scan(&info.Owner, &token, &info.Metadata, &us, &notified)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
+		info.TTL = time.Duration(us) * time.Microsecond
+		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+		return nil
+	})
+	if err != nil {
+		return dlock.LockInfo{Key: key}, err
+	}
+	if !found {
+		return info, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
+	}
+	return info, nil
+}

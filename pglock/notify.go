@@ -1,0 +1,245 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+)
+
+// refuseFor is how long a Driver whose LISTEN was refused lets its waiters
+// poll before it tries to LISTEN again.
+const refuseFor = time.Minute
+
+// minPause and maxPause bound the pause between two attempts to set up the
+// listening connection after a failure.
+const minPause, maxPause = 20 * time.Millisecond, 2 * time.Second
+
+// listener is a Driver's LISTEN connection and its waiters. The connection
+// exists while somebody waits.
+type listener struct {
+	d      *Driver
+	listen string // the LISTEN statement
+
+	mu           sync.Mutex
+	subs         map[string]map[*sub]struct{} // by key
+	n            int                          // subscriptions not cancelled yet
+	cur          *listenRun                   // the running connection loop, nil when none
+	live         bool                         // cur has LISTENed and is reading notifications
+	refusedUntil time.Time
+	refused      error
+
+	// Counters, for tests and figures.
+	connects, wakes atomic.Int64
+}
+
+// sub is one waiter's subscription.
+type sub struct {
+	key    string
+	wake   chan struct{}
+	closed bool // wake is closed: notifications stopped, the waiter polls
+}
+
+// listenRun is one run of the connection loop.
+type listenRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newListener(d *Driver) *listener {
+	return &listener{
+		d:      d,
+		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
+		subs:   map[string]map[*sub]struct{}{},
+	}
+}
+
+// Subscribe implements dlock.Notifier. The waiter is woken when a NOTIFY for
+// h.Key arrives (a release, a forced unlock, an abandoned acquisition), when
+// the listening connection is (re)established (notifications may have been
+// missed), and at once when it subscribes to a connection that is already
+// listening (a release may have come between its last attempt and its
+// subscription). With Config.Poll, or while LISTEN is refused, it returns an
+// error and the Client polls. cancel must be called exactly once; the last
+// cancel closes the listening connection.
+func (d *Driver) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	if d == nil {
+		return nil, nil, errNilDriver
+	}
+	if d.cfg.Poll {
+		return nil, nil, fmt.Errorf("pglock: notifications disabled (Config.Poll): %w", errors.ErrUnsupported)
+	}
+	return d.ln.subscribe(h.Key)
+}
+
+func (l *listener) subscribe(key string) (<-chan struct{}, func(), error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().Before(l.refusedUntil) {
+		return nil, nil, errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: LISTEN refused: %w", l.refused))
+	}
+	s := &sub{key: key, wake: make(chan struct{}, 1)}
+	if l.subs[key] == nil {
+		l.subs[key] = map[*sub]struct{}{}
+	}
+	l.subs[key][s] = struct{}{}
+	l.n++
+	switch {
+	case l.cur == nil:
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &listenRun{cancel: cancel, done: make(chan struct{})}
+		l.cur, l.live = r, false
+		go l.loop(ctx, r)
+	case l.live:
+		s.notify()
+	}
+	var once sync.Once
+	return s.wake, func() { once.Do(func() { l.unsubscribe(s) }) }, nil
+}
+
+func (l *listener) unsubscribe(s *sub) {
+	l.mu.Lock()
+	if set := l.subs[s.key]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(l.subs, s.key)
+		}
+	}
+	l.n--
+	var stop *listenRun
+	if l.n == 0 && l.cur != nil {
+		stop, l.cur, l.live = l.cur, nil, false
+	}
+	l.mu.Unlock()
+	if stop != nil {
+		stop.cancel()
+		<-stop.done
+	}
+}
+
+// notify wakes the waiter without blocking; l.mu is held.
+func (s *sub) notify() {
+	if s.closed {
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeKey wakes the waiters of key (all of them when all is set) if r is still
+// the current run.
+func (l *listener) wakeKey(r *listenRun, key string, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != r {
+		return
+	}
+	if all {
+		for _, set := range l.subs {
+			for s := range set {
+				s.notify()
+			}
+		}
+		return
+	}
+	for s := range l.subs[key] {
+		l.wakes.Add(1)
+		s.notify()
+	}
+}
+
+// setLive records whether r listens, and wakes every waiter when it starts
+// to: notifications may have been missed before.
+func (l *listener) setLive(r *listenRun, live bool) {
+	l.mu.Lock()
+	if l.cur == r {
+		l.live = live
+	}
+	l.mu.Unlock()
+	if live {
+		l.wakeKey(r, "", true)
+	}
+}
+
+// refuse stops notifications after LISTEN was refused: every waiter's channel
+// is closed (its Client polls from then on), and new waiters poll for
+// refuseFor.
+func (l *listener) refuse(r *listenRun, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != r {
+		return
+	}
+	l.refused, l.refusedUntil = err, time.Now().Add(refuseFor)
+	for _, set := range l.subs {
+		for s := range set {
+			if !s.closed {
+				s.closed = true
+				close(s.wake)
+			}
+		}
+	}
+	l.cur, l.live = nil, false
+}
+
+// loop keeps a LISTEN connection until ctx ends, setting it up again after
+// every failure with a growing pause.
+func (l *listener) loop(ctx context.Context, r *listenRun) {
+	defer close(r.done)
+	pause := minPause
+	for ctx.Err() == nil {
+		listened, err := l.run(ctx, r)
+		if err != nil {
+			l.refuse(r, err)
+			return
+		}
+		if listened {
+			pause = minPause
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
+}
+
+// run connects, LISTENs, and wakes waiters on notifications until the
+// connection fails or ctx ends. It returns whether it listened, and an error
+// only when the server refused LISTEN for good.
+func (l *listener) run(ctx context.Context, r *listenRun) (listened bool, refused error) {
+	l.connects.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, l.d.cfg.RequestTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, l.d.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return false, nil
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+	}()
+	if _, err := conn.Exec(cctx, l.listen); err != nil {
+		if code := sqlState(err); code != "" && !transient(code) {
+			return false, err
+		}
+		return false, nil
+	}
+	l.setLive(r, true)
+	defer l.setLive(r, false)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, nil
+		}
+		l.wakeKey(r, n.Payload, false)
+	}
+}

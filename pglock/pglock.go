@@ -1,0 +1,479 @@
+// Package pglock is dlock's PostgreSQL backend: exclusive leases with fencing
+// tokens in a table of the database a service already runs, through the
+// caller's pgx v5 pool. It is a module of its own, so that programs using other
+// backends never build pgx.
+//
+//	pool, _ := pgxpool.New(ctx, "postgres://app@db/app")
+//	d, _ := pglock.NewDriver(pool, pglock.Config{})
+//	_ = d.Migrate(ctx) // once: creates the table and the token sequence
+//	locker, _ := pglock.New(pool)
+//	lease, err := locker.Lock(ctx, "orders:42")
+//
+// # Layout
+//
+// Every lock is one row of a table (dlock_locks unless Config.Table says
+// otherwise): the key, the holder's owner, its fencing token, its expiry as a
+// timestamp of the database's clock, and its metadata. Tokens come from one
+// sequence (the table's name with "_token" appended): global, strictly
+// increasing, and never reused, also across restarts of the server. A grant
+// draws its token while it holds the lock of the key's row, after every
+// earlier grant of the key committed, so every token of a key is greater than
+// every earlier one. The table is created by
+// Driver.Migrate, or by the first call that finds it missing when
+// Config.CreateTable is set.
+//
+// Acquire is one statement: it inserts the row, or takes over a row whose
+// expiry has passed (or that its owner already holds: a retry whose first reply
+// was lost gets the same holding and token back), and otherwise reports the
+// holder's remaining time. It waits at most 200ms for the lock of the row
+// (held for longer only by a transaction fenced on the key, see Fence), and
+// the key is busy meanwhile. Extend and Release change the row only if it is
+// still the owner's and not expired; Extend never re-creates a row. Expiry is
+// read and written by the database's clock alone (clock_timestamp()), so the
+// clocks of the processes that lock do not matter.
+//
+// # Waiting
+//
+// A release (or a forced unlock, or an abandoned acquisition) sends a NOTIFY
+// on a channel named after the table with the key as payload. A Driver that has
+// waiters keeps one dedicated connection (outside the pool, with the pool's
+// connection settings) LISTENing on it, and wakes its waiters of that key. A
+// notification can be lost (the listening connection broke, the server
+// restarted): a waiter then sleeps at most the holder's remaining TTL, as with
+// Redis. An expiry sends nothing; waiters wake when the holder's TTL has
+// passed. Where LISTEN is refused, or with Config.Poll (for a pooler in
+// transaction mode, which does not carry notifications), waiters poll.
+//
+// # Fencing inside the database
+//
+// Fence (and FenceSQL for database/sql) checks, inside the caller's own
+// transaction, that a lease still holds its key, and keeps the lock row from
+// changing hands until that transaction ends: a write committed in the
+// transaction is ordered before the grant of the key to anybody else. See
+// Fence and docs/postgres.md for the exact guarantee and its limits.
+//
+// # Semaphores and fair locks
+//
+// NewSemaphore and Driver.Semaphore give counting semaphores of n permits in
+// a table of their own (see SemaphoreDriver); NewFair and Driver.Fair give
+// exclusive locks granted in arrival order (see FairDriver).
+//
+// # What is guaranteed
+//
+// One PostgreSQL server orders every change of a row, so a key has at most one
+// live holder. A lease expires no earlier than its TTL after the server ran the
+// statement that granted or extended it, which is after the start of the round
+// trip the holder's local deadline counts from. Tokens survive restarts as long
+// as commits are durable (synchronous_commit on, the default). A failover to an
+// asynchronous replica can lose the latest grants: see docs/safety.md.
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultTable is the table of the locks when Config.Table is empty.
+const DefaultTable = "dlock_locks"
+
+// DefaultRequestTimeout bounds every single request to the server when
+// Config.RequestTimeout is zero.
+const DefaultRequestTimeout = 5 * time.Second
+
+// AbandonMarkTTL is the shortest life of the mark of an abandoned acquisition
+// (the acquisition's TTL when that is longer): an attempt still in flight when
+// it was abandoned cannot take the key while the mark lives.
+const AbandonMarkTTL = time.Minute
+
+// maxMarks is the most abandoned acquisitions a row remembers at once; the
+// oldest are forgotten first.
+const maxMarks = 128
+
+// Config configures a Driver. The zero value is usable.
+type Config struct {
+	// Table is the table of the locks, optionally schema-qualified
+	// ("locks.dlock"); DefaultTable when empty. Names are letters, digits and
+	// '_', not starting with a digit, at most 57 bytes (the sequence appends
+	// "_token"). The NOTIFY channel has the same name.
+	Table string
+
+	// RequestTimeout bounds each single request (one statement, or a pool
+	// acquisition and one statement): a server that does not answer in time is
+	// dlock.ErrUnavailable, not a hang. DefaultRequestTimeout when zero.
+	RequestTimeout time.Duration
+
+	// CreateTable makes the first call that finds the table missing create it
+	// (see Driver.Migrate) and try again.
+	CreateTable bool
+
+	// Poll disables LISTEN/NOTIFY: waiters poll, sleeping at most the holder's
+	// remaining TTL between attempts.
+	Poll bool
+}
+
+// Driver is the dlock.Driver of a table of locks in PostgreSQL. It is also a
+// dlock.Notifier, a dlock.Abandoner, a dlock.TTLLimiter and a
+// dlock.Inspector. It holds no connection of its own except the listening one
+// while it has waiters: the caller creates the pool, shares it, and closes it
+// after the last lock is released. It is safe for concurrent use.
+type Driver struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	table   string // quoted, possibly schema-qualified
+	seq     string // quoted
+	channel string // the NOTIFY channel, unquoted
+	q       queries
+	semQ    semQueries
+	fairQ   fairQueries
+	ln      *listener
+
+	migrateMu sync.Mutex
+}
+
+var (
+	_ dlock.Driver     = (*Driver)(nil)
+	_ dlock.Notifier   = (*Driver)(nil)
+	_ dlock.Abandoner  = (*Driver)(nil)
+	_ dlock.Inspector  = (*Driver)(nil)
+	_ dlock.TTLLimiter = (*Driver)(nil)
+)
+
+// Client is the dlock.Client that New returns: a dlock.Locker over a Driver,
+// and a dlock.Inspector through it.
+type Client = dlock.Client
+
+// New returns a Client that locks in the DefaultTable of pool's database, with
+// opts as the defaults of every TryLock and Lock. It does no I/O: create the
+// table first with Driver.Migrate (or use NewDriver with Config.CreateTable).
+// It returns an error matching dlock.ErrInvalid for a nil pool or a bad option.
+func New(pool *pgxpool.Pool, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(pool, Config{})
+	if err != nil {
+		return nil, err
+	}
+	return d.Client(opts...)
+}
+
+// Client returns a Client over d with opts as the defaults of every call.
+func (d *Driver) Client(opts ...dlock.Option) (*Client, error) {
+	if d == nil {
+		return nil, errNilDriver
+	}
+	return dlock.NewClient(d, opts...)
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// NewDriver returns a Driver over pool configured by cfg. It does no I/O. It
+// returns an error matching dlock.ErrInvalid for a nil pool or a bad Config.
+func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pglock: nil pool", dlock.ErrInvalid)
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.RequestTimeout < 0 {
+		return nil, fmt.Errorf("%w: pglock: negative request timeout %v", dlock.ErrInvalid, cfg.RequestTimeout)
+	}
+	parts := strings.Split(cfg.Table, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("%w: pglock: table %q: at most schema.table", dlock.ErrInvalid, cfg.Table)
+	}
+	for _, p := range parts {
+		if !identRE.MatchString(p) || len(p) > 57 {
+			return nil, fmt.Errorf("%w: pglock: table %q: names are letters, digits and '_', not starting with a digit, at most 57 bytes", dlock.ErrInvalid, cfg.Table)
+		}
+	}
+	seqParts := append([]string(nil), parts...)
+	seqParts[len(seqParts)-1] += "_token"
+	semParts := append([]string(nil), parts...)
+	semParts[len(semParts)-1] += "_sem"
+	queueParts := append([]string(nil), parts...)
+	queueParts[len(queueParts)-1] += "_queue"
+	d := &Driver{
+		pool:    pool,
+		cfg:     cfg,
+		table:   pgx.Identifier(parts).Sanitize(),
+		seq:     pgx.Identifier(seqParts).Sanitize(),
+		channel: cfg.Table,
+	}
+	d.q = buildQueries(d.table, d.seq)
+	var semCreate, semCheck string
+	d.semQ, semCreate, semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
+	var fairCreate, fairCheck string
+	d.fairQ, fairCreate, fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
+	d.q.migrate = append(d.q.migrate, semCreate, fairCreate)
+	d.q.check = append(d.q.check, semCheck, fairCheck)
+	d.ln = newListener(d)
+	return d, nil
+}
+
+// Config returns the Driver's configuration, defaults filled in.
+func (d *Driver) Config() Config { return d.cfg }
+
+// TTLLimits implements dlock.TTLLimiter: dlock's defaults (timestamps in
+// PostgreSQL have a resolution of a microsecond).
+func (d *Driver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+
+// micros is d in whole microseconds, rounded up.
+func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+
+// acquireLockWait bounds how long an acquisition waits for the lock of the
+// key's row. A statement holds it for a moment; a transaction fenced on the
+// key (see Fence) until it ends, and the key counts as busy meanwhile.
+const acquireLockWait = 200 * time.Millisecond
+
+// Acquire implements dlock.Driver in one statement: insert the row, or take
+// over one that has expired or that r.Owner already holds. The key is busy
+// (with an unknown remaining time) while a transaction fenced on it is open.
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	if d == nil {
+		return dlock.Grant{}, errNilDriver
+	}
+	if err := checkMetadata(r.Metadata); err != nil {
+		return dlock.Grant{}, err
+	}
+	var state int
+	var token, remaining int64
+	found, locked := false, false
+	err := d.do(ctx, "acquire", func(ctx context.Context) error {
+		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
+		if sqlState(err) == "55P03" {
+			locked = true // a transaction fenced on the key holds its row
+			return nil
+		}
+		return err
+	})
+	if err == nil && locked {
+		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+	}
+	switch {
+	case err != nil:
+		return dlock.Grant{}, err
+	case !found:
+		// The row that kept us out was written after this statement's
+		// snapshot: held, for a time we cannot tell.
+		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+	case state == stateGranted:
+		if token <= 0 {
+			return dlock.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
+		}
+		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+	case state == stateAbandoned:
+		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+	}
+	return dlock.Grant{}, &dlock.BusyError{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
+}
+
+// acquire runs the acquisition statement and passes its row, if any, to row.
+func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
+	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state int
+		var token, remaining int64
+		if err := rows.Scan(&state, &token, &remaining); err != nil {
+			return err
+		}
+		row(state, token, remaining)
+	}
+	return rows.Err()
+}
+
+// Extend implements dlock.Driver: it moves the expiry of the owner's live row
+// to ttl from now by the database's clock.
+func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, errNilDriver
+	}
+	return d.extend(ctx, d.q.extend, h, ttl)
+}
+
+// extend runs the extend statement q ($1 key, $2 owner, $3 ttl in µs) of a
+// lock table.
+func (d *Driver) extend(ctx context.Context, q string, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	var n int64
+	err := d.do(ctx, "extend", func(ctx context.Context) error {
+		tag, err := d.pool.Exec(ctx, q, h.Key, h.Owner, micros(ttl))
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, notHeld(h.Key)
+	}
+	return ttl, nil
+}
+
+// Release implements dlock.Driver: it frees the owner's row (the row and its
+// token stay; see Sweep) and notifies the key's waiters. An expired row of the
+// owner is freed too, and reported as dlock.ErrNotHeld.
+func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+	if d == nil {
+		return errNilDriver
+	}
+	return d.release(ctx, d.q.release, h)
+}
+
+// release runs the release statement q of a lock table ($1 key, $2 owner, $3
+// channel; a row of whether the holding was live and a notification, when
+// the owner had one).
+func (d *Driver) release(ctx context.Context, q string, h dlock.Holding) error {
+	var live, found, notified bool
+	err := d.do(ctx, "release", func(ctx context.Context) error {
+		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner, d.channel).Scan(&live, &notified)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !found || !live {
+		return notHeld(h.Key)
+	}
+	return nil
+}
+
+// TTL implements dlock.Driver: the time the owner's row has left by the
+// database's clock.
+func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	if d == nil {
+		return 0, errNilDriver
+	}
+	return d.ttl(ctx, d.q.ttl, h)
+}
+
+// ttl runs the TTL statement q of a lock table ($1 key, $2 owner).
+func (d *Driver) ttl(ctx context.Context, q string, h dlock.Holding) (time.Duration, error) {
+	var us int64
+	found := false
+	err := d.do(ctx, "ttl", func(ctx context.Context) error {
+		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner).Scan(&us)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, notHeld(h.Key)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// Abandon implements dlock.Abandoner: it frees the owner's row if the owner
+// holds it, and marks the acquisition abandoned in the key's row for
+// AbandonMarkTTL (or h.TTL when longer), so that an attempt of the owner still
+// in flight cannot take the key. An attempt meets the mark whatever the order:
+// both write the same row, and the database orders the two writes.
+func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+	if d == nil {
+		return errNilDriver
+	}
+	return d.do(ctx, "abandon", func(ctx context.Context) error {
+		_, err := d.pool.Exec(ctx, d.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL)), d.channel)
+		return err
+	})
+}
+
+// SweepAfter is how long after its expiry (or its release) Sweep leaves a
+// row. A row keeps its key's newest token; once it is deleted, the key's next
+// token comes from the sequence, which is still greater than every earlier
+// token unless an acquisition statement stalled for longer than SweepAfter
+// inside the server between drawing its token and inserting its row.
+const SweepAfter = time.Hour
+
+// Sweep deletes the rows of locks, semaphore permits and fair-lock waiters
+// that nobody has held (or renewed) for SweepAfter and that carry no live
+// abandonment mark, skipping rows locked by a transaction, and returns how
+// many it deleted. Released and expired locks keep their row (with the key's
+// newest token) until Sweep removes it: run it now and then where keys are
+// many and short-lived (one per order, say).
+func (d *Driver) Sweep(ctx context.Context) (int64, error) {
+	if d == nil {
+		return 0, errNilDriver
+	}
+	var n int64
+	err := d.do(ctx, "sweep", func(ctx context.Context) error {
+		n = 0
+		for _, q := range []string{d.q.sweep, d.semQ.sweep, d.fairQ.sweep} {
+			tag, err := d.pool.Exec(ctx, q, micros(SweepAfter))
+			if err != nil {
+				return err
+			}
+			n += tag.RowsAffected()
+		}
+		return nil
+	})
+	return n, err
+}
+
+// do runs one request bounded by the request timeout, creates the table and
+// runs it again when it is missing and Config.CreateTable is set, and maps its
+// error onto the dlock sentinels.
+func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer cancel()
+	err := f(rctx)
+	if err != nil && rctx.Err() == nil && connectionGone(err) {
+		// A pooled connection the server had closed before it read the
+		// request: the request did not run, and a fresh connection may.
+		err = f(rctx)
+	}
+	if err != nil && d.cfg.CreateTable && undefinedTable(err) {
+		if err = d.migrate(rctx); err == nil {
+			err = f(rctx)
+		}
+	}
+	return d.mapErr(ctx, rctx, op, err)
+}
+
+// checkMetadata refuses metadata that PostgreSQL text cannot hold.
+func checkMetadata(meta string) error {
+	if strings.IndexByte(meta, 0) >= 0 || !utf8.ValidString(meta) {
+		return fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+	}
+	return nil
+}
+
+// notHeld is the error of a call about a holding that is gone.
+func notHeld(key string) error {
+	return fmt.Errorf("%w: pglock: %q is not held by this owner", dlock.ErrNotHeld, key)
+}
+
+var errNilDriver = fmt.Errorf("%w: pglock: nil driver", dlock.ErrInvalid)
+
+// Acquire's outcomes, as its statement reports them.
+const (
+	stateGranted   = 0
+	stateBusy      = 1
+	stateAbandoned = 2
+)

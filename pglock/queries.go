@@ -1,0 +1,204 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+)
+
+// queries are the statements of a Driver, for its table and sequence.
+type queries struct {
+	migrate, check                           []string
+	acquire, extend, release, ttl, abandon   string
+	sweep, inspect, list, forceUnlock, fence string
+}
+
+// remainingUS is the time a row has left, in whole microseconds, 0 when it
+// has expired or is free (a free row's expiry is the time it was freed).
+const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint`
+
+// buildQueries writes the statements for table and seq (both quoted).
+//
+// A row is held while its owner is not ” and its expiry lies ahead. The token
+// column is unique, which makes it a key column for PostgreSQL's row locks: an
+// update that changes the token (a grant to another owner) or deletes the row
+// conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
+// the expiry only) does not.
+func buildQueries(table, seq string) queries {
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
+	s := func(q string) string { return r.Replace(q) }
+	// free is the body of a statement that frees the rows selected (FOR NO
+	// KEY UPDATE) by the CTE cur. Rows stay, with their token: a row is
+	// deleted only by Sweep, long after its expiry (see Sweep).
+	free := `
+	upd AS (
+		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+		FROM cur WHERE l.key = cur.key
+	)`
+	return queries{
+		migrate: []string{
+			s(`CREATE SEQUENCE IF NOT EXISTS $S AS bigint`),
+			s(`CREATE TABLE IF NOT EXISTS $T (
+				key             text        PRIMARY KEY,
+				owner           text        NOT NULL,
+				token           bigint      NOT NULL UNIQUE,
+				expires_at      timestamptz NOT NULL,
+				metadata        text        NOT NULL DEFAULT '',
+				abandoned       text[]      NOT NULL DEFAULT '{}',
+				abandoned_until timestamptz NOT NULL DEFAULT '-infinity'
+			)`),
+		},
+		check: []string{
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
+			s(`SELECT last_value FROM $S`),
+		},
+		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 the longest wait
+		// for the row's lock in ms. One row: granted with
+		// the token, or busy with the holder's time left, or abandoned; no row
+		// when the row that kept us out is newer than the snapshot.
+		acquire: s(`
+WITH acq AS (
+	INSERT INTO $T AS l (key, owner, token, expires_at, metadata)
+	-- set_config bounds the wait for the row's lock (lock_timeout, for this
+	-- statement's transaction alone): VALUES runs before the conflict check.
+	VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond',
+		$4::text || left(set_config('lock_timeout', $5::bigint::text, true), 0))
+	ON CONFLICT (key) DO UPDATE SET
+		owner = EXCLUDED.owner,
+		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE nextval('$S') END,
+		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
+		metadata = EXCLUDED.metadata
+	WHERE (l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp())
+		AND NOT (EXCLUDED.owner = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp())
+	RETURNING l.token
+)
+SELECT 0, token, 0::bigint FROM acq
+UNION ALL
+SELECT CASE WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp() THEN 2 ELSE 1 END,
+	l.token, $REM
+FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM acq)`),
+		// $1 key, $2 owner, $3 ttl in µs.
+		extend: s(`
+UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner, $3 channel. One row (whether the holding was
+		// live, and a notification sent) when the owner's row was there.
+		release: s(`
+WITH cur AS (
+	SELECT key, expires_at > clock_timestamp() AS live
+	FROM $T WHERE key = $1 AND owner = $2 FOR NO KEY UPDATE
+),` + free + `
+SELECT live, pg_notify($3, $1) IS NULL FROM cur`),
+		// $1 key, $2 owner.
+		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
+		// the mark alone has a negative token: unique, and never granted.
+		abandon: s(fmt.Sprintf(`
+WITH up AS (
+	INSERT INTO $T AS l (key, owner, token, expires_at, metadata, abandoned, abandoned_until)
+	VALUES ($1, '', -nextval('$S'), clock_timestamp(), '', ARRAY[$2::text], clock_timestamp() + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (key) DO UPDATE SET
+		owner = CASE WHEN l.owner = $2 THEN '' ELSE l.owner END,
+		expires_at = CASE WHEN l.owner = $2 THEN least(l.expires_at, clock_timestamp()) ELSE l.expires_at END,
+		metadata = CASE WHEN l.owner = $2 THEN '' ELSE l.metadata END,
+		abandoned = CASE WHEN l.abandoned_until > clock_timestamp()
+			THEN (l.abandoned || $2::text)[greatest(1, cardinality(l.abandoned) + 2 - %d):]
+			ELSE ARRAY[$2::text] END,
+		abandoned_until = greatest(l.abandoned_until, EXCLUDED.abandoned_until)
+	RETURNING l.key
+)
+SELECT pg_notify($4, $1) IS NULL FROM up`, maxMarks)),
+		// $1 the age in µs past its expiry of a row to delete.
+		sweep: s(`
+DELETE FROM $T WHERE ctid IN (
+	SELECT ctid FROM $T
+	WHERE greatest(expires_at, abandoned_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
+	FOR UPDATE SKIP LOCKED
+)`),
+		// $1 key: owner, token, metadata, time left, held.
+		inspect: s(`
+SELECT owner, token, metadata, $REM, owner <> '' AND expires_at > clock_timestamp()
+FROM $T l WHERE key = $1`),
+		// $1 the pattern's literal prefix.
+		list: s(`
+SELECT key, owner, token, metadata, $REM FROM $T l
+WHERE owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
+		// $1 key, $2 channel.
+		forceUnlock: s(`
+WITH cur AS (
+	SELECT key, owner, token, metadata, $REM AS rem
+	FROM $T l WHERE key = $1 AND owner <> '' AND expires_at > clock_timestamp() FOR NO KEY UPDATE
+),` + free + `
+SELECT owner, token, metadata, rem, pg_notify($2, $1) IS NULL FROM cur`),
+		// $1 key: owner, token, live; the row locked FOR KEY SHARE.
+		fence: s(`
+SELECT owner, token, owner <> '' AND expires_at > clock_timestamp()
+FROM $T WHERE key = $1 FOR KEY SHARE`),
+	}
+}
+
+// Migrate creates the Driver's table and token sequence (and its schema, when
+// Config.Table names one) if they do not exist, and checks that an existing
+// table has the columns of a dlock table (dlock.ErrConflict when not). It is
+// safe to run concurrently and on every start.
+func (d *Driver) Migrate(ctx context.Context) error {
+	if d == nil {
+		return errNilDriver
+	}
+	return d.do(ctx, "migrate", d.migrate)
+}
+
+func (d *Driver) migrate(ctx context.Context) error {
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		// Concurrent CREATE ... IF NOT EXISTS of one name can fail: take turns.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dlock migrate ' || $1))`, d.cfg.Table); err != nil {
+			return err
+		}
+		if i := strings.IndexByte(d.cfg.Table, '.'); i >= 0 {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.cfg.Table[:i]}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		for _, q := range d.q.migrate {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Fence relies on the token being a key column (see buildQueries).
+	var unique bool
+	if err := d.pool.QueryRow(ctx, `
+SELECT EXISTS (
+	SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+	WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnatts = 1
+		AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = 'token')`, d.table).Scan(&unique); err != nil {
+		return err
+	}
+	if !unique {
+		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s has no unique index on token, which fencing needs: not a dlock table", d.table))
+	}
+	for _, q := range d.q.check {
+		rows, err := d.pool.Query(ctx, q)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			if c := sqlState(err); strings.HasPrefix(c, "42") && c != "42501" {
+				return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s is not a dlock table: %w", d.table, err))
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,429 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// MaxPermits is the largest number of permits a semaphore may have.
+const MaxPermits = 1 << 16
+
+// SemaphoreDriver is the dlock.Driver of counting semaphores of n permits in
+// the Driver's database: at most n leases of a key are held at once, each with
+// its own owner, fencing token, TTL and loss signal. It is also a
+// dlock.Notifier, a dlock.Abandoner and a dlock.Inspector. Most users want
+// NewSemaphore.
+//
+// A semaphore's permits are rows of their own table (the Driver's table with
+// "_sem" appended, created by Migrate): one row per permit in use and a header
+// row per key. An acquisition is one transaction that locks the header row
+// first, so that the acquisitions of a key are serialized: it checks the
+// number of permits the key is used with (a Client made with another n gets
+// an error matching dlock.ErrConflict while any permit is held), finds the
+// owner's permit (a retry gets it back) or a free one, and draws the token
+// while it holds the header. Tokens therefore increase with every grant of
+// the key. Releases and renewals touch the permit's row alone. Semaphore keys
+// are a namespace of their own: a semaphore and an exclusive lock of the same
+// name are two locks. Waiters are woken by the release of any permit of the
+// key; they are not queued in arrival order.
+type SemaphoreDriver struct {
+	d *Driver
+	n int
+	q semQueries
+}
+
+var (
+	_ dlock.Driver     = (*SemaphoreDriver)(nil)
+	_ dlock.Notifier   = (*SemaphoreDriver)(nil)
+	_ dlock.Abandoner  = (*SemaphoreDriver)(nil)
+	_ dlock.Inspector  = (*SemaphoreDriver)(nil)
+	_ dlock.TTLLimiter = (*SemaphoreDriver)(nil)
+)
+
+// NewSemaphore returns a Client whose locks are counting semaphores of n
+// permits in the DefaultTable's semaphore table of pool's database (see
+// SemaphoreDriver), with opts as the defaults of every call. It does no I/O.
+// It returns an error matching dlock.ErrInvalid for n outside [1,
+// MaxPermits], a nil pool or a bad option.
+func NewSemaphore(pool *pgxpool.Pool, n int, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(pool, Config{})
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.Semaphore(n)
+	if err != nil {
+		return nil, err
+	}
+	return dlock.NewClient(s, opts...)
+}
+
+// Semaphore returns the driver of semaphores of n permits over d's pool and
+// configuration.
+func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
+	if d == nil {
+		return nil, errNilDriver
+	}
+	if n < 1 || n > MaxPermits {
+		return nil, fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+	}
+	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
+}
+
+// TTLLimits implements dlock.TTLLimiter.
+func (s *SemaphoreDriver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+
+// Subscribe implements dlock.Notifier, as Driver.Subscribe: a waiter is woken
+// when a permit of its key is released.
+func (s *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+	return s.d.Subscribe(ctx, h)
+}
+
+// semQueries are the statements of the semaphores of a Driver.
+type semQueries struct {
+	header, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
+	sweep                                                                    string
+}
+
+// buildSemQueries writes the statements of the semaphore table (quoted) with
+// tokens from seq, its CREATE TABLE, and a query that checks its columns.
+func buildSemQueries(table, seq string) (q semQueries, create, check string) {
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
+	s := func(q string) string { return r.Replace(q) }
+	q = semQueries{
+		// $1 key, $2 n, $3 the longest wait for the row's lock in ms: the
+		// key's header row, made if missing, locked.
+		header: s(`
+INSERT INTO $T AS l (key, slot, n, owner, token, expires_at)
+VALUES ($1, -1, $2::int + 0 * length(set_config('lock_timeout', $3::bigint::text, true)), '', 0, '-infinity')
+ON CONFLICT (key, slot) DO UPDATE SET n = l.n`),
+		// $1 key, $2 owner, $3 n, $4 ttl in µs, $5 metadata; the header is
+		// locked. One row: the outcome (granted, busy, abandoned, another n),
+		// the token, the soonest end of a permit in use in µs, and the n of
+		// the holders when it differs.
+		grant: s(`
+WITH live AS (
+	SELECT slot, owner, n, $REM AS rem FROM $T l
+	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
+), st AS (
+	SELECT
+		EXISTS (SELECT FROM $T h WHERE h.key = $1 AND h.slot = -1
+			AND h.abandoned_until > clock_timestamp() AND $2 = ANY (h.abandoned)) AS gone,
+		(SELECT max(n) FROM live WHERE n <> $3) AS other,
+		(SELECT min(slot) FROM live WHERE owner = $2) AS own,
+		(SELECT min(s) FROM generate_series(0, $3 - 1) s WHERE s NOT IN (SELECT slot FROM live)) AS free,
+		(SELECT min(rem) FROM live) AS soonest
+), g AS (
+	INSERT INTO $T AS l (key, slot, n, owner, token, expires_at, metadata)
+	SELECT $1, coalesce(own, free), $3, $2, nextval('$S'), clock_timestamp() + $4::bigint * interval '1 microsecond', $5
+	FROM st WHERE NOT gone AND other IS NULL AND coalesce(own, free) IS NOT NULL
+	ON CONFLICT (key, slot) DO UPDATE SET n = EXCLUDED.n, owner = EXCLUDED.owner,
+		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE EXCLUDED.token END,
+		expires_at = EXCLUDED.expires_at, metadata = EXCLUDED.metadata
+	RETURNING token
+)
+SELECT CASE WHEN gone THEN 2 WHEN other IS NOT NULL THEN 3 WHEN EXISTS (SELECT FROM g) THEN 0 ELSE 1 END,
+	coalesce((SELECT token FROM g), 0), coalesce(soonest, -1), coalesce(other, 0)
+FROM st`),
+		// $1 key, $2 owner, $3 channel.
+		release: s(`
+WITH cur AS (
+	SELECT key, slot, expires_at > clock_timestamp() AS live
+	FROM $T WHERE key = $1 AND slot >= 0 AND owner = $2 FOR UPDATE
+), upd AS (
+	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
+)
+SELECT bool_or(live), pg_notify($3, $1) IS NULL FROM cur HAVING count(*) > 0`),
+		// $1 key, $2 owner, $3 ttl in µs.
+		extend: s(`
+UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND slot >= 0 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner.
+		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND slot >= 0 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner, $3 mark life in µs; the header is locked.
+		abandon: s(fmt.Sprintf(`
+UPDATE $T l SET
+	abandoned = CASE WHEN l.abandoned_until > clock_timestamp()
+		THEN (l.abandoned || $2::text)[greatest(1, cardinality(l.abandoned) + 2 - %d):]
+		ELSE ARRAY[$2::text] END,
+	abandoned_until = greatest(l.abandoned_until, clock_timestamp() + $3::bigint * interval '1 microsecond')
+WHERE key = $1 AND slot = -1`, maxMarks)),
+		// $1 key: every permit row.
+		inspect: s(`
+SELECT owner, token, metadata, $REM, n, owner <> '' AND expires_at > clock_timestamp()
+FROM $T l WHERE key = $1 AND slot >= 0`),
+		// $1 the pattern's literal prefix.
+		list: s(`
+SELECT key, owner, token, metadata, $REM, n FROM $T l
+WHERE slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
+		// $1 the age in µs past its expiry of a row to delete: permits, and
+		// the headers of keys without a permit in use.
+		sweep: s(`
+DELETE FROM $T WHERE ctid IN (
+	SELECT ctid FROM $T l
+	WHERE greatest(expires_at, abandoned_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
+		AND (slot >= 0 OR NOT EXISTS (
+			SELECT FROM $T p WHERE p.key = l.key AND p.slot >= 0 AND p.expires_at > clock_timestamp()))
+	FOR UPDATE SKIP LOCKED
+)`),
+		// $1 key, $2 channel: frees every permit in use.
+		forceUnlock: s(`
+WITH cur AS (
+	SELECT key, slot FROM $T
+	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() FOR UPDATE
+), upd AS (
+	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
+)
+SELECT count(*), pg_notify($2, $1) IS NULL FROM cur`),
+	}
+	create = s(`CREATE TABLE IF NOT EXISTS $T (
+	key             text        NOT NULL,
+	slot            int         NOT NULL,
+	n               int         NOT NULL,
+	owner           text        NOT NULL,
+	token           bigint      NOT NULL,
+	expires_at      timestamptz NOT NULL,
+	metadata        text        NOT NULL DEFAULT '',
+	abandoned       text[]      NOT NULL DEFAULT '{}',
+	abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+	PRIMARY KEY (key, slot)
+)`)
+	check = s(`SELECT key, slot, n, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`)
+	return q, create, check
+}
+
+// limitError is the error of a semaphore used with another number of permits.
+type limitError struct {
+	key       string
+	n, stored int
+}
+
+func (e *limitError) Error() string {
+	return fmt.Sprintf("pglock: semaphore %q is held with %d permits, not %d", e.key, e.stored, e.n)
+}
+
+// Is makes a limitError match dlock.ErrConflict.
+func (e *limitError) Is(target error) bool { return target == dlock.ErrConflict }
+
+// Acquire implements dlock.Driver in one round trip and one transaction of
+// two statements: lock the key's header row (made if missing; waiting at most
+// as long as an acquisition of an exclusive lock), then, with a snapshot
+// taken under that lock, take the owner's permit again or the lowest free
+// one.
+func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	if s == nil {
+		return dlock.Grant{}, errNilDriver
+	}
+	if err := checkMetadata(r.Metadata); err != nil {
+		return dlock.Grant{}, err
+	}
+	var state int
+	var token, soonest, stored int64
+	err := s.d.do(ctx, "acquire", func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(s.q.header, r.Key, s.n, acquireLockWait.Milliseconds())
+		b.Queue(s.q.grant, r.Key, r.Owner, s.n, micros(r.TTL), r.Metadata).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&state, &token, &soonest, &stored)
+		})
+		return s.d.pool.SendBatch(ctx, b).Close()
+	})
+	switch {
+	case sqlState(err) == "55P03": // another transaction holds the header a while
+		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+	case err != nil:
+		return dlock.Grant{}, err
+	}
+	switch state {
+	case stateGranted:
+		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+	case stateAbandoned:
+		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+	case stateMismatch:
+		return dlock.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
+	}
+	return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(soonest) * time.Microsecond}
+}
+
+// stateMismatch is the outcome of a semaphore acquisition with another
+// number of permits than the key's holders.
+const stateMismatch = 3
+
+// Extend implements dlock.Driver.
+func (s *SemaphoreDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	if s == nil {
+		return 0, errNilDriver
+	}
+	return s.d.extend(ctx, s.q.extend, h, ttl)
+}
+
+// Release implements dlock.Driver: it frees the owner's permit and notifies
+// the key's waiters.
+func (s *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
+	if s == nil {
+		return errNilDriver
+	}
+	return s.d.release(ctx, s.q.release, h)
+}
+
+// TTL implements dlock.Driver.
+func (s *SemaphoreDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	if s == nil {
+		return 0, errNilDriver
+	}
+	return s.d.ttl(ctx, s.q.ttl, h)
+}
+
+// Abandon implements dlock.Abandoner: under the key's header row, it marks
+// the owner's acquisition abandoned (an attempt still in flight waits for the
+// header and then meets the mark) and frees the owner's permit.
+func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+	if s == nil {
+		return errNilDriver
+	}
+	return s.d.do(ctx, "abandon", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, s.d.pool, func(tx pgx.Tx) error { return s.abandon(ctx, tx, h) })
+	})
+}
+
+// abandon marks h's acquisition abandoned in tx, under the key's header, and
+// frees h's permit.
+func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h dlock.Holding) error {
+	if _, err := tx.Exec(ctx, s.q.header, h.Key, s.n, acquireLockWait.Milliseconds()); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL))); err != nil {
+		return err
+	}
+	var live, notified bool
+	err := tx.QueryRow(ctx, s.q.release, h.Key, h.Owner, s.d.channel).Scan(&live, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// Inspect implements dlock.Inspector: Holders is the permits in use, Limit
+// the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
+// that ends last.
+func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info := dlock.LockInfo{Key: key}
+	if s == nil {
+		return info, errNilDriver
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return info, err
+	}
+	err := s.d.do(ctx, "inspect", func(ctx context.Context) error {
+		info = dlock.LockInfo{Key: key}
+		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p dlock.LockInfo
+			var token, us int64
+			var n int
+			var held bool
+			if err := rows.Scan(&p.Owner, &token, &p.Metadata, &us, &n, &held); err != nil {
+				return err
+			}
+			info.LastToken = max(info.LastToken, uint64(max(token, 0)))
+			if held {
+				p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
+				addPermit(&info, p, n)
+			}
+		}
+		return rows.Err()
+	})
+	return info, err
+}
+
+// addPermit counts the held permit p of a semaphore of n permits into info.
+func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
+	info.Held, info.Limit, info.Kind = true, n, dlock.KindSemaphore
+	info.Holders++
+	if info.Holders == 1 || p.TTL > info.TTL {
+		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
+	}
+}
+
+// List implements dlock.Inspector: the semaphores with permits in use whose
+// keys match pattern, sorted by key.
+func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	if s == nil {
+		return nil, errNilDriver
+	}
+	if err := dlock.ValidatePattern(pattern); err != nil {
+		return nil, err
+	}
+	prefix := literalPrefix(pattern)
+	byKey := map[string]*dlock.LockInfo{}
+	err := s.d.do(ctx, "list", func(ctx context.Context) error {
+		clear(byKey)
+		rows, err := s.d.pool.Query(ctx, s.q.list, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var p dlock.LockInfo
+			var key string
+			var token, us int64
+			var n int
+			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
+				return err
+			}
+			if !dlock.MatchKey(pattern, key) {
+				continue
+			}
+			if byKey[key] == nil {
+				byKey[key] = &dlock.LockInfo{Key: key}
+			}
+			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
+			addPermit(byKey[key], p, n)
+			byKey[key].LastToken = max(byKey[key].LastToken, p.Token)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dlock.LockInfo, 0, len(byKey))
+	for _, info := range byKey {
+		out = append(out, *info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// ForceUnlock implements dlock.Inspector: it frees every permit of key in
+// use, notifies the waiters, and returns what it freed. A semaphore without a
+// permit in use is dlock.ErrNotHeld.
+func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info, err := s.Inspect(ctx, key)
+	if err != nil {
+		return info, err
+	}
+	var n int64
+	var notified bool
+	err = s.d.do(ctx, "force unlock", func(ctx context.Context) error {
+		return s.d.pool.QueryRow(ctx, s.q.forceUnlock, key, s.d.channel).Scan(&n, &notified)
+	})
+	if err != nil {
+		return dlock.LockInfo{Key: key}, err
+	}
+	if n == 0 {
+		return dlock.LockInfo{Key: key, LastToken: info.LastToken}, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
+	}
+	return info, nil
+}
