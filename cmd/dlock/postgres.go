@@ -24,7 +24,7 @@ func (s pgStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, erro
 
 // openPostgres connects to the PostgreSQL database at raw (a postgres:// URL,
 // a key=value connection string, or host:port) and checks that it answers.
-func openPostgres(ctx context.Context, raw string) (store, error) {
+func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) {
 	conn := raw
 	if !strings.Contains(raw, "://") && !strings.Contains(raw, "=") {
 		hp, err := hostPort(raw)
@@ -38,6 +38,16 @@ func openPostgres(ctx context.Context, raw string) (store, error) {
 		return nil, usageErrorf("bad PostgreSQL URL: %v", redactPG(err.Error(), raw))
 	}
 	cfg.ConnConfig.ConnectTimeout = dialTimeout
+	if tf.set() {
+		// The files add to what the URL's sslmode asks for (sslmode=require or
+		// stricter turns TLS on).
+		if cfg.ConnConfig.TLSConfig == nil {
+			return nil, usageErrorf("--tls-* with a PostgreSQL URL whose sslmode does not use TLS: add ?sslmode=verify-full (or require)")
+		}
+		if cfg.ConnConfig.TLSConfig, err = tf.apply(cfg.ConnConfig.TLSConfig); err != nil {
+			return nil, err
+		}
+	}
 	where := "PostgreSQL at " + net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))) + "/" + cfg.ConnConfig.Database
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
