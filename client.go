@@ -30,10 +30,21 @@ type Locker interface {
 	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 }
 
-// cleanupTimeout bounds the detached clean-up calls made after a cancelled or
+// CleanupTimeout bounds the detached clean-up calls made after a cancelled or
 // failed request (abandoning an acquisition whose outcome is unknown, an Unlock
-// called with an expired context, the release after a lease was lost).
-const cleanupTimeout = 2 * time.Second
+// called with an expired context, the release after a lease was lost), by the
+// Client and by drivers alike; see CleanupContext.
+const CleanupTimeout = 2 * time.Second
+
+// CleanupContext returns a context for a clean-up call that must run although
+// ctx ended: it keeps ctx's values, not its cancellation, and ends after
+// CleanupTimeout. Call cancel when the clean-up returns.
+func CleanupContext(ctx context.Context) (cctx context.Context, cancel context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+}
 
 // Client runs the backend-neutral lock algorithm (validation, waiting, retry,
 // fencing-token hand-out, renewal, loss notification) over a backend Driver. It is
@@ -373,7 +384,7 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	if !a.dirty {
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
 	if ab, ok := a.c.d.(Abandoner); ok {

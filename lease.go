@@ -416,7 +416,7 @@ func (l *Lease) release(ctx context.Context) error {
 			return err
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	return l.d.Release(cctx, l.holding(l.currentTTL()))
 }
@@ -492,7 +492,7 @@ func (l *Lease) lose(cause error, release bool) error {
 	if release {
 		go func() {
 			defer close(done)
-			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			ctx, cancel := CleanupContext(context.Background())
 			defer cancel()
 			_ = l.d.Release(ctx, h)
 		}()
