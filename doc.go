@@ -104,8 +104,10 @@
 // docs/safety.md in the repository covers each fault and what answers it.
 //
 // All errors wrap the sentinels in this package (ErrNotObtained, ErrNotHeld,
-// ErrLockLost, ErrInvalid, ErrConflict, ErrUnavailable, ErrRefused), checked with
-// errors.Is. Bad input is rejected before any I/O.
+// ErrLockLost, ErrReleased, ErrInvalid, ErrConflict, ErrUnavailable, ErrRefused,
+// ErrStaleToken), a context error, or errors.ErrUnsupported (a backend without
+// a capability, such as inspection), checked with errors.Is. Bad input is
+// rejected before any I/O.
 //
 // Backends implement Driver (see its documentation and docs/backends.md); a
 // Client runs the same algorithm over each of them.

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -90,43 +89,6 @@ type Holding struct {
 	Handle any           // from Grant.Handle, or from the waiter's last *BusyError
 }
 
-// TTLLimits are the lease times a driver can grant.
-type TTLLimits struct {
-	Min, Max time.Duration // the shortest and the longest TTL
-	Step     time.Duration // the resolution: TTLs are rounded up to a multiple of it
-}
-
-// DefaultTTLLimits are the limits of a driver that does not implement TTLLimiter:
-// [MinTTL, MaxTTL] in whole milliseconds.
-var DefaultTTLLimits = TTLLimits{Min: MinTTL, Max: MaxTTL, Step: time.Millisecond}
-
-// TTLLimiter is implemented by drivers whose TTLs differ from DefaultTTLLimits
-// (for example etcd grants leases in whole seconds). The Client checks every TTL
-// against them before any I/O.
-type TTLLimiter interface {
-	TTLLimits() TTLLimits
-}
-
-// Normalize rounds ttl up to the limits' step and checks it lies within them. The
-// error matches ErrInvalid and names the range.
-func (lim TTLLimits) Normalize(ttl time.Duration) (time.Duration, error) {
-	step := max(lim.Step, 1)
-	if ttl > 0 && ttl <= lim.Max {
-		if r := ttl % step; r > 0 {
-			ttl += step - r
-		}
-		if ttl >= lim.Min && ttl <= lim.Max {
-			return ttl, nil
-		}
-	}
-	if ttl < lim.Min {
-		return 0, fmt.Errorf("%w: ttl %v below the minimum %v (the backend grants [%v, %v] in steps of %v)",
-			ErrInvalid, ttl, lim.Min, lim.Min, lim.Max, step)
-	}
-	return 0, fmt.Errorf("%w: ttl %v above the maximum %v (the backend grants [%v, %v] in steps of %v)",
-		ErrInvalid, ttl, lim.Max, lim.Min, lim.Max, step)
-}
-
 // Notifier is implemented by Drivers that can wake waiters when a key may have
 // become free (or been handed to them), so that Lock does not have to poll.
 type Notifier interface {
@@ -154,62 +116,4 @@ type Notifier interface {
 // attempt.
 type Abandoner interface {
 	Abandon(ctx context.Context, h Holding) error
-}
-
-// LockInfo is what a store holds about one lock, as read by an Inspector. It is a
-// snapshot: the lock may change hands right after.
-type LockInfo struct {
-	Key      string        // the lock name, as passed to Lock
-	Held     bool          // whether somebody holds the lock
-	Owner    string        // the holder's owner token; empty when free
-	Token    uint64        // the holder's fencing token; 0 when free
-	Metadata string        // the holder's WithMetadata text; may be empty
-	TTL      time.Duration // time left before the holding expires unless renewed; <0 unknown
-	Waiters  int           // waiters queued in the store (not those waiting in their own processes)
-
-	// Holders is the number of leases held: 1 for a held exclusive lock, the
-	// permits in use of a semaphore, the readers of a read-write lock. Owner,
-	// Token, Metadata and TTL then describe one of them (see the backend).
-	Holders int
-
-	// Limit is the most holders the lock admits at once as it stands: 1 for an
-	// exclusive lock or a write lock, N for a semaphore of N permits, 0 for no
-	// limit (a read lock, shared by any number of readers) or when free.
-	Limit int
-
-	// LastToken is the newest fencing token handed out for the key, also after
-	// the lock was released, where the store keeps it; 0 when unknown.
-	LastToken uint64
-
-	// Kind is the kind of lock the key holds (KindMutex, KindFair,
-	// KindReentrant, KindReadWrite, KindSemaphore), or "" when free or when the
-	// backend cannot tell.
-	Kind string
-}
-
-// The kinds of lock a LockInfo names.
-const (
-	KindMutex     = "mutex"      // an exclusive lock, not fair (New on every backend)
-	KindFair      = "fair"       // an exclusive lock granted in arrival order
-	KindReentrant = "reentrant"  // an exclusive lock that its owner ID may take again
-	KindReadWrite = "read-write" // readers or one writer
-	KindSemaphore = "semaphore"  // at most Limit holders
-)
-
-// Inspector is implemented by drivers (and clients) that can show and force locks,
-// for operators and tools such as the dlock command. Every method validates its
-// key or pattern first (ErrInvalid).
-type Inspector interface {
-	// Inspect reads one lock without changing it. A free lock is not an error:
-	// the result has Held false.
-	Inspect(ctx context.Context, key string) (LockInfo, error)
-
-	// List returns the locks whose names match pattern (a glob as MatchKey reads
-	// it, checked by ValidatePattern), held ones, sorted by key.
-	List(ctx context.Context, pattern string) ([]LockInfo, error)
-
-	// ForceUnlock removes the holding of key whoever holds it, and returns what
-	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
-	// holder learns of the loss at its next renewal or its local deadline.
-	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Sentinel errors. Every error returned by this module wraps one of them (or a
-// context error), so callers branch with errors.Is.
+// Sentinel errors. Every error returned by this module wraps one of them, a
+// context error, or errors.ErrUnsupported (a backend without a capability), so
+// callers branch with errors.Is.
 var (
 	// ErrNotObtained reports that the lock is held by somebody else and could not be
 	// taken within the allowed attempts, wait time or context.

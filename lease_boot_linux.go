@@ -2,18 +2,15 @@ package dlock
 
 import (
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// readBootClock returns CLOCK_BOOTTIME: monotonic, and counting time suspended.
-// clock_gettime never blocks, so it is made as a raw system call, without the
-// scheduler hand-off of a blocking one: it is read on every acquisition.
+// readBootClock returns CLOCK_BOOTTIME: monotonic, and counting time suspended
+// (a lease whose machine slept past its deadline is lost on wake-up).
 func readBootClock() (time.Duration, bool) {
 	var ts unix.Timespec
-	_, _, errno := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_BOOTTIME, uintptr(unsafe.Pointer(&ts)), 0)
-	if errno != 0 {
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
 		return 0, false
 	}
 	return time.Duration(ts.Nano()), true

@@ -8,23 +8,6 @@ import (
 
 // Defaults. A Client built without options uses these values.
 const (
-	// DefaultTTL is the lease time when WithTTL is not given. Leases with the default
-	// TTL are renewed automatically while held.
-	DefaultTTL = 15 * time.Second
-
-	// DefaultDriftFactor is the share of the TTL subtracted from a lease's local
-	// validity to allow for clock rate differences between client and server.
-	DefaultDriftFactor = 0.01
-
-	// DriftFloor is added to every drift margin: Redis expires keys with a precision
-	// of one millisecond, plus one millisecond of minimum drift.
-	DriftFloor = 2 * time.Millisecond
-
-	// MinTTL and MaxTTL bound every lease time. A TTL that is not a whole number of
-	// milliseconds is rounded up to the next millisecond.
-	MinTTL = 5 * time.Millisecond
-	MaxTTL = 30 * 24 * time.Hour
-
 	// MaxKeyLen is the longest lock key accepted, in bytes, on every backend.
 	MaxKeyLen = 1024
 
@@ -178,7 +161,7 @@ func (c *config) log() *slog.Logger {
 }
 
 // WithRetry sets the backoff between attempts while Lock waits. With a backend
-// that notifies waiters (Redis), a waiter sleeps until it is woken or the holder's
+// that notifies waiters (every backend but a polling fall-back), a waiter sleeps until it is woken or the holder's
 // remaining TTL has passed; the strategy then only limits the attempts, and sets
 // the sleep when the remaining TTL is unknown or no subscription could be made.
 // The default is ExponentialBackoff(8ms, 512ms) with full jitter.
@@ -240,11 +223,6 @@ func (c *config) apply(opts []Option) {
 	}
 }
 
-// driftMargin is the part of a TTL kept in reserve: ttl*factor + DriftFloor.
-func (c *config) driftMargin(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.drift) + DriftFloor
-}
-
 // renewing reports whether the watchdog runs for this configuration.
 func (c *config) renewing() bool {
 	switch c.autoRenew {
@@ -266,24 +244,16 @@ func (c *config) check(lim TTLLimits) error {
 		return err
 	}
 	c.ttl = ttl
-	if m := c.driftMargin(ttl); m >= ttl/2 {
-		return invalidf("ttl %v leaves no validity after the drift margin %v", ttl, m)
+	if err := checkValidity(ttl, c.drift); err != nil {
+		return err
 	}
 	if c.renewing() {
 		if c.renewEvery == 0 {
 			c.renewEvery = ttl / 3
 		}
-		if c.renewEvery >= ttl-c.driftMargin(ttl) {
+		if c.renewEvery >= ttl-driftMargin(ttl, c.drift) {
 			return invalidf("renewal interval %v not shorter than ttl %v minus drift margin", c.renewEvery, ttl)
 		}
 	}
 	return nil
-}
-
-// NormalizeTTL validates a lease time against DefaultTTLLimits and rounds it up to
-// a whole millisecond, the resolution of the Redis backends. It returns an error
-// matching ErrInvalid for a TTL outside [MinTTL, MaxTTL]. A Client checks TTLs
-// against its driver's limits instead (see TTLLimiter).
-func NormalizeTTL(ttl time.Duration) (time.Duration, error) {
-	return DefaultTTLLimits.Normalize(ttl)
 }

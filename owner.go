@@ -1,6 +1,10 @@
 package dlock
 
-import "strings"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+)
 
 // MaxOwnerLen is the longest owner ID accepted by WithOwner, in bytes.
 const MaxOwnerLen = 128
@@ -70,4 +74,11 @@ func SplitOwner(owner string) (id, acquisition string) {
 		return owner, owner
 	}
 	return owner[:i], owner[i+len(OwnerSep):]
+}
+
+// newOwner returns a fresh owner token: 128 random bits, hex encoded.
+func newOwner() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

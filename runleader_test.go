@@ -271,29 +271,6 @@ func TestRunAsLeaderBadInput(t *testing.T) {
 	}
 }
 
-// scheduler stands for a periodic-task scheduler that must run in one instance
-// only (as asynq's Scheduler): Start begins its ticking, Shutdown stops it.
-type scheduler struct{ stop chan struct{} }
-
-func (s *scheduler) Start() error {
-	s.stop = make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-				// enqueue the periodic tasks
-			}
-		}
-	}()
-	return nil
-}
-
-func (s *scheduler) Shutdown() { close(s.stop) }
-
 // A scheduler that must run once across a fleet runs while its instance leads:
 // started in the function, shut down when the leadership ends (lost, or the
 // process is stopping), and started again by whichever instance wins next.
@@ -308,13 +285,19 @@ func ExampleRunAsLeader() {
 	}
 	// A short TTL: a crashed leader's scheduler restarts elsewhere within 5s.
 	err = dlock.RunAsLeader(ctx, locker, "scheduler", func(ctx context.Context) error {
-		s := &scheduler{}
-		if err := s.Start(); err != nil {
-			return err // logged; another campaign follows
+		// Start the scheduler here (asynq's Scheduler.Start, say); this one
+		// ticks by itself, and stops when the leadership ends (lost, or the
+		// process stopping) as a real one would be shut down.
+		tick := time.NewTicker(time.Minute)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+				fmt.Println("enqueue the periodic tasks")
+			}
 		}
-		<-ctx.Done() // leadership lost or the process stopping
-		s.Shutdown()
-		return nil
 	}, dlock.WithTTL(5*time.Second), dlock.WithMetadata("host-a"))
 	fmt.Println(err) // context canceled, after Ctrl-C
 }

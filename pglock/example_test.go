@@ -15,7 +15,7 @@ import (
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, pglock.ServerURL())
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -31,7 +31,7 @@ func ExampleNew() {
 		return nil
 	})
 	fmt.Println("done:", err)
-	// Output:
+	// It prints:
 	// writing the report alone
 	// done: <nil>
 }
@@ -39,7 +39,7 @@ func ExampleNew() {
 func ExampleDriver_Fence() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, pglock.ServerURL())
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -72,6 +72,6 @@ func ExampleDriver_Fence() {
 		return err
 	})
 	fmt.Println("committed:", err == nil, "lease lost:", errors.Is(err, dlock.ErrNotHeld))
-	// Output:
+	// It prints:
 	// committed: true lease lost: false
 }
