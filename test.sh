@@ -58,3 +58,6 @@ echo "test.sh: bench (its own module): vet and a quick run against a real redis-
 
 echo "test.sh: zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
 (cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: dlockgocron (its own module): gocron Locker and Elector, schedulers in one process and in several, on memlock and a real redis-server"
+(cd dlockgocron && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
