@@ -8,16 +8,13 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/jobhold"
 	"github.com/go-co-op/gocron/v2"
 )
 
 // ErrClosed is returned by Locker.Lock after Close, and by Elector.IsLeader
 // after the Elector's Close.
 var ErrClosed = errors.New("dlockgocron: closed")
-
-// releaseTimeout bounds the release of a lease whose min-hold ended after
-// gocron's Unlock had returned.
-const releaseTimeout = 5 * time.Second
 
 // Option configures a Locker.
 type Option func(*lockerConfig)
@@ -81,8 +78,7 @@ type Locker struct {
 	mu      sync.Mutex
 	closed  bool
 	running map[string]*Lock // leases of running jobs, by job name
-	held    map[*Lock]*time.Timer
-	wg      sync.WaitGroup // min-hold releases not yet made
+	holds   jobhold.Holds
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -102,7 +98,7 @@ func NewLocker(l dlock.Locker, opts ...Option) (*Locker, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	return &Locker{l: l, cfg: cfg, running: map[string]*Lock{}, held: map[*Lock]*time.Timer{}}, nil
+	return &Locker{l: l, cfg: cfg, running: map[string]*Lock{}}, nil
 }
 
 // Key returns the lock key of the job named name.
@@ -181,29 +177,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
-	done := make(chan struct{})
-	go func() { l.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	l.mu.Lock()
-	var now []*Lock
-	for k, t := range l.held {
-		if t.Stop() {
-			delete(l.held, k)
-			now = append(now, k)
-		}
-	}
-	l.mu.Unlock()
-	var errs []error
-	for _, k := range now {
-		errs = append(errs, k.lease.Unlock(ctx))
-		l.wg.Done()
-	}
-	<-done
-	return errors.Join(errs...)
+	return l.holds.Close(ctx)
 }
 
 // Lock is the lock of one run of a job, as gocron holds it.
@@ -238,25 +212,6 @@ func (k *Lock) unlock(ctx context.Context) error {
 	if l.running[k.name] == k {
 		delete(l.running, k.name)
 	}
-	rest := l.cfg.minHold - time.Since(k.start)
-	if rest <= 0 || l.closed || k.lease.Err() != nil {
-		l.mu.Unlock()
-		return k.lease.Unlock(ctx)
-	}
-	l.wg.Add(1)
-	l.held[k] = time.AfterFunc(rest, func() {
-		l.mu.Lock()
-		_, mine := l.held[k]
-		delete(l.held, k)
-		l.mu.Unlock()
-		if !mine {
-			return // Close released it
-		}
-		defer l.wg.Done()
-		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		_ = k.lease.Unlock(rctx)
-	})
 	l.mu.Unlock()
-	return nil
+	return l.holds.Release(ctx, k.lease, k.start, l.cfg.minHold)
 }
