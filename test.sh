@@ -61,3 +61,6 @@ echo "test.sh: zklock (its own module): vet, staticcheck, test against a real Zo
 
 echo "test.sh: dlockgocron (its own module): gocron Locker and Elector, schedulers in one process and in several, on memlock and a real redis-server"
 (cd dlockgocron && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: dlockcron (its own module): robfig/cron SkipIfLocked, two cron instances on a real redis-server"
+(cd dlockcron && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
