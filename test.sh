@@ -64,3 +64,6 @@ echo "test.sh: dlockgocron (its own module): gocron Locker and Elector, schedule
 
 echo "test.sh: dlockcron (its own module): robfig/cron SkipIfLocked, two cron instances on a real redis-server"
 (cd dlockcron && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+
+echo "test.sh: dlockk8s (its own module): client-go's leader election with the record in redis-server, three LeaderElectors"
+(cd dlockk8s && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
