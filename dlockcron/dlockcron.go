@@ -37,10 +37,8 @@ var ErrClosed = errors.New("dlockcron: closed")
 type Option func(*config)
 
 type config struct {
-	minHold time.Duration
-	opts    []dlock.Option
-	logger  cron.Logger
-	err     error
+	jobhold.Settings
+	logger cron.Logger
 }
 
 // WithMinHold keeps each run's lock until at least d after it was taken, even
@@ -49,13 +47,7 @@ type config struct {
 // period minus the clock splay, or every instance skips the next tick too. The
 // default is 0: the lock is released when the job returns.
 func WithMinHold(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.err = fmt.Errorf("%w: min hold %v is negative", dlock.ErrInvalid, d)
-			return
-		}
-		c.minHold = d
-	}
+	return func(c *config) { c.SetMinHold(d) }
 }
 
 // WithLockOptions passes opts to every TryLock: dlock.WithTTL with
@@ -64,7 +56,7 @@ func WithMinHold(d time.Duration) Option {
 // defaults (for a dlock.Client without options, a 15s lease renewed while the
 // job runs).
 func WithLockOptions(opts ...dlock.Option) Option {
-	return func(c *config) { c.opts = append(c.opts, opts...) }
+	return func(c *config) { c.Opts = append(c.Opts, opts...) }
 }
 
 // WithLogger sets where skipped runs (Info, "skip") and lock errors (Error) are
@@ -72,7 +64,7 @@ func WithLockOptions(opts ...dlock.Option) Option {
 func WithLogger(l cron.Logger) Option {
 	return func(c *config) {
 		if l == nil {
-			c.err = fmt.Errorf("%w: nil logger", dlock.ErrInvalid)
+			c.Fail(fmt.Errorf("%w: nil logger", dlock.ErrInvalid))
 			return
 		}
 		c.logger = l
@@ -104,8 +96,8 @@ func New(l dlock.Locker, opts ...Option) (*Locker, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	if cfg.Err != nil {
+		return nil, cfg.Err
 	}
 	return &Locker{l: l, cfg: cfg, running: map[string]*dlock.Lease{}}, nil
 }
@@ -136,7 +128,7 @@ func (l *Locker) run(key string, j cron.Job) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	lease, err := l.l.TryLock(ctx, key, l.cfg.opts...)
+	lease, err := l.l.TryLock(ctx, key, l.cfg.Opts...)
 	if errors.Is(err, dlock.ErrNotObtained) {
 		l.cfg.logger.Info("skip", "key", key)
 		return
@@ -154,7 +146,7 @@ func (l *Locker) run(key string, j cron.Job) {
 			delete(l.running, key)
 		}
 		l.mu.Unlock()
-		if err := l.holds.Release(ctx, lease, start, l.cfg.minHold); err != nil {
+		if err := l.holds.Release(ctx, lease, start, l.cfg.MinHold); err != nil {
 			l.cfg.logger.Error(err, "unlock", "key", key)
 		}
 	}()

@@ -20,10 +20,8 @@ var ErrClosed = errors.New("dlockgocron: closed")
 type Option func(*lockerConfig)
 
 type lockerConfig struct {
-	minHold time.Duration
-	prefix  string
-	opts    []dlock.Option
-	err     error
+	jobhold.Settings
+	prefix string
 }
 
 // WithMinHold keeps each job's lock until at least d after it was taken, even
@@ -33,13 +31,7 @@ type lockerConfig struct {
 // clock splay, or every scheduler skips the next tick too. The default is 0: the
 // lock is released as soon as the job returns.
 func WithMinHold(d time.Duration) Option {
-	return func(c *lockerConfig) {
-		if d < 0 {
-			c.err = fmt.Errorf("%w: min hold %v is negative", dlock.ErrInvalid, d)
-			return
-		}
-		c.minHold = d
-	}
+	return func(c *lockerConfig) { c.SetMinHold(d) }
 }
 
 // WithKeyPrefix puts prefix before every job name to make the lock key, so that
@@ -55,7 +47,7 @@ func WithKeyPrefix(prefix string) Option {
 // inspection. The default is the Locker's defaults (for a dlock.Client without
 // options: a 15s lease renewed while the job runs).
 func WithLockOptions(opts ...dlock.Option) Option {
-	return func(c *lockerConfig) { c.opts = append(c.opts, opts...) }
+	return func(c *lockerConfig) { c.Opts = append(c.Opts, opts...) }
 }
 
 // Locker is a gocron.Locker over a dlock.Locker: for each run of a job it makes
@@ -95,8 +87,8 @@ func NewLocker(l dlock.Locker, opts ...Option) (*Locker, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	if cfg.Err != nil {
+		return nil, cfg.Err
 	}
 	return &Locker{l: l, cfg: cfg, running: map[string]*Lock{}}, nil
 }
@@ -116,7 +108,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	lease, err := l.l.TryLock(ctx, l.Key(key), l.cfg.opts...)
+	lease, err := l.l.TryLock(ctx, l.Key(key), l.cfg.Opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -213,5 +205,5 @@ func (k *Lock) unlock(ctx context.Context) error {
 		delete(l.running, k.name)
 	}
 	l.mu.Unlock()
-	return l.holds.Release(ctx, k.lease, k.start, l.cfg.minHold)
+	return l.holds.Release(ctx, k.lease, k.start, l.cfg.MinHold)
 }

@@ -7,6 +7,7 @@ package jobhold
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -88,4 +89,29 @@ func (h *Holds) Close(ctx context.Context) error {
 	}
 	<-done
 	return errors.Join(errs...)
+}
+
+// Settings are the options the scheduler adapters share: the min-hold, the
+// lock options of every TryLock, and the first invalid option's error.
+type Settings struct {
+	MinHold time.Duration
+	Opts    []dlock.Option
+	Err     error
+}
+
+// SetMinHold sets the min-hold; a negative d records an error matching
+// dlock.ErrInvalid.
+func (s *Settings) SetMinHold(d time.Duration) {
+	if d < 0 {
+		s.Fail(fmt.Errorf("%w: min hold %v is negative", dlock.ErrInvalid, d))
+		return
+	}
+	s.MinHold = d
+}
+
+// Fail records err unless an earlier error was recorded.
+func (s *Settings) Fail(err error) {
+	if s.Err == nil {
+		s.Err = err
+	}
 }
