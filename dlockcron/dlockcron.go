@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -77,11 +76,7 @@ func WithLogger(l cron.Logger) Option {
 type Locker struct {
 	l     dlock.Locker
 	cfg   config
-	holds jobhold.Holds
-
-	mu      sync.Mutex
-	closed  bool
-	running map[string]*dlock.Lease
+	holds jobhold.Holds // the leases of running jobs, and those kept for their min-hold
 }
 
 // New returns a Locker over l. It returns an error matching dlock.ErrInvalid for
@@ -99,7 +94,7 @@ func New(l dlock.Locker, opts ...Option) (*Locker, error) {
 	if cfg.Err != nil {
 		return nil, cfg.Err
 	}
-	return &Locker{l: l, cfg: cfg, running: map[string]*dlock.Lease{}}, nil
+	return &Locker{l: l, cfg: cfg}, nil
 }
 
 // SkipIfLocked returns a cron.JobWrapper that runs the wrapped job only when it
@@ -119,16 +114,13 @@ func (l *Locker) SkipIfLocked(key string) (cron.JobWrapper, error) {
 }
 
 func (l *Locker) run(key string, j cron.Job) {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.holds.Closed() {
 		l.cfg.logger.Error(ErrClosed, "lock", "key", key)
 		return
 	}
 	ctx := context.Background()
-	start := time.Now()
 	lease, err := l.l.TryLock(ctx, key, l.cfg.Opts...)
+	start := time.Now()
 	if errors.Is(err, dlock.ErrNotObtained) {
 		l.cfg.logger.Info("skip", "key", key)
 		return
@@ -137,16 +129,13 @@ func (l *Locker) run(key string, j cron.Job) {
 		l.cfg.logger.Error(err, "lock", "key", key)
 		return
 	}
-	l.mu.Lock()
-	l.running[key] = lease
-	l.mu.Unlock()
+	if !l.holds.Track(key, lease) {
+		_ = lease.Unlock(ctx)
+		l.cfg.logger.Error(ErrClosed, "lock", "key", key)
+		return
+	}
 	defer func() { // also when the job panics (cron.Recover may be outside)
-		l.mu.Lock()
-		if l.running[key] == lease {
-			delete(l.running, key)
-		}
-		l.mu.Unlock()
-		if err := l.holds.Release(ctx, lease, start, l.cfg.MinHold); err != nil {
+		if err := l.holds.Release(ctx, key, lease, start, l.cfg.MinHold); err != nil {
 			l.cfg.logger.Error(err, "unlock", "key", key)
 		}
 	}()
@@ -159,22 +148,13 @@ func (l *Locker) run(key string, j cron.Job) {
 
 // Lease returns the lease of the job locked with key while it runs under this
 // Locker, and nil otherwise. Its Token fences the job's writes.
-func (l *Locker) Lease(key string) *dlock.Lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.running[key]
-}
+func (l *Locker) Lease(key string) *dlock.Lease { return l.holds.Lease(key) }
 
 // Close stops the Locker: later runs are skipped (and logged with ErrClosed),
 // and Close waits until the locks kept for their min-hold have been released,
 // or until ctx ends, when it releases them at once. Stop the cron first, and
 // wait for its running jobs (the context cron.Stop returns).
-func (l *Locker) Close(ctx context.Context) error {
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	return l.holds.Close(ctx)
-}
+func (l *Locker) Close(ctx context.Context) error { return l.holds.Close(ctx) }
 
 // ContextJob is a cron.Job that can run under a context: SkipIfLocked calls
 // RunContext instead of Run with a context that ends when the run's lease is

@@ -67,10 +67,7 @@ type Locker struct {
 	l   dlock.Locker
 	cfg lockerConfig
 
-	mu      sync.Mutex
-	closed  bool
-	running map[string]*Lock // leases of running jobs, by job name
-	holds   jobhold.Holds
+	holds jobhold.Holds // the leases of running jobs, and those kept for their min-hold
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -90,7 +87,7 @@ func NewLocker(l dlock.Locker, opts ...Option) (*Locker, error) {
 	if cfg.Err != nil {
 		return nil, cfg.Err
 	}
-	return &Locker{l: l, cfg: cfg, running: map[string]*Lock{}}, nil
+	return &Locker{l: l, cfg: cfg}, nil
 }
 
 // Key returns the lock key of the job named name.
@@ -102,39 +99,25 @@ func (l *Locker) Key(name string) string { return l.cfg.prefix + name }
 // matching dlock.ErrInvalid, and store failures match dlock.ErrUnavailable. After
 // Close it returns ErrClosed.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.holds.Closed() {
 		return nil, ErrClosed
 	}
 	lease, err := l.l.TryLock(ctx, l.Key(key), l.cfg.Opts...)
 	if err != nil {
 		return nil, err
 	}
-	k := &Lock{l: l, name: key, lease: lease, start: time.Now()}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	start := time.Now()
+	if !l.holds.Track(key, lease) {
 		_ = lease.Unlock(ctx)
 		return nil, ErrClosed
 	}
-	l.running[key] = k
-	l.mu.Unlock()
-	return k, nil
+	return &Lock{l: l, name: key, lease: lease, start: start}, nil
 }
 
 // Lease returns the lease of the job named name while it runs under this
 // Locker, and nil otherwise. Its Token fences the job's writes; its Context
 // ends when the lease is lost.
-func (l *Locker) Lease(name string) *dlock.Lease {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if k := l.running[name]; k != nil {
-		return k.lease
-	}
-	return nil
-}
+func (l *Locker) Lease(name string) *dlock.Lease { return l.holds.Lease(name) }
 
 // Guard returns fn as a gocron task function for the job named name (pass it to
 // gocron.NewTask, and name the job with gocron.WithName(name)): fn runs under a
@@ -165,12 +148,7 @@ func (l *Locker) Guard(name string, fn func(ctx context.Context) error) func(ctx
 // ctx ends, when it releases them at once. It does not touch the locks of jobs
 // still running; gocron releases them when they return (shut the scheduler down
 // first).
-func (l *Locker) Close(ctx context.Context) error {
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	return l.holds.Close(ctx)
-}
+func (l *Locker) Close(ctx context.Context) error { return l.holds.Close(ctx) }
 
 // Lock is the lock of one run of a job, as gocron holds it.
 type Lock struct {
@@ -199,11 +177,5 @@ func (k *Lock) Unlock(ctx context.Context) error {
 }
 
 func (k *Lock) unlock(ctx context.Context) error {
-	l := k.l
-	l.mu.Lock()
-	if l.running[k.name] == k {
-		delete(l.running, k.name)
-	}
-	l.mu.Unlock()
-	return l.holds.Release(ctx, k.lease, k.start, l.cfg.MinHold)
+	return k.l.holds.Release(ctx, k.name, k.lease, k.start, k.l.cfg.MinHold)
 }

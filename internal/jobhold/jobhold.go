@@ -17,22 +17,57 @@ import (
 // releaseTimeout bounds a release made when a min-hold ends.
 const releaseTimeout = 5 * time.Second
 
-// Holds are the leases kept past their job's end. The zero value is ready; it
-// is safe for concurrent use.
+// Holds are the leases of an adapter's jobs: those of running jobs, by job
+// name, and those kept past their job's end for the min-hold. The zero value is
+// ready; it is safe for concurrent use.
 type Holds struct {
-	mu     sync.Mutex
-	closed bool
-	held   map[*dlock.Lease]*time.Timer
-	wg     sync.WaitGroup // releases not yet made
+	mu      sync.Mutex
+	closed  bool
+	running map[string]*dlock.Lease
+	held    map[*dlock.Lease]*time.Timer
+	wg      sync.WaitGroup // releases not yet made
 }
 
-// Release ends a job's hold on lease, taken at start: at once when minHold has
+// Closed reports whether Close was called.
+func (h *Holds) Closed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+// Track records lease as the running job name's, and reports false (recording
+// nothing) after Close.
+func (h *Holds) Track(name string, lease *dlock.Lease) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	if h.running == nil {
+		h.running = map[string]*dlock.Lease{}
+	}
+	h.running[name] = lease
+	return true
+}
+
+// Lease returns the lease of the running job name, or nil.
+func (h *Holds) Lease(name string) *dlock.Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running[name]
+}
+
+// Release ends the run of job name (Track) and its hold on lease, taken at start:
+// at once when minHold has
 // passed since start, when the lease is no longer held, or after Close; and
 // otherwise at start+minHold, on a timer (Release then returns nil at once; the
 // watchdog goes on renewing the lease meanwhile). An immediate release returns
 // Unlock's error.
-func (h *Holds) Release(ctx context.Context, lease *dlock.Lease, start time.Time, minHold time.Duration) error {
+func (h *Holds) Release(ctx context.Context, name string, lease *dlock.Lease, start time.Time, minHold time.Duration) error {
 	h.mu.Lock()
+	if h.running[name] == lease {
+		delete(h.running, name)
+	}
 	rest := minHold - time.Since(start)
 	if rest <= 0 || h.closed || lease.Err() != nil {
 		h.mu.Unlock()

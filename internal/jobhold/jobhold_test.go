@@ -33,7 +33,7 @@ func TestReleaseAfterMinHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Release(ctx, lease, time.Now().Add(-time.Second), 500*time.Millisecond); err != nil {
+	if err := h.Release(ctx, "k", lease, time.Now().Add(-time.Second), 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if held(t, store, "now") {
@@ -45,7 +45,7 @@ func TestReleaseAfterMinHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Release(ctx, lease, start, 200*time.Millisecond); err != nil {
+	if err := h.Release(ctx, "k", lease, start, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if !held(t, store, "later") {
@@ -73,7 +73,7 @@ func TestCloseWithEndedContextReleasesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Release(context.Background(), lease, time.Now(), time.Hour); err != nil {
+	if err := h.Release(context.Background(), "k", lease, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,7 +89,7 @@ func TestCloseWithEndedContextReleasesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Release(context.Background(), lease, time.Now(), time.Hour); err != nil {
+	if err := h.Release(context.Background(), "k", lease, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if held(t, store, "k") {
