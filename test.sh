@@ -51,25 +51,22 @@ fi
 say "go test -race ./... ($(go list ./... | wc -l) packages)"
 go test -race -count=1 -timeout 15m "$@" ./...
 
-say "cmd/dlock (the CLI, its own module so that library users never build the etcd and ZooKeeper clients)"
-(cd cmd/dlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+# module DIR WHAT [TESTFLAGS]: vet, staticcheck and the tests of a module of
+# its own (one whose dependencies never reach the root module's users).
+module() {
+	say "$1 (its own module): $2"
+	(cd "$1" && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ${3--race} ./...)
+}
 
-say "examples/sqlfence (its own module)"
-(cd examples/sqlfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ./...)
-
-say "etcdlock (its own module): vet, staticcheck and tests against a real etcd"
-(cd etcdlock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
-
-say "bench (its own module): vet and a quick run against a real redis-server"
-(cd bench && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
-
-say "zklock (its own module): vet, staticcheck, test against a real ZooKeeper"
-(cd zklock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
-
-say "pglock (its own module): vet, staticcheck, tests against a real PostgreSQL"
-(cd pglock && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
-
-say "examples/pgfence (its own module): a fenced order processor against a real PostgreSQL"
-(cd examples/pgfence && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -race -count=1 ./...)
+module cmd/dlock "the CLI, against real servers of every backend"
+module examples/sqlfence "fencing in SQL (SQLite, no race detector: it is slow under it)" ""
+module etcdlock "tests against a real etcd"
+module zklock "tests against a real ZooKeeper"
+module pglock "tests against a real PostgreSQL"
+module examples/pgfence "a fenced order processor against a real PostgreSQL"
+module bench "vet and a quick run against a real redis-server"
+module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
+module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
+module dlockk8s "client-go's leader election with the record in redis-server"
 
 say "all green"
