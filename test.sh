@@ -39,11 +39,12 @@ fi
 go vet ./...
 go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
 
-# The root module must not build etcd's or ZooKeeper's client: they live in the
-# etcdlock and zklock modules (and the CLI's).
-if go list -deps -test ./... | grep -qE 'etcd\.io|go-zookeeper'; then
-	echo "test.sh: the root module depends on etcd or ZooKeeper packages:" >&2
-	go list -deps -test ./... | grep -E 'etcd\.io|go-zookeeper' >&2
+# The root module must not build the clients of the optional backends and
+# integrations: they live in modules of their own (and the CLI's).
+optional='etcd\.io|go-zookeeper|jackc/pgx|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
+if go list -deps -test ./... | grep -qE "$optional"; then
+	echo "test.sh: the root module depends on packages of an optional module:" >&2
+	go list -deps -test ./... | grep -E "$optional" >&2
 	exit 1
 fi
 
