@@ -16,7 +16,7 @@ import (
 // with a dlockk8s.Lock in place of a Lease object. A controller-runtime
 // manager takes the same Lock as its LeaderElectionResourceLockInterface.
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true}) // the shared Redis
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true}) // the shared Redis
 	defer rdb.Close()
 	store, _ := redislock.NewOptimistic(rdb, 0)
 	lock, _ := dlockk8s.New(store, "example-controller", resourcelock.ResourceLockConfig{Identity: "pod-a"})
@@ -40,7 +40,7 @@ func Example() {
 		panic(err)
 	}
 	le.Run(ctx)
-	// Output:
+	// It prints:
 	// pod-a leads
 	// pod-a stopped leading
 }
