@@ -109,17 +109,9 @@ func AbandonKey(key, owner string) string { return Prefix + "abandoned/{" + key 
 // own lease is raised to as well), so the mark outlives every such attempt, and
 // nothing of the abandoned acquisition outlives it.
 
-// Client is a dlock.Locker on etcd, and a dlock.Inspector. Create it with New;
-// it is safe for concurrent use.
-type Client struct {
-	*dlock.Client
-	d *Driver
-}
-
-var (
-	_ dlock.Locker    = (*Client)(nil)
-	_ dlock.Inspector = (*Client)(nil)
-)
+// Client is the dlock.Client an etcdlock constructor returns: a dlock.Locker on
+// etcd, and a dlock.Inspector through its Driver. It is safe for concurrent use.
+type Client = dlock.Client
 
 // New returns a Client that locks through cli, with the default request
 // timeout (NewClient takes a Driver made with options). opts become the
@@ -127,7 +119,7 @@ var (
 // Driver.TTLLimits), and the default TTL is dlock.DefaultTTL. It returns an
 // error matching dlock.ErrInvalid for a nil client or a bad option; it does no
 // I/O.
-func New(cli *clientv3.Client, opts ...dlock.Option) (*Client, error) {
+func New(cli *clientv3.Client, opts ...dlock.Option) (*dlock.Client, error) {
 	d, err := NewDriver(cli)
 	if err != nil {
 		return nil, err
@@ -138,42 +130,12 @@ func New(cli *clientv3.Client, opts ...dlock.Option) (*Client, error) {
 // NewClient returns a Client over d, with opts as the defaults of every TryLock
 // and Lock. It returns an error matching dlock.ErrInvalid for a nil driver or a
 // bad option.
-func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
+func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil etcdlock driver", dlock.ErrInvalid)
 	}
-	c, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: c, d: d}, nil
+	return dlock.NewClient(d, opts...)
 }
-
-// Inspect implements dlock.Inspector; see Driver.Inspect.
-func (c *Client) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if c == nil {
-		return dlock.LockInfo{}, errNilClient
-	}
-	return c.d.Inspect(ctx, key)
-}
-
-// List implements dlock.Inspector; see Driver.List.
-func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if c == nil {
-		return nil, errNilClient
-	}
-	return c.d.List(ctx, pattern)
-}
-
-// ForceUnlock implements dlock.Inspector; see Driver.ForceUnlock.
-func (c *Client) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if c == nil {
-		return dlock.LockInfo{}, errNilClient
-	}
-	return c.d.ForceUnlock(ctx, key)
-}
-
-var errNilClient = fmt.Errorf("%w: nil etcdlock client", dlock.ErrInvalid)
 
 // Driver is the etcd implementation of dlock's backend contract: single attempts
 // of acquire, extend, release and TTL, plus wake-ups for waiters, abandonment of

@@ -484,7 +484,7 @@ func TestFaultHolderCutOff(t *testing.T) {
 		hd := dlock.Holding{Key: key, Owner: a.Owner(), TTL: ttl, Handle: h}
 		rctx := ctxT(t, 10*time.Second)
 		err := retryUnavailable(rctx, func() error {
-			_, err := holder.d.Extend(rctx, hd, seconds(secs))
+			_, err := holder.Driver().(*Driver).Extend(rctx, hd, seconds(secs))
 			return err
 		})
 		if !errors.Is(err, dlock.ErrNotHeld) {

@@ -152,29 +152,21 @@ func Prefix(p string) func(string) string { return func(k string) string { retur
 // Suffix returns a Format.Key function that puts s after the key (key + "_lock").
 func Suffix(s string) func(string) string { return func(k string) string { return k + s } }
 
-// Client is a dlock.Locker that speaks the legacy protocol. Create it with New.
-type Client struct {
-	*dlock.Client
-	d *Driver
-}
+// Client is the dlock.Client New returns: a dlock.Locker that speaks the legacy
+// protocol, and a dlock.Inspector through its Driver. Its driver, for the key
+// names and counters, is Client.Driver().(*Driver).
+type Client = dlock.Client
 
 // New returns a Client locking through rdb in format f, with opts as the defaults
 // of every TryLock and Lock. It returns an error matching dlock.ErrInvalid for a
 // nil client, a bad Format or a bad option; it does no I/O.
-func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*Client, error) {
+func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Client, error) {
 	d, err := NewDriver(rdb, f)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: c, d: d}, nil
+	return dlock.NewClient(d, opts...)
 }
-
-// LockDriver returns the Client's driver (for its key names and counters).
-func (c *Client) LockDriver() *Driver { return c.d }
 
 // Driver is the dlock.Driver of the legacy protocol: one Lua script round trip
 // per operation. Most users want New instead.

@@ -113,44 +113,20 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Client is a dlock.Locker on ZooKeeper, over a Driver; it is also a
-// dlock.Inspector. It is safe for concurrent use.
-type Client struct {
-	*dlock.Client
-	d *Driver
-}
-
-var _ dlock.Inspector = (*Client)(nil)
+// Client is the dlock.Client zklock.New returns: a dlock.Locker on ZooKeeper,
+// over a Driver, and a dlock.Inspector through it. It is safe for concurrent
+// use.
+type Client = dlock.Client
 
 // New returns a Client that locks through d, with opts as the defaults of every
 // TryLock and Lock. Every TTL must lie within d's TTLLimits: dlock.DefaultTTL
 // fits the default session timeout. It returns an error matching
 // dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
-func New(d *Driver, opts ...dlock.Option) (*Client, error) {
+func New(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}
-	c, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: c, d: d}, nil
-}
-
-// Inspect reads the lock named key; see Driver.Inspect.
-func (c *Client) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	return c.d.Inspect(ctx, key)
-}
-
-// List returns the held locks whose keys match pattern; see Driver.List.
-func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	return c.d.List(ctx, pattern)
-}
-
-// ForceUnlock removes the holding of key whoever holds it; see
-// Driver.ForceUnlock.
-func (c *Client) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	return c.d.ForceUnlock(ctx, key)
+	return dlock.NewClient(d, opts...)
 }
 
 // Defaults.
