@@ -87,9 +87,6 @@ const Prefix = "dlock/"
 // one extend, release, TTL or abandon) unless WithRequestTimeout says otherwise.
 const DefaultRequestTimeout = 5 * time.Second
 
-// cleanupTimeout bounds the detached lease revocations made after a failed call.
-const cleanupTimeout = 2 * time.Second
-
 // QueuePrefix returns the etcd key prefix of the entries of the lock named key.
 func QueuePrefix(key string) string { return Prefix + "{" + key + "}/" }
 
@@ -615,7 +612,7 @@ func (d *Driver) remove(ctx context.Context, h *holding) (bool, error) {
 // removeDetached is remove on a context detached from ctx's cancellation: the
 // clean-up of an attempt that wrote an entry it must not keep.
 func (d *Driver) removeDetached(ctx context.Context, h *holding) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := dlock.CleanupContext(ctx)
 	defer cancel()
 	_, err := d.remove(cctx, h)
 	return err
@@ -716,7 +713,7 @@ func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID) (int64, 
 // the clean-up of a call that failed or lost. A failure leaves the lease to
 // expire on its own.
 func (d *Driver) revokeDetached(ctx context.Context, lease clientv3.LeaseID) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := dlock.CleanupContext(ctx)
 	defer cancel()
 	_, _ = d.cli.Revoke(cctx, lease)
 }

@@ -10,10 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// bridgeRollbackTimeout bounds the release of the first half of a bridge
-// acquisition whose second half failed.
-const bridgeRollbackTimeout = 2 * time.Second
-
 // NewBridge returns the dlock.Locker of a fleet moving off the legacy protocol, a
 // Bridge, locking through rdb, with the legacy key in format f and opts as the
 // defaults of every TryLock and Lock. Each of its leases holds two locks for one
@@ -84,7 +80,7 @@ func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlo
 		return g, err
 	}
 	if _, err := b.legacy.Acquire(ctx, r); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bridgeRollbackTimeout)
+		cctx, cancel := dlock.CleanupContext(ctx)
 		defer cancel()
 		_ = b.safe.Release(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
 		return dlock.Grant{}, err

@@ -610,9 +610,10 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 }
 
 // releaseNodes releases owner's holding of key on nodes, waiting at most timeout.
+// The releases run detached from ctx's cancellation, each bounded by timeout as
+// every call of a fan is.
 func (d *Driver) releaseNodes(ctx context.Context, key, owner string, nodes []int, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	h := dlock.Holding{Key: key, Owner: owner}
 	_, _ = fan(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
 		return struct{}{}, d.nodes[i].Release(ctx, h)

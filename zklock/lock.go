@@ -325,7 +325,9 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 		if err != nil {
 			if !waiting {
-				_ = d.deleteNode(context.WithoutCancel(ctx), lp, owner, q[i].name)
+				cctx, cancel := dlock.CleanupContext(ctx)
+				_ = d.deleteNode(cctx, lp, owner, q[i].name)
+				cancel()
 			}
 			return grant{}, err
 		}
