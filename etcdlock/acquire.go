@@ -36,7 +36,7 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		first   []*mvccpb.KeyValue
 		granted int64
 	)
-	var prev *holding // the waiter's handle, kept when its entry is written anew
+	var prev *queueEntry // the waiter's handle, kept when its entry is written anew
 	if r.Waiting && h != nil && h.entry == EntryKey(r.Key, r.Owner) {
 		prev = h
 		h, granted, first, err = d.recheck(ctx, r, h)
@@ -77,7 +77,7 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 // recheck is a later attempt of a queued waiter: it renews the entry's lease and
 // reads who is first. It returns a nil holding when the entry is gone (its lease
 // ran out), to be written anew.
-func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *holding) (*holding, int64, []*mvccpb.KeyValue, error) {
+func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEntry) (*queueEntry, int64, []*mvccpb.KeyValue, error) {
 	// Renew first: a lease renewed before the read that finds the entry first
 	// is good for its whole TTL from the start of this attempt.
 	rev, lease, _ := h.state()
@@ -111,7 +111,7 @@ func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *holding
 // the fresh lease (its place and token stay). It returns the entry (nil when a
 // TryLock found the queue taken), the granted TTL and the first entry of the
 // queue. Nothing is written for an abandoned acquisition.
-func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) (*holding, int64, []*mvccpb.KeyValue, error) {
+func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) (*queueEntry, int64, []*mvccpb.KeyValue, error) {
 	entry, qp, gone := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner)
 	start := time.Now()
 	lease, granted, err := d.grantLease(ctx, secs)
@@ -134,7 +134,7 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) 
 		return nil, 0, nil, mapErr(err)
 	}
 	if resp.Succeeded {
-		h := newHolding(entry, resp.Header.Revision, lease, secs)
+		h := newQueueEntry(entry, resp.Header.Revision, lease, secs)
 		h.renewal(start, granted)
 		return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
 	}
@@ -166,7 +166,7 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) 
 		return nil, 0, nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
 	}
 	d.revokeDetached(ctx, clientv3.LeaseID(old.Lease))
-	h := newHolding(entry, old.CreateRevision, lease, secs)
+	h := newQueueEntry(entry, old.CreateRevision, lease, secs)
 	h.renewal(start, granted)
 	return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
 }

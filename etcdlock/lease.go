@@ -22,7 +22,7 @@ func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration
 }
 
 func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	h, err := d.holdingOf(ctx, hd)
+	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return 0, err
 	}
@@ -82,7 +82,7 @@ func (d *Driver) TTL(ctx context.Context, hd dlock.Holding) (time.Duration, erro
 }
 
 func (d *Driver) ttl(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
-	h, err := d.holdingOf(ctx, hd)
+	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return 0, err
 	}

@@ -18,7 +18,7 @@ func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
 }
 
 func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
-	h, err := d.holdingOf(ctx, hd)
+	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
 
 // remove deletes h's entry if its create revision is unchanged, then revokes
 // its lease, and reports whether the entry was deleted.
-func (d *Driver) remove(ctx context.Context, h *holding) (bool, error) {
+func (d *Driver) remove(ctx context.Context, h *queueEntry) (bool, error) {
 	rev, lease, _ := h.state()
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
@@ -108,7 +108,7 @@ func (d *Driver) remove(ctx context.Context, h *holding) (bool, error) {
 
 // removeDetached is remove on a context detached from ctx's cancellation: the
 // clean-up of an attempt that wrote an entry it must not keep.
-func (d *Driver) removeDetached(ctx context.Context, h *holding) error {
+func (d *Driver) removeDetached(ctx context.Context, h *queueEntry) error {
 	cctx, cancel := dlock.CleanupContext(ctx)
 	defer cancel()
 	_, err := d.remove(cctx, h)

@@ -62,7 +62,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	// to the timeout), so that it knows which ones to release. A node is asked
 	// what server it is before its first request: no node takes part before it
 	// has been compared with the others that have answered.
-	got, late, err := fanLate(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
+	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
 		if err := d.identify(ctx, i); err != nil {
 			return dlock.Grant{}, err
 		}
@@ -119,7 +119,7 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 	need := d.quorum - have
 	token := strconv.FormatUint(top, 10)
 	keys := []string{redislock.LockKey(r.Key), redislock.FenceKey(r.Key)}
-	res, err := fan(ctx, below, timeout, func(ctx context.Context, i int) (bool, error) {
+	res, err := askNodes(ctx, below, timeout, func(ctx context.Context, i int) (bool, error) {
 		n, err := redisscript.Raise.Run(ctx, d.rdbs[i], keys, r.Owner, token, fenceRetentionMS).Int64()
 		if err != nil {
 			return false, mapErr(err)
@@ -192,11 +192,11 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 
 // releaseNodes releases owner's holding of key on nodes, waiting at most timeout.
 // The releases run detached from ctx's cancellation, each bounded by timeout as
-// every call of a fan is.
+// every call of askNodes is.
 func (d *Driver) releaseNodes(ctx context.Context, key, owner string, nodes []int, timeout time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	h := dlock.Holding{Key: key, Owner: owner}
-	_, _ = fan(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
+	_, _ = askNodes(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
 		return struct{}{}, d.nodes[i].Release(ctx, h)
 	}, nil)
 }

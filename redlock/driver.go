@@ -176,7 +176,7 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	nh.Handle = nil
 	// The extends still on their way when a majority has answered go on: a
 	// holding extended on every node survives the loss of more of them.
-	got, err := fanFrom(ctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
+	got, err := askNodesDetached(ctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(ttl), func(ctx context.Context, i int) (time.Duration, error) {
 		return d.nodes[i].Extend(ctx, nh, ttl)
 	}, func(got []reply[time.Duration], pending int) bool {
 		return d.quorumDecided(count(got), pending)
@@ -204,7 +204,7 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	ctx = context.WithoutCancel(ctx)
 	hd, _ := h.Handle.(*holding)
 	unknown := hd.unknown()
-	got, err := fan(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+	got, err := askNodes(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		if unknown[i] {
 			return 0, d.nodes[i].Abandon(ctx, nh)
 		}
@@ -226,7 +226,7 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	nh := h
 	nh.Handle = nil
-	got, err := fan(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+	got, err := askNodes(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		return d.nodes[i].TTL(ctx, nh)
 	}, nil)
 	if err != nil {
@@ -254,7 +254,7 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	// for them no longer than an acquisition waits for its nodes.
 	cctx, cancel := context.WithTimeout(ctx, d.nodeTimeout(h.TTL))
 	defer cancel()
-	got, err := fanFrom(cctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (struct{}, error) {
+	got, err := askNodesDetached(cctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (struct{}, error) {
 		return struct{}{}, d.nodes[i].Abandon(ctx, nh)
 	}, nil)
 	if err != nil {

@@ -15,28 +15,28 @@ type reply[T any] struct {
 	err  error
 }
 
-// fan calls f on the given nodes in parallel, each under ctx bounded by timeout,
+// askNodes calls f on the given nodes in parallel, each under ctx bounded by timeout,
 // and collects their replies until decided reports that the replies so far settle
 // the outcome, every node has answered, or the timeout has passed. The replies
 // are in node order; a node that did not answer in time has errNoAnswer (its
 // call may still land). It returns ctx's error when ctx ended first. The calls
 // not collected finish on their own: the channel has room for every reply.
-func fan[T any](ctx context.Context, nodes []int, timeout time.Duration,
+func askNodes[T any](ctx context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], error) {
-	return fanFrom(ctx, ctx, nodes, timeout, f, decided)
+	return askNodesDetached(ctx, ctx, nodes, timeout, f, decided)
 }
 
-// fanFrom is fan with the calls made under base (bounded by timeout) and the
-// collection under ctx: with a base detached from ctx, the calls still on their
-// way when the outcome is settled are not cut short by the caller cancelling
-// ctx on return.
-func fanFrom[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
+// askNodesDetached is askNodes with the calls made under base (bounded by
+// timeout) and the collection under ctx: with a base detached from ctx, the
+// calls still on their way when the outcome is settled are not cut short by the
+// caller cancelling ctx on return.
+func askNodesDetached[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], error) {
-	got, _, err := fanLate(ctx, base, nodes, timeout, f, decided)
+	got, _, err := askNodesWithStragglers(ctx, base, nodes, timeout, f, decided)
 	return got, err
 }
 
-// stragglers are the calls of a fan still on their way when decided settled it.
+// stragglers are the calls of askNodes still on their way when decided settled it.
 type stragglers[T any] struct {
 	ch      <-chan reply[T]
 	pending []int
@@ -79,9 +79,9 @@ func sortedKeys(m map[int]bool) []int {
 	return out
 }
 
-// fanLate is fanFrom that also returns the calls still on their way when
-// decided settled the outcome.
-func fanLate[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
+// askNodesWithStragglers is askNodesDetached that also returns the calls still
+// on their way when decided settled the outcome.
+func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], *stragglers[T], error) {
 	until := time.Now().Add(timeout)
 	ch := make(chan reply[T], len(nodes))

@@ -10,8 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// holding is the Handle of an entry: a holding or a waiter's queue position.
-type holding struct {
+// queueEntry is the Handle of an owner's entry in a lock's queue: the holder's
+// or a waiter's.
+type queueEntry struct {
 	entry string
 
 	mu    sync.Mutex
@@ -26,18 +27,18 @@ type holding struct {
 	granted int64
 }
 
-func newHolding(entry string, rev int64, lease clientv3.LeaseID, asked int64) *holding {
-	return &holding{entry: entry, rev: rev, lease: lease, asked: asked, moved: make(chan struct{})}
+func newQueueEntry(entry string, rev int64, lease clientv3.LeaseID, asked int64) *queueEntry {
+	return &queueEntry{entry: entry, rev: rev, lease: lease, asked: asked, moved: make(chan struct{})}
 }
 
-func (h *holding) state() (rev int64, lease clientv3.LeaseID, asked int64) {
+func (h *queueEntry) state() (rev int64, lease clientv3.LeaseID, asked int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.rev, h.lease, h.asked
 }
 
 // replace takes over the state of n, a new entry written for the same owner.
-func (h *holding) replace(n *holding) {
+func (h *queueEntry) replace(n *queueEntry) {
 	rev, lease, asked := n.state()
 	n.mu.Lock()
 	renewed, granted := n.renewed, n.granted
@@ -47,14 +48,14 @@ func (h *holding) replace(n *holding) {
 }
 
 // renewal records a grant or renewal of the lease that started at start.
-func (h *holding) renewal(start time.Time, granted int64) {
+func (h *queueEntry) renewal(start time.Time, granted int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.renewed, h.granted = start, granted
 }
 
 // left is the lease time left that the last renewal guarantees, or 0.
-func (h *holding) left() time.Duration {
+func (h *queueEntry) left() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.renewed.IsZero() {
@@ -63,19 +64,19 @@ func (h *holding) left() time.Duration {
 	return seconds(h.granted) - time.Since(h.renewed)
 }
 
-func (h *holding) revision() int64 {
+func (h *queueEntry) revision() int64 {
 	rev, _, _ := h.state()
 	return rev
 }
 
 // watchState returns the revision and a channel closed when it changes.
-func (h *holding) watchState() (int64, <-chan struct{}) {
+func (h *queueEntry) watchState() (int64, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.rev, h.moved
 }
 
-func (h *holding) set(rev int64, lease clientv3.LeaseID, asked int64) {
+func (h *queueEntry) set(rev int64, lease clientv3.LeaseID, asked int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if rev != h.rev {
@@ -85,10 +86,10 @@ func (h *holding) set(rev int64, lease clientv3.LeaseID, asked int64) {
 	h.rev, h.lease, h.asked = rev, lease, asked
 }
 
-// holdingOf returns the holding state of hd: its Handle, or when that is nil the
+// entryOf returns the queue entry of hd: its Handle, or when that is nil the
 // entry of hd.Owner read from the server (a clean-up after an attempt whose
 // reply was lost).
-func (d *Driver) holdingOf(ctx context.Context, hd dlock.Holding) (*holding, error) {
+func (d *Driver) entryOf(ctx context.Context, hd dlock.Holding) (*queueEntry, error) {
 	if err := checkOwner(hd.Owner); err != nil {
 		return nil, err
 	}
@@ -108,14 +109,14 @@ func (d *Driver) holdingOf(ctx context.Context, hd dlock.Holding) (*holding, err
 	if foreign(kv) {
 		return nil, conflict(hd.Key, kv)
 	}
-	return newHolding(entry, kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0), nil
+	return newQueueEntry(entry, kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0), nil
 }
 
-func handleOf(v any) (*holding, error) {
+func handleOf(v any) (*queueEntry, error) {
 	if v == nil {
 		return nil, nil
 	}
-	h, ok := v.(*holding)
+	h, ok := v.(*queueEntry)
 	if !ok || h == nil {
 		return nil, fmt.Errorf("%w: handle of type %T is not an etcdlock handle", dlock.ErrInvalid, v)
 	}
