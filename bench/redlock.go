@@ -37,13 +37,7 @@ var redlockVariants = []redlockVariant{
 	{"dlock/1", "redislock.New on node 0 alone, all defaults",
 		func(n []*redis.Client) (locker, error) { return openDlock(redislock.New(n[0])) }},
 	{"redlock/5", "redlock.New over the 5 masters, all defaults",
-		func(n []*redis.Client) (locker, error) {
-			c, err := redlock.New(universal(n))
-			if err != nil {
-				return nil, err
-			}
-			return dlockLocker{c: c.Client}, nil
-		}},
+		func(n []*redis.Client) (locker, error) { return openDlock(redlock.New(universal(n))) }},
 	{"redsync/5", "redsync v4 over the 5 masters (one goredis/v9 pool each), defaults; tries unbounded",
 		func(n []*redis.Client) (locker, error) {
 			pools := make([]rsredis.Pool, len(n))

@@ -150,17 +150,17 @@ func TestWaiterKeepsItsEntryAcrossAttempts(t *testing.T) {
 	if b1.Handle == nil || b1.RetryAfter != time.Second {
 		t.Fatalf("waiter's busy %+v, want a handle and RetryAfter 1s (a third of its lease)", b1)
 	}
-	rev, _, _ := b1.Handle.(*holding).state()
+	rev, _, _ := b1.Handle.(*queueEntry).state()
 	r.Handle = b1.Handle
 	for i := 0; i < 3; i++ {
 		b := mustBusy(t, d, r)
-		if got, _, _ := b.Handle.(*holding).state(); got != rev {
+		if got, _, _ := b.Handle.(*queueEntry).state(); got != rev {
 			t.Fatalf("attempt %d: entry revision %d, want %d (the same entry)", i, got, rev)
 		}
 	}
 	// A first attempt whose reply was lost (no handle) finds the entry again.
 	b := mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 3 * time.Second, Waiting: true})
-	if got, _, _ := b.Handle.(*holding).state(); got != rev {
+	if got, _, _ := b.Handle.(*queueEntry).state(); got != rev {
 		t.Fatalf("retried first attempt: revision %d, want %d", got, rev)
 	}
 	if got := entries(t, cli, key); len(got) != 2 || got[0] != a || got[1] != w {
@@ -300,17 +300,17 @@ func TestExtendRenewsOrMovesTheLease(t *testing.T) {
 	}
 	h := dlock.Holding{Key: key, Owner: o, Handle: g.Handle}
 	ctx := ctxT(t, 10*time.Second)
-	_, lease, _ := g.Handle.(*holding).state()
+	_, lease, _ := g.Handle.(*queueEntry).state()
 	if got, err := d.Extend(ctx, h, 2*time.Second); err != nil || got != 2*time.Second {
 		t.Fatalf("Extend(2s): %v, %v", got, err)
 	}
-	if _, l, _ := g.Handle.(*holding).state(); l != lease {
+	if _, l, _ := g.Handle.(*queueEntry).state(); l != lease {
 		t.Fatal("Extend with the granted TTL changed the lease")
 	}
 	if got, err := d.Extend(ctx, h, 20*time.Second); err != nil || got != 20*time.Second {
 		t.Fatalf("Extend(20s): %v, %v", got, err)
 	}
-	rev, next, _ := g.Handle.(*holding).state()
+	rev, next, _ := g.Handle.(*queueEntry).state()
 	if next == lease || uint64(rev) != g.Token {
 		t.Fatalf("Extend(20s): lease %x (was %x), revision %d (token %d)", next, lease, rev, g.Token)
 	}
@@ -522,7 +522,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	if got := entries(t, cli, key); len(got) != 1 || got[0] != o {
 		t.Fatalf("entries %v", got)
 	}
-	_, old, _ := g1.Handle.(*holding).state()
+	_, old, _ := g1.Handle.(*queueEntry).state()
 	if resp, err := cli.TimeToLive(ctx, old); err != nil || resp.TTL != -1 {
 		t.Errorf("the first attempt's lease: %+v, %v; want revoked", resp, err)
 	}
@@ -589,7 +589,7 @@ func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cancel()
-	_, lease, _ := bw.Handle.(*holding).state()
+	_, lease, _ := bw.Handle.(*queueEntry).state()
 	if _, err := dw.cli.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,10 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/dlock-go/dlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,3 +45,11 @@ func errCode(err error) codes.Code {
 
 // leaseGone reports whether err says that a lease does not exist (any more).
 func leaseGone(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
+
+func conflict(key string, kv *mvccpb.KeyValue) error {
+	return fmt.Errorf("%w: etcd key %q of lock %q has no lease", dlock.ErrConflict, kv.Key, key)
+}
+
+func notHeld(key string) error {
+	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+}

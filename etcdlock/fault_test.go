@@ -480,11 +480,11 @@ func TestFaultHolderCutOff(t *testing.T) {
 	// The driver, given the lost holding's own handle, renews its lease (the
 	// same TTL) or moves the entry to a new lease (another TTL): both refused.
 	for _, secs := range []int64{2, 3} {
-		h := newHolding(EntryKey(key, a.Owner()), int64(a.Token()), clientv3.LeaseID(kv.Lease), 2)
+		h := newQueueEntry(EntryKey(key, a.Owner()), int64(a.Token()), clientv3.LeaseID(kv.Lease), 2)
 		hd := dlock.Holding{Key: key, Owner: a.Owner(), TTL: ttl, Handle: h}
 		rctx := ctxT(t, 10*time.Second)
 		err := retryUnavailable(rctx, func() error {
-			_, err := holder.d.Extend(rctx, hd, seconds(secs))
+			_, err := holder.Driver().(*Driver).Extend(rctx, hd, seconds(secs))
 			return err
 		})
 		if !errors.Is(err, dlock.ErrNotHeld) {

@@ -150,7 +150,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 			return dlock.LockInfo{Key: key}, conflict(key, kv)
 		}
 		info := d.info(ctx, key, kv, int(resp.Count)-1)
-		removed, err := d.remove(ctx, newHolding(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0))
+		removed, err := d.remove(ctx, newQueueEntry(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0))
 		if err != nil || removed {
 			return info, err
 		}

@@ -39,7 +39,7 @@ func (d *Driver) Subscribe(ctx context.Context, hd dlock.Holding) (<-chan struct
 // watch.
 const minPause, maxPause = 10 * time.Millisecond, time.Second
 
-func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *holding, wake chan<- struct{}) {
+func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *queueEntry, wake chan<- struct{}) {
 	notify := func() {
 		d.wakes.Add(1)
 		select {

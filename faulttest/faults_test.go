@@ -24,11 +24,7 @@ func summary(t *testing.T, format string, args ...any) {
 	t.Logf("SUMMARY %s: "+format, append([]any{t.Name()}, args...)...)
 }
 
-func newRDB(t *testing.T, addr string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
+func newRDB(t *testing.T, addr string) *redis.Client { return testserver.RedisClient(t, addr) }
 
 func newLocker(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option) *redislock.Client {
 	t.Helper()

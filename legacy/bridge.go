@@ -10,14 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// bridgeRollbackTimeout bounds the release of the first half of a bridge
-// acquisition whose second half failed.
-const bridgeRollbackTimeout = 2 * time.Second
-
-// Bridge is the dlock.Locker of a fleet moving off the legacy protocol. Each of
-// its leases holds two locks for one name: dlock's own Redis lock (package
-// redislock, key redislock.LockKey(name)) and the fleet's legacy key in the
-// fleet's Format. Old clients see the legacy key held; redislock clients see the
+// NewBridge returns the dlock.Locker of a fleet moving off the legacy protocol, a
+// Bridge, locking through rdb, with the legacy key in format f and opts as the
+// defaults of every TryLock and Lock. Each of its leases holds two locks for one
+// name: dlock's own Redis lock (package redislock, key redislock.LockKey(name))
+// and the fleet's legacy key in the fleet's Format. Old clients see the legacy key held; redislock clients see the
 // redislock key held; so a Bridge excludes both, while old clients and plain
 // redislock clients do not exclude each other. The migration therefore runs in
 // two phases:
@@ -39,31 +36,20 @@ const bridgeRollbackTimeout = 2 * time.Second
 // Fencing tokens are the redislock key's: they keep increasing when the fleet
 // moves on to plain redislock in phase 2. Waiters poll with the retry strategy
 // (old clients do not publish their releases).
-type Bridge struct {
-	*dlock.Client
-	d *BridgeDriver
-}
-
-// NewBridge returns a Bridge locking through rdb, with the legacy key in format f
-// and opts as the defaults of every TryLock and Lock. It returns an error
-// matching dlock.ErrInvalid for a nil client, a bad Format or a bad option; it
-// does no I/O.
-func NewBridge(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*Bridge, error) {
+//
+// It returns an error matching dlock.ErrInvalid for a nil client, a bad Format
+// or a bad option; it does no I/O. The Bridge's driver is
+// Client.Driver().(*BridgeDriver).
+func NewBridge(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Client, error) {
 	d, err := NewBridgeDriver(rdb, f)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Bridge{Client: c, d: d}, nil
+	return dlock.NewClient(d, opts...)
 }
 
-// BridgeDriver returns the Bridge's driver.
-func (b *Bridge) BridgeDriver() *BridgeDriver { return b.d }
-
-// BridgeDriver is the dlock.Driver of a Bridge. Most users want NewBridge.
+// BridgeDriver is the dlock.Driver of a Bridge (see NewBridge). Most users want
+// NewBridge.
 type BridgeDriver struct {
 	safe   *redislock.Driver
 	legacy *Driver
@@ -94,7 +80,7 @@ func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlo
 		return g, err
 	}
 	if _, err := b.legacy.Acquire(ctx, r); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bridgeRollbackTimeout)
+		cctx, cancel := dlock.CleanupContext(ctx)
 		defer cancel()
 		_ = b.safe.Release(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
 		return dlock.Grant{}, err

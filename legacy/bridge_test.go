@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-func newBridge(t testing.TB, f legacy.Format, opts ...dlock.Option) *legacy.Bridge {
+func newBridge(t testing.TB, f legacy.Format, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
 	b, err := legacy.NewBridge(newRDB(t), f, opts...)
 	if err != nil {
@@ -71,11 +71,11 @@ func TestBridgeExcludesBoth(t *testing.T) {
 	if ok, err := old.tryLock(ctx); !ok || err != nil {
 		t.Fatalf("old client: %v %v", ok, err)
 	}
-	before := br.BridgeDriver().Legacy().ForeignHolds()
+	before := br.Driver().(*legacy.BridgeDriver).Legacy().ForeignHolds()
 	if _, err := br.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Bridge while an old client holds: %v", err)
 	}
-	if n := br.BridgeDriver().Legacy().ForeignHolds() - before; n != 1 {
+	if n := br.Driver().(*legacy.BridgeDriver).Legacy().ForeignHolds() - before; n != 1 {
 		t.Errorf("ForeignHolds grew by %d, want 1", n)
 	}
 	if n := rdb.Exists(ctx, redislock.LockKey(key)).Val(); n != 0 {

@@ -23,17 +23,17 @@ var (
 	forceScript   = redis.NewScript(forceSrc)
 )
 
-var _ dlock.Inspector = (*Client)(nil)
+var _ dlock.Inspector = (*Driver)(nil)
 
 // Inspect implements dlock.Inspector: it reads the legacy key and dlock's
 // companion. A lock held by an old client of the fleet is Held with an empty
 // Owner and no Token; Token and Owner are set when a dlock locker holds it.
 // LastToken is the newest token dlock handed out for the key.
-func (c *Client) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if err := dlock.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	info, _, err := c.d.inspect(ctx, key)
+	info, _, err := d.inspect(ctx, key)
 	return info, err
 }
 
@@ -71,7 +71,7 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 // last FenceRetention (their companion hash names them), held now by anyone,
 // whose names match pattern (dlock.MatchKey). Locks only old clients have taken
 // are not seen.
-func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
 	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		return iter.Err()
 	}
 	var err error
-	switch rdb := c.d.rdb.(type) {
+	switch rdb := d.rdb.(type) {
 	case *redis.ClusterClient:
 		err = rdb.ForEachMaster(ctx, scan)
 	case *redis.Client:
@@ -108,7 +108,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	names = slices.Compact(names)
 	var out []dlock.LockInfo
 	for _, n := range names {
-		info, _, err := c.d.inspect(ctx, n)
+		info, _, err := d.inspect(ctx, n)
 		if errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrInvalid) {
 			continue
 		}
@@ -125,23 +125,23 @@ func (c *Client) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 // ForceUnlock implements dlock.Inspector: it deletes the legacy key whoever
 // holds it (a dlock locker or an old client), if it still holds the stamp just
 // read. The holder is not told; a dlock holder learns at its next renewal.
-func (c *Client) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if err := dlock.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	for range 3 {
-		info, cur, err := c.d.inspect(ctx, key)
+		info, cur, err := d.inspect(ctx, key)
 		if err != nil {
 			return info, err
 		}
 		if !info.Held {
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
-		keys, err := c.d.keys(key)
+		keys, err := d.keys(key)
 		if err != nil {
 			return info, err
 		}
-		n, err := forceScript.Run(ctx, c.d.rdb, keys, cur).Int64()
+		n, err := forceScript.Run(ctx, d.rdb, keys, cur).Int64()
 		if err != nil {
 			return info, mapErr(err)
 		}

@@ -21,11 +21,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.Main(m, func(r *testserver.Redis) { srv = r }))
 }
 
-func newRDB(t testing.TB) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
+func newRDB(t testing.TB) *redis.Client { return testserver.RedisClient(t, srv.Addr) }
 
 func newLegacy(t testing.TB, f legacy.Format, opts ...dlock.Option) *legacy.Client {
 	t.Helper()

@@ -331,15 +331,10 @@ func (m *slotMove) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// awaitCond polls cond every 10ms until it holds or d passes.
+// awaitCond polls cond until it holds or d passes.
 func awaitCond(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(d); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testserver.Eventually(t, d, what, cond)
 }
 
 // TestClusterSlotMigrationLiveLocks migrates the slot of a lock that is held

@@ -69,15 +69,10 @@ func counted(t testing.TB, fair bool, opts ...dlock.Option) (*redislock.Client, 
 	return c, cnt
 }
 
-// eventually polls cond every 5ms until it holds or 10s have passed.
+// eventually polls cond until it holds or 10s have passed.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("not after 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testserver.Eventually(t, 10*time.Second, what, cond)
 }
 
 // quiet waits until n has not changed for 100ms (at most 10s): the waiters'

@@ -22,11 +22,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.Main(m, func(r *testserver.Redis) { srv = r }))
 }
 
-func newRDB(t testing.TB, addr string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
+func newRDB(t testing.TB, addr string) *redis.Client { return testserver.RedisClient(t, addr) }
 
 func newClient(t testing.TB, opts ...dlock.Option) *redislock.Client {
 	c, err := redislock.New(newRDB(t, srv.Addr), opts...)

@@ -40,7 +40,7 @@ func (d *Driver) identifyAll(ctx context.Context, timeout time.Duration) error {
 	if done {
 		return d.duplicate()
 	}
-	_, err := fan(ctx, d.all(), timeout, func(ctx context.Context, i int) (struct{}, error) {
+	_, err := askNodes(ctx, d.all(), timeout, func(ctx context.Context, i int) (struct{}, error) {
 		return struct{}{}, d.identify(ctx, i)
 	}, nil)
 	if err != nil {

@@ -25,7 +25,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if err := dlock.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
 		return d.nodes[i].Inspect(ctx, key)
 	}, nil)
 	if err != nil {
@@ -112,7 +112,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
-	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
 		return d.nodes[i].List(ctx, pattern)
 	}, nil)
 	if err != nil {
@@ -159,7 +159,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 	if err := dlock.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	got, err := fan(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
 		info, err := d.nodes[i].ForceUnlock(ctx, key)
 		if errors.Is(err, dlock.ErrNotHeld) {
 			return dlock.LockInfo{Key: key}, nil // free on this node

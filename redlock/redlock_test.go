@@ -40,12 +40,7 @@ func addrs() []string {
 }
 
 func newRDB(t testing.TB, addr string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{
-		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
-		DialTimeout: time.Second, DialerRetries: 1,
-	})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return testserver.RedisClient(t, addr, func(o *redis.Options) { o.DialTimeout, o.DialerRetries = time.Second, 1 })
 }
 
 func nodes(t testing.TB, at []string) []redis.UniversalClient {

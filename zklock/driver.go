@@ -2,10 +2,225 @@ package zklock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/go-zookeeper/zk"
 )
+
+// Client is the dlock.Client zklock.New returns: a dlock.Locker on ZooKeeper,
+// over a Driver, and a dlock.Inspector through it. It is safe for concurrent
+// use.
+type Client = dlock.Client
+
+// New returns a Client that locks through d, with opts as the defaults of every
+// TryLock and Lock. Every TTL must lie within d's TTLLimits: dlock.DefaultTTL
+// fits the default session timeout. It returns an error matching
+// dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
+func New(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+	}
+	return dlock.NewClient(d, opts...)
+}
+
+// Defaults.
+const (
+	// DefaultRoot is the znode under which locks live unless WithRoot is given.
+	DefaultRoot = "/dlock"
+
+	// DefaultSessionTimeout is the session timeout asked for unless
+	// WithSessionTimeout is given. It fits dlock.DefaultTTL.
+	DefaultSessionTimeout = dlock.DefaultTTL
+
+	// DefaultRequestTimeout bounds each call of a Driver unless
+	// WithRequestTimeout is given.
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// Driver is a dlock.Driver on one ZooKeeper session: also a dlock.Notifier,
+// dlock.Abandoner, dlock.TTLLimiter and dlock.Inspector. It is safe for
+// concurrent use. NewDriver makes the session; Close ends it, which deletes
+// every node it holds: close a Driver once no Client uses it any more.
+type Driver struct {
+	conn *zk.Conn
+	root string
+	acl  []zk.ACL
+
+	timeoutMs atomic.Int64  // negotiated session timeout
+	session   chan struct{} // pokes: the session is connected (again)
+
+	sweep sweeper
+
+	// inflight holds, per lock node and owner, the requests that change the
+	// owner's nodes and are not answered yet, also those whose caller gave up:
+	// a later call for the same owner waits for them, so that it cannot miss a
+	// node a create makes late, and a late delete cannot remove a newer node.
+	inflightMu sync.Mutex
+	inflight   map[ownerKey]*opSet
+
+	reqTimeout time.Duration // bounds each call of the Driver
+	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
+
+	testHookCreate func() // called before each create of a lock node, in tests
+	onTimeout      func() // called when the negotiated session timeout is known
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// NewDriver connects to the ZooKeeper servers (host:port) and waits until the
+// session is established or ctx ends. The error matches dlock.ErrInvalid for bad
+// options and dlock.ErrUnavailable when no session could be made.
+func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	o := options{root: DefaultRoot, timeout: DefaultSessionTimeout, request: DefaultRequestTimeout, acl: zk.WorldACL(zk.PermAll)}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil option", dlock.ErrInvalid)
+		}
+		opt(&o)
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: no ZooKeeper servers", dlock.ErrInvalid)
+	}
+	for _, s := range servers {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("%w: server %q: %v", dlock.ErrInvalid, s, err)
+		}
+	}
+	if err := checkRoot(o.root); err != nil {
+		return nil, err
+	}
+	if o.timeout < time.Millisecond || o.timeout > time.Duration(1<<31-1)*time.Millisecond {
+		return nil, fmt.Errorf("%w: session timeout %v", dlock.ErrInvalid, o.timeout)
+	}
+	if len(o.acl) == 0 {
+		return nil, fmt.Errorf("%w: empty ACL", dlock.ErrInvalid)
+	}
+	if o.request <= 0 {
+		return nil, fmt.Errorf("%w: request timeout %v must be positive", dlock.ErrInvalid, o.request)
+	}
+	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
+		inflight: map[ownerKey]*opSet{}, reqTimeout: o.request}
+	d.sweep.init()
+	d.timeoutMs.Store(o.timeout.Milliseconds())
+	// The client logs the session timeout the server granted right after it
+	// reports the session established; the session is ready for the Driver once
+	// that line is in.
+	established := make(chan struct{})
+	var once sync.Once
+	d.onTimeout = func() { once.Do(func() { close(established) }) }
+	onEvent := zk.WithEventCallback(func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+			select {
+			case d.session <- struct{}{}:
+			default:
+			}
+		}
+		if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
+			d.sess.end(errSessionExpired)
+		}
+	})
+	log := zk.WithLogger(logger{d: d, logf: o.logf})
+	var conn *zk.Conn
+	var err error
+	if o.dialer != nil {
+		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(o.dialer))
+	} else {
+		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+	}
+	d.conn = conn
+	select {
+	case <-established:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, errors.Join(dlock.ErrUnavailable, fmt.Errorf("zklock: no session with %v (or github.com/go-zookeeper/zk did not log the session timeout it negotiated, as v1.0.4 does)", servers), ctx.Err())
+	}
+	for _, a := range o.auth {
+		if err := d.call(ctx, func() error { return conn.AddAuth(a.scheme, a.auth) }); err != nil {
+			conn.Close()
+			return nil, mapErr(err)
+		}
+	}
+	d.wg.Add(1)
+	go d.sweepLoop()
+	return d, nil
+}
+
+// checkRoot checks a root path: absolute, no trailing '/', components ZooKeeper
+// accepts.
+func checkRoot(root string) error {
+	if root == "" || root[0] != '/' || (len(root) > 1 && strings.HasSuffix(root, "/")) {
+		return fmt.Errorf("%w: root %q must be an absolute znode path without a trailing '/'", dlock.ErrInvalid, root)
+	}
+	if root == "/" {
+		return nil
+	}
+	for _, c := range strings.Split(root[1:], "/") {
+		if c == "" || c == "." || c == ".." || escape(c) != c {
+			return fmt.Errorf("%w: root %q: bad component %q", dlock.ErrInvalid, root, c)
+		}
+	}
+	return nil
+}
+
+// logger passes the ZooKeeper client's log lines on, and reads the session
+// timeout the server granted from its "authenticated" line, logged after each
+// session establishment: the client keeps the timeout in an unexported field.
+// (Between a reconnect and that line the previous value stands; it differs only
+// when the servers of one ensemble are configured with different bounds.)
+type logger struct {
+	d    *Driver
+	logf func(format string, args ...any)
+}
+
+func (l logger) Printf(format string, args ...any) {
+	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok && ms > 0 {
+			l.d.timeoutMs.Store(int64(ms))
+			l.d.onTimeout()
+		}
+	}
+	if l.logf != nil {
+		l.logf(format, args...)
+	}
+}
+
+// SessionTimeout returns the session timeout the server granted: the longest TTL
+// a lock can have, and how long the locks of a holder that stops answering stay
+// taken.
+func (d *Driver) SessionTimeout() time.Duration {
+	return time.Duration(d.timeoutMs.Load()) * time.Millisecond
+}
+
+// SessionID returns the current session's id (0 while there is none).
+func (d *Driver) SessionID() int64 { return d.conn.SessionID() }
+
+// Close ends the session, which deletes every lock node it holds or waits with,
+// and stops the Driver. Leases still running lose their locks. It is safe to call
+// more than once.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.stop)
+		d.conn.Close()
+		d.wg.Wait()
+		d.sess.end(errDriverClosed)
+	})
+	return nil
+}
 
 var (
 	_ dlock.Driver     = (*Driver)(nil)

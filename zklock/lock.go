@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,41 +13,6 @@ import (
 // maxRounds bounds the list/create rounds of one Acquire: a round is repeated
 // only when a node it read went away in between.
 const maxRounds = 5
-
-// nodeData is the data of a lock node.
-type nodeData struct {
-	TTL      int64  `json:"ttl_ms"`
-	Metadata string `json:"metadata,omitempty"`
-}
-
-func encodeData(ttl time.Duration, metadata string) []byte {
-	b, _ := json.Marshal(nodeData{TTL: ttl.Milliseconds(), Metadata: metadata})
-	return b
-}
-
-// decodeData reads a lock node's data; a node whose data is not a dlock record
-// reads as TTL unknown.
-func decodeData(b []byte) (nodeData, bool) {
-	var nd nodeData
-	if err := json.Unmarshal(b, &nd); err != nil || nd.TTL <= 0 {
-		return nodeData{TTL: -1}, false
-	}
-	return nd, true
-}
-
-// remaining is the TTL left on a node whose data says ttl and which was last
-// written at mtime (ms since the epoch, the ZooKeeper leader's clock), or -1 when
-// unknown or already past.
-func remaining(nd nodeData, mtime int64) time.Duration {
-	if nd.TTL <= 0 {
-		return -1
-	}
-	left := time.Duration(mtime+nd.TTL-time.Now().UnixMilli()) * time.Millisecond
-	if left <= 0 {
-		return -1
-	}
-	return min(left, time.Duration(nd.TTL)*time.Millisecond)
-}
 
 // TTLLimits implements dlock.TTLLimiter: TTLs from dlock.MinTTL to the
 // negotiated session timeout, in whole milliseconds (see the package
@@ -115,68 +79,6 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (str
 		if err := d.makePath(ctx, lp); err != nil {
 			return "", err
 		}
-	}
-}
-
-// ownerKey names the nodes of one owner under one lock node.
-type ownerKey struct{ lockPath, owner string }
-
-// ownerCall is call for a request that changes owner's nodes under lp: the
-// request is registered in d.inflight until it is answered, also when ctx ends
-// first, so that awaitOwner can order later requests of the owner after it.
-func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	k := ownerKey{lp, owner}
-	d.inflightMu.Lock()
-	ops := d.inflight[k]
-	if ops == nil {
-		ops = &opSet{done: make(chan struct{})}
-		d.inflight[k] = ops
-	}
-	ops.n++
-	d.inflightMu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		err := f()
-		d.inflightMu.Lock()
-		if ops.n--; ops.n == 0 {
-			delete(d.inflight, k)
-			close(ops.done)
-		}
-		d.inflightMu.Unlock()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// opSet counts the unanswered requests of one owner under one lock node; done
-// is closed when the count is back to zero.
-type opSet struct {
-	n    int
-	done chan struct{}
-}
-
-// awaitOwner waits until every request ownerCall sent for owner under lp has
-// been answered, or ctx ends.
-func (d *Driver) awaitOwner(ctx context.Context, lp, owner string) error {
-	d.inflightMu.Lock()
-	ops := d.inflight[ownerKey{lp, owner}]
-	d.inflightMu.Unlock()
-	if ops == nil {
-		return nil
-	}
-	select {
-	case <-ops.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
@@ -325,7 +227,9 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 		if err != nil {
 			if !waiting {
-				_ = d.deleteNode(context.WithoutCancel(ctx), lp, owner, q[i].name)
+				cctx, cancel := dlock.CleanupContext(ctx)
+				_ = d.deleteNode(cctx, lp, owner, q[i].name)
+				cancel()
 			}
 			return grant{}, err
 		}
@@ -477,10 +381,6 @@ func (d *Driver) holderNode(ctx context.Context, h dlock.Holding) (string, *hand
 	return lp, &handle{node: q[0].name, metadata: nd.Metadata}, nil
 }
 
-func notHeld(key string) error {
-	return fmt.Errorf("%w: %q has no node of this owner", dlock.ErrNotHeld, key)
-}
-
 // extend rewrites the holder's node with ttl: it succeeds only while the node
 // exists, in this (live) session.
 func (d *Driver) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
@@ -583,5 +483,3 @@ func (d *Driver) remove(ctx context.Context, key, owner string) (bool, error) {
 	}
 	return found, nil
 }
-
-func isNoNode(err error) bool { return errors.Is(err, zk.ErrNoNode) }

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 	if helperMain() {
 		return
 	}
-	os.Exit(testserver.ZooKeeperMain(m, func(z *testserver.ZooKeeper) { srv = z }))
+	os.Exit(testserver.MainZooKeeper(m, func(z *testserver.ZooKeeper) { srv = z }))
 }
 
 // testSession is the session timeout of the test drivers: room for Extend(20s)

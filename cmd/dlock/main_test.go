@@ -155,13 +155,7 @@ func newRDB(t *testing.T) *redis.Client {
 // holds, failing the test after 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testserver.Eventually(t, 10*time.Second, what, cond)
 }
 
 func fileHas(path, s string) func() bool {

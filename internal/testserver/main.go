@@ -54,9 +54,9 @@ func MainN(m *testing.M, n int, use func([]*Redis)) int {
 	})
 }
 
-// ZooKeeperMain is Main with one ZooKeeper server (see NewZooKeeper) instead of a
+// MainZooKeeper is Main with one ZooKeeper server (see NewZooKeeper) instead of a
 // redis-server: the JVM's start-up is paid once per test binary.
-func ZooKeeperMain(m *testing.M, use func(*ZooKeeper)) int {
+func MainZooKeeper(m *testing.M, use func(*ZooKeeper)) int {
 	return runMain(m, func(dir string) (func(), error) {
 		srv, err := NewZooKeeper(dir)
 		if err != nil {

@@ -1,0 +1,116 @@
+package etcdlock
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Release deletes the holding's entry if it is still the one written for it
+// (same create revision), and revokes its lease. It returns an error matching
+// dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
+func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
+	ctx, done := d.request(ctx)
+	return done(d.release(ctx, hd))
+}
+
+func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
+	h, err := d.entryOf(ctx, hd)
+	if err != nil {
+		return err
+	}
+	deleted, err := d.remove(ctx, h)
+	if err != nil {
+		return err
+	}
+	if !deleted {
+		return notHeld(hd.Key)
+	}
+	return nil
+}
+
+// The mark of an abandoned acquisition (see Driver.Abandon) lives the
+// acquisition's TTL plus the request timeout, in whole seconds: an attempt of the
+// acquisition still in flight when it was abandoned cannot write its entry while
+// the mark lives. An attempt can write only while the lease it was granted lives,
+// a lease granted at most a request timeout after the abandonment (the attempt
+// gives up by then) lives at most the TTL (or etcd's minimum TTL, which the mark's
+// own lease is raised to as well), so the mark outlives every such attempt, and
+// nothing of the abandoned acquisition outlives it.
+
+// Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
+// the lock or waits (so the waiters behind it move up at once), and in the same
+// transaction marks the acquisition abandoned for its TTL plus the request
+// timeout, so that an attempt of it still in flight cannot write the entry
+// again. An entry already gone is not an error.
+func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
+	ctx, done := d.request(ctx)
+	return done(d.abandon(ctx, hd))
+}
+
+func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
+	if err := checkOwner(hd.Owner); err != nil {
+		return err
+	}
+	h, err := handleOf(hd.Handle)
+	if err != nil {
+		return err
+	}
+	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
+	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL, time.Second)+d.timeout))
+	if err != nil {
+		return err
+	}
+	resp, err := d.cli.Txn(ctx).
+		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry, clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		d.revokeDetached(ctx, mark)
+		return mapErr(err)
+	}
+	// The entry's lease (and the handle's, if another) carry nothing now:
+	// revoke them rather than let them expire.
+	var leases []clientv3.LeaseID
+	for _, kv := range resp.Responses[1].GetResponseDeleteRange().PrevKvs {
+		leases = append(leases, clientv3.LeaseID(kv.Lease))
+	}
+	if h != nil {
+		_, lease, _ := h.state()
+		leases = append(leases, lease)
+	}
+	for i, lease := range leases {
+		if lease != 0 && (i == 0 || lease != leases[0]) {
+			_, _ = d.cli.Revoke(ctx, lease)
+		}
+	}
+	return nil
+}
+
+// remove deletes h's entry if its create revision is unchanged, then revokes
+// its lease, and reports whether the entry was deleted.
+func (d *Driver) remove(ctx context.Context, h *queueEntry) (bool, error) {
+	rev, lease, _ := h.state()
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
+		Then(clientv3.OpDelete(h.entry)).
+		Commit()
+	if err != nil {
+		return false, mapErr(err)
+	}
+	// The lease carries this entry only: revoking it touches nothing else. When
+	// the revocation fails, the lease (carrying nothing now) expires on its own.
+	_, _ = d.cli.Revoke(ctx, lease)
+	return resp.Succeeded, nil
+}
+
+// removeDetached is remove on a context detached from ctx's cancellation: the
+// clean-up of an attempt that wrote an entry it must not keep.
+func (d *Driver) removeDetached(ctx context.Context, h *queueEntry) error {
+	cctx, cancel := dlock.CleanupContext(ctx)
+	defer cancel()
+	_, err := d.remove(cctx, h)
+	return err
+}

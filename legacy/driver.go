@@ -1,0 +1,210 @@
+package legacy
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lib.lua
+	libSrc string
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed ttl.lua
+	ttlSrc string
+
+	acquireScript = redis.NewScript(libSrc + acquireSrc)
+	extendScript  = redis.NewScript(libSrc + extendSrc)
+	releaseScript = redis.NewScript(libSrc + releaseSrc)
+	ttlScript     = redis.NewScript(libSrc + ttlSrc)
+)
+
+// FenceRetention is how long the companion hash (and with it the fencing counter)
+// outlives the last acquisition or extension of its lock. Tokens stay increasing
+// after it is gone because they never fall below the server clock in µs.
+const FenceRetention = 24 * time.Hour
+
+// Client is the dlock.Client New returns: a dlock.Locker that speaks the legacy
+// protocol, and a dlock.Inspector through its Driver. Its driver, for the key
+// names and counters, is Client.Driver().(*Driver).
+type Client = dlock.Client
+
+// New returns a Client locking through rdb in format f, with opts as the defaults
+// of every TryLock and Lock. It returns an error matching dlock.ErrInvalid for a
+// nil client, a bad Format or a bad option; it does no I/O.
+func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Client, error) {
+	d, err := NewDriver(rdb, f)
+	if err != nil {
+		return nil, err
+	}
+	return dlock.NewClient(d, opts...)
+}
+
+// Driver is the dlock.Driver of the legacy protocol: one Lua script round trip
+// per operation. Most users want New instead.
+type Driver struct {
+	rdb     redis.UniversalClient
+	f       Format
+	unit    string // ms per unit
+	lo, hi  string // stamp bounds
+	foreign atomic.Uint64
+	loaded  atomic.Bool
+}
+
+// NewDriver returns the legacy-protocol driver over rdb in format f.
+func NewDriver(rdb redis.UniversalClient, f Format) (*Driver, error) {
+	if dlock.IsNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+	}
+	d := &Driver{rdb: rdb, f: f}
+	switch f.Unit {
+	case 0, time.Millisecond:
+		d.f.Unit = time.Millisecond
+		d.unit, d.lo, d.hi = "1", strconv.Itoa(minMillis), strconv.Itoa(maxStamp)
+	case time.Second:
+		d.unit, d.lo, d.hi = "1000", "0", strconv.Itoa(maxSeconds)
+	default:
+		return nil, fmt.Errorf("%w: legacy stamp unit %v (want 1ms or 1s)", dlock.ErrInvalid, f.Unit)
+	}
+	if f.ServerClock && f.Clock != nil {
+		return nil, fmt.Errorf("%w: legacy Format with both Clock and ServerClock", dlock.ErrInvalid)
+	}
+	if d.f.Key == nil {
+		d.f.Key = func(k string) string { return k }
+	}
+	return d, nil
+}
+
+// ForeignHolds counts the acquisition attempts that found the lock held by a
+// client other than a dlock locker (an old client of the fleet). During a
+// migration it shows that old clients are still taking the lock; it cannot show
+// that none are, since it only sees the ones an attempt runs into.
+func (d *Driver) ForeignHolds() uint64 { return d.foreign.Load() }
+
+// load loads the acquire script on first use, so that the first stamp is not
+// computed before a script is sent twice (EVALSHA, then EVAL on NOSCRIPT): the
+// stamp counts from the time it is computed, and that should be as close as it
+// can to the time the script runs. The other scripts are loaded by their first
+// run.
+func (d *Driver) load(ctx context.Context) error {
+	if d.loaded.Load() {
+		return nil
+	}
+	if err := acquireScript.Load(ctx, d.rdb).Err(); err != nil {
+		return mapErr(err)
+	}
+	d.loaded.Store(true)
+	return nil
+}
+
+// args returns the arguments lib.lua reads, ARGV[1] to ARGV[5].
+func (d *Driver) args(owner string, more ...any) []any {
+	now := ""
+	if !d.f.ServerClock {
+		clock := time.Now
+		if d.f.Clock != nil {
+			clock = d.f.Clock
+		}
+		now = strconv.FormatInt(clock().UnixMilli(), 10)
+	}
+	return append([]any{d.unit, now, d.lo, d.hi, owner}, more...)
+}
+
+func (d *Driver) expire() string {
+	if d.f.Expire {
+		return "1"
+	}
+	return "0"
+}
+
+var retentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
+
+// Acquire implements dlock.Driver.
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	keys, err := d.keys(r.Key)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := d.load(ctx); err != nil {
+		return dlock.Grant{}, err
+	}
+	res, err := acquireScript.Run(ctx, d.rdb, keys,
+		d.args(r.Owner, r.TTL.Milliseconds(), d.expire(), retentionMS, r.Metadata, r.Key)...).Slice()
+	if err != nil {
+		return dlock.Grant{}, mapErr(err)
+	}
+	if len(res) != 3 {
+		return dlock.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", dlock.ErrRefused, res)
+	}
+	ok, _ := res[0].(int64)
+	v, _ := res[1].(int64)
+	if ok != 1 {
+		if f, _ := res[2].(int64); f == 1 {
+			d.foreign.Add(1)
+		}
+		return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(v) * time.Millisecond}
+	}
+	if v <= 0 {
+		return dlock.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)
+	}
+	return dlock.Grant{Token: uint64(v), TTL: r.TTL}, nil
+}
+
+// Extend implements dlock.Driver.
+func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	keys, err := d.keys(h.Key)
+	if err != nil {
+		return 0, err
+	}
+	n, err := extendScript.Run(ctx, d.rdb, keys, d.args(h.Owner, ttl.Milliseconds(), d.expire(), retentionMS)...).Int64()
+	return ttl, heldReply(h.Key, n == 1, err)
+}
+
+// Release implements dlock.Driver.
+func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+	keys, err := d.keys(h.Key)
+	if err != nil {
+		return err
+	}
+	n, err := releaseScript.Run(ctx, d.rdb, keys, d.args(h.Owner)...).Int64()
+	return heldReply(h.Key, n == 1, err)
+}
+
+// TTL implements dlock.Driver.
+func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+	key, owner := h.Key, h.Owner
+	keys, err := d.keys(key)
+	if err != nil {
+		return 0, err
+	}
+	n, err := ttlScript.Run(ctx, d.rdb, keys, d.args(owner)...).Int64()
+	if err := heldReply(key, n >= 0, err); err != nil {
+		return 0, err
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+func heldReply(key string, held bool, err error) error {
+	if err != nil {
+		return mapErr(err)
+	}
+	if !held {
+		return fmt.Errorf("%w: legacy lock %q does not hold this owner's stamp", dlock.ErrNotHeld, key)
+	}
+	return nil
+}
+
+// mapErr turns a go-redis error into one matching the dlock sentinels.
+func mapErr(err error) error { return redisscript.MapErr("legacy", err) }

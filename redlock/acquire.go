@@ -1,0 +1,202 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+var fenceRetentionMS = strconv.FormatInt(redislock.FenceRetention.Milliseconds(), 10)
+
+// holding is the Grant.Handle of a Redlock holding: the nodes that granted it,
+// and what is known of the others' attempts.
+type holding struct {
+	granted []int
+	silent  []int                    // nodes whose attempt did not answer in time
+	late    *stragglers[dlock.Grant] // attempts still on their way when the majority granted
+
+	once   sync.Once
+	unsure map[int]bool // silent, and late ones that never answered
+}
+
+// unknown waits (at most the node timeout) for the attempts that were still on
+// their way when the acquisition returned, and returns the nodes on which an
+// attempt may still land: they are abandoned rather than released, so that it
+// cannot. A release on a node whose attempt has answered cannot be overtaken by
+// it.
+func (h *holding) unknown() map[int]bool {
+	if h == nil {
+		return nil
+	}
+	h.once.Do(func() {
+		h.unsure = map[int]bool{}
+		for _, i := range h.silent {
+			h.unsure[i] = true
+		}
+		for _, i := range h.late.wait() {
+			h.unsure[i] = true
+		}
+	})
+	return h.unsure
+}
+
+// Acquire implements dlock.Driver: the acquire script of redislock's mutex on
+// every node, a majority needed; then the largest token of the majority is
+// recorded on it and handed out.
+func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	timeout := d.nodeTimeout(r.TTL)
+	if err := d.identifyAll(ctx, timeout); err != nil {
+		return dlock.Grant{}, err
+	}
+	nr := r
+	nr.Handle = nil
+	// Settled early by a majority of grants; a failure waits for every node (up
+	// to the timeout), so that it knows which ones to release. A node is asked
+	// what server it is before its first request: no node takes part before it
+	// has been compared with the others that have answered.
+	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
+		if err := d.identify(ctx, i); err != nil {
+			return dlock.Grant{}, err
+		}
+		return d.nodes[i].Acquire(ctx, nr)
+	}, func(got []reply[dlock.Grant], _ int) bool {
+		return count(got) >= d.quorum
+	})
+	if err != nil {
+		return dlock.Grant{}, err // the Client abandons the acquisition on every node
+	}
+	if dup := d.duplicate(); dup != nil {
+		return dlock.Grant{}, d.refuseDuplicate(ctx, r, dup)
+	}
+	var yes, quiet []int
+	var top uint64
+	for _, g := range got {
+		switch {
+		case g.err == nil:
+			yes = append(yes, g.node)
+			top = max(top, g.val.Token)
+		case silent(g.err):
+			quiet = append(quiet, g.node)
+		}
+	}
+	if len(yes) < d.quorum {
+		return dlock.Grant{}, d.refused(ctx, r, got, timeout)
+	}
+	if err := d.raise(ctx, r, got, top, timeout); err != nil {
+		d.releaseNodes(ctx, r.Key, r.Owner, d.all(), timeout)
+		return dlock.Grant{}, err
+	}
+	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{granted: yes, silent: quiet, late: late}}, nil
+}
+
+// raise records top, the largest token the granting majority drew, on that
+// majority: on each granting node that drew less (the ones that drew top have it
+// already). It fails unless a majority then holds the lock with a counter at
+// top or above.
+func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) error {
+	have := 0
+	var below []int
+	for _, g := range got {
+		switch {
+		case g.err != nil:
+		case g.val.Token == top:
+			have++
+		default:
+			below = append(below, g.node)
+		}
+	}
+	if have >= d.quorum {
+		return nil
+	}
+	need := d.quorum - have
+	token := strconv.FormatUint(top, 10)
+	keys := []string{redislock.LockKey(r.Key), redislock.FenceKey(r.Key)}
+	res, err := askNodes(ctx, below, timeout, func(ctx context.Context, i int) (bool, error) {
+		n, err := redisscript.Raise.Run(ctx, d.rdbs[i], keys, r.Owner, token, fenceRetentionMS).Int64()
+		if err != nil {
+			return false, mapErr(err)
+		}
+		if n != 1 {
+			return false, fmt.Errorf("%w: the holding expired before its token was recorded", dlock.ErrNotHeld)
+		}
+		return true, nil
+	}, func(got []reply[bool], pending int) bool {
+		ok := count(got)
+		return ok >= need || ok+pending < need
+	})
+	if err != nil {
+		return err
+	}
+	if count(res) >= need {
+		return nil
+	}
+	return fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
+		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
+}
+
+// refused cleans up after an acquisition that no majority granted (the nodes
+// that granted it and those that did not answer are released) and returns the
+// error that explains the outcome: a *dlock.BusyError when holders elsewhere
+// kept the majority out, an error matching dlock.ErrUnavailable when failed
+// nodes did, and otherwise the nodes' own refusal (dlock.ErrConflict...).
+func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], timeout time.Duration) error {
+	var yes, unknown, failed int
+	var busy []time.Duration
+	var cleanup []int
+	var final error
+	for _, g := range got {
+		var b *dlock.BusyError
+		switch {
+		case g.err == nil:
+			yes++
+			cleanup = append(cleanup, g.node)
+		case errors.As(g.err, &b):
+			busy = append(busy, b.Remaining)
+		case errors.Is(g.err, dlock.ErrRefused), errors.Is(g.err, dlock.ErrConflict), errors.Is(g.err, dlock.ErrInvalid),
+			errors.Is(g.err, dlock.ErrNotObtained): // refused, foreign data, or an abandoned acquisition
+			if final == nil {
+				final = &NodeError{Node: g.node, Err: g.err}
+			}
+		default: // no answer, a network failure, or "not now": it may have landed
+			failed++
+			unknown++
+			cleanup = append(cleanup, g.node)
+		}
+	}
+	if len(cleanup) > 0 {
+		d.releaseNodes(ctx, r.Key, r.Owner, cleanup, timeout)
+	}
+	switch {
+	case yes+failed >= d.quorum:
+		return fmt.Errorf("%w: redlock: %d of %d nodes granted the lock, %d needed: %w",
+			dlock.ErrUnavailable, yes, len(d.nodes), d.quorum, nodeErrors(got, failure))
+	case yes+failed+len(busy) >= d.quorum:
+		// The lock is free for us once enough holdings elsewhere end.
+		slices.Sort(busy)
+		rem := time.Duration(-1)
+		if k := d.quorum - yes - failed - 1; k >= 0 && k < len(busy) && busy[0] >= 0 {
+			rem = busy[k]
+		}
+		return &dlock.BusyError{Remaining: rem, Queued: unknown > 0}
+	}
+	return fmt.Errorf("redlock: %d of %d nodes granted the lock, %d needed: %w", yes, len(d.nodes), d.quorum, final)
+}
+
+// releaseNodes releases owner's holding of key on nodes, waiting at most timeout.
+// The releases run detached from ctx's cancellation, each bounded by timeout as
+// every call of askNodes is.
+func (d *Driver) releaseNodes(ctx context.Context, key, owner string, nodes []int, timeout time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	h := dlock.Holding{Key: key, Owner: owner}
+	_, _ = askNodes(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
+		return struct{}{}, d.nodes[i].Release(ctx, h)
+	}, nil)
+}

@@ -1,0 +1,32 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// mapErr turns a ZooKeeper client error into one that matches a dlock sentinel.
+// Context errors pass through.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrInvalidACL):
+		return fmt.Errorf("%w: %w", dlock.ErrRefused, err)
+	case errors.Is(err, zk.ErrNoChildrenForEphemerals):
+		return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
+	}
+	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+}
+
+func notHeld(key string) error {
+	return fmt.Errorf("%w: %q has no node of this owner", dlock.ErrNotHeld, key)
+}
+
+func isNoNode(err error) bool { return errors.Is(err, zk.ErrNoNode) }
