@@ -98,11 +98,21 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 func mustLock(t testing.TB, l dlock.Locker, key string, opts ...dlock.Option) *dlock.Lease {
 	t.Helper()
-	lease, err := l.TryLock(ctxT(t, 10*time.Second), key, opts...)
-	if err != nil {
-		t.Fatalf("TryLock(%q): %v", key, err)
+	// A lease of a few tens of milliseconds can be granted after its validity
+	// on a loaded machine (ErrUnavailable, nothing left behind): the set-up tries
+	// again, a few times.
+	var err error
+	for range 3 {
+		var lease *dlock.Lease
+		if lease, err = l.TryLock(ctxT(t, 10*time.Second), key, opts...); err == nil {
+			return lease
+		}
+		if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrRefused) {
+			break
+		}
 	}
-	return lease
+	t.Fatalf("TryLock(%q): %v", key, err)
+	return nil
 }
 
 func unlock(t testing.TB, l *dlock.Lease) {
