@@ -48,7 +48,7 @@ func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.release, opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // FairDriver is the dlock.Driver of the fair (FIFO) Redis mutex. Most users want
@@ -60,6 +60,7 @@ type FairDriver struct {
 var (
 	_ dlock.Notifier  = (*FairDriver)(nil)
 	_ dlock.Abandoner = (*FairDriver)(nil)
+	_ dlock.Inspector = (*FairDriver)(nil)
 )
 
 // NewFairDriver returns the fair mutex driver over rdb.

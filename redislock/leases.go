@@ -61,7 +61,12 @@ func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error)
 
 // kind returns the inspection of the lock kind.
 func (l leases) kind() kind {
+	name := dlock.KindReadWrite
+	if l.marker == semMarker {
+		name = dlock.KindSemaphore
+	}
 	return kind{
+		name:   name,
 		script: redisscript.LeaseInspect,
 		keys:   func(key string) []string { return leaseKeys(key, "") },
 		args:   []any{l.marker},

@@ -103,18 +103,14 @@ const FenceRetention = 24 * time.Hour
 // flight.
 const AbandonMarkTTL = time.Second
 
-// Client is a dlock.Locker on Redis. Create it with New or NewFair; it is safe
+// Client is the dlock.Client every constructor of this package returns (New,
+// NewFair, NewReentrant, NewSemaphore, and both sides of a RWMutex); it is safe
 // for concurrent use. Its connections are the go-redis client's, plus one
 // subscription connection (one per Cluster master) opened from it while Lock
-// calls wait, and closed some seconds after the last one. It is also a
-// dlock.Inspector.
-type Client struct {
-	*dlock.Client
-	c    *conn
-	kind kind // how Inspect, List and ForceUnlock read and force this kind of lock
-}
-
-var _ dlock.Inspector = (*Client)(nil)
+// calls wait, and closed some seconds after the last one. Its Inspect, List and
+// ForceUnlock read and force the locks of its own kind (see Inspector for every
+// kind).
+type Client = dlock.Client
 
 // New returns a Client that locks through rdb, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
@@ -125,19 +121,7 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.release, opts)
-}
-
-func newClient(d dlock.Driver, c *conn, rel func(context.Context, string, string) error, opts []dlock.Option) (*Client, error) {
-	return newKindClient(d, c, mutexKind(rel), opts)
-}
-
-func newKindClient(d dlock.Driver, c *conn, k kind, opts []dlock.Option) (*Client, error) {
-	dc, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: dc, c: c, kind: k}, nil
+	return dlock.NewClient(d, opts...)
 }
 
 // conn is what the drivers of every lock kind share: the go-redis client and the

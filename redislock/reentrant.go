@@ -51,7 +51,7 @@ func NewReentrant(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, err
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.releaseAll, opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // OwnerWaitMark is how long the place of an owner ID waiting for a reentrant
@@ -94,6 +94,7 @@ type ReentrantDriver struct {
 var (
 	_ dlock.Notifier  = (*ReentrantDriver)(nil)
 	_ dlock.Abandoner = (*ReentrantDriver)(nil)
+	_ dlock.Inspector = (*ReentrantDriver)(nil)
 )
 
 // NewReentrantDriver returns the reentrant mutex driver over rdb.

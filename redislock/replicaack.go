@@ -47,7 +47,7 @@ func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}
-	return newClient(d, d.c, d.release, opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // runAcquire runs the acquire script; with WithReplicaAck it is followed, on the

@@ -79,11 +79,11 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	}
 	l := leases{c: c, marker: rwMarker}
 	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
-	w, err := newKindClient(wd, c, l.kind(), opts)
+	w, err := dlock.NewClient(wd, opts...)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newKindClient(rd, c, l.kind(), opts)
+	r, err := dlock.NewClient(rd, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +164,7 @@ type RWDriver struct {
 var (
 	_ dlock.Notifier  = (*RWDriver)(nil)
 	_ dlock.Abandoner = (*RWDriver)(nil)
+	_ dlock.Inspector = (*RWDriver)(nil)
 )
 
 // Acquire implements dlock.Driver.

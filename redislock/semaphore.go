@@ -65,7 +65,7 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 	if err != nil {
 		return nil, err
 	}
-	return newKindClient(d, d.c, d.kind(), opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // SemaphoreDriver is the dlock.Driver of the counting semaphore. Most users want
@@ -79,6 +79,7 @@ type SemaphoreDriver struct {
 var (
 	_ dlock.Notifier  = (*SemaphoreDriver)(nil)
 	_ dlock.Abandoner = (*SemaphoreDriver)(nil)
+	_ dlock.Inspector = (*SemaphoreDriver)(nil)
 )
 
 // NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
