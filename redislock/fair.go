@@ -78,29 +78,15 @@ func fairKeys(key, owner string) []string {
 
 // Acquire implements dlock.Driver.
 func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	waiting := "0"
-	done := func(error) {}
-	if r.Waiting {
-		var fin func(error, string, uint64)
-		_, _, _, _, fin = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		done = func(err error) { fin(err, "", 0) }
-		waiting = "1"
-	}
-	res, err := redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
-		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key)).Slice()
-	g, err := acquireReply(res, err, r.TTL)
-	done(err)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		busy.Queued = true
-		// Come back in time to refresh the queue entry.
-		if refresh := FairWaiterTTL / 5; busy.Remaining < 0 || busy.Remaining > refresh {
-			busy.Remaining = refresh
-		}
-	}
-	d.c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: WakeChannel(r.Key),
+		run: func(ctx context.Context, _ ticket) ([]any, error) {
+			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key)).Slice()
+		},
+		refresh: FairWaiterTTL / 5, // come back in time to refresh the queue entry
+	})
 }
 
 // Extend implements dlock.Driver.

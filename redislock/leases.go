@@ -90,6 +90,15 @@ func queued(busy *dlock.BusyError, refresh time.Duration) {
 	}
 }
 
+// waitingArg is the acquire scripts' argument that says whether the caller
+// will wait: "1" or "0".
+func waitingArg(r dlock.AcquireRequest) string {
+	if r.Waiting {
+		return "1"
+	}
+	return "0"
+}
+
 // abandoned is the result of a release script run to abandon an acquisition:
 // finding nothing held is no error.
 func abandoned(err error) error {

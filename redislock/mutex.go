@@ -46,43 +46,63 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 
 // Acquire implements dlock.Driver.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
-	done := func(error, string, uint64) {}
-	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(ctx, ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
-		if queued > 0 {
-			// Other waiters of this process came first: wait for a wake in turn.
-			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
-		}
-		markBusy, done, score = "1", fin, sc
-		if sub {
-			// Only a process that is subscribed joins the waiting set: its
-			// confirmation makes every waiter try again, and join then.
-			hubID = d.c.hub.id
-		}
-		if mark {
-			markTaken = "1"
-		}
-		if sc != "" {
-			registered = "1"
-		}
+	var acked int64
+	return d.c.acquire(ctx, r, acquisition{
+		channel: ClientWakeChannel(r.Key, d.c.hub.id),
+		queues:  true,
+		extra:   true,
+		run: func(ctx context.Context, t ticket) ([]any, error) {
+			markBusy, markTaken, hubID, registered := "0", "0", "", "0"
+			if r.Waiting {
+				markBusy = "1"
+			}
+			if t.subscribed {
+				// Only a process that is subscribed joins the waiting set: its
+				// confirmation makes every waiter try again, and join then.
+				hubID = d.c.hub.id
+			}
+			if t.othersWait {
+				markTaken = "1"
+			}
+			if t.arrival != "" {
+				registered = "1"
+			}
+			res, n, err := d.runAcquire(ctx,
+				[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
+				hubID, t.arrival, registered)
+			acked = n
+			return res, err
+		},
+		granted: func(ctx context.Context) error { return d.checkAck(ctx, r, acked) },
+	})
+}
+
+// runAcquire runs the acquire script; with WithReplicaAck it is followed, on the
+// same connection, by WAIT, whose count it returns.
+func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]any, int64, error) {
+	if d.ack == 0 {
+		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, keys, args...).Slice()
+		return res, 0, err
 	}
-	res, acked, err := d.runAcquire(ctx,
-		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
-		hubID, score, registered)
-	arrival := ""
-	if len(res) == 3 {
-		arrival, _ = res[2].(string)
-		res = res[:2]
+	for _, eval := range []bool{false, true} {
+		pipe := d.c.rdb.Pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = redisscript.Acquire.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = redisscript.Acquire.EvalSha(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", d.ack, d.ackTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		if !eval && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			continue
+		}
+		res, err := cmd.Slice()
+		acked, _ := wait.Int64()
+		return res, acked, err
 	}
-	g, err := acquireReply(res, err, r.TTL)
-	if err == nil {
-		err = d.checkAck(ctx, r, acked)
-	}
-	done(err, arrival, g.Token)
-	d.c.fl.sent(r, err)
-	return g, err
+	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
 }
 
 // Extend implements dlock.Driver.

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -120,33 +119,23 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 }
 
 // Acquire implements dlock.Driver. The holder's other holds make it succeed
-// with the holding's token.
+// with the holding's token. A waiter never queues behind this process's other
+// waiters: the holder may be the one re-entering.
 func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	markBusy, markTaken := "0", "0"
-	done := func(error) {}
-	if r.Waiting {
-		// Never queued behind this process's waiters: the holder may be the
-		// one re-entering.
-		_, mark, _, _, fin := d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		markBusy, done = "1", func(err error) { fin(err, "", 0) }
-		if mark {
-			markTaken = "1"
-		}
-	}
-	res, err := d.run(ctx, "acquire", r.Key, r.Owner, false,
-		r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
-		ownerWaitMarkMS, reentryBarMS).Slice()
-	if err == nil && len(res) == 3 {
-		res = res[:2] // the hold count: see Holds
-	}
-	g, err := acquireReply(res, err, r.TTL)
-	done(err)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		queued(busy, OwnerWaitMark/5) // the owner's place is refreshed, and left if it gives up
-	}
-	d.c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: WakeChannel(r.Key),
+		run: func(ctx context.Context, t ticket) ([]any, error) {
+			markTaken := "0"
+			if t.othersWait {
+				markTaken = "1"
+			}
+			return d.run(ctx, "acquire", r.Key, r.Owner, false,
+				r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), markTaken,
+				ownerWaitMarkMS, reentryBarMS).Slice()
+		},
+		extra:   true,              // the hold count: see Holds
+		refresh: OwnerWaitMark / 5, // the owner's place is refreshed, and left if it gives up
+	})
 }
 
 // Extend implements dlock.Driver: it keeps the whole holding alive at least ttl.

@@ -96,28 +96,21 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 
 // Acquire implements dlock.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	waiting := "0"
-	done := func(error, string, uint64) {}
-	if r.Waiting {
-		_, _, _, _, done = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		waiting = "1"
-	}
-	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
-		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
-	if n, ok := limitReply(err); ok {
-		err = fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
-		done(err, "", 0)
-		return dlock.Grant{}, err
-	}
-	g, err := acquireReply(res, err, r.TTL)
-	done(err, "", 0)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		queued(busy, FairWaiterTTL/5)
-	}
-	d.c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: WakeChannel(r.Key),
+		run: func(ctx context.Context, _ ticket) ([]any, error) {
+			return redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
+		},
+		refused: func(_ []any, err error) error {
+			if n, ok := limitReply(err); ok {
+				return fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
+			}
+			return nil
+		},
+		refresh: FairWaiterTTL / 5,
+	})
 }
 
 // limitReply reports whether err is the acquire script's DLOCKLIMIT reply, and
