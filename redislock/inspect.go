@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -72,48 +70,6 @@ func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 		name: dlock.KindMutex, script: inspectScript, keys: inspectKeys, reply: inspectReply,
 		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
 	}
-}
-
-func inspectKeys(key string) []string {
-	return []string{LockKey(key), FenceKey(key), QueueKey(key)}
-}
-
-// inspectReply decodes the reply of inspect.lua for key.
-func inspectReply(key string, res []any, err error) (LockInfo, error) {
-	if err != nil {
-		return LockInfo{}, mapErr(err)
-	}
-	if len(res) != 6 {
-		return LockInfo{}, fmt.Errorf("redislock: unexpected inspect reply %v", res)
-	}
-	info := LockInfo{Key: key}
-	info.LastToken = replyUint(res[4])
-	info.Waiters = int(replyUint(res[5]))
-	pttl, _ := res[3].(int64)
-	owner, _ := res[0].(string)
-	if owner == "" || pttl == -2 {
-		return info, nil
-	}
-	info.Held, info.Owner, info.Holders, info.Limit = true, owner, 1, 1
-	info.Token = replyUint(res[1])
-	info.Metadata, _ = res[2].(string)
-	if pttl > 0 {
-		info.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	return info, nil
-}
-
-func replyUint(v any) uint64 {
-	switch v := v.(type) {
-	case string:
-		n, _ := strconv.ParseUint(v, 10, 64)
-		return n
-	case int64:
-		if v > 0 {
-			return uint64(v)
-		}
-	}
-	return 0
 }
 
 // list lists the held locks of kind k whose names match pattern.
@@ -488,7 +444,7 @@ func (in *Inspector) foreign(ctx context.Context, key string, err error) error {
 		return err
 	}
 	for _, k := range []struct{ key, typ string }{
-		{LockKey(key), "hash"}, {FenceKey(key), "string"}, {QueueKey(key), "list"}, {QueueDeadlineKey(key), "zset"},
+		{LockKey(key), "hash"}, {FenceKey(key), "string"}, {queueKey(key), "list"}, {queueDeadlineKey(key), "zset"},
 	} {
 		typ, terr := in.c.rdb.Type(ctx, k.key).Result()
 		if terr != nil {

@@ -48,7 +48,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	var acked int64
 	return d.c.acquire(ctx, r, acquisition{
-		channel: ClientWakeChannel(r.Key, d.c.hub.id),
+		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		queues:  true,
 		extra:   true,
 		run: func(ctx context.Context, t ticket) ([]any, error) {
@@ -68,7 +68,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 				registered = "1"
 			}
 			res, n, err := d.runAcquire(ctx,
-				[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
+				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
 				hubID, t.arrival, registered)
 			acked = n
@@ -116,10 +116,10 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 }
 
 func (d *Driver) release(ctx context.Context, key, owner string) error {
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), WaitingKey(key)}, owner, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key)).Result()
 	err = d.c.released(key, res, err)
 	if err == nil {
-		d.c.hub.released(ClientWakeChannel(key, d.c.hub.id))
+		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))
 	}
 	return err
 }
@@ -131,7 +131,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 
 // Subscribe implements dlock.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, ClientWakeChannel(h.Key, d.c.hub.id), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, clientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it releases the owner's holding if an
@@ -139,10 +139,10 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Int64()
+	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
+		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Int64()
 	if err == nil && n == 1 {
-		d.c.hub.released(ClientWakeChannel(h.Key, d.c.hub.id))
+		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
 	return mapErr(err)
 }

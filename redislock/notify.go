@@ -17,16 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WakeChannel returns the pub/sub channel on which the waiters of the lock named
-// key are woken. It carries the lock's hash tag, so that on Redis Cluster the
-// sharded channel lives on the lock's shard.
-func WakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
-
-// ClientWakeChannel returns the channel on which a release of the plain lock
-// named key wakes the Client (the process) whose id is id, alone: the lock's
-// wake channel followed by ":" and the id.
-func ClientWakeChannel(key, id string) string { return WakeChannel(key) + ":" + id }
-
 // idleLinger is how long a subscription connection with no channel left stays
 // open, so that bursts of contention do not each open a new connection.
 const idleLinger = 10 * time.Second
@@ -348,8 +338,8 @@ func (h *hub) passKey(c *subConn, key string, wake bool) {
 		pass = "1"
 	}
 	c.queue(subOp{fn: func(ctx context.Context) {
-		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
-			h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
+		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), waitingKey(key)},
+			h.id, pass, h.publishCmd(), wakeChannel(key)).Err()
 	}})
 }
 
@@ -494,7 +484,7 @@ func (h *hub) receive(c *subConn) {
 			}
 			if t := h.topics[m.Channel]; t != nil && t.conn == c {
 				switch w := t.find(m.Payload); {
-				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == ClientWakeChannel(t.key, h.id):
+				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == clientWakeChannel(t.key, h.id):
 					// A release woke this process after its last waiter
 					// for the plain lock left: pass the wake on at once.
 					h.pass(t, true)
@@ -529,7 +519,7 @@ func (h *hub) released(channel string) {
 }
 
 // plainKey returns the name of the plain lock whose wake channel for this hub
-// is channel (see ClientWakeChannel).
+// is channel (see clientWakeChannel).
 func (h *hub) plainKey(channel string) (string, bool) {
 	key, ok := strings.CutPrefix(channel, Prefix+"{")
 	if !ok {

@@ -80,10 +80,6 @@ var (
 	reentryBarMS    = strconv.FormatInt(ReentryBar.Milliseconds(), 10)
 )
 
-// waitingOwnersKey returns the Redis key of the owner IDs waiting for the
-// reentrant lock named key.
-func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
-
 // ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
 // want NewReentrant instead.
 type ReentrantDriver struct {
@@ -114,7 +110,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 		holder, acq = owner, ""
 	}
 	return redisscript.Reentrant.Run(ctx, d.c.rdb,
-		[]string{LockKey(key), FenceKey(key), AbandonKey(key, owner), waitingOwnersKey(key)},
+		[]string{LockKey(key), FenceKey(key), abandonKey(key, owner), waitingOwnersKey(key)},
 		append([]any{op, holder, acq}, args...)...)
 }
 
@@ -123,7 +119,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 // waiters: the holder may be the one re-entering.
 func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
-		channel: WakeChannel(r.Key),
+		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, t ticket) ([]any, error) {
 			markTaken := "0"
 			if t.othersWait {
@@ -153,19 +149,19 @@ func (d *ReentrantDriver) TTL(ctx context.Context, h dlock.Holding) (time.Durati
 // Release implements dlock.Driver: it gives up h's hold, and frees the lock
 // (waking waiters) when it was the last.
 func (d *ReentrantDriver) Release(ctx context.Context, h dlock.Holding) error {
-	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), WakeChannel(h.Key)).Result()
+	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), wakeChannel(h.Key)).Result()
 	return d.c.released(h.Key, res, err)
 }
 
 // releaseAll removes every hold of holder (ForceUnlock).
 func (d *ReentrantDriver) releaseAll(ctx context.Context, key, holder string) error {
-	res, err := d.run(ctx, "release", key, holder, true, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	res, err := d.run(ctx, "release", key, holder, true, d.c.hub.publishCmd(), wakeChannel(key)).Result()
 	return d.c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
@@ -174,7 +170,7 @@ func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 // that an attempt still in flight cannot add a hold after it.
 func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
-		d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Result()
+		d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Result()
 	return mapErr(err)
 }
 

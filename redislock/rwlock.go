@@ -178,11 +178,11 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 		mode, refresh = "w", WriterWaitMark/5 // the writer's mark is refreshed, and lifted if it gives up
 	}
 	return d.c.acquire(ctx, r, acquisition{
-		channel: WakeChannel(r.Key),
+		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.RWAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), mode,
-				writerWaitMarkMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.from, fairWaiterTTLMS).Slice()
+				writerWaitMarkMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.from, fairWaiterTTLMS).Slice()
 		},
 		refused: func(res []any, err error) error {
 			if err != nil || len(res) != 2 {
@@ -208,13 +208,13 @@ func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
 func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
 	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
-		owner, c.hub.publishCmd(), WakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
+		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a holding that landed is released, a

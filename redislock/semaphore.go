@@ -2,10 +2,8 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -97,11 +95,11 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 // Acquire implements dlock.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
-		channel: WakeChannel(r.Key),
+		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
-				fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.n).Slice()
 		},
 		refused: func(_ []any, err error) error {
 			if n, ok := limitReply(err); ok {
@@ -113,21 +111,6 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	})
 }
 
-// limitReply reports whether err is the acquire script's DLOCKLIMIT reply, and
-// the number of permits it names.
-func limitReply(err error) (string, bool) {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return "", false
-	}
-	word, rest, _ := strings.Cut(rerr.Error(), " ")
-	if word != "DLOCKLIMIT" {
-		return "", false
-	}
-	n, _, _ := strings.Cut(rest, " ")
-	return n, true
-}
-
 // Release implements dlock.Driver: the permit goes to the head of the queue,
 // which is woken.
 func (d *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
@@ -136,13 +119,13 @@ func (d *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
 
 func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(key), mark).Result()
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: the waiter leaves the queue, a permit it
