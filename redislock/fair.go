@@ -45,6 +45,7 @@ func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 // FairDriver is the dlock.Driver of the fair (FIFO) Redis mutex. Most users want
 // NewFair instead.
 type FairDriver struct {
+	inspection
 	c *conn
 }
 
@@ -60,7 +61,9 @@ func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FairDriver{c: c}, nil
+	d := &FairDriver{c: c}
+	d.inspection = inspection{c: c, k: fairKind(d.release)}
+	return d, nil
 }
 
 // Acquire implements dlock.Driver.

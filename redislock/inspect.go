@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,13 +10,9 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed inspect.lua
-var inspectSrc string
-
-var inspectScript = redis.NewScript(inspectSrc)
 
 // LockInfo is what the server holds about one lock, as read by Inspect, List and
 // ForceUnlock. On Redis, TTL is 0 when the lock is free; LastToken is the fence
@@ -67,7 +62,7 @@ type kind struct {
 // mutexKind is the kind of the mutexes (New, NewFair), released by rel.
 func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 	return kind{
-		name: dlock.KindMutex, script: inspectScript, keys: inspectKeys, reply: inspectReply,
+		name: dlock.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
 		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
 	}
 }
@@ -205,67 +200,55 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
 }
 
-// Inspect implements dlock.Inspector for the fair mutex, as Driver.Inspect.
-func (d *FairDriver) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.inspect(ctx, key, d.kind())
-}
-
-// List implements dlock.Inspector for the fair mutex, as Driver.List.
-func (d *FairDriver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return d.c.list(ctx, pattern, d.kind())
-}
-
-// ForceUnlock implements dlock.Inspector for the fair mutex, as
-// Driver.ForceUnlock.
-func (d *FairDriver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.forceUnlock(ctx, key, d.kind())
-}
-
-func (d *FairDriver) kind() kind {
-	k := mutexKind(d.release)
+// fairKind is the kind of the fair mutex, released by rel.
+func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
+	k := mutexKind(rel)
 	k.name = dlock.KindFair
 	return k
 }
 
-// Inspect implements dlock.Inspector for the reentrant mutex: the holder is the
-// owner ID.
-func (d *ReentrantDriver) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.inspect(ctx, key, d.kind())
-}
-
-// List implements dlock.Inspector for the reentrant mutex, as Driver.List.
-func (d *ReentrantDriver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return d.c.list(ctx, pattern, d.kind())
-}
-
-// ForceUnlock implements dlock.Inspector for the reentrant mutex: it removes
-// every hold.
-func (d *ReentrantDriver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.forceUnlock(ctx, key, d.kind())
-}
-
-func (d *ReentrantDriver) kind() kind {
-	k := mutexKind(d.releaseAll)
+// reentrantKind is the kind of the reentrant mutex, whose holds are all
+// released by rel.
+func reentrantKind(rel func(ctx context.Context, key, holder string) error) kind {
+	k := mutexKind(rel)
 	k.name = dlock.KindReentrant
 	return k
 }
 
-// Inspect implements dlock.Inspector for the semaphore and the read-write lock:
-// it shows the number of holders (LockInfo.Holders), the limit, the queued
-// waiters, and the lease that ends last.
-func (l leases) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return l.c.inspect(ctx, key, l.kind())
+// inspection is the dlock.Inspector of every driver: it reads and forces the
+// locks of the driver's kind k. The drivers embed it.
+type inspection struct {
+	c *conn
+	k kind
 }
 
-// List implements dlock.Inspector for the semaphore and the read-write lock.
-func (l leases) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return l.c.list(ctx, pattern, l.kind())
+// Inspect implements dlock.Inspector: it reads the lock named key without
+// changing it. A free lock is not an error: the result has Held false. The
+// error matches dlock.ErrInvalid for a bad key, dlock.ErrConflict when the key
+// holds foreign data or a lock of another kind, and dlock.ErrUnavailable when
+// the server cannot be reached.
+func (i inspection) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return i.c.inspect(ctx, key, i.k)
 }
 
-// ForceUnlock implements dlock.Inspector for the semaphore and the read-write
-// lock: it removes every holder.
-func (l leases) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return l.c.forceUnlock(ctx, key, l.kind())
+// List implements dlock.Inspector: the locks held now whose names match
+// pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
+// all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
+// On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
+// shard. Keys that hold foreign data or locks of another kind are skipped.
+func (i inspection) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	return i.c.list(ctx, pattern, i.k)
+}
+
+// ForceUnlock implements dlock.Inspector: it removes the lock named key whoever
+// holds it, and returns what it removed. The holder is not told, and learns of
+// the loss at its next renewal. The fence counter is kept, so tokens keep
+// increasing. The release is owner-checked against the holder just read, so a
+// lock that changed hands meanwhile is read again rather than removed unseen.
+// The error matches dlock.ErrNotHeld when the lock is free, and otherwise as
+// for Inspect.
+func (i inspection) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return i.c.forceUnlock(ctx, key, i.k)
 }
 
 // Inspector reads and forces the locks of every kind this package makes (New,
@@ -290,11 +273,9 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	re := mutexKind(m.release) // every hold goes with the holding
-	re.name = dlock.KindReentrant
 	return &Inspector{
-		c: m.c, mutex: mutexKind(m.release), reentrant: re,
-		sem: leases{c: m.c, marker: semMarker}.kind(), rw: leases{c: m.c, marker: rwMarker}.kind(),
+		c: m.c, mutex: mutexKind(m.release), reentrant: reentrantKind(m.release), // every hold goes with the holding
+		sem: newLeases(m.c, semMarker).kind(), rw: newLeases(m.c, rwMarker).kind(),
 	}, nil
 }
 

@@ -19,8 +19,15 @@ import (
 // leases is the part of a driver of a lock with several holders that does not
 // depend on its kind: extend, TTL and inspection. The drivers embed it.
 type leases struct {
+	inspection
 	c      *conn
 	marker string // the lock hash field that marks the kind
+}
+
+func newLeases(c *conn, marker string) leases {
+	l := leases{c: c, marker: marker}
+	l.inspection = inspection{c: c, k: l.kind()}
+	return l
 }
 
 // Extend implements dlock.Driver.

@@ -14,6 +14,7 @@ import (
 // owner-checked attempts, one Lua script round trip each. It is also a
 // dlock.Inspector of the plain mutexes. Most users want New instead.
 type Driver struct {
+	inspection
 	c          *conn
 	ack        int           // replicas that must acknowledge an acquisition (WithReplicaAck)
 	ackTimeout time.Duration // how long to wait for them
@@ -33,6 +34,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{c: c}
+	d.inspection = inspection{c: c, k: mutexKind(d.release)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
@@ -145,33 +147,4 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
 	return mapErr(err)
-}
-
-// Inspect implements dlock.Inspector: it reads the lock named key without
-// changing it. A free lock is not an error: the result has Held false. The
-// error matches dlock.ErrInvalid for a bad key, dlock.ErrConflict when the key
-// holds foreign data or a lock of another kind, and dlock.ErrUnavailable when
-// the server cannot be reached.
-func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.inspect(ctx, key, mutexKind(d.release))
-}
-
-// List implements dlock.Inspector: the locks held now whose names match
-// pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
-// all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
-// On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
-// shard. Keys that hold foreign data or locks of another kind are skipped.
-func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return d.c.list(ctx, pattern, mutexKind(d.release))
-}
-
-// ForceUnlock implements dlock.Inspector: it removes the lock named key whoever
-// holds it, and returns what it removed. The holder is not told, and learns of
-// the loss at its next renewal. The fence counter is kept, so tokens keep
-// increasing. The release is owner-checked against the holder just read, so a
-// lock that changed hands meanwhile is read again rather than removed unseen.
-// The error matches dlock.ErrNotHeld when the lock is free, and otherwise as
-// for Inspect.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.forceUnlock(ctx, key, mutexKind(d.release))
 }

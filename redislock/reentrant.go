@@ -83,6 +83,7 @@ var (
 // ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
 // want NewReentrant instead.
 type ReentrantDriver struct {
+	inspection
 	c *conn
 }
 
@@ -98,7 +99,9 @@ func NewReentrantDriver(rdb redis.UniversalClient) (*ReentrantDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ReentrantDriver{c: c}, nil
+	d := &ReentrantDriver{c: c}
+	d.inspection = inspection{c: c, k: reentrantKind(d.releaseAll)}
+	return d, nil
 }
 
 // run runs one operation of the reentrant script for owner (holder ID and

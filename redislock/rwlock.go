@@ -78,7 +78,7 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	if err != nil {
 		return nil, err
 	}
-	l := leases{c: c, marker: rwMarker}
+	l := newLeases(c, rwMarker)
 	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
 	w, err := dlock.NewClient(wd, opts...)
 	if err != nil {

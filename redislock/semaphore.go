@@ -89,7 +89,7 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 	if err != nil {
 		return nil, err
 	}
-	return &SemaphoreDriver{leases: leases{c: c, marker: semMarker}, c: c, n: strconv.Itoa(n)}, nil
+	return &SemaphoreDriver{leases: newLeases(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
 }
 
 // Acquire implements dlock.Driver.
