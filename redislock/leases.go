@@ -11,8 +11,8 @@ import (
 
 // The locks with several holders (NewSemaphore, NewRWMutex) keep, besides the
 // lock hash LockKey (its kind's fields, and each holder's fencing token and
-// metadata), the holders' leases in the sorted set "dlock:{KEY}:holders": owner -> the server
-// time in milliseconds at which its lease ends. Every script first drops the
+// metadata), the holders' leases in the sorted set "dlock:{KEY}:holders":
+// owner -> the server time in milliseconds at which its lease ends. Every script first drops the
 // leases that ended, so a crashed holder's share comes back at its TTL. Both
 // keys expire with the last lease.
 

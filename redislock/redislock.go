@@ -42,8 +42,8 @@
 // set of Client ids by arrival) on its waiters' failed attempts, and each
 // release wakes the process that has waited longest, alone: it takes the first id
 // off the set and publishes on that Client's own wake channel
-// ("dlock:{KEY}:wake:" and its id), so one message reaches one process, which wakes its
-// longest waiting waiter. A Client that takes the lock while others of
+// ("dlock:{KEY}:wake:" and its id), so one message reaches one process, which
+// wakes its longest waiting waiter. A Client that takes the lock while others of
 // its waiters wait goes to the back of the set (processes take turns); one that
 // loses the lock to a newcomer joins again with its old arrival; one whose
 // waiters all leave takes itself off and passes on a wake it did not use. A
@@ -62,11 +62,12 @@
 //
 // NewSemaphore (N permits) and NewRWMutex (readers or one writer) hand out
 // several leases of one key at once. Their holders live in the sorted set
-// "dlock:{KEY}:holders" (owner -> end of its lease, server time), with each holder's fencing
-// token and metadata in the lock hash, and every script drops the leases that
-// ended first: a crashed holder's share comes back at its TTL. Each lease is an
-// ordinary dlock.Lease, renewed and lost like a mutex's. The semaphore's waiters
-// queue as the fair lock's do; see NewSemaphore and RWMutex.
+// "dlock:{KEY}:holders" (owner -> end of its lease, server time), with each
+// holder's fencing token and metadata in the lock hash, and every script drops
+// the leases that ended first: a crashed holder's share comes back at its TTL.
+// Each lease is an ordinary dlock.Lease, renewed and lost like a mutex's. The
+// semaphore's waiters queue as the fair lock's do; see NewSemaphore and
+// RWMutex.
 //
 // What is and is not guaranteed is documented in the dlock package overview: in
 // short, a lock survives neither a restart without persistence nor an asynchronous
