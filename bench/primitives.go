@@ -46,7 +46,7 @@ var primitiveVariants = []variant{
 			if err != nil {
 				return nil, err
 			}
-			return semHolders{dlockLocker{c: c.Client}}, nil
+			return semHolders{dlockLocker{c: c}}, nil
 		}},
 	{name: "dlock/rw", lib: "dlock", in: inP,
 		desc: fmt.Sprintf("redislock.NewRWMutex(rdb): one goroutine in %d writes (GET+SET), the others read (GET)", writerEvery),
@@ -55,7 +55,7 @@ var primitiveVariants = []variant{
 			if err != nil {
 				return nil, err
 			}
-			return rwHolders{w: dlockLocker{c: m.Client.Client}, r: dlockLocker{c: m.RLocker().Client}}, nil
+			return rwHolders{w: dlockLocker{c: m.Client}, r: dlockLocker{c: m.RLocker()}}, nil
 		}},
 }
 

@@ -20,15 +20,6 @@ const FairWaiterTTL = 5 * time.Second
 
 var fairWaiterTTLMS = strconv.FormatInt(FairWaiterTTL.Milliseconds(), 10)
 
-// QueueKey returns the Redis key of the fair-lock queue of the lock named key: a
-// list of waiting owners in arrival order.
-func QueueKey(key string) string { return Prefix + "{" + key + "}:queue" }
-
-// QueueDeadlineKey returns the Redis key of the deadlines of the fair-lock queue of
-// the lock named key: a sorted set of owners scored by the server time in
-// milliseconds after which their entry is dropped.
-func QueueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:deadline" }
-
 // NewFair returns a Client whose locks are granted first come, first served:
 // Lock joins a queue kept in Redis, and a release hands the lock directly to the
 // head of the queue, so newcomers cannot barge ahead of earlier waiters, in this
@@ -48,18 +39,20 @@ func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.release, opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // FairDriver is the dlock.Driver of the fair (FIFO) Redis mutex. Most users want
 // NewFair instead.
 type FairDriver struct {
+	inspection
 	c *conn
 }
 
 var (
 	_ dlock.Notifier  = (*FairDriver)(nil)
 	_ dlock.Abandoner = (*FairDriver)(nil)
+	_ dlock.Inspector = (*FairDriver)(nil)
 )
 
 // NewFairDriver returns the fair mutex driver over rdb.
@@ -68,38 +61,22 @@ func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FairDriver{c: c}, nil
-}
-
-func fairKeys(key, owner string) []string {
-	return []string{LockKey(key), FenceKey(key), QueueKey(key), QueueDeadlineKey(key), AbandonKey(key, owner)}
+	d := &FairDriver{c: c}
+	d.inspection = inspection{c: c, k: fairKind(d.release)}
+	return d, nil
 }
 
 // Acquire implements dlock.Driver.
 func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	waiting := "0"
-	done := func(error) {}
-	if r.Waiting {
-		var fin func(error, string, uint64)
-		_, _, _, _, fin = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		done = func(err error) { fin(err, "", 0) }
-		waiting = "1"
-	}
-	res, err := redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
-		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key)).Slice()
-	g, err := acquireReply(res, err, r.TTL)
-	done(err)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		busy.Queued = true
-		// Come back in time to refresh the queue entry.
-		if refresh := FairWaiterTTL / 5; busy.Remaining < 0 || busy.Remaining > refresh {
-			busy.Remaining = refresh
-		}
-	}
-	d.c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: wakeChannel(r.Key),
+		run: func(ctx context.Context, _ ticket) ([]any, error) {
+			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key)).Slice()
+		},
+		refresh: FairWaiterTTL / 5, // come back in time to refresh the queue entry
+	})
 }
 
 // Extend implements dlock.Driver.
@@ -124,13 +101,13 @@ func (d *FairDriver) release(ctx context.Context, key, owner string) error {
 
 func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(key), mark).Result()
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a waiter that gives up leaves the queue at

@@ -2,24 +2,17 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed inspect.lua
-var inspectSrc string
-
-var inspectScript = redis.NewScript(inspectSrc)
 
 // LockInfo is what the server holds about one lock, as read by Inspect, List and
 // ForceUnlock. On Redis, TTL is 0 when the lock is free; LastToken is the fence
@@ -28,17 +21,6 @@ var inspectScript = redis.NewScript(inspectSrc)
 // is about to be dropped, while waiters of a plain lock wait in their own
 // processes and are not counted.
 type LockInfo = dlock.LockInfo
-
-// Inspect reads the lock named key without changing it. A free lock is not an
-// error: the result has Held false. The error matches dlock.ErrInvalid for a bad
-// key, dlock.ErrConflict when the key holds foreign data, and
-// dlock.ErrUnavailable when the server cannot be reached.
-func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	if c == nil {
-		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
-	}
-	return c.c.inspect(ctx, key, c.kind)
-}
 
 // inspect reads the lock named key as a lock of kind k.
 func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error) {
@@ -49,13 +31,27 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 		return LockInfo{}, err
 	}
 	res, err := k.script.Run(ctx, c.rdb, k.keys(key), k.args...).Slice()
-	return k.reply(key, res, err)
+	info, err := k.reply(key, res, err)
+	return k.named(info), err
+}
+
+// named fills info.Kind for a held lock of kind k: a mutex with queued waiters
+// is a fair one.
+func (k kind) named(info LockInfo) LockInfo {
+	if info.Held {
+		info.Kind = k.name
+		if k.name == dlock.KindMutex && info.Waiters > 0 {
+			info.Kind = dlock.KindFair
+		}
+	}
+	return info
 }
 
 // kind is what Inspect, List and ForceUnlock need to know of a lock kind: the
 // script that reads a lock (with its keys and arguments), how to decode its
 // reply, and how to remove the holding just read.
 type kind struct {
+	name   string // the LockInfo.Kind of a held lock (see named)
 	script *redis.Script
 	keys   func(key string) []string
 	args   []any
@@ -66,64 +62,9 @@ type kind struct {
 // mutexKind is the kind of the mutexes (New, NewFair), released by rel.
 func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 	return kind{
-		script: inspectScript, keys: inspectKeys, reply: inspectReply,
+		name: dlock.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
 		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
 	}
-}
-
-func inspectKeys(key string) []string {
-	return []string{LockKey(key), FenceKey(key), QueueKey(key)}
-}
-
-// inspectReply decodes the reply of inspect.lua for key.
-func inspectReply(key string, res []any, err error) (LockInfo, error) {
-	if err != nil {
-		return LockInfo{}, mapErr(err)
-	}
-	if len(res) != 6 {
-		return LockInfo{}, fmt.Errorf("redislock: unexpected inspect reply %v", res)
-	}
-	info := LockInfo{Key: key}
-	info.LastToken = replyUint(res[4])
-	info.Waiters = int(replyUint(res[5]))
-	pttl, _ := res[3].(int64)
-	owner, _ := res[0].(string)
-	if owner == "" || pttl == -2 {
-		return info, nil
-	}
-	info.Held, info.Owner, info.Holders, info.Limit = true, owner, 1, 1
-	info.Token = replyUint(res[1])
-	info.Metadata, _ = res[2].(string)
-	if pttl > 0 {
-		info.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	return info, nil
-}
-
-func replyUint(v any) uint64 {
-	switch v := v.(type) {
-	case string:
-		n, _ := strconv.ParseUint(v, 10, 64)
-		return n
-	case int64:
-		if v > 0 {
-			return uint64(v)
-		}
-	}
-	return 0
-}
-
-// List returns the locks held now whose names match pattern, sorted by name.
-// pattern is a Redis glob over lock names ("*" for all, "jobs:*", "job-?"); it
-// must not contain '{', '}' or control characters. On a *redis.ClusterClient
-// every master is scanned, on a *redis.Ring every shard. Keys that hold foreign
-// data are skipped. The error matches dlock.ErrInvalid for a bad pattern and
-// dlock.ErrUnavailable when a server cannot be reached.
-func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	if c == nil {
-		return nil, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
-	}
-	return c.c.list(ctx, pattern, c.kind)
 }
 
 // list lists the held locks of kind k whose names match pattern.
@@ -203,6 +144,7 @@ func (c *conn) read(ctx context.Context, names []string, k kind) (infos []LockIn
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
 			info, err := k.reply(batch[i], res, err)
+			info = k.named(info)
 			switch {
 			case errors.Is(err, dlock.ErrConflict):
 				other = append(other, batch[i])
@@ -240,20 +182,6 @@ func ValidatePattern(pattern string) error { return dlock.ValidatePattern(patter
 // between its read and its release.
 const forceAttempts = 3
 
-// ForceUnlock removes the lock named key whoever holds it, and returns what it
-// removed. It is an administrator's tool: the holder is not told, and learns of
-// the loss at its next renewal. The fence counter is kept, so tokens keep
-// increasing. The release is owner-checked against the holder just read, so a
-// lock that changed hands meanwhile is read again rather than removed unseen.
-// The error matches dlock.ErrNotHeld when the lock is free, and otherwise as
-// for Inspect.
-func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	if c == nil {
-		return LockInfo{}, fmt.Errorf("%w: nil client", dlock.ErrInvalid)
-	}
-	return c.c.forceUnlock(ctx, key, c.kind)
-}
-
 // forceUnlock removes the holding(s) of the lock named key, of kind k.
 func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, error) {
 	for i := 0; i < forceAttempts; i++ {
@@ -272,12 +200,68 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
 }
 
+// fairKind is the kind of the fair mutex, released by rel.
+func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
+	k := mutexKind(rel)
+	k.name = dlock.KindFair
+	return k
+}
+
+// reentrantKind is the kind of the reentrant mutex, whose holds are all
+// released by rel.
+func reentrantKind(rel func(ctx context.Context, key, holder string) error) kind {
+	k := mutexKind(rel)
+	k.name = dlock.KindReentrant
+	return k
+}
+
+// inspection is the dlock.Inspector of every driver: it reads and forces the
+// locks of the driver's kind k. The drivers embed it.
+type inspection struct {
+	c *conn
+	k kind
+}
+
+// Inspect implements dlock.Inspector: it reads the lock named key without
+// changing it. A free lock is not an error: the result has Held false. The
+// error matches dlock.ErrInvalid for a bad key, dlock.ErrConflict when the key
+// holds foreign data or a lock of another kind, and dlock.ErrUnavailable when
+// the server cannot be reached.
+func (i inspection) Inspect(ctx context.Context, key string) (LockInfo, error) {
+	return i.c.inspect(ctx, key, i.k)
+}
+
+// List implements dlock.Inspector: the locks held now whose names match
+// pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
+// all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
+// On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
+// shard. Keys that hold foreign data or locks of another kind are skipped.
+func (i inspection) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+	return i.c.list(ctx, pattern, i.k)
+}
+
+// ForceUnlock implements dlock.Inspector: it removes the lock named key whoever
+// holds it, and returns what it removed. The holder is not told, and learns of
+// the loss at its next renewal. The fence counter is kept, so tokens keep
+// increasing. The release is owner-checked against the holder just read, so a
+// lock that changed hands meanwhile is read again rather than removed unseen.
+// The error matches dlock.ErrNotHeld when the lock is free, and otherwise as
+// for Inspect.
+func (i inspection) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
+	return i.c.forceUnlock(ctx, key, i.k)
+}
+
 // Inspector reads and forces the locks of every kind this package makes (New,
-// NewFair, NewSemaphore, NewRWMutex) through one go-redis client, as tools such
-// as the dlock command need: a Client's own Inspect reports a lock of another
-// kind as dlock.ErrConflict. It is a dlock.Inspector.
+// NewFair, NewReentrant, NewSemaphore, NewRWMutex) through one go-redis client,
+// as tools such as the dlock command need: a Client's own Inspect reports a
+// lock of another kind as dlock.ErrConflict. It tells the kind of a lock from
+// the fields of its hash and reads it as that kind, filling LockInfo.Kind; a
+// plain and a fair mutex differ only while the fair one has queued waiters, so
+// a fair mutex that nobody waits for shows as dlock.KindMutex. It is a
+// dlock.Inspector.
 type Inspector struct {
-	kinds []*Client // one Client per kind of lock, tried in turn
+	c                         *conn
+	mutex, reentrant, sem, rw kind
 }
 
 var _ dlock.Inspector = (*Inspector)(nil)
@@ -285,72 +269,180 @@ var _ dlock.Inspector = (*Inspector)(nil)
 // NewInspector returns an Inspector over rdb. It returns an error matching
 // dlock.ErrInvalid for a nil client; it does no I/O.
 func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
-	m, err := New(rdb)
+	m, err := NewDriver(rdb)
 	if err != nil {
 		return nil, err
 	}
-	s, err := NewSemaphore(rdb, 1) // the number of permits is read, not checked
-	if err != nil {
-		return nil, err
-	}
-	rw, err := NewRWMutex(rdb)
-	if err != nil {
-		return nil, err
-	}
-	return &Inspector{kinds: []*Client{m, s, rw.Client}}, nil
+	return &Inspector{
+		c: m.c, mutex: mutexKind(m.release), reentrant: reentrantKind(m.release), // every hold goes with the holding
+		sem: newLeases(m.c, semMarker).kind(), rw: newLeases(m.c, rwMarker).kind(),
+	}, nil
 }
 
-// each calls f with the Client of each kind until f's error is not
-// dlock.ErrConflict (the key is a lock of that kind, or free), and returns what
-// the last call returned.
-func (in *Inspector) each(f func(c *Client) (LockInfo, error)) (info LockInfo, err error) {
-	if in == nil || len(in.kinds) == 0 {
-		return LockInfo{}, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+// kindFields are the lock hash fields that tell the kinds apart, in the order
+// kindOf reads them.
+var kindFields = []string{semMarker, rwMarker, "c"}
+
+// kindOf returns the kind of lock that the reply of HMGET kindFields names,
+// and false when the key holds foreign data.
+func (in *Inspector) kindOf(f []any, err error) (kind, bool) {
+	switch {
+	case err != nil || len(f) != len(kindFields):
+		return kind{}, false
+	case f[0] != nil:
+		return in.sem, true
+	case f[1] != nil:
+		return in.rw, true
+	case f[2] != nil:
+		return in.reentrant, true
 	}
-	for _, c := range in.kinds {
-		if info, err = f(c); !errors.Is(err, dlock.ErrConflict) {
+	return in.mutex, true // also a free lock
+}
+
+// classify reads the kind of the lock named key.
+func (in *Inspector) classify(ctx context.Context, key string) (kind, error) {
+	if in == nil || in.c == nil {
+		return kind{}, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+	}
+	if ctx == nil {
+		return kind{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+	}
+	if err := dlock.ValidateKey(key); err != nil {
+		return kind{}, err
+	}
+	f, err := in.c.rdb.HMGet(ctx, LockKey(key), kindFields...).Result()
+	if err != nil && !errors.Is(mapErr(err), dlock.ErrConflict) {
+		return kind{}, mapErr(err)
+	}
+	k, ok := in.kindOf(f, err)
+	if !ok {
+		return kind{}, in.foreign(ctx, key, mapErr(err))
+	}
+	return k, nil
+}
+
+// each reads the kind of the lock named key and calls f with it; a key whose
+// kind changed between the two reads is read again.
+func (in *Inspector) each(ctx context.Context, key string, f func(k kind) (LockInfo, error)) (LockInfo, error) {
+	for i := 0; ; i++ {
+		k, err := in.classify(ctx, key)
+		if err != nil {
+			return LockInfo{Key: key}, err
+		}
+		info, err := f(k)
+		if !errors.Is(err, dlock.ErrConflict) {
 			return info, err
 		}
+		if ferr := in.foreign(ctx, key, err); ferr != err || i == forceAttempts-1 {
+			return info, ferr
+		}
 	}
-	return info, err
 }
 
-// Inspect reads the lock named key, whatever its kind, as Client.Inspect does.
+// Inspect reads the lock named key, whatever its kind, as Driver.Inspect does.
 // The error matches dlock.ErrConflict when the key holds data that is no dlock
-// lock of any kind.
+// lock of any kind: a *ForeignDataError where one of the lock's Redis keys
+// holds data of the wrong type.
 func (in *Inspector) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return in.each(func(c *Client) (LockInfo, error) { return c.Inspect(ctx, key) })
+	return in.each(ctx, key, func(k kind) (LockInfo, error) { return in.c.inspect(ctx, key, k) })
 }
 
-// ForceUnlock removes the lock named key whatever its kind, as Client.ForceUnlock
-// does (every holder of a semaphore or read-write lock).
+// ForceUnlock removes the lock named key whatever its kind, as
+// Driver.ForceUnlock does (every holder of a semaphore or read-write lock).
 func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return in.each(func(c *Client) (LockInfo, error) { return c.ForceUnlock(ctx, key) })
+	return in.each(ctx, key, func(k kind) (LockInfo, error) { return in.c.forceUnlock(ctx, key, k) })
 }
 
 // List returns the held locks of every kind whose names match pattern, sorted
-// by name, as Client.List does. The keys are scanned once, and each lock is
-// read as the first kind it is.
+// by name, as Driver.List does. The keys are scanned once, the kind of each
+// lock read in pipelined batches, and each lock read as its kind.
 func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	if _, err := in.each(func(*Client) (LockInfo, error) { return LockInfo{}, nil }); err != nil {
-		return nil, err
+	if in == nil || in.c == nil {
+		return nil, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
 	}
-	names, err := in.kinds[0].c.names(ctx, pattern)
+	names, err := in.c.names(ctx, pattern)
 	if err != nil {
 		return nil, err
 	}
-	var all []LockInfo
-	for _, c := range in.kinds {
-		if len(names) == 0 {
-			break
+	byKind := map[string][]string{}
+	kinds := map[string]kind{}
+	for rest := names; len(rest) > 0; {
+		batch := rest[:min(len(rest), listBatch)]
+		rest = rest[len(batch):]
+		pipe := in.c.rdb.Pipeline()
+		cmds := make([]*redis.SliceCmd, len(batch))
+		for i, name := range batch {
+			cmds[i] = pipe.HMGet(ctx, LockKey(name), kindFields...)
 		}
-		infos, other, err := c.c.read(ctx, names, c.kind)
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		for i, cmd := range cmds {
+			f, err := cmd.Result()
+			if err != nil && !errors.Is(mapErr(err), dlock.ErrConflict) {
+				return nil, mapErr(err)
+			}
+			if k, ok := in.kindOf(f, err); ok {
+				byKind[k.name] = append(byKind[k.name], batch[i])
+				kinds[k.name] = k
+			}
+		}
+	}
+	var all []LockInfo
+	for id, names := range byKind {
+		infos, _, err := in.c.read(ctx, names, kinds[id]) // a lock of another kind by now is left out
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, infos...)
-		names = other
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
 	return all, nil
+}
+
+// ForeignDataError reports that one of the Redis keys of a lock holds data that
+// is not part of a dlock lock. It matches dlock.ErrConflict.
+type ForeignDataError struct {
+	Key      string // the lock name
+	RedisKey string // the Redis key holding foreign data
+	Type     string // its Redis type (a TYPE reply); "hash" for a lock hash without a lock's fields
+}
+
+func (e *ForeignDataError) Error() string {
+	what := "a " + e.Type
+	if e.Type == "hash" {
+		what = "a hash without a lock owner"
+	}
+	return fmt.Sprintf("redislock: key %q holds data that is not a dlock lock (Redis key %q is %s)", e.Key, e.RedisKey, what)
+}
+
+// Is makes a ForeignDataError match dlock.ErrConflict.
+func (e *ForeignDataError) Is(target error) bool { return target == dlock.ErrConflict }
+
+// foreign returns err, or a *ForeignDataError naming the Redis key of the lock
+// named key that holds foreign data when err matches dlock.ErrConflict and
+// such a key is found.
+func (in *Inspector) foreign(ctx context.Context, key string, err error) error {
+	if !errors.Is(err, dlock.ErrConflict) {
+		return err
+	}
+	for _, k := range []struct{ key, typ string }{
+		{LockKey(key), "hash"}, {FenceKey(key), "string"}, {queueKey(key), "list"}, {queueDeadlineKey(key), "zset"},
+	} {
+		typ, terr := in.c.rdb.Type(ctx, k.key).Result()
+		if terr != nil {
+			return err
+		}
+		if typ != "none" && typ != k.typ {
+			return &ForeignDataError{Key: key, RedisKey: k.key, Type: typ}
+		}
+		if typ == "hash" {
+			f, ferr := in.c.rdb.HMGet(ctx, k.key, "o", semMarker, rwMarker).Result()
+			if ferr != nil {
+				return err
+			}
+			if f[0] == nil && f[1] == nil && f[2] == nil {
+				return &ForeignDataError{Key: key, RedisKey: k.key, Type: typ}
+			}
+		}
+	}
+	return err
 }

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -12,27 +11,23 @@ import (
 
 // The locks with several holders (NewSemaphore, NewRWMutex) keep, besides the
 // lock hash LockKey (its kind's fields, and each holder's fencing token and
-// metadata), the holders' leases in the sorted set HoldersKey: owner -> the server
-// time in milliseconds at which its lease ends. Every script first drops the
+// metadata), the holders' leases in the sorted set "dlock:{KEY}:holders":
+// owner -> the server time in milliseconds at which its lease ends. Every script first drops the
 // leases that ended, so a crashed holder's share comes back at its TTL. Both
 // keys expire with the last lease.
-
-// HoldersKey returns the Redis key of the leases of the semaphore or read-write
-// lock named key: a sorted set of owners scored by the server time (ms) at which
-// each lease ends.
-func HoldersKey(key string) string { return Prefix + "{" + key + "}:holders" }
-
-// leaseKeys are the keys of every script of a lock with several holders, in the
-// order leases.lua names them.
-func leaseKeys(key, owner string) []string {
-	return []string{LockKey(key), FenceKey(key), QueueKey(key), QueueDeadlineKey(key), AbandonKey(key, owner), HoldersKey(key)}
-}
 
 // leases is the part of a driver of a lock with several holders that does not
 // depend on its kind: extend, TTL and inspection. The drivers embed it.
 type leases struct {
+	inspection
 	c      *conn
 	marker string // the lock hash field that marks the kind
+}
+
+func newLeases(c *conn, marker string) leases {
+	l := leases{c: c, marker: marker}
+	l.inspection = inspection{c: c, k: l.kind()}
+	return l
 }
 
 // Extend implements dlock.Driver.
@@ -61,7 +56,12 @@ func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error)
 
 // kind returns the inspection of the lock kind.
 func (l leases) kind() kind {
+	name := dlock.KindReadWrite
+	if l.marker == semMarker {
+		name = dlock.KindSemaphore
+	}
 	return kind{
+		name:   name,
 		script: redisscript.LeaseInspect,
 		keys:   func(key string) []string { return leaseKeys(key, "") },
 		args:   []any{l.marker},
@@ -69,7 +69,7 @@ func (l leases) kind() kind {
 			return leaseReply(key, res, err, l.marker == semMarker)
 		},
 		force: func(ctx context.Context, key string, _ LockInfo) error {
-			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), WakeChannel(key)).Err()
+			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), wakeChannel(key)).Err()
 			return mapErr(err)
 		},
 	}
@@ -85,6 +85,15 @@ func queued(busy *dlock.BusyError, refresh time.Duration) {
 	}
 }
 
+// waitingArg is the acquire scripts' argument that says whether the caller
+// will wait: "1" or "0".
+func waitingArg(r dlock.AcquireRequest) string {
+	if r.Waiting {
+		return "1"
+	}
+	return "0"
+}
+
 // abandoned is the result of a release script run to abandon an acquisition:
 // finding nothing held is no error.
 func abandoned(err error) error {
@@ -92,34 +101,4 @@ func abandoned(err error) error {
 		return nil
 	}
 	return err
-}
-
-// leaseReply decodes the reply of leaseinspect.lua for key, of a semaphore when
-// sem is true and of a read-write lock otherwise.
-func leaseReply(key string, res []any, err error, sem bool) (LockInfo, error) {
-	if err != nil {
-		return LockInfo{}, mapErr(err)
-	}
-	if len(res) != 9 {
-		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
-	}
-	info := LockInfo{Key: key, LastToken: replyUint(res[6]), Waiters: int(replyUint(res[7]))}
-	holders, _ := res[1].(int64)
-	owner, _ := res[2].(string)
-	if holders <= 0 || owner == "" {
-		return info, nil
-	}
-	info.Held, info.Owner, info.Holders = true, owner, int(holders)
-	info.Token = replyUint(res[3])
-	info.Metadata, _ = res[4].(string)
-	if pttl, _ := res[5].(int64); pttl > 0 {
-		info.TTL = time.Duration(pttl) * time.Millisecond
-	}
-	switch {
-	case sem:
-		info.Limit = int(replyUint(res[0]))
-	case res[8] == int64(1):
-		info.Limit = 1 // a writer holds it
-	}
-	return info, nil
 }

@@ -12,8 +12,9 @@ import (
 
 // Driver is the dlock.Driver of the plain (not fair) Redis mutex: single
 // owner-checked attempts, one Lua script round trip each. It is also a
-// dlock.Inspector, as Client is. Most users want New instead.
+// dlock.Inspector of the plain mutexes. Most users want New instead.
 type Driver struct {
+	inspection
 	c          *conn
 	ack        int           // replicas that must acknowledge an acquisition (WithReplicaAck)
 	ackTimeout time.Duration // how long to wait for them
@@ -33,6 +34,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{c: c}
+	d.inspection = inspection{c: c, k: mutexKind(d.release)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
@@ -46,43 +48,63 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 
 // Acquire implements dlock.Driver.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	markBusy, markTaken, hubID, score, registered := "0", "0", "", "", "0"
-	done := func(error, string, uint64) {}
-	if r.Waiting {
-		sub, mark, sc, queued, fin := d.c.hub.attempt(ctx, ClientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
-		if queued > 0 {
-			// Other waiters of this process came first: wait for a wake in turn.
-			return dlock.Grant{}, &dlock.BusyError{Remaining: queued}
-		}
-		markBusy, done, score = "1", fin, sc
-		if sub {
-			// Only a process that is subscribed joins the waiting set: its
-			// confirmation makes every waiter try again, and join then.
-			hubID = d.c.hub.id
-		}
-		if mark {
-			markTaken = "1"
-		}
-		if sc != "" {
-			registered = "1"
-		}
+	var acked int64
+	return d.c.acquire(ctx, r, acquisition{
+		channel: clientWakeChannel(r.Key, d.c.hub.id),
+		queues:  true,
+		extra:   true,
+		run: func(ctx context.Context, t ticket) ([]any, error) {
+			markBusy, markTaken, hubID, registered := "0", "0", "", "0"
+			if r.Waiting {
+				markBusy = "1"
+			}
+			if t.subscribed {
+				// Only a process that is subscribed joins the waiting set: its
+				// confirmation makes every waiter try again, and join then.
+				hubID = d.c.hub.id
+			}
+			if t.othersWait {
+				markTaken = "1"
+			}
+			if t.arrival != "" {
+				registered = "1"
+			}
+			res, n, err := d.runAcquire(ctx,
+				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
+				hubID, t.arrival, registered)
+			acked = n
+			return res, err
+		},
+		granted: func(ctx context.Context) error { return d.checkAck(ctx, r, acked) },
+	})
+}
+
+// runAcquire runs the acquire script; with WithReplicaAck it is followed, on the
+// same connection, by WAIT, whose count it returns.
+func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]any, int64, error) {
+	if d.ack == 0 {
+		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, keys, args...).Slice()
+		return res, 0, err
 	}
-	res, acked, err := d.runAcquire(ctx,
-		[]string{LockKey(r.Key), FenceKey(r.Key), AbandonKey(r.Key, r.Owner), WaitingKey(r.Key)},
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
-		hubID, score, registered)
-	arrival := ""
-	if len(res) == 3 {
-		arrival, _ = res[2].(string)
-		res = res[:2]
+	for _, eval := range []bool{false, true} {
+		pipe := d.c.rdb.Pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = redisscript.Acquire.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = redisscript.Acquire.EvalSha(ctx, pipe, keys, args...)
+		}
+		wait := pipe.Do(ctx, "WAIT", d.ack, d.ackTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		if !eval && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			continue
+		}
+		res, err := cmd.Slice()
+		acked, _ := wait.Int64()
+		return res, acked, err
 	}
-	g, err := acquireReply(res, err, r.TTL)
-	if err == nil {
-		err = d.checkAck(ctx, r, acked)
-	}
-	done(err, arrival, g.Token)
-	d.c.fl.sent(r, err)
-	return g, err
+	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
 }
 
 // Extend implements dlock.Driver.
@@ -96,10 +118,10 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 }
 
 func (d *Driver) release(ctx context.Context, key, owner string) error {
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), WaitingKey(key)}, owner, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key)).Result()
 	err = d.c.released(key, res, err)
 	if err == nil {
-		d.c.hub.released(ClientWakeChannel(key, d.c.hub.id))
+		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))
 	}
 	return err
 }
@@ -111,7 +133,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 
 // Subscribe implements dlock.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, ClientWakeChannel(h.Key, d.c.hub.id), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, clientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it releases the owner's holding if an
@@ -119,25 +141,10 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), AbandonKey(h.Key, h.Owner), WaitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Int64()
+	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
+		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Int64()
 	if err == nil && n == 1 {
-		d.c.hub.released(ClientWakeChannel(h.Key, d.c.hub.id))
+		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
 	return mapErr(err)
-}
-
-// Inspect implements dlock.Inspector, as Client.Inspect.
-func (d *Driver) Inspect(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.inspect(ctx, key, mutexKind(d.release))
-}
-
-// List implements dlock.Inspector, as Client.List.
-func (d *Driver) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return d.c.list(ctx, pattern, mutexKind(d.release))
-}
-
-// ForceUnlock implements dlock.Inspector, as Client.ForceUnlock.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
-	return d.c.forceUnlock(ctx, key, mutexKind(d.release))
 }

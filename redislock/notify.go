@@ -17,16 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WakeChannel returns the pub/sub channel on which the waiters of the lock named
-// key are woken. It carries the lock's hash tag, so that on Redis Cluster the
-// sharded channel lives on the lock's shard.
-func WakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
-
-// ClientWakeChannel returns the channel on which a release of the plain lock
-// named key wakes the Client (the process) whose id is id, alone: the lock's
-// wake channel followed by ":" and the id.
-func ClientWakeChannel(key, id string) string { return WakeChannel(key) + ":" + id }
-
 // idleLinger is how long a subscription connection with no channel left stays
 // open, so that bursts of contention do not each open a new connection.
 const idleLinger = 10 * time.Second
@@ -348,8 +338,8 @@ func (h *hub) passKey(c *subConn, key string, wake bool) {
 		pass = "1"
 	}
 	c.queue(subOp{fn: func(ctx context.Context) {
-		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), WaitingKey(key)},
-			h.id, pass, h.publishCmd(), WakeChannel(key)).Err()
+		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), waitingKey(key)},
+			h.id, pass, h.publishCmd(), wakeChannel(key)).Err()
 	}})
 }
 
@@ -494,7 +484,7 @@ func (h *hub) receive(c *subConn) {
 			}
 			if t := h.topics[m.Channel]; t != nil && t.conn == c {
 				switch w := t.find(m.Payload); {
-				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == ClientWakeChannel(t.key, h.id):
+				case m.Payload == "" && len(t.waiters) == 0 && m.Channel == clientWakeChannel(t.key, h.id):
 					// A release woke this process after its last waiter
 					// for the plain lock left: pass the wake on at once.
 					h.pass(t, true)
@@ -529,7 +519,7 @@ func (h *hub) released(channel string) {
 }
 
 // plainKey returns the name of the plain lock whose wake channel for this hub
-// is channel (see ClientWakeChannel).
+// is channel (see clientWakeChannel).
 func (h *hub) plainKey(channel string) (string, bool) {
 	key, ok := strings.CutPrefix(channel, Prefix+"{")
 	if !ok {
@@ -557,29 +547,30 @@ func (h *hub) each(c *subConn, f func(*topic)) {
 	}
 }
 
-// attempt is called before an Acquire round trip by a caller that will wait. If
-// the key's channel is subscribed here (subscribed), owner is registered at once (so that no
-// wake can be missed between the attempt and its Subscribe), and mark is true:
-// the new holding, if the attempt wins, must wake on release whoever registers
-// meanwhile; it is false unless other waiters of this hub wait for the key (a
-// waiter that registers later makes a round trip, which marks the holding).
-// score is this hub's arrival in the lock's waiting set ("" when it
-// is not on it).
+// attempt is called before an Acquire round trip by a caller that will wait, and
+// returns its ticket. If the key's channel is subscribed here
+// (ticket.subscribed), owner is registered at once (so that no wake can be
+// missed between the attempt and its Subscribe), and ticket.othersWait is true
+// when other waiters of this hub wait for the key: the new holding, if the
+// attempt wins, must wake on release whoever registers meanwhile (a waiter that
+// registers later makes a round trip, which marks the holding).
+// ticket.arrival is this hub's arrival in the lock's waiting set ("" when it is
+// not on it).
 //
 // A newcomer behind other local waiters of a lock whose holder is known to hold
-// it still gets queued: it should wait its turn (a wake) without a round trip, at
-// most that long. Otherwise done must be called with the attempt's outcome, and
-// the arrival score or token its reply carried.
+// it gets ticket.queued: it should wait its turn (a wake) without a round trip,
+// at most that long. Otherwise ticket.done must be called with the attempt's
+// outcome, and the arrival score or token its reply carried.
 //
 // A registration made here waits for the caller's Subscribe; if ctx (the wait's)
 // ends first, the caller will not subscribe, and the registration goes (passing
 // on a wake it was sent), so that no waiter that is gone keeps a wake.
-func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits bool) (subscribed, mark bool, score string, queued time.Duration, done func(err error, score string, token uint64)) {
+func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits bool) ticket {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
 	if t == nil {
-		return false, false, "", 0, func(error, string, uint64) {}
+		return ticket{done: func(error, string, uint64) {}}
 	}
 	w := t.find(owner)
 	others := len(t.waiters)
@@ -597,10 +588,10 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 			}
 		})
 		if left := time.Until(t.expiry); newcomerWaits && others > 0 && left > 0 {
-			return true, true, t.score, left, nil
+			return ticket{subscribed: true, othersWait: true, arrival: t.score, queued: left, done: func(error, string, uint64) {}}
 		}
 	}
-	return true, others > 0, t.score, 0, func(err error, score string, token uint64) {
+	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, done: func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		var busy *dlock.BusyError
@@ -633,5 +624,5 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 		if w.subs == 0 {
 			h.remove(t, w) // registered by this call, and no wait follows
 		}
-	}
+	}}
 }

@@ -75,9 +75,6 @@ type Optimistic struct {
 	ttl time.Duration
 }
 
-// ValueKey returns the Redis key of the versioned value named key.
-func ValueKey(key string) string { return Prefix + "{" + key + "}:value" }
-
 // NewOptimistic returns an Optimistic over rdb (any redis.UniversalClient).
 // Every write gives the value ttl to live (rounded up to a millisecond); 0 means
 // values do not expire. It returns an error matching dlock.ErrInvalid for a nil

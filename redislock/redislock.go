@@ -42,8 +42,8 @@
 // set of Client ids by arrival) on its waiters' failed attempts, and each
 // release wakes the process that has waited longest, alone: it takes the first id
 // off the set and publishes on that Client's own wake channel
-// (ClientWakeChannel), so one message reaches one process, which wakes its
-// longest waiting waiter. A Client that takes the lock while others of
+// ("dlock:{KEY}:wake:" and its id), so one message reaches one process, which
+// wakes its longest waiting waiter. A Client that takes the lock while others of
 // its waiters wait goes to the back of the set (processes take turns); one that
 // loses the lock to a newcomer joins again with its old arrival; one whose
 // waiters all leave takes itself off and passes on a wake it did not use. A
@@ -62,11 +62,12 @@
 //
 // NewSemaphore (N permits) and NewRWMutex (readers or one writer) hand out
 // several leases of one key at once. Their holders live in the sorted set
-// HoldersKey (owner -> end of its lease, server time), with each holder's fencing
-// token and metadata in the lock hash, and every script drops the leases that
-// ended first: a crashed holder's share comes back at its TTL. Each lease is an
-// ordinary dlock.Lease, renewed and lost like a mutex's. The semaphore's waiters
-// queue as the fair lock's do; see NewSemaphore and RWMutex.
+// "dlock:{KEY}:holders" (owner -> end of its lease, server time), with each
+// holder's fencing token and metadata in the lock hash, and every script drops
+// the leases that ended first: a crashed holder's share comes back at its TTL.
+// Each lease is an ordinary dlock.Lease, renewed and lost like a mutex's. The
+// semaphore's waiters queue as the fair lock's do; see NewSemaphore and
+// RWMutex.
 //
 // What is and is not guaranteed is documented in the dlock package overview: in
 // short, a lock survives neither a restart without persistence nor an asynchronous
@@ -85,9 +86,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Prefix starts every key dlock writes to Redis.
-const Prefix = "dlock:"
-
 // FenceRetention is how long a fence counter outlives the last acquisition of its
 // lock. Tokens stay increasing after the counter is gone because they are never
 // below the server clock in microseconds; the counter only orders acquisitions
@@ -103,18 +101,14 @@ const FenceRetention = 24 * time.Hour
 // flight.
 const AbandonMarkTTL = time.Second
 
-// Client is a dlock.Locker on Redis. Create it with New or NewFair; it is safe
+// Client is the dlock.Client every constructor of this package returns (New,
+// NewFair, NewReentrant, NewSemaphore, and both sides of a RWMutex); it is safe
 // for concurrent use. Its connections are the go-redis client's, plus one
 // subscription connection (one per Cluster master) opened from it while Lock
-// calls wait, and closed some seconds after the last one. It is also a
-// dlock.Inspector.
-type Client struct {
-	*dlock.Client
-	c    *conn
-	kind kind // how Inspect, List and ForceUnlock read and force this kind of lock
-}
-
-var _ dlock.Inspector = (*Client)(nil)
+// calls wait, and closed some seconds after the last one. Its Inspect, List and
+// ForceUnlock read and force the locks of its own kind (see Inspector for every
+// kind).
+type Client = dlock.Client
 
 // New returns a Client that locks through rdb, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
@@ -125,19 +119,7 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.release, opts)
-}
-
-func newClient(d dlock.Driver, c *conn, rel func(context.Context, string, string) error, opts []dlock.Option) (*Client, error) {
-	return newKindClient(d, c, mutexKind(rel), opts)
-}
-
-func newKindClient(d dlock.Driver, c *conn, k kind, opts []dlock.Option) (*Client, error) {
-	dc, err := dlock.NewClient(d, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{Client: dc, c: c, kind: k}, nil
+	return dlock.NewClient(d, opts...)
 }
 
 // conn is what the drivers of every lock kind share: the go-redis client and the
@@ -155,54 +137,11 @@ func newConn(rdb redis.UniversalClient) (*conn, error) {
 	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
 }
 
-// LockKey returns the Redis key of the lock named key.
-func LockKey(key string) string { return Prefix + "{" + key + "}" }
-
-// FenceKey returns the Redis key of the fence counter of the lock named key.
-func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
-
-// WaitingKey returns the Redis key of the processes waiting for the plain lock
-// named key: a sorted set of their Clients' ids by arrival, from which each
-// release wakes the first.
-func WaitingKey(key string) string { return Prefix + "{" + key + "}:waiting" }
-
-// AbandonKey returns the Redis key that marks owner's acquisition of the lock
-// named key as abandoned (see AbandonMarkTTL).
-func AbandonKey(key, owner string) string { return Prefix + "{" + key + "}:gone:" + owner }
-
 var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
 // markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
 func markTTL(ttl time.Duration) int64 {
 	return max(ttl, AbandonMarkTTL).Milliseconds()
-}
-
-// acquireReply decodes the {1, token}, {0, pttl} or {2, 0} reply of an acquire
-// script.
-func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) {
-	if err != nil {
-		return dlock.Grant{}, mapErr(err)
-	}
-	if len(res) != 2 {
-		return dlock.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
-	}
-	ok, _ := res[0].(int64)
-	v, _ := res[1].(int64)
-	switch ok {
-	case 1:
-	case 2:
-		return dlock.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
-	default:
-		rem := time.Duration(v) * time.Millisecond
-		if v < 0 {
-			rem = -1
-		}
-		return dlock.Grant{}, &dlock.BusyError{Remaining: rem}
-	}
-	if v <= 0 {
-		return dlock.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
-	}
-	return dlock.Grant{Token: uint64(v), TTL: ttl}, nil
 }
 
 // extend resets the TTL of a lock hash owned by owner (both lock kinds).
@@ -211,59 +150,8 @@ func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (
 	return extendReply(h.Key, n, err, ttl)
 }
 
-// extendReply decodes the reply of an extend script: 1 extended, 0 not held.
-func extendReply(key string, n int64, err error, ttl time.Duration) (time.Duration, error) {
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	if n != 1 {
-		return 0, notHeld(key)
-	}
-	return ttl, nil
-}
-
 // ttl reads the time left on a lock hash owned by owner (both lock kinds).
 func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
 	return ttlReply(h.Key, n, err)
 }
-
-// ttlReply decodes the reply of a TTL script: the PTTL, or -2 when not held.
-func ttlReply(key string, n int64, err error) (time.Duration, error) {
-	if err != nil {
-		return 0, mapErr(err)
-	}
-	if n == -2 {
-		return 0, notHeld(key)
-	}
-	if n < 0 {
-		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, key, n)
-	}
-	return time.Duration(n) * time.Millisecond, nil
-}
-
-// released turns the reply of a release script into the Release result: 1 is
-// done, 0 not held, and an error table a release whose wake-up failed.
-func (c *conn) released(key string, res any, err error) error {
-	if err != nil {
-		return mapErr(err)
-	}
-	switch v := res.(type) {
-	case int64:
-		if v == 1 {
-			return nil
-		}
-		return notHeld(key)
-	case []any:
-		c.hub.publishFailed(fmt.Sprint(v...))
-		return nil
-	}
-	return fmt.Errorf("%w: redislock: unexpected release reply %v", dlock.ErrRefused, res)
-}
-
-func notHeld(key string) error {
-	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
-}
-
-// mapErr turns a go-redis error into one matching the dlock sentinels.
-func mapErr(err error) error { return redisscript.MapErr("redislock", err) }

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -51,7 +50,7 @@ func NewReentrant(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, err
 	if err != nil {
 		return nil, err
 	}
-	return newClient(d, d.c, d.releaseAll, opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // OwnerWaitMark is how long the place of an owner ID waiting for a reentrant
@@ -81,19 +80,17 @@ var (
 	reentryBarMS    = strconv.FormatInt(ReentryBar.Milliseconds(), 10)
 )
 
-// waitingOwnersKey returns the Redis key of the owner IDs waiting for the
-// reentrant lock named key.
-func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
-
 // ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
 // want NewReentrant instead.
 type ReentrantDriver struct {
+	inspection
 	c *conn
 }
 
 var (
 	_ dlock.Notifier  = (*ReentrantDriver)(nil)
 	_ dlock.Abandoner = (*ReentrantDriver)(nil)
+	_ dlock.Inspector = (*ReentrantDriver)(nil)
 )
 
 // NewReentrantDriver returns the reentrant mutex driver over rdb.
@@ -102,7 +99,9 @@ func NewReentrantDriver(rdb redis.UniversalClient) (*ReentrantDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ReentrantDriver{c: c}, nil
+	d := &ReentrantDriver{c: c}
+	d.inspection = inspection{c: c, k: reentrantKind(d.releaseAll)}
+	return d, nil
 }
 
 // run runs one operation of the reentrant script for owner (holder ID and
@@ -114,38 +113,28 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 		holder, acq = owner, ""
 	}
 	return redisscript.Reentrant.Run(ctx, d.c.rdb,
-		[]string{LockKey(key), FenceKey(key), AbandonKey(key, owner), waitingOwnersKey(key)},
+		[]string{LockKey(key), FenceKey(key), abandonKey(key, owner), waitingOwnersKey(key)},
 		append([]any{op, holder, acq}, args...)...)
 }
 
 // Acquire implements dlock.Driver. The holder's other holds make it succeed
-// with the holding's token.
+// with the holding's token. A waiter never queues behind this process's other
+// waiters: the holder may be the one re-entering.
 func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	markBusy, markTaken := "0", "0"
-	done := func(error) {}
-	if r.Waiting {
-		// Never queued behind this process's waiters: the holder may be the
-		// one re-entering.
-		_, mark, _, _, fin := d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		markBusy, done = "1", func(err error) { fin(err, "", 0) }
-		if mark {
-			markTaken = "1"
-		}
-	}
-	res, err := d.run(ctx, "acquire", r.Key, r.Owner, false,
-		r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
-		ownerWaitMarkMS, reentryBarMS).Slice()
-	if err == nil && len(res) == 3 {
-		res = res[:2] // the hold count: see Holds
-	}
-	g, err := acquireReply(res, err, r.TTL)
-	done(err)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		queued(busy, OwnerWaitMark/5) // the owner's place is refreshed, and left if it gives up
-	}
-	d.c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: wakeChannel(r.Key),
+		run: func(ctx context.Context, t ticket) ([]any, error) {
+			markTaken := "0"
+			if t.othersWait {
+				markTaken = "1"
+			}
+			return d.run(ctx, "acquire", r.Key, r.Owner, false,
+				r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), markTaken,
+				ownerWaitMarkMS, reentryBarMS).Slice()
+		},
+		extra:   true,              // the hold count: see Holds
+		refresh: OwnerWaitMark / 5, // the owner's place is refreshed, and left if it gives up
+	})
 }
 
 // Extend implements dlock.Driver: it keeps the whole holding alive at least ttl.
@@ -163,19 +152,19 @@ func (d *ReentrantDriver) TTL(ctx context.Context, h dlock.Holding) (time.Durati
 // Release implements dlock.Driver: it gives up h's hold, and frees the lock
 // (waking waiters) when it was the last.
 func (d *ReentrantDriver) Release(ctx context.Context, h dlock.Holding) error {
-	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), WakeChannel(h.Key)).Result()
+	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), wakeChannel(h.Key)).Result()
 	return d.c.released(h.Key, res, err)
 }
 
 // releaseAll removes every hold of holder (ForceUnlock).
 func (d *ReentrantDriver) releaseAll(ctx context.Context, key, holder string) error {
-	res, err := d.run(ctx, "release", key, holder, true, d.c.hub.publishCmd(), WakeChannel(key)).Result()
+	res, err := d.run(ctx, "release", key, holder, true, d.c.hub.publishCmd(), wakeChannel(key)).Result()
 	return d.c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
@@ -184,7 +173,7 @@ func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-cha
 // that an attempt still in flight cannot add a hold after it.
 func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
-		d.c.hub.publishCmd(), WakeChannel(h.Key), d.c.fl.mark(h)).Result()
+		d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Result()
 	return mapErr(err)
 }
 

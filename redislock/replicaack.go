@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,34 +46,7 @@ func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}
-	return newClient(d, d.c, d.release, opts)
-}
-
-// runAcquire runs the acquire script; with WithReplicaAck it is followed, on the
-// same connection, by WAIT, whose count it returns.
-func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]any, int64, error) {
-	if d.ack == 0 {
-		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, keys, args...).Slice()
-		return res, 0, err
-	}
-	for _, eval := range []bool{false, true} {
-		pipe := d.c.rdb.Pipeline()
-		var cmd *redis.Cmd
-		if eval {
-			cmd = redisscript.Acquire.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmd = redisscript.Acquire.EvalSha(ctx, pipe, keys, args...)
-		}
-		wait := pipe.Do(ctx, "WAIT", d.ack, d.ackTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		if !eval && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			continue
-		}
-		res, err := cmd.Slice()
-		acked, _ := wait.Int64()
-		return res, acked, err
-	}
-	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
+	return dlock.NewClient(d, opts...)
 }
 
 // checkAck releases a grant that fewer replicas than WithReplicaAck asks for

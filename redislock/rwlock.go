@@ -66,6 +66,7 @@ type RWMutex struct {
 	*Client         // the write lock
 	r       *Client // the read lock
 	rd      *RWDriver
+	opts    []dlock.Option // the defaults of both sides, and of a Downgrade's read lease
 }
 
 // NewRWMutex returns a read-write lock client over rdb. rdb and opts are as for
@@ -77,17 +78,17 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	if err != nil {
 		return nil, err
 	}
-	l := leases{c: c, marker: rwMarker}
+	l := newLeases(c, rwMarker)
 	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
-	w, err := newKindClient(wd, c, l.kind(), opts)
+	w, err := dlock.NewClient(wd, opts...)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newKindClient(rd, c, l.kind(), opts)
+	r, err := dlock.NewClient(rd, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{Client: w, r: r, rd: rd}, nil
+	return &RWMutex{Client: w, r: r, rd: rd, opts: opts}, nil
 }
 
 // RLocker returns the Client that takes read (shared) locks of m's keys.
@@ -130,7 +131,13 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 		}
 		return nil, err
 	}
-	read, err := m.r.TryLock(context.WithValue(ctx, downgradeKey{}, write.Owner()), write.Key(), opts...)
+	// The read acquisition takes over the writer's holding: a Client of its
+	// own, over a read driver that names the writer, makes it.
+	c, err := dlock.NewClient(&RWDriver{leases: m.rd.leases, from: write.Owner()}, m.opts...)
+	if err != nil {
+		return nil, err
+	}
+	read, err := c.TryLock(ctx, write.Key(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,59 +157,47 @@ func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
 	return nil
 }
 
-// downgradeKey is the context key under which Downgrade passes the writer whose
-// holding the read acquisition takes over.
-type downgradeKey struct{}
-
 // RWDriver is the dlock.Driver of one side (read or write) of a read-write lock.
 // Most users want NewRWMutex instead.
 type RWDriver struct {
 	leases
 	write bool
+	from  string // for a Downgrade: the writer whose holding a read acquisition takes over
 }
 
 var (
 	_ dlock.Notifier  = (*RWDriver)(nil)
 	_ dlock.Abandoner = (*RWDriver)(nil)
+	_ dlock.Inspector = (*RWDriver)(nil)
 )
 
 // Acquire implements dlock.Driver.
 func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	c := d.c
-	mode, waiting, from := "r", "0", ""
+	mode, refresh := "r", FairWaiterTTL/5 // the reader's entry is refreshed
 	if d.write {
-		mode = "w"
-	} else if o, ok := ctx.Value(downgradeKey{}).(string); ok {
-		from = o
+		mode, refresh = "w", WriterWaitMark/5 // the writer's mark is refreshed, and lifted if it gives up
 	}
-	done := func(error, string, uint64) {}
-	if r.Waiting {
-		_, _, _, _, done = c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		waiting = "1"
-	}
-	res, err := redisscript.RWAcquire.Run(ctx, c.rdb, leaseKeys(r.Key, r.Owner),
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting, mode,
-		writerWaitMarkMS, c.hub.publishCmd(), WakeChannel(r.Key), from, fairWaiterTTLMS).Slice()
-	if err == nil && len(res) == 2 && (res[0] == int64(3) || res[0] == int64(4)) {
-		err = fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
-		if res[0] == int64(4) {
-			err = fmt.Errorf("%w: redislock: Downgrade of a lease that is not a write lease of the read-write lock %q", dlock.ErrInvalid, r.Key)
-		}
-		done(err, "", 0)
-		return dlock.Grant{}, err
-	}
-	g, err := acquireReply(res, err, r.TTL)
-	done(err, "", 0)
-	var busy *dlock.BusyError
-	switch {
-	case !errors.As(err, &busy) || !r.Waiting:
-	case d.write:
-		queued(busy, WriterWaitMark/5) // the writer's mark is refreshed, and lifted if it gives up
-	default:
-		queued(busy, FairWaiterTTL/5) // so is the reader's entry
-	}
-	c.fl.sent(r, err)
-	return g, err
+	return d.c.acquire(ctx, r, acquisition{
+		channel: wakeChannel(r.Key),
+		run: func(ctx context.Context, _ ticket) ([]any, error) {
+			return redisscript.RWAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), mode,
+				writerWaitMarkMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.from, fairWaiterTTLMS).Slice()
+		},
+		refused: func(res []any, err error) error {
+			if err != nil || len(res) != 2 {
+				return nil
+			}
+			switch res[0] {
+			case int64(3):
+				return fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
+			case int64(4):
+				return fmt.Errorf("%w: redislock: Downgrade of a lease that is not a write lease of the read-write lock %q", dlock.ErrInvalid, r.Key)
+			}
+			return nil
+		},
+		refresh: refresh,
+	})
 }
 
 // Release implements dlock.Driver.
@@ -213,13 +208,13 @@ func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
 func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
 	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
-		owner, c.hub.publishCmd(), WakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
+		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a holding that landed is released, a

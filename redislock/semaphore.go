@@ -2,10 +2,8 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -65,7 +63,7 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 	if err != nil {
 		return nil, err
 	}
-	return newKindClient(d, d.c, d.kind(), opts)
+	return dlock.NewClient(d, opts...)
 }
 
 // SemaphoreDriver is the dlock.Driver of the counting semaphore. Most users want
@@ -79,6 +77,7 @@ type SemaphoreDriver struct {
 var (
 	_ dlock.Notifier  = (*SemaphoreDriver)(nil)
 	_ dlock.Abandoner = (*SemaphoreDriver)(nil)
+	_ dlock.Inspector = (*SemaphoreDriver)(nil)
 )
 
 // NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
@@ -90,48 +89,26 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 	if err != nil {
 		return nil, err
 	}
-	return &SemaphoreDriver{leases: leases{c: c, marker: semMarker}, c: c, n: strconv.Itoa(n)}, nil
+	return &SemaphoreDriver{leases: newLeases(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
 }
 
 // Acquire implements dlock.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	waiting := "0"
-	done := func(error, string, uint64) {}
-	if r.Waiting {
-		_, _, _, _, done = d.c.hub.attempt(ctx, WakeChannel(r.Key), r.Owner, false)
-		waiting = "1"
-	}
-	res, err := redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
-		r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waiting,
-		fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(r.Key), d.n).Slice()
-	if n, ok := limitReply(err); ok {
-		err = fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
-		done(err, "", 0)
-		return dlock.Grant{}, err
-	}
-	g, err := acquireReply(res, err, r.TTL)
-	done(err, "", 0)
-	var busy *dlock.BusyError
-	if errors.As(err, &busy) && r.Waiting {
-		queued(busy, FairWaiterTTL/5)
-	}
-	d.c.fl.sent(r, err)
-	return g, err
-}
-
-// limitReply reports whether err is the acquire script's DLOCKLIMIT reply, and
-// the number of permits it names.
-func limitReply(err error) (string, bool) {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return "", false
-	}
-	word, rest, _ := strings.Cut(rerr.Error(), " ")
-	if word != "DLOCKLIMIT" {
-		return "", false
-	}
-	n, _, _ := strings.Cut(rest, " ")
-	return n, true
+	return d.c.acquire(ctx, r, acquisition{
+		channel: wakeChannel(r.Key),
+		run: func(ctx context.Context, _ ticket) ([]any, error) {
+			return redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.n).Slice()
+		},
+		refused: func(_ []any, err error) error {
+			if n, ok := limitReply(err); ok {
+				return fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
+			}
+			return nil
+		},
+		refresh: FairWaiterTTL / 5,
+	})
 }
 
 // Release implements dlock.Driver: the permit goes to the head of the queue,
@@ -142,13 +119,13 @@ func (d *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
 
 func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), WakeChannel(key), mark).Result()
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
 
 // Subscribe implements dlock.Notifier.
 func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, WakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: the waiter leaves the queue, a permit it

@@ -345,26 +345,17 @@ func forceUnlock(ctx context.Context, st store, key string) (lockInfo, error) {
 	return newLockInfo(info), err
 }
 
-// redisKinds are the Redis keys of a lock and the type each has.
-func redisKinds(key string) []struct{ key, kind string } {
-	return []struct{ key, kind string }{
-		{redislock.LockKey(key), "hash"},
-		{redislock.FenceKey(key), "string"},
-		{redislock.QueueKey(key), "list"},
-		{redislock.QueueDeadlineKey(key), "zset"},
-	}
-}
-
 func (s *redisStore) explain(ctx context.Context, key string, err error) error {
 	if !errors.Is(err, dlock.ErrConflict) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
 	defer cancel()
-	if msg := lockKindHint(ctx, s.rdb, key, redislock.LockKey(key)); msg != "" {
+	info, ierr := s.c.Inspect(ctx, key)
+	if msg := lockKindHint(key, info); ierr == nil && msg != "" {
 		return &exitError{code: exitDataErr, msg: msg}
 	}
-	return conflictError(key, foreignData(ctx, s.rdb, key))
+	return conflictError(key, foreignData(ierr))
 }
 
 // conflictError is the error for a key holding foreign data; what says which
@@ -373,43 +364,32 @@ func conflictError(key, what string) error {
 	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock%s", key, what)}
 }
 
-// foreignData says which of the Redis keys of the lock named key holds data that
-// is not a dlock lock, or returns "" when it cannot tell.
-func foreignData(ctx context.Context, rdb redis.UniversalClient, key string) string {
-	for _, k := range redisKinds(key) {
-		kind, terr := rdb.Type(ctx, k.key).Result()
-		if terr != nil {
-			return ""
-		}
-		if kind != "none" && kind != k.kind {
-			return fmt.Sprintf(" (Redis key %q is a %s)", k.key, redisTypeName(kind))
-		}
-		if kind == "hash" {
-			if n, _ := rdb.HExists(ctx, k.key, "o").Result(); !n {
-				return fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", k.key)
-			}
-		}
-	}
-	return ""
-}
-
-// lockKindHint says which flags take the lock named key when its hash hk is a
-// dlock lock of a kind the run did not ask for (a semaphore of another size
-// too), and "" when it is no dlock lock.
-func lockKindHint(ctx context.Context, rdb redis.UniversalClient, key, hk string) string {
-	f, err := rdb.HMGet(ctx, hk, "o", "n", "rw").Result()
-	if err != nil || len(f) != 3 {
+// foreignData says which Redis key holds data that is not a dlock lock when
+// err, an inspection's error, names it, and returns "" otherwise.
+func foreignData(err error) string {
+	var fd *redislock.ForeignDataError
+	if !errors.As(err, &fd) {
 		return ""
 	}
-	switch {
-	case f[1] != nil:
-		return fmt.Sprintf("key %q is a semaphore of %v permits: take it with -n %v", key, f[1], f[1])
-	case f[2] != nil:
-		return fmt.Sprintf("key %q is a read-write lock: take it with -s (shared) or -x (exclusive)", key)
-	case f[0] != nil:
-		return fmt.Sprintf("key %q is an exclusive lock: take it without -n, -s and -x", key)
+	if fd.Type == "hash" {
+		return fmt.Sprintf(" (Redis key %q is a hash without a lock owner)", fd.RedisKey)
 	}
-	return ""
+	return fmt.Sprintf(" (Redis key %q is a %s)", fd.RedisKey, redisTypeName(fd.Type))
+}
+
+// lockKindHint says which flags take the lock named key when info, what an
+// inspection read, is a dlock lock of a kind the run did not ask for (a
+// semaphore of another size too), and "" when nothing holds it.
+func lockKindHint(key string, info dlock.LockInfo) string {
+	switch {
+	case !info.Held:
+		return ""
+	case info.Kind == dlock.KindSemaphore:
+		return fmt.Sprintf("key %q is a semaphore of %d permits: take it with -n %d", key, info.Limit, info.Limit)
+	case info.Kind == dlock.KindReadWrite:
+		return fmt.Sprintf("key %q is a read-write lock: take it with -s (shared) or -x (exclusive)", key)
+	}
+	return fmt.Sprintf("key %q is an exclusive lock: take it without -n, -s and -x", key)
 }
 
 // redisTypeName names a Redis TYPE reply in words.

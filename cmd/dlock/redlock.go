@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -110,8 +111,12 @@ func (s *redlockStore) explain(ctx context.Context, key string, err error) error
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
 	defer cancel()
 	for _, rdb := range s.rdbs {
-		if what := foreignData(ctx, rdb, key); what != "" {
-			return conflictError(key, what+" on "+rdb.Options().Addr)
+		in, ierr := redislock.NewInspector(rdb)
+		if ierr != nil {
+			break
+		}
+		if _, ierr = in.Inspect(ctx, key); foreignData(ierr) != "" {
+			return conflictError(key, foreignData(ierr)+" on "+rdb.Options().Addr)
 		}
 	}
 	return conflictError(key, "")

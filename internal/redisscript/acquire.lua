@@ -67,7 +67,7 @@ end
 if not f[1] then
   if redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then
     if redis.call('EXISTS', KEYS[1]) == 1 then
-      return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+      return conflict()
     end
     return {2, 0}
   end

@@ -23,8 +23,9 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   return {2, 0}
 end
 if not f[1] then
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+  local e = not_owned(f[1])
+  if e then
+    return e
   end
   -- Free, with waiters queued: the lock is the first's.
   if redis.call('LINDEX', KEYS[3], 0) == ARGV[1] then

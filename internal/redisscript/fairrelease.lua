@@ -19,8 +19,9 @@ if ARGV[6] ~= '' then
 end
 local f = redis.call('HMGET', KEYS[1], 'o', 'm')
 if f[1] ~= ARGV[1] then
-  if not f[1] and redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+  local e = not_owned(f[1])
+  if e then
+    return e
   end
   return 0
 end

@@ -30,7 +30,7 @@ var (
 // leaseScript is a script of the locks with several holders: token.lua,
 // fairlib.lua and leases.lua followed by the script's own file.
 func leaseScript(src string) *redis.Script {
-	return redis.NewScript(tokenSrc + fairLibSrc + leasesSrc + src)
+	return script(tokenSrc, fairLibSrc, leasesSrc, src)
 }
 
 // Scripts of the locks with several holders: the semaphore and the read-write

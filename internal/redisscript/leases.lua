@@ -33,7 +33,7 @@ end
 -- has field (the kind's marker), or nil.
 local function kind_error(field)
   if redis.call('EXISTS', KEYS[1]) == 1 and not redis.call('HGET', KEYS[1], field) then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock of this kind')
+    return conflict('lock of this kind')
   end
   return nil
 end

@@ -13,7 +13,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   -- a version is a decimal integer of at most 2^53 (exact as a Lua number)
   if not cur[1] or not string.match(cur[1], '^%d+$') or #cur[1] > 16
       or tonumber(cur[1]) > 9007199254740992 or redis.call('HLEN', KEYS[1]) > 2 then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock versioned value')
+    return conflict('versioned value')
   end
 end
 local n = tonumber(cur[1] or '0')

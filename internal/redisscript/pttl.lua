@@ -5,7 +5,8 @@ local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == ARGV[1] then
   return redis.call('PTTL', KEYS[1])
 end
-if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+local e = not_owned(owner)
+if e then
+  return e
 end
 return -2

@@ -7,8 +7,9 @@
 -- Returns 1 when recorded, 0 when the owner does not hold the lock here.
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner ~= ARGV[1] then
-  if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
-    return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+  local e = not_owned(owner)
+  if e then
+    return e
   end
   return 0
 end

@@ -5,11 +5,16 @@ package redisscript
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
+	//go:embed lib.lua
+	libSrc string
+	//go:embed inspect.lua
+	inspectSrc string
 	//go:embed token.lua
 	tokenSrc string
 	//go:embed acquire.lua
@@ -38,26 +43,37 @@ var (
 	fairReleaseSrc string
 )
 
-// Mutex scripts. See each .lua file for its keys, arguments and reply.
+// script returns the script made of srcs after lib.lua, the checks every
+// script shares.
+func script(srcs ...string) *redis.Script {
+	return redis.NewScript(libSrc + strings.Join(srcs, ""))
+}
+
+// Inspect reads a mutex (plain, fair or reentrant) without changing it. See
+// inspect.lua.
+var Inspect = script(inspectSrc)
+
+// Mutex scripts, each after lib.lua. See each .lua file for its keys,
+// arguments and reply.
 var (
-	Acquire = redis.NewScript(tokenSrc + acquireSrc)
-	Release = redis.NewScript(wakeSrc + releaseSrc)
-	Abandon = redis.NewScript(wakeSrc + abandonSrc)
-	Pass    = redis.NewScript(wakeSrc + passSrc)
-	Extend  = redis.NewScript(extendSrc)
-	PTTL    = redis.NewScript(pttlSrc)
+	Acquire = script(tokenSrc, acquireSrc)
+	Release = script(wakeSrc, releaseSrc)
+	Abandon = script(wakeSrc, abandonSrc)
+	Pass    = script(wakeSrc, passSrc)
+	Extend  = script(extendSrc)
+	PTTL    = script(pttlSrc)
 )
 
 // Raise records on one server the fencing token that a quorum of servers handed
 // out (Redlock). See raise.lua.
-var Raise = redis.NewScript(raiseSrc)
+var Raise = script(raiseSrc)
 
 // Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
-var Fenced = redis.NewScript(fenceSrc)
+var Fenced = script(fenceSrc)
 
 // Fair (FIFO) mutex scripts: token.lua and fairlib.lua followed by each script's
 // own file. They share Extend and PTTL with the mutex.
 var (
-	FairAcquire = redis.NewScript(tokenSrc + fairLibSrc + fairAcquireSrc)
-	FairRelease = redis.NewScript(tokenSrc + fairLibSrc + fairReleaseSrc)
+	FairAcquire = script(tokenSrc, fairLibSrc, fairAcquireSrc)
+	FairRelease = script(tokenSrc, fairLibSrc, fairReleaseSrc)
 )

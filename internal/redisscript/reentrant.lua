@@ -71,10 +71,6 @@ local function leave_turn()
   end
 end
 
-local function conflict()
-  return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
-end
-
 -- keep_alive sets the expiry to ttl ms unless the lock already lives longer: the
 -- holds of one holder share the key, and one must not cut another's time short.
 local function keep_alive(ttl)

@@ -17,7 +17,8 @@ if owner == ARGV[1] then
   end
   return 1
 end
-if not owner and redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.error_reply('DLOCKCONFLICT key holds a hash that is not a dlock lock')
+local e = not_owned(owner)
+if e then
+  return e
 end
 return 0

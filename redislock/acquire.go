@@ -1,0 +1,101 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The acquisition of every lock kind takes the same steps: a waiting attempt
+// takes its ticket from the wake-up hub, the kind's script runs with its keys
+// and arguments, its reply is decoded, the hub learns the outcome, and a busy
+// reply to a waiter that left state in the store (a queue entry, a mark) says
+// how soon to refresh it. Each kind describes its script call in an
+// acquisition; acquire does the rest.
+
+// ticket is what the hub tells a waiting attempt (see hub.attempt).
+type ticket struct {
+	// subscribed is true when the hub has the wake channel subscribed: only a
+	// subscribed process joins the plain lock's waiting set.
+	subscribed bool
+	// othersWait is true when other waiters of this process wait for the key.
+	othersWait bool
+	// arrival is this process's arrival in the plain lock's waiting set, ""
+	// when it has none yet.
+	arrival string
+	// queued is how long to wait for a wake, without any attempt, behind this
+	// process's earlier waiters; 0 to make the attempt.
+	queued time.Duration
+	// done reports the attempt's outcome: its error, the arrival the script
+	// gave this process, and the fencing token of a grant.
+	done func(err error, arrival string, token uint64)
+}
+
+// acquisition is one lock kind's part of an attempt.
+type acquisition struct {
+	channel string // the wake channel the waiter listens on
+	// queues makes a waiter queue behind this process's earlier waiters of the
+	// key without a round trip, and report arrivals and tokens to the hub (the
+	// plain mutex, whose waiting set orders processes).
+	queues bool
+	// run runs the kind's script for the attempt with ticket t (the zero
+	// ticket for an attempt that does not wait).
+	run func(ctx context.Context, t ticket) ([]any, error)
+	// refused turns a kind's own refusal reply into its error, or returns nil.
+	refused func(res []any, err error) error
+	// extra is true when a grant's reply may carry a third element: the
+	// process's arrival (plain mutex) or the hold count (reentrant).
+	extra bool
+	// granted checks a grant before it is reported (WithReplicaAck).
+	granted func(ctx context.Context) error
+	// refresh, when positive, is how often a waiter that was told busy must
+	// come back to refresh the state it left in the store (see queued).
+	refresh time.Duration
+}
+
+// acquire makes one attempt of r as a describes it.
+func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisition) (dlock.Grant, error) {
+	t := ticket{done: func(error, string, uint64) {}}
+	if r.Waiting {
+		t = c.hub.attempt(ctx, a.channel, r.Owner, a.queues)
+		if t.queued > 0 {
+			// Other waiters of this process came first: wait for a wake in turn.
+			return dlock.Grant{}, &dlock.BusyError{Remaining: t.queued}
+		}
+	}
+	res, err := a.run(ctx, t)
+	g, arrival, err := a.decode(ctx, r, res, err)
+	if a.queues {
+		t.done(err, arrival, g.Token)
+	} else {
+		t.done(err, "", 0)
+	}
+	var busy *dlock.BusyError
+	if a.refresh > 0 && r.Waiting && errors.As(err, &busy) {
+		queued(busy, a.refresh)
+	}
+	c.fl.sent(r, err)
+	return g, err
+}
+
+// decode decodes the reply of a's script: a grant, the arrival it carries, or
+// the attempt's error.
+func (a acquisition) decode(ctx context.Context, r dlock.AcquireRequest, res []any, err error) (dlock.Grant, string, error) {
+	if a.refused != nil {
+		if rerr := a.refused(res, err); rerr != nil {
+			return dlock.Grant{}, "", rerr
+		}
+	}
+	arrival := ""
+	if a.extra && err == nil && len(res) == 3 {
+		arrival, _ = res[2].(string)
+		res = res[:2]
+	}
+	g, err := acquireReply(res, err, r.TTL)
+	if err == nil && a.granted != nil {
+		err = a.granted(ctx)
+	}
+	return g, arrival, err
+}

@@ -1,0 +1,12 @@
+package redislock
+
+// The storage layout's key names, for the tests of package redislock_test.
+var (
+	WaitingKey        = waitingKey
+	AbandonKey        = abandonKey
+	QueueKey          = queueKey
+	QueueDeadlineKey  = queueDeadlineKey
+	HoldersKey        = holdersKey
+	WakeChannel       = wakeChannel
+	ClientWakeChannel = clientWakeChannel
+)

@@ -1,0 +1,91 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/redislock"
+)
+
+// TestInspectorNamesKinds: the Inspector tells every kind of lock from what
+// the store holds, without being told, and each Client names its own kind.
+func TestInspectorNamesKinds(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	base := dlocktest.Key(t)
+	in, err := redislock.NewInspector(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re, err := redislock.NewReentrant(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fair, _ := counted(t, true)
+	rw := newRWMutex(t, rdb)
+	clients := map[string]*redislock.Client{
+		dlock.KindMutex:     newClient(t),
+		dlock.KindReentrant: re,
+		dlock.KindSemaphore: newSemaphore(t, rdb, 3),
+		dlock.KindReadWrite: rw.RLocker(),
+		dlock.KindFair:      fair,
+	}
+	for kind, c := range clients {
+		l, err := c.TryLock(ctx, base+"."+kind, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		defer l.Unlock(ctx)
+	}
+	// A fair lock differs from a plain one while waiters queue.
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	other, _ := counted(t, true)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := other.Lock(waitCtx, base+"."+dlock.KindFair)
+		waited <- err
+	}()
+	eventually(t, "a queued fair waiter", func() bool {
+		info, err := fair.Inspect(ctx, base+"."+dlock.KindFair)
+		return err == nil && info.Waiters == 1
+	})
+	for kind, c := range clients {
+		key := base + "." + kind
+		if info, err := in.Inspect(ctx, key); err != nil || info.Kind != kind {
+			t.Errorf("Inspector.Inspect(%s): kind %q, %v", key, info.Kind, err)
+		}
+		if info, err := c.Inspect(ctx, key); err != nil || info.Kind != kind {
+			t.Errorf("Client.Inspect(%s): kind %q, %v", key, info.Kind, err)
+		}
+	}
+	infos, err := in.List(ctx, base+".*")
+	if err != nil || len(infos) != len(clients) {
+		t.Fatalf("List: %+v, %v", infos, err)
+	}
+	for _, info := range infos {
+		if info.Kind != info.Key[len(base)+1:] {
+			t.Errorf("List: %s has kind %q", info.Key, info.Kind)
+		}
+	}
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Errorf("the fair waiter: %v", err)
+	}
+
+	// Foreign data is named with its Redis key and type.
+	foreign := base + ".foreign"
+	if err := rdb.RPush(ctx, redislock.FenceKey(foreign), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(ctx, redislock.FenceKey(foreign))
+	_, err = in.Inspect(ctx, foreign)
+	var fd *redislock.ForeignDataError
+	if !errors.As(err, &fd) || !errors.Is(err, dlock.ErrConflict) || fd.RedisKey != redislock.FenceKey(foreign) || fd.Type != "list" {
+		t.Errorf("Inspect of a foreign fence counter: %v", err)
+	}
+}

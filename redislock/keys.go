@@ -1,0 +1,68 @@
+package redislock
+
+// The storage layout: every Redis key and pub/sub channel of a lock named KEY
+// starts with Prefix and carries the hash tag {KEY}, so that on Redis Cluster
+// all of them live in the lock's slot and every script is single-slot.
+
+// Prefix starts every key dlock writes to Redis.
+const Prefix = "dlock:"
+
+// LockKey returns the Redis key of the lock named key.
+func LockKey(key string) string { return Prefix + "{" + key + "}" }
+
+// FenceKey returns the Redis key of the fence counter of the lock named key.
+func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
+
+// ValueKey returns the Redis key of the versioned value named key.
+func ValueKey(key string) string { return Prefix + "{" + key + "}:value" }
+
+// waitingKey returns the Redis key of the processes waiting for the plain lock
+// named key: a sorted set of their Clients' ids by arrival, from which each
+// release wakes the first.
+func waitingKey(key string) string { return Prefix + "{" + key + "}:waiting" }
+
+// abandonKey returns the Redis key that marks owner's acquisition of the lock
+// named key as abandoned (see AbandonMarkTTL).
+func abandonKey(key, owner string) string { return Prefix + "{" + key + "}:gone:" + owner }
+
+// queueKey returns the Redis key of the fair-lock queue of the lock named key: a
+// list of waiting owners in arrival order.
+func queueKey(key string) string { return Prefix + "{" + key + "}:queue" }
+
+// queueDeadlineKey returns the Redis key of the deadlines of the fair-lock queue of
+// the lock named key: a sorted set of owners scored by the server time in
+// milliseconds after which their entry is dropped.
+func queueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:deadline" }
+
+// holdersKey returns the Redis key of the leases of the semaphore or read-write
+// lock named key: a sorted set of owners scored by the server time (ms) at which
+// each lease ends.
+func holdersKey(key string) string { return Prefix + "{" + key + "}:holders" }
+
+// waitingOwnersKey returns the Redis key of the owner IDs waiting for the
+// reentrant lock named key.
+func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
+
+// wakeChannel returns the pub/sub channel on which the waiters of the lock named
+// key are woken. It carries the lock's hash tag, so that on Redis Cluster the
+// sharded channel lives on the lock's shard.
+func wakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
+
+// clientWakeChannel returns the channel on which a release of the plain lock
+// named key wakes the Client (the process) whose id is id, alone: the lock's
+// wake channel followed by ":" and the id.
+func clientWakeChannel(key, id string) string { return wakeChannel(key) + ":" + id }
+
+// leaseKeys are the keys of every script of a lock with several holders, in the
+// order leases.lua names them.
+func leaseKeys(key, owner string) []string {
+	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner), holdersKey(key)}
+}
+
+func fairKeys(key, owner string) []string {
+	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner)}
+}
+
+func inspectKeys(key string) []string {
+	return []string{LockKey(key), FenceKey(key), queueKey(key)}
+}
