@@ -13,17 +13,18 @@ import (
 // an attempt whose reply was lost is found again by the next one (Acquire is
 // idempotent for its owner), and a give-up can abandon them all.
 type acquisition struct {
-	c       *Client
-	key     string
-	cfg     *config
-	owner   string
-	waiting bool
-	handle  any  // the last BusyError's Handle
-	dirty   bool // an attempt may have left state behind: abandon on give-up
-	start   time.Time
-	tried   time.Time  // the start of the last attempt
-	busy    *BusyError // the last attempt that found the lock held
-	failed  error      // the last failure since then that the context did not cause
+	c          *Client
+	key        string
+	cfg        *config
+	owner      string
+	waiting    bool
+	handle     any           // the last Busy's Handle
+	retryAfter time.Duration // the last Busy's RetryAfter
+	dirty      bool          // an attempt may have left state behind: abandon on give-up
+	start      time.Time
+	tried      time.Time  // the start of the last attempt
+	busy       *BusyError // the last attempt that found the lock held
+	failed     error      // the last failure since then that the context did not cause
 }
 
 // attempt makes one acquisition attempt and wraps a success into a Lease.
@@ -41,13 +42,15 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		Waiting: a.waiting, Handle: a.handle,
 	})
 	if err != nil {
-		var busy *BusyError
+		var busy *Busy
 		switch {
 		case errors.As(err, &busy):
 			if busy.Handle != nil {
 				a.handle = busy.Handle
 			}
 			a.dirty = a.dirty || busy.Queued
+			a.retryAfter = busy.RetryAfter
+			return nil, busy.user() // callers see no driver state
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict), neverSent(err):
 		default:
 			a.dirty = true // no answer, or one we cannot read: it may have landed
@@ -151,8 +154,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		}
 		if isBusy {
 			switch {
-			case wake != nil && busy.RetryAfter > 0:
-				delay = busy.RetryAfter
+			case wake != nil && a.retryAfter > 0:
+				delay = a.retryAfter
 			case busy.Remaining >= 0 && (wake != nil || delay > busy.Remaining+time.Millisecond):
 				// Expiry has millisecond resolution: wake just after it.
 				delay = busy.Remaining + time.Millisecond

@@ -65,40 +65,26 @@ func (*lostError) Error() string { return "dlock: lock lost" }
 // Is makes ErrLockLost match ErrNotHeld.
 func (*lostError) Is(target error) bool { return target == ErrNotHeld }
 
-// BusyError is returned by a single acquisition attempt (Driver.Acquire, and the
-// error of TryLock) when another owner holds the lock. It matches ErrNotObtained.
+// BusyError is the error of TryLock (and the last attempt of a Lock that gave
+// up) when another owner holds the lock. It matches ErrNotObtained.
 type BusyError struct {
-	// Remaining is the holder's time to live as the server saw it, or a negative
-	// value when unknown. A polling waiter never needs to sleep longer than this.
+	// Remaining is the holder's time to live as the store saw it, or a negative
+	// value when unknown.
 	Remaining time.Duration
-
-	// RetryAfter, when positive, is how long a waiter subscribed to the driver's
-	// notifications may sleep without a wake before it tries again. Drivers with
-	// reliable, ordered notifications (watches) set it long; drivers whose
-	// messages may be lost leave it zero, and the waiter then sleeps at most
-	// Remaining. Waiters without a subscription ignore it.
-	RetryAfter time.Duration
-
-	// Handle is the driver's state for a waiter that the attempt queued (for
-	// example its queue key): the next attempt of the same wait receives it in
-	// AcquireRequest.Handle.
-	Handle any
-
-	// Queued reports that the attempt left a queue entry in the store: the Client
-	// then abandons the acquisition (see Abandoner) if it gives up.
-	Queued bool
 }
 
 // Error says that the lock is held, and for how long more when known.
-func (e *BusyError) Error() string {
-	if e.Remaining < 0 {
-		return ErrNotObtained.Error() + ": held by another owner"
-	}
-	return fmt.Sprintf("%s: held by another owner for %v more", ErrNotObtained, e.Remaining)
-}
+func (e *BusyError) Error() string { return busyText(e.Remaining) }
 
 // Is makes a *BusyError match ErrNotObtained.
 func (e *BusyError) Is(target error) bool { return target == ErrNotObtained }
+
+func busyText(remaining time.Duration) string {
+	if remaining < 0 {
+		return ErrNotObtained.Error() + ": held by another owner"
+	}
+	return fmt.Sprintf("%s: held by another owner for %v more", ErrNotObtained, remaining)
+}
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

@@ -13,7 +13,7 @@ import (
 )
 
 // Acquire implements dlock.Driver: one attempt to take r.Key for r.Owner. When
-// another owner holds the lock it returns a *dlock.BusyError; a waiting request
+// another owner holds the lock it returns a *dlock.Busy; a waiting request
 // (r.Waiting) then stays queued, and the error's Handle comes back in the next
 // attempt. An attempt that finds an entry of r.Owner written by an earlier
 // attempt (whose reply was lost) takes that entry over, with a lease of r.TTL.
@@ -63,7 +63,7 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		}
 		return dlock.Grant{}, conflict(r.Key, first[0])
 	}
-	busy := &dlock.BusyError{Remaining: d.remaining(ctx, first)}
+	busy := &dlock.Busy{Remaining: d.remaining(ctx, first)}
 	if !r.Waiting {
 		if h != nil { // TryLock leaves nothing behind
 			_ = d.removeDetached(ctx, h)

@@ -91,12 +91,12 @@ func mustGrant(t testing.TB, d *Driver, r dlock.AcquireRequest) dlock.Grant {
 	return g
 }
 
-func mustBusy(t testing.TB, d *Driver, r dlock.AcquireRequest) *dlock.BusyError {
+func mustBusy(t testing.TB, d *Driver, r dlock.AcquireRequest) *dlock.Busy {
 	t.Helper()
 	_, err := d.Acquire(ctxT(t, 5*time.Second), r)
-	var busy *dlock.BusyError
+	var busy *dlock.Busy
 	if !errors.As(err, &busy) || !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("Acquire(%+v): %v, want *dlock.BusyError", r, err)
+		t.Fatalf("Acquire(%+v): %v, want *dlock.Busy", r, err)
 	}
 	return busy
 }

@@ -154,7 +154,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		if f, _ := res[2].(int64); f == 1 {
 			d.foreign.Add(1)
 		}
-		return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(v) * time.Millisecond}
+		return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(v) * time.Millisecond}
 	}
 	if v <= 0 {
 		return dlock.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)

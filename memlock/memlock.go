@@ -110,7 +110,7 @@ func (s *Store) Acquire(_ context.Context, r dlock.AcquireRequest) (dlock.Grant,
 			h.expires = now.Add(r.TTL)
 			return dlock.Grant{Token: h.token, TTL: r.TTL}, nil
 		}
-		return dlock.Grant{}, &dlock.BusyError{Remaining: h.expires.Sub(now)}
+		return dlock.Grant{}, &dlock.Busy{Remaining: h.expires.Sub(now)}
 	}
 	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
 	s.last[r.Key] = token

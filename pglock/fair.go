@@ -155,7 +155,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	})
 	switch {
 	case sqlState(err) == "55P03": // a transaction fenced on the key holds its row
-		return dlock.Grant{}, &dlock.BusyError{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
 	case err != nil:
 		return dlock.Grant{}, err
 	case state == stateGranted:
@@ -163,7 +163,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	case state == stateAbandoned:
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	busy := &dlock.BusyError{Remaining: -1, Queued: queued}
+	busy := &dlock.Busy{Remaining: -1, Queued: queued}
 	if rem >= 0 {
 		busy.Remaining = time.Duration(rem) * time.Microsecond
 	}

@@ -259,7 +259,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return err
 	})
 	if err == nil && locked {
-		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
 	}
 	switch {
 	case err != nil:
@@ -267,7 +267,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
 	case state == stateGranted:
 		if token <= 0 {
 			return dlock.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -276,7 +276,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case state == stateAbandoned:
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return dlock.Grant{}, &dlock.BusyError{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
+	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
 }
 
 // acquire runs the acquisition statement and passes its row, if any, to row.

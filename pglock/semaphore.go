@@ -238,7 +238,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	})
 	switch {
 	case sqlState(err) == "55P03": // another transaction holds the header a while
-		return dlock.Grant{}, &dlock.BusyError{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
 	case err != nil:
 		return dlock.Grant{}, err
 	}
@@ -250,7 +250,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	case stateMismatch:
 		return dlock.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
 	}
-	return dlock.Grant{}, &dlock.BusyError{Remaining: time.Duration(soonest) * time.Microsecond}
+	return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(soonest) * time.Microsecond}
 }
 
 // stateMismatch is the outcome of a semaphore acquisition with another

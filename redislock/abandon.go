@@ -61,7 +61,7 @@ func answered(err error) bool {
 // sent records the outcome err of an attempt of r: it hands a waiting
 // acquisition's first busy reply its Handle, and notes an unanswered attempt.
 func (f *flights) sent(r dlock.AcquireRequest, err error) {
-	var busy *dlock.BusyError
+	var busy *dlock.Busy
 	switch {
 	case err == nil:
 		if r.Handle == nil {

@@ -62,7 +62,7 @@ func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisitio
 		t = c.hub.attempt(ctx, a.channel, r.Owner, a.queues)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
-			return dlock.Grant{}, &dlock.BusyError{Remaining: t.queued}
+			return dlock.Grant{}, &dlock.Busy{Remaining: t.queued}
 		}
 	}
 	res, err := a.run(ctx, t)
@@ -72,7 +72,7 @@ func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisitio
 	} else {
 		t.done(err, "", 0)
 	}
-	var busy *dlock.BusyError
+	var busy *dlock.Busy
 	if a.refresh > 0 && r.Waiting && errors.As(err, &busy) {
 		queued(busy, a.refresh)
 	}

@@ -36,7 +36,10 @@ func ExampleNewFair() {
 			_ = lease.Unlock(ctx)
 		}()
 		// Let each waiter join the queue before the next one arrives.
-		for n := 0; n < 1000 && rdb.LLen(ctx, redislock.QueueKey("printer")).Val() <= int64(i); n++ {
+		for n := 0; n < 1000; n++ {
+			if info, _ := locker.Inspect(ctx, "printer"); info.Waiters > i {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -594,7 +594,7 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, done: func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		var busy *dlock.BusyError
+		var busy *dlock.Busy
 		switch {
 		case errors.As(err, &busy):
 			if busy.Remaining > 0 {

@@ -35,7 +35,7 @@ func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) 
 		if v < 0 {
 			rem = -1
 		}
-		return dlock.Grant{}, &dlock.BusyError{Remaining: rem}
+		return dlock.Grant{}, &dlock.Busy{Remaining: rem}
 	}
 	if v <= 0 {
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)

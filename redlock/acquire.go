@@ -144,7 +144,7 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 
 // refused cleans up after an acquisition that no majority granted (the nodes
 // that granted it and those that did not answer are released) and returns the
-// error that explains the outcome: a *dlock.BusyError when holders elsewhere
+// error that explains the outcome: a *dlock.Busy when holders elsewhere
 // kept the majority out, an error matching dlock.ErrUnavailable when failed
 // nodes did, and otherwise the nodes' own refusal (dlock.ErrConflict...).
 func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], timeout time.Duration) error {
@@ -153,7 +153,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 	var cleanup []int
 	var final error
 	for _, g := range got {
-		var b *dlock.BusyError
+		var b *dlock.Busy
 		switch {
 		case g.err == nil:
 			yes++
@@ -185,7 +185,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 		if k := d.quorum - yes - failed - 1; k >= 0 && k < len(busy) && busy[0] >= 0 {
 			rem = busy[k]
 		}
-		return &dlock.BusyError{Remaining: rem, Queued: unknown > 0}
+		return &dlock.Busy{Remaining: rem, Queued: unknown > 0}
 	}
 	return fmt.Errorf("redlock: %d of %d nodes granted the lock, %d needed: %w", yes, len(d.nodes), d.quorum, final)
 }

@@ -127,9 +127,9 @@ type grant struct {
 // whose TTL has run out (which no event announces).
 func (d *Driver) busy(rem time.Duration, queued, metadata string, retry time.Duration) error {
 	if queued == "" {
-		return &dlock.BusyError{Remaining: rem}
+		return &dlock.Busy{Remaining: rem}
 	}
-	return &dlock.BusyError{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
+	return &dlock.Busy{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
 		Handle: &handle{node: queued, metadata: metadata}}
 }
 
