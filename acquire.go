@@ -24,6 +24,7 @@ type acquisition struct {
 	tried   time.Time  // the start of the last attempt
 	busy    *BusyError // the last attempt that found the lock held
 	failed  error      // the last failure since then that the context did not cause
+	n       *int       // counts the attempts for an Observer; nil without one
 }
 
 // attempt makes one acquisition attempt and wraps a success into a Lease.
@@ -36,6 +37,9 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		a.start = start
 	}
 	a.tried = start
+	if a.n != nil {
+		*a.n++
+	}
 	g, err := a.c.d.Acquire(ctx, AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
 		Waiting: a.waiting, Handle: a.handle,
@@ -167,6 +171,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		case _, ok := <-wake:
 			if !ok {
 				wake = nil // notifications stopped: poll
+			} else if a.cfg.observer != nil {
+				a.cfg.observer.Wake(ctx, WakeEvent{Target: a.c.target(a.key)})
 			}
 		case <-timer.C:
 		}
@@ -237,6 +243,9 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+	if a.cfg.observer != nil {
+		a.cfg.observer.Abandon(ctx, AbandonEvent{Target: a.c.target(a.key)})
+	}
 	if ab, ok := a.c.d.(Abandoner); ok {
 		_ = ab.Abandon(cctx, h)
 		return

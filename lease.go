@@ -69,6 +69,17 @@ type Lease struct {
 	renewAt  time.Time          // the start of the renewal in flight; zero when none
 	capped   bool               // the watchdog's renewals end at the MaxHold cap
 	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
+
+	obs *leaseObs // nil without an Observer
+}
+
+// leaseObs is what a lease with an Observer keeps for it; ctx and leader are
+// guarded by the lease's mu.
+type leaseObs struct {
+	o      Observer
+	t      Target          // the lock, as o is told of it
+	ctx    context.Context // the context of o's events, from AcquireEnd
+	leader bool            // a Campaign's lease: its end is a Leadership event too
 }
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
@@ -78,6 +89,9 @@ func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) 
 	}
 	if cfg.renewing() {
 		l.renewEvery = cfg.renewEvery
+	}
+	if cfg.observer != nil {
+		l.obs = &leaseObs{o: cfg.observer, t: c.target(h.Key), ctx: context.Background()}
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.cur = h.TTL
@@ -123,7 +137,7 @@ func (l *Lease) expireIfPast() {
 	past := l.state == held && l.pastDeadline()
 	l.mu.Unlock()
 	if past {
-		_ = l.lose(l.expiry(), true)
+		_ = l.lose(l.expiry(), l.expiryCause(), true)
 	}
 }
 
@@ -286,7 +300,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return l.extended(start, bootStart, max(granted, ttl))
 	}
 	if errors.Is(err, ErrNotHeld) {
-		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), false)
+		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), LossNotHeld, false)
 	}
 	return err
 }
@@ -342,7 +356,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		}
 		return context.Cause(l.ctx)
 	}
-	return l.release(ctx)
+	if l.obs == nil {
+		return l.release(ctx)
+	}
+	err := l.release(ctx)
+	l.observeRelease(err)
+	return err
 }
 
 func (l *Lease) release(ctx context.Context) error {

@@ -35,6 +35,7 @@ type config struct {
 	retry      RetryStrategy
 	failLimit  time.Duration
 	logger     *slog.Logger // nil: slog.Default() when a message is logged
+	observer   Observer     // nil: no events
 	drift      float64
 	metadata   string
 	owner      string // WithOwner's ID; empty for anonymous acquisitions
