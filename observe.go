@@ -15,9 +15,9 @@ import (
 // dlockotel module).
 //
 // Its methods run on the goroutine of the event (the caller's, or a lease's
-// watchdog and timers): they must be fast, must not block, must not call back
-// into the lease or Client they are told about, and must be safe for concurrent
-// use. dlock does not guard against a slow Observer: one that blocks delays
+// watchdog and timers): they must be fast, must not block, must not call the
+// lease's or Client's operations (Unlock, Extend, TryLock...; reading Key and
+// Token is fine), and must be safe for concurrent use. dlock does not guard against a slow Observer: one that blocks delays
 // the acquisition, or the renewal that keeps a lease alive. Without an Observer
 // (the default) no event is built and nothing is called.
 //

@@ -84,25 +84,31 @@ func (e *env) points(t *testing.T, name string) []point {
 			}
 			switch d := m.Data.(type) {
 			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					out = append(out, point{p.Attributes, float64(p.Count)})
-				}
+				out = appendCounts(out, d)
 			case metricdata.Histogram[int64]:
-				for _, p := range d.DataPoints {
-					out = append(out, point{p.Attributes, float64(p.Count)})
-				}
+				out = appendCounts(out, d)
 			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					out = append(out, point{p.Attributes, float64(p.Value)})
-				}
+				out = appendValues(out, d.DataPoints)
 			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					out = append(out, point{p.Attributes, float64(p.Value)})
-				}
+				out = appendValues(out, d.DataPoints)
 			default:
 				t.Fatalf("%s: unexpected data %T", name, m.Data)
 			}
 		}
+	}
+	return out
+}
+
+func appendCounts[N int64 | float64](out []point, h metricdata.Histogram[N]) []point {
+	for _, p := range h.DataPoints {
+		out = append(out, point{p.Attributes, float64(p.Count)})
+	}
+	return out
+}
+
+func appendValues(out []point, dps []metricdata.DataPoint[int64]) []point {
+	for _, p := range dps {
+		out = append(out, point{p.Attributes, float64(p.Value)})
 	}
 	return out
 }
