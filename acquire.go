@@ -24,7 +24,7 @@ type acquisition struct {
 	tried   time.Time  // the start of the last attempt
 	busy    *BusyError // the last attempt that found the lock held
 	failed  error      // the last failure since then that the context did not cause
-	n       *int       // counts the attempts for an Observer; nil without one
+	ob      *observing // what the Observer is told; nil without one
 }
 
 // attempt makes one acquisition attempt and wraps a success into a Lease.
@@ -37,8 +37,8 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		a.start = start
 	}
 	a.tried = start
-	if a.n != nil {
-		*a.n++
+	if a.ob != nil {
+		a.ob.attempts++
 	}
 	g, err := a.c.d.Acquire(ctx, AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
@@ -171,8 +171,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		case _, ok := <-wake:
 			if !ok {
 				wake = nil // notifications stopped: poll
-			} else if a.cfg.observer != nil {
-				a.cfg.observer.Wake(ctx, WakeEvent{Target: a.c.target(a.key)})
+			} else if a.ob != nil {
+				a.cfg.observer.Wake(a.ob.ctx, WakeEvent{Target: a.ob.t})
 			}
 		case <-timer.C:
 		}
@@ -243,8 +243,8 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
-	if a.cfg.observer != nil {
-		a.cfg.observer.Abandon(ctx, AbandonEvent{Target: a.c.target(a.key)})
+	if a.ob != nil {
+		a.cfg.observer.Abandon(a.ob.ctx, AbandonEvent{Target: a.ob.t})
 	}
 	if ab, ok := a.c.d.(Abandoner); ok {
 		_ = ab.Abandon(cctx, h)

@@ -116,8 +116,8 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Leas
 	return c.once(ctx, key, &cfg, nil)
 }
 
-func (c *Client) once(ctx context.Context, key string, cfg *config, n *int) (*Lease, error) {
-	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), n: n}
+func (c *Client) once(ctx context.Context, key string, cfg *config, ob *observing) (*Lease, error) {
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), ob: ob}
 	l, err := a.attempt(ctx)
 	if err != nil {
 		a.giveUp(ctx)
@@ -150,17 +150,17 @@ func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, 
 	return c.lock(ctx, key, &cfg, nil)
 }
 
-// lock is Lock once the options are resolved; n, when not nil, counts the attempts.
-func (c *Client) lock(ctx context.Context, key string, cfg *config, n *int) (*Lease, error) {
+// lock is Lock once the options are resolved; ob is nil without an Observer.
+func (c *Client) lock(ctx context.Context, key string, cfg *config, ob *observing) (*Lease, error) {
 	if cfg.waitSet && cfg.wait == 0 {
-		return c.once(ctx, key, cfg, n)
+		return c.once(ctx, key, cfg, ob)
 	}
 	if cfg.waitSet {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
-	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), waiting: true, n: n}
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), waiting: true, ob: ob}
 	return a.wait(ctx)
 }
 

@@ -42,9 +42,11 @@ type Observer interface {
 	// with exactly one Loss or one Release.
 	Release(ctx context.Context, e ReleaseEvent)
 	// Abandon is called when an acquisition that gave up removes what its
-	// attempts may have left in the store.
+	// attempts may have left in the store, before AcquireEnd, with the context
+	// AcquireStart returned.
 	Abandon(ctx context.Context, e AbandonEvent)
-	// Wake is called when a waiter is woken by the store's notification.
+	// Wake is called when a waiter is woken by the store's notification, with
+	// the context AcquireStart returned.
 	Wake(ctx context.Context, e WakeEvent)
 	// Leadership is called when Campaign wins a role and when that leadership
 	// ends (lost or resigned).
@@ -276,6 +278,13 @@ func kindOf(d Driver) string {
 	return KindMutex
 }
 
+// observing is what an acquisition with an Observer tells it.
+type observing struct {
+	t        Target
+	ctx      context.Context // from AcquireStart
+	attempts int
+}
+
 // observed runs a TryLock (mode ModeTry) or Lock whose options, resolved with
 // error err, name an Observer, telling it of the start and the end.
 func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mode, err error) (*Lease, error) {
@@ -291,18 +300,20 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 		t = c.target(key)
 	}
 	start := time.Now()
-	octx = cfg.observer.AcquireStart(octx, AcquireStartEvent{Target: t, Mode: mode})
+	ob := &observing{t: t, ctx: cfg.observer.AcquireStart(octx, AcquireStartEvent{Target: t, Mode: mode})}
+	if ob.ctx == nil {
+		ob.ctx = octx
+	}
 	var l *Lease
-	n := 0
 	if err == nil {
 		if mode == ModeTry {
-			l, err = c.once(ctx, key, cfg, &n)
+			l, err = c.once(ctx, key, cfg, ob)
 		} else {
-			l, err = c.lock(ctx, key, cfg, &n)
+			l, err = c.lock(ctx, key, cfg, ob)
 		}
 	}
-	lctx := cfg.observer.AcquireEnd(octx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
-		Attempts: n, Wait: time.Since(start), Err: err, Lease: l})
+	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
+		Attempts: ob.attempts, Wait: time.Since(start), Err: err, Lease: l})
 	if l != nil && l.obs != nil && lctx != nil {
 		l.mu.Lock()
 		l.obs.ctx = lctx

@@ -26,7 +26,8 @@
 // key.
 //
 // Spans: dlock.acquire around each TryLock and Lock (its status an error,
-// with error.type, when no lease came back), and dlock.hold from the
+// with error.type, when no lease came back; events dlock.wake for each
+// wake-up and dlock.abandon for a clean-up), and dlock.hold from the
 // acquisition to the release or loss, with an event dlock.renewal.failed for
 // each failed renewal and dlock.lost for the loss.
 package dlockotel
@@ -311,14 +312,17 @@ func (o *Observer) Release(ctx context.Context, e dlock.ReleaseEvent) {
 	span.End(trace.WithTimestamp(time.Now()))
 }
 
-// Abandon counts a given-up acquisition's clean-up.
+// Abandon counts a given-up acquisition's clean-up, an event of its
+// dlock.acquire span.
 func (o *Observer) Abandon(ctx context.Context, e dlock.AbandonEvent) {
 	o.abandons.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Target)...))
+	trace.SpanFromContext(ctx).AddEvent("dlock.abandon")
 }
 
-// Wake counts a wake-up.
+// Wake counts a wake-up, an event of the waiter's dlock.acquire span.
 func (o *Observer) Wake(ctx context.Context, e dlock.WakeEvent) {
 	o.wakeups.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Target)...))
+	trace.SpanFromContext(ctx).AddEvent("dlock.wake")
 }
 
 // Leadership sets dlock.leader for the role.
