@@ -36,7 +36,6 @@ const (
 // Lease not made by a Locker, report ErrNotHeld.
 type Lease struct {
 	c          *Client
-	d          Driver
 	key, owner string
 	handle     any // the driver's state for the holding (Grant.Handle)
 	token      uint64
@@ -84,7 +83,7 @@ type leaseObs struct {
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
 	l := &Lease{
-		c: c, d: c.d, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
+		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
 	}
 	if cfg.renewing() {
@@ -295,7 +294,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	bootStart, _ := l.boot()
 	start := time.Now()
-	granted, err := l.d.Extend(ctx, l.holding(ttl), ttl)
+	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
 	if err == nil {
 		return l.extended(start, bootStart, max(granted, ttl))
 	}
@@ -317,7 +316,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(); err != nil {
 		return 0, err
 	}
-	return l.d.TTL(ctx, l.holding(l.currentTTL()))
+	return l.c.d.TTL(ctx, l.holding(l.currentTTL()))
 }
 
 // Unlock releases the lock if the lease still holds it, stopping the watchdog
@@ -366,14 +365,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 func (l *Lease) release(ctx context.Context) error {
 	if ctx.Err() == nil {
-		err := l.d.Release(ctx, l.holding(l.currentTTL()))
+		err := l.c.d.Release(ctx, l.holding(l.currentTTL()))
 		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrConflict) || ctx.Err() == nil {
 			return err
 		}
 	}
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
-	return l.d.Release(cctx, l.holding(l.currentTTL()))
+	return l.c.d.Release(cctx, l.holding(l.currentTTL()))
 }
 
 func (l *Lease) currentTTL() time.Duration {

@@ -109,7 +109,7 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 			defer close(done)
 			ctx, cancel := CleanupContext(context.Background())
 			defer cancel()
-			_ = l.d.Release(ctx, h)
+			_ = l.c.d.Release(ctx, h)
 		}()
 	}
 	return cause
