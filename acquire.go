@@ -25,6 +25,7 @@ type acquisition struct {
 	tried      time.Time  // the start of the last attempt
 	busy       *BusyError // the last attempt that found the lock held
 	failed     error      // the last failure since then that the context did not cause
+	ob         *observing // what the Observer is told; nil without one
 }
 
 // attempt makes one acquisition attempt and wraps a success into a Lease.
@@ -37,6 +38,9 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		a.start = start
 	}
 	a.tried = start
+	if a.ob != nil {
+		a.ob.attempts++
+	}
 	g, err := a.c.d.Acquire(ctx, AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
 		Waiting: a.waiting, Handle: a.handle,
@@ -170,6 +174,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		case _, ok := <-wake:
 			if !ok {
 				wake = nil // notifications stopped: poll
+			} else if a.ob != nil {
+				a.cfg.observer.Wake(a.ob.ctx, WakeEvent{Target: a.ob.t})
 			}
 		case <-timer.C:
 		}
@@ -240,6 +246,9 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+	if a.ob != nil {
+		a.cfg.observer.Abandon(a.ob.ctx, AbandonEvent{Target: a.ob.t})
+	}
 	if ab, ok := a.c.d.(Abandoner); ok {
 		_ = ab.Abandon(cctx, h)
 		return

@@ -107,14 +107,17 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 // TryLock makes a single attempt to take key. See Locker.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
+	if cfg.observer != nil {
+		return c.observed(ctx, key, &cfg, ModeTry, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return c.once(ctx, key, &cfg)
+	return c.once(ctx, key, &cfg, nil)
 }
 
-func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, error) {
-	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner()}
+func (c *Client) once(ctx context.Context, key string, cfg *config, ob *observing) (*Lease, error) {
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), ob: ob}
 	l, err := a.attempt(ctx)
 	if err != nil {
 		a.giveUp(ctx)
@@ -138,18 +141,26 @@ func (c *Client) once(ctx context.Context, key string, cfg *config) (*Lease, err
 // not silent. See Locker.
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
+	if cfg.observer != nil {
+		return c.observed(ctx, key, &cfg, ModeWait, err)
+	}
 	if err != nil {
 		return nil, err
 	}
+	return c.lock(ctx, key, &cfg, nil)
+}
+
+// lock is Lock once the options are resolved; ob is nil without an Observer.
+func (c *Client) lock(ctx context.Context, key string, cfg *config, ob *observing) (*Lease, error) {
 	if cfg.waitSet && cfg.wait == 0 {
-		return c.once(ctx, key, &cfg)
+		return c.once(ctx, key, cfg, ob)
 	}
 	if cfg.waitSet {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.wait)
 		defer cancel()
 	}
-	a := &acquisition{c: c, key: key, cfg: &cfg, owner: cfg.newOwner(), waiting: true}
+	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), waiting: true, ob: ob}
 	return a.wait(ctx)
 }
 

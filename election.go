@@ -48,6 +48,7 @@ func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Lead
 	if err != nil {
 		return nil, err
 	}
+	lease.observeLeader()
 	return &Leadership{role: role, lease: lease}, nil
 }
 

@@ -36,7 +36,6 @@ const (
 // Lease not made by a Locker, report ErrNotHeld.
 type Lease struct {
 	c          *Client
-	d          Driver
 	key, owner string
 	handle     any // the driver's state for the holding (Grant.Handle)
 	token      uint64
@@ -69,15 +68,29 @@ type Lease struct {
 	renewAt  time.Time          // the start of the renewal in flight; zero when none
 	capped   bool               // the watchdog's renewals end at the MaxHold cap
 	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
+
+	obs *leaseObs // nil without an Observer
+}
+
+// leaseObs is what a lease with an Observer keeps for it; ctx and leader are
+// guarded by the lease's mu.
+type leaseObs struct {
+	o      Observer
+	t      Target          // the lock, as o is told of it
+	ctx    context.Context // the context of o's events, from AcquireEnd
+	leader bool            // a Campaign's lease: its end is a Leadership event too
 }
 
 func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
 	l := &Lease{
-		c: c, d: c.d, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
+		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
 	}
 	if cfg.renewing() {
 		l.renewEvery = cfg.renewEvery
+	}
+	if cfg.observer != nil {
+		l.obs = &leaseObs{o: cfg.observer, t: c.target(h.Key), ctx: context.Background()}
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	l.cur = h.TTL
@@ -123,7 +136,7 @@ func (l *Lease) expireIfPast() {
 	past := l.state == held && l.pastDeadline()
 	l.mu.Unlock()
 	if past {
-		_ = l.lose(l.expiry(), true)
+		_ = l.lose(l.expiry(), l.expiryCause(), true)
 	}
 }
 
@@ -281,12 +294,12 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	bootStart, _ := l.boot()
 	start := time.Now()
-	granted, err := l.d.Extend(ctx, l.holding(ttl), ttl)
+	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
 	if err == nil {
 		return l.extended(start, bootStart, max(granted, ttl))
 	}
 	if errors.Is(err, ErrNotHeld) {
-		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), false)
+		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), LossNotHeld, false)
 	}
 	return err
 }
@@ -303,7 +316,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(); err != nil {
 		return 0, err
 	}
-	return l.d.TTL(ctx, l.holding(l.currentTTL()))
+	return l.c.d.TTL(ctx, l.holding(l.currentTTL()))
 }
 
 // Unlock releases the lock if the lease still holds it, stopping the watchdog
@@ -342,19 +355,24 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		}
 		return context.Cause(l.ctx)
 	}
-	return l.release(ctx)
+	if l.obs == nil {
+		return l.release(ctx)
+	}
+	err := l.release(ctx)
+	l.observeRelease(err)
+	return err
 }
 
 func (l *Lease) release(ctx context.Context) error {
 	if ctx.Err() == nil {
-		err := l.d.Release(ctx, l.holding(l.currentTTL()))
+		err := l.c.d.Release(ctx, l.holding(l.currentTTL()))
 		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrConflict) || ctx.Err() == nil {
 			return err
 		}
 	}
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
-	return l.d.Release(cctx, l.holding(l.currentTTL()))
+	return l.c.d.Release(cctx, l.holding(l.currentTTL()))
 }
 
 func (l *Lease) currentTTL() time.Duration {

@@ -28,13 +28,14 @@ type config struct {
 	ttl        time.Duration
 	ttlSet     bool
 	autoRenew  int8 // -1 off, 0 unset (auto), 1 on
+	waitSet    bool // beside the other small fields: config stays in a smaller size class
 	renewEvery time.Duration
 	maxHold    time.Duration
 	wait       time.Duration
-	waitSet    bool
 	retry      RetryStrategy
 	failLimit  time.Duration
 	logger     *slog.Logger // nil: slog.Default() when a message is logged
+	observer   Observer     // nil: no events
 	drift      float64
 	metadata   string
 	owner      string // WithOwner's ID; empty for anonymous acquisitions

@@ -69,5 +69,6 @@ module bench "vet and a quick run against a real redis-server"
 module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
 module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
 module dlockk8s "client-go's leader election with the record in redis-server"
+module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
 
 say "all green"

@@ -24,7 +24,7 @@ func (l *Lease) start() {
 // word that the holding is gone. It costs no goroutine until then.
 func (l *Lease) watchLost(lost context.Context) {
 	stop := context.AfterFunc(lost, func() {
-		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), true)
+		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), LossStoreSignal, true)
 	})
 	l.mu.Lock()
 	l.lostStop = stop
@@ -76,7 +76,7 @@ func (l *Lease) stopTimers() {
 // best-effort, owner-checked release follows on a detached, bounded context, so
 // that a store that does not forget on its own (a ZooKeeper node while its
 // session lives) frees the lock now, and a store with expiring keys a little before its expiry.
-func (l *Lease) lose(cause error, release bool) error {
+func (l *Lease) lose(cause error, why LossCause, release bool) error {
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()
@@ -93,7 +93,14 @@ func (l *Lease) lose(cause error, release bool) error {
 	// Cancelled before the state is seen: whoever finds the lease lost finds
 	// Done closed and the cause set, not a lease that is neither held nor lost.
 	l.cancel(cause)
+	var octx context.Context
+	if l.obs != nil {
+		octx = l.obs.ctx
+	}
 	l.mu.Unlock()
+	if l.obs != nil {
+		l.observeEnd(octx, why, cause)
+	}
 	if hook := lostHook.Load(); hook != nil {
 		(*hook)(l)
 	}
@@ -102,7 +109,7 @@ func (l *Lease) lose(cause error, release bool) error {
 			defer close(done)
 			ctx, cancel := CleanupContext(context.Background())
 			defer cancel()
-			_ = l.d.Release(ctx, h)
+			_ = l.c.d.Release(ctx, h)
 		}()
 	}
 	return cause
@@ -120,7 +127,7 @@ func (l *Lease) onDeadline() {
 		return
 	}
 	l.mu.Unlock()
-	_ = l.lose(l.expiry(), true)
+	_ = l.lose(l.expiry(), l.expiryCause(), true)
 }
 
 // watchdog renews the lease at once and then every renewEvery until ctx ends, the
@@ -180,6 +187,7 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duratio
 	// flight or its failure.
 	l.mu.Lock()
 	l.renewAt = time.Time{}
+	told := l.obs != nil && (ctx.Err() == nil || l.state == lost) // not when Unlock stopped it
 	switch {
 	case err == nil:
 		l.renewErr = nil
@@ -190,6 +198,9 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duratio
 		l.renewErr = err
 	}
 	l.mu.Unlock()
+	if told {
+		l.observeRenewal(started, deadline, err)
+	}
 	switch {
 	case err == nil:
 		return l.renewEvery, false

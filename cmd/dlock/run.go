@@ -52,6 +52,7 @@ type runFlags struct {
 	description string
 	quiet       bool
 	verbose     bool
+	metrics     runMetrics
 }
 
 func (o *runFlags) define() *flag.FlagSet {
@@ -81,6 +82,7 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "same as -q")
 	fs.BoolVar(&o.verbose, "v", false, "verbose: say on stderr when the lock is obtained (with its token) and released")
 	fs.BoolVar(&o.verbose, "verbose", false, "same as -v")
+	o.metrics.define(fs)
 	return fs
 }
 
@@ -146,12 +148,13 @@ type runRequest struct {
 	argv  []string // the command and its arguments
 }
 
-func runRun(ctx context.Context, e *env, args []string) int {
+func runRun(ctx context.Context, e *env, args []string) (code int) {
 	c := runCommand()
 	r, code, ok := parseRun(e, c, args)
 	if !ok {
 		return code
 	}
+	defer func() { r.flags.metrics.write(e, r.key, code) }()
 	// Register before connecting, so that no signal is lost from here on.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -162,7 +165,7 @@ func runRun(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots, shared: r.flags.shared, exclusive: r.flags.exclusive}, r.lockOptions()...)
+	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots, shared: r.flags.shared, exclusive: r.flags.exclusive}, append(r.lockOptions(), r.flags.metrics.options()...)...)
 	if err != nil {
 		return fail(e, c.name, err)
 	}

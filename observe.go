@@ -1,0 +1,403 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Observer is told of every lifecycle event of the locks a Client takes: the
+// start and end of each acquisition, each renewal, the loss or release of each
+// lease, the abandon of a given-up acquisition, the wake-ups a waiter receives,
+// and leadership gained and lost. Metrics, traces and logs hang on it (see the
+// dlockotel module).
+//
+// Its methods run on the goroutine of the event (the caller's, or a lease's
+// watchdog and timers): they must be fast, must not block, must not call the
+// lease's or Client's operations (Unlock, Extend, TryLock...; reading Key and
+// Token is fine), and must be safe for concurrent use. dlock does not guard against a slow Observer: one that blocks delays
+// the acquisition, or the renewal that keeps a lease alive. Without an Observer
+// (the default) no event is built and nothing is called.
+//
+// Embed NopObserver to implement only the methods of interest: methods added to
+// Observer later will come with a no-op in NopObserver.
+type Observer interface {
+	// AcquireStart is called when a TryLock or Lock begins, before any
+	// attempt. The returned context (ctx itself, or one derived from it, for
+	// example carrying a span) is the one AcquireEnd is given.
+	AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context
+	// AcquireEnd is called once per AcquireStart, when the acquisition
+	// returns. When it returned a lease, the returned context is the one the
+	// lease's later events (Renewal, Loss, Release, Leadership) are given;
+	// otherwise it is ignored.
+	AcquireEnd(ctx context.Context, e AcquireEndEvent) context.Context
+	// Renewal is called after each renewal of a lease by its watchdog.
+	Renewal(ctx context.Context, e RenewalEvent)
+	// Loss is called once when a lease is lost (its context cancelled with
+	// ErrLockLost), before any Unlock of it returns.
+	Loss(ctx context.Context, e LossEvent)
+	// Release is called when Unlock of a held lease has returned. A lease ends
+	// with exactly one Loss or one Release.
+	Release(ctx context.Context, e ReleaseEvent)
+	// Abandon is called when an acquisition that gave up removes what its
+	// attempts may have left in the store, before AcquireEnd, with the context
+	// AcquireStart returned.
+	Abandon(ctx context.Context, e AbandonEvent)
+	// Wake is called when a waiter is woken by the store's notification, with
+	// the context AcquireStart returned.
+	Wake(ctx context.Context, e WakeEvent)
+	// Leadership is called when Campaign wins a role and when that leadership
+	// ends (lost or resigned).
+	Leadership(ctx context.Context, e LeadershipEvent)
+}
+
+// NopObserver is an Observer that does nothing; embed it in an Observer that
+// implements only some of the methods.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+// AcquireStart returns ctx.
+func (NopObserver) AcquireStart(ctx context.Context, _ AcquireStartEvent) context.Context {
+	return ctx
+}
+
+// AcquireEnd returns ctx.
+func (NopObserver) AcquireEnd(ctx context.Context, _ AcquireEndEvent) context.Context { return ctx }
+
+// Renewal does nothing.
+func (NopObserver) Renewal(context.Context, RenewalEvent) {}
+
+// Loss does nothing.
+func (NopObserver) Loss(context.Context, LossEvent) {}
+
+// Release does nothing.
+func (NopObserver) Release(context.Context, ReleaseEvent) {}
+
+// Abandon does nothing.
+func (NopObserver) Abandon(context.Context, AbandonEvent) {}
+
+// Wake does nothing.
+func (NopObserver) Wake(context.Context, WakeEvent) {}
+
+// Leadership does nothing.
+func (NopObserver) Leadership(context.Context, LeadershipEvent) {}
+
+// WithObserver sets the Observer told of the lifecycle events of the locks
+// taken with this option (as a Client default, or for one call). nil removes a
+// Client's default Observer for the call. The default is none.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		if isNil(o) {
+			c.observer = nil
+			return
+		}
+		c.observer = o
+	}
+}
+
+// Target names the lock an event is about.
+type Target struct {
+	Key string
+	// Backend names the store: the driver's Backend() when it has that method,
+	// otherwise the last element of the driver type's package path
+	// ("redislock", "memlock"...), "unknown" when there is none.
+	Backend string
+	// Kind is the primitive: the driver's Kind() when it has that method
+	// (KindMutex, KindFair, KindReentrant, KindReadWrite, KindSemaphore, or a
+	// finer name such as "read" and "write"), otherwise KindMutex.
+	Kind string
+}
+
+// Mode is how an acquisition waits.
+type Mode string
+
+// The modes of an acquisition.
+const (
+	ModeTry  Mode = "try"  // TryLock, or Lock with WithWait(0): one attempt
+	ModeWait Mode = "wait" // Lock: waits while the lock is held
+)
+
+// Outcome is how an acquisition ended.
+type Outcome string
+
+// The outcomes of an acquisition, from its error.
+const (
+	OutcomeAcquired    Outcome = "acquired"    // a lease was returned
+	OutcomeBusy        Outcome = "busy"        // held by another owner (ErrNotObtained)
+	OutcomeTimeout     Outcome = "timeout"     // the context's deadline or WithWait ended the wait
+	OutcomeCanceled    Outcome = "canceled"    // the context was cancelled
+	OutcomeUnavailable Outcome = "unavailable" // the backend failed (ErrUnavailable, or another error)
+	OutcomeRefused     Outcome = "refused"     // the backend refused the request (ErrRefused)
+	OutcomeInvalid     Outcome = "invalid"     // bad input (ErrInvalid, ErrConflict)
+)
+
+// OutcomeOf classifies an acquisition's error.
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict):
+		return OutcomeInvalid
+	case errors.Is(err, ErrRefused):
+		return OutcomeRefused
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return OutcomeTimeout
+	case errors.Is(err, ErrNotObtained):
+		return OutcomeBusy
+	}
+	return OutcomeUnavailable
+}
+
+// AcquireStartEvent is the start of a TryLock or Lock.
+type AcquireStartEvent struct {
+	Target
+	Mode Mode
+}
+
+// AcquireEndEvent is the end of a TryLock or Lock.
+type AcquireEndEvent struct {
+	Target
+	Mode     Mode
+	Outcome  Outcome
+	Attempts int           // the attempts made (0 when the request was invalid)
+	Wait     time.Duration // from the start of the call to its return
+	Err      error         // nil when acquired
+	Lease    *Lease        // the lease when acquired, otherwise nil
+}
+
+// RenewalOutcome is how a renewal ended.
+type RenewalOutcome string
+
+// The outcomes of a renewal.
+const (
+	RenewalOK        RenewalOutcome = "ok"        // the lease was extended
+	RenewalTransient RenewalOutcome = "transient" // it failed; it is retried within the validity
+	RenewalNotHeld   RenewalOutcome = "not_held"  // the store no longer holds the lock: the lease is lost
+)
+
+// RenewalEvent is one renewal by a lease's watchdog.
+type RenewalEvent struct {
+	Target
+	Outcome RenewalOutcome
+	// Margin is the time that was left to the local deadline when the renewal
+	// started: how close the lease came to its loss.
+	Margin   time.Duration
+	Duration time.Duration // the round trip
+	Err      error         // nil when ok
+}
+
+// LossCause is why a lease was lost.
+type LossCause string
+
+// The causes of a loss.
+const (
+	LossNotHeld       LossCause = "not_held"       // a renewal or Extend found the lock gone or someone else's
+	LossLocalDeadline LossCause = "local_deadline" // no renewal succeeded before the local deadline
+	LossFixedTTL      LossCause = "fixed_ttl"      // a lease without watchdog reached its TTL
+	LossMaxHold       LossCause = "max_hold"       // the WithMaxHold cap was reached
+	LossStoreSignal   LossCause = "store_signal"   // the driver said the holding is gone (Grant.Lost)
+)
+
+// LossEvent is the loss of a lease.
+type LossEvent struct {
+	Target
+	Cause LossCause
+	Held  time.Duration // from the acquisition to the loss
+	Err   error         // the loss, matching ErrLockLost
+}
+
+// ReleaseOutcome is how an Unlock ended.
+type ReleaseOutcome string
+
+// The outcomes of a release.
+const (
+	ReleaseOK      ReleaseOutcome = "ok"       // the lock was released
+	ReleaseNotHeld ReleaseOutcome = "not_held" // the lock was already gone or someone else's
+	ReleaseError   ReleaseOutcome = "error"    // the backend failed; the lock ends at its TTL
+)
+
+// ReleaseEvent is an Unlock of a held lease.
+type ReleaseEvent struct {
+	Target
+	Outcome ReleaseOutcome
+	Held    time.Duration // from the acquisition to the release
+	Err     error
+}
+
+// AbandonEvent is the clean-up of an acquisition that gave up.
+type AbandonEvent struct {
+	Target
+}
+
+// WakeEvent is a wake-up a waiter received from the store's notifications.
+type WakeEvent struct {
+	Target
+}
+
+// LeadershipEvent is a leadership won (Leader true) or ended.
+type LeadershipEvent struct {
+	Target               // Key is the role
+	Leader bool          // true when won, false when it ended
+	Held   time.Duration // when ended: the term
+	Err    error         // when ended: ErrReleased after Resign, or the loss
+}
+
+// target names key on the Client's backend.
+func (c *Client) target(key string) Target {
+	return Target{Key: key, Backend: backendOf(c.d), Kind: kindOf(c.d)}
+}
+
+func backendOf(d Driver) string {
+	if b, ok := d.(interface{ Backend() string }); ok {
+		if s := b.Backend(); s != "" {
+			return s
+		}
+	}
+	t := reflect.TypeOf(d)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.PkgPath() == "" {
+		return "unknown"
+	}
+	p := t.PkgPath()
+	return p[strings.LastIndexByte(p, '/')+1:]
+}
+
+func kindOf(d Driver) string {
+	if k, ok := d.(interface{ Kind() string }); ok {
+		if s := k.Kind(); s != "" {
+			return s
+		}
+	}
+	return KindMutex
+}
+
+// observing is what an acquisition with an Observer tells it.
+type observing struct {
+	t        Target
+	ctx      context.Context // from AcquireStart
+	attempts int
+}
+
+// observed runs a TryLock (mode ModeTry) or Lock whose options, resolved with
+// error err, name an Observer, telling it of the start and the end.
+func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mode, err error) (*Lease, error) {
+	if mode == ModeWait && cfg.waitSet && cfg.wait == 0 {
+		mode = ModeTry
+	}
+	octx := ctx
+	if octx == nil {
+		octx = context.Background()
+	}
+	t := Target{Key: key, Backend: "unknown", Kind: KindMutex}
+	if c != nil {
+		t = c.target(key)
+	}
+	start := time.Now()
+	ob := &observing{t: t, ctx: cfg.observer.AcquireStart(octx, AcquireStartEvent{Target: t, Mode: mode})}
+	if ob.ctx == nil {
+		ob.ctx = octx
+	}
+	var l *Lease
+	if err == nil {
+		if mode == ModeTry {
+			l, err = c.once(ctx, key, cfg, ob)
+		} else {
+			l, err = c.lock(ctx, key, cfg, ob)
+		}
+	}
+	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
+		Attempts: ob.attempts, Wait: time.Since(start), Err: err, Lease: l})
+	if l != nil && l.obs != nil && lctx != nil {
+		l.mu.Lock()
+		l.obs.ctx = lctx
+		l.mu.Unlock()
+	}
+	return l, err
+}
+
+// expiryCause names why a lease past its local deadline is lost (see expiry).
+func (l *Lease) expiryCause() LossCause {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.renewEvery == 0:
+		return LossFixedTTL
+	case l.capped:
+		return LossMaxHold
+	}
+	return LossLocalDeadline
+}
+
+// observeEnd tells the lease's observer of its loss (why, cause).
+func (l *Lease) observeEnd(octx context.Context, why LossCause, cause error) {
+	held := time.Since(l.acquired)
+	l.obs.o.Loss(octx, LossEvent{Target: l.obs.t, Cause: why, Held: held, Err: cause})
+	l.observeTermEnd(octx, held, cause)
+}
+
+// observeRelease tells the lease's observer of an Unlock that returned err.
+func (l *Lease) observeRelease(err error) {
+	l.mu.Lock()
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	out := ReleaseOK
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		out = ReleaseNotHeld
+	case err != nil:
+		out = ReleaseError
+	}
+	held := time.Since(l.acquired)
+	l.obs.o.Release(octx, ReleaseEvent{Target: l.obs.t, Outcome: out, Held: held, Err: err})
+	cause := err
+	if cause == nil {
+		cause = ErrReleased
+	}
+	l.observeTermEnd(octx, held, cause)
+}
+
+// observeTermEnd tells the observer that the leadership held by the lease ended.
+func (l *Lease) observeTermEnd(octx context.Context, held time.Duration, cause error) {
+	l.mu.Lock()
+	leader := l.obs.leader
+	l.mu.Unlock()
+	if leader {
+		l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Held: held, Err: cause})
+	}
+}
+
+// observeLeader tells the lease's observer that it holds a leadership.
+func (l *Lease) observeLeader() {
+	if l.zero() || l.obs == nil {
+		return
+	}
+	l.mu.Lock()
+	l.obs.leader = true
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Leader: true})
+}
+
+// observeRenewal tells the lease's observer of a renewal that started at
+// started, with the local deadline then at deadline, and ended with err.
+func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
+	out := RenewalOK
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		out = RenewalNotHeld
+	case err != nil:
+		out = RenewalTransient
+	}
+	l.mu.Lock()
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Outcome: out, Margin: deadline.Sub(started),
+		Duration: time.Since(started), Err: err})
+}
