@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
 )
 
 // TestRedlockRunStatusListUnlock: three --redis URLs mean Redlock. dlock run
@@ -37,6 +40,16 @@ func TestRedlockRunStatusListUnlock(t *testing.T) {
 	r = dlockRun(t, with("list", "--names", key[:len(key)-2]+"*")...)
 	if r.stdout != key+"\n" {
 		t.Errorf("list --names: %q (stderr %q)", r.stdout, r.stderr)
+	}
+	// A Redlock lock needs only a majority; under load the third grant can come
+	// after the holder started. Stopping a node that did grant it must leave a
+	// majority holding it, so wait until every node has it.
+	lockKey := redislock.LockKey(key)
+	for _, addr := range []string{srv.Addr, b.Addr, c.Addr} {
+		rdb := testserver.RedisClient(t, addr)
+		testserver.Eventually(t, 10*time.Second, "the holding on "+addr, func() bool {
+			return rdb.Exists(context.Background(), lockKey).Val() == 1
+		})
 	}
 	c.Stop() // a minority down: still served
 	r = dlockRun(t, with("run", "--wait", "0", key, "--", "true")...)
