@@ -94,6 +94,7 @@ var variants = append([]variant{
 	{name: "zk", lib: "zk", in: inA | inBC, on: onZK,
 		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
 		open: openZK},
+	zkRecipeVariant,
 }, primitiveVariants...)
 
 // locker is one library opened on a go-redis client, or on a connection to etcd

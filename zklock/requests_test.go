@@ -1,0 +1,178 @@
+package zklock
+
+import (
+	"context"
+	"encoding/binary"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+)
+
+// opNames are the ZooKeeper opcodes the lock path may send.
+var opNames = map[int32]string{1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData",
+	8: "getChildren", 12: "getChildren2", 14: "multi", 19: "createContainer"}
+
+// opLog records the requests a Driver's connections send, by opcode, pings
+// left out: the client writes each request in one piece, its header (length,
+// xid, opcode) first.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *opLog) dialer(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &loggedConn{Conn: c, l: l}, nil
+}
+
+// take returns the requests recorded since the last take.
+func (l *opLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ops := l.ops
+	l.ops = nil
+	return ops
+}
+
+type loggedConn struct {
+	net.Conn
+	l     *opLog
+	first bool // the connect request, which has no header, has been written
+}
+
+func (c *loggedConn) Write(b []byte) (int, error) {
+	if !c.first {
+		c.first = true
+	} else if len(b) >= 12 {
+		xid, op := int32(binary.BigEndian.Uint32(b[4:])), int32(binary.BigEndian.Uint32(b[8:]))
+		if xid >= 0 { // not a ping, auth or set-watches packet
+			name := opNames[op]
+			if name == "" {
+				name = "op" + string(rune('0'+op))
+			}
+			c.l.mu.Lock()
+			c.l.ops = append(c.l.ops, name)
+			c.l.mu.Unlock()
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+// TestRequestsPerOperation counts, exactly, the requests of the lock path: an
+// uncontended Lock+Unlock is a create (in a multi that also returns its
+// token), a read of the queue and a delete; a waiter queues with a create, a
+// read of the queue and a watch on its predecessor; a hand-over is the
+// holder's delete and the next waiter's read of the queue, after which it
+// holds the lock with no write.
+func TestRequestsPerOperation(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	logs := map[string]*opLog{}
+	clients := map[string]*dlock.Client{}
+	for _, n := range []string{"a", "b", "c"} {
+		logs[n] = &opLog{}
+		c, err := New(newDriver(t, WithDialer(logs[n].dialer)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[n] = c
+	}
+	expect := func(who, what string, want ...string) {
+		t.Helper()
+		if got := logs[who].take(); !slices.Equal(got, want) {
+			t.Errorf("%s: requests %s, want %s", what, strings.Join(got, " "), strings.Join(want, " "))
+		}
+	}
+	// The first cycle makes the lock node, the root and the clock node.
+	l, err := clients["a"].Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs["a"].take()
+	for i := 0; i < 5; i++ {
+		l, err := clients["a"].Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		expect("a", "uncontended Lock+Unlock", "multi", "getChildren2", "delete")
+	}
+	l, err = clients["a"].TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("a", "uncontended TryLock", "getChildren2", "multi", "getChildren2")
+
+	// b queues behind the holder a, c behind b.
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := map[string]chan result{}
+	obs := newDriver(t) // watches the queue; its requests are not counted
+	lp := obs.lockPath(key)
+	for i, n := range []string{"b", "c"} {
+		got[n] = make(chan result, 1)
+		go func() {
+			l, err := clients[n].Lock(ctx, key)
+			got[n] <- result{l, err}
+		}()
+		waitQueue(t, obs, lp, 10*time.Second, func(q []child) bool { return len(q) == i+2 })
+	}
+	// Each waiter's first attempt has set its watch before its Busy returned;
+	// the Client subscribes after that, with no request of its own.
+	waitOps := func(who string, n int) []string {
+		t.Helper()
+		var ops []string
+		for end := time.Now().Add(10 * time.Second); len(ops) < n && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			ops = append(ops, logs[who].take()...)
+		}
+		return ops
+	}
+	if ops := waitOps("b", 3); !slices.Equal(ops, []string{"multi", "getChildren2", "getData"}) {
+		t.Errorf("b queueing behind the holder: %s, want multi getChildren2 getData (with a watch)", strings.Join(ops, " "))
+	}
+	if ops := waitOps("c", 3); !slices.Equal(ops, []string{"multi", "getChildren2", "getChildren2"}) {
+		t.Errorf("c queueing behind a waiter: %s, want multi getChildren2 getChildren2 (with a watch)", strings.Join(ops, " "))
+	}
+	// a hands over to b, b to c.
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rb := <-got["b"]
+	if rb.err != nil {
+		t.Fatal(rb.err)
+	}
+	expect("a", "release", "delete")
+	expect("b", "taking the lock handed over", "getChildren2")
+	if err := rb.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc := <-got["c"]
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	expect("b", "release", "delete")
+	expect("c", "taking the lock handed over", "getChildren2")
+	if rc.l.Token() <= rb.l.Token() || rb.l.Token() <= l.Token() {
+		t.Errorf("tokens %d, %d, %d not increasing", l.Token(), rb.l.Token(), rc.l.Token())
+	}
+	if err := rc.l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expect("c", "release", "delete")
+}
