@@ -62,7 +62,9 @@ func (r zkRecipe) Close() error { r.c.Close(); return nil }
 
 func (zkRecipe) notified() bool { return true }
 
-func (r zkRecipe) mutex(key string) mutex { return &zkRecipeMutex{c: r.c, path: zkRecipeRoot + "/" + key} }
+func (r zkRecipe) mutex(key string) mutex {
+	return &zkRecipeMutex{c: r.c, path: zkRecipeRoot + "/" + key}
+}
 
 type zkRecipeMutex struct {
 	c    *zk.Conn
