@@ -70,7 +70,8 @@ type Driver struct {
 	waitersMu sync.Mutex
 	waiters   map[ownerKey]*waiter
 
-	plainCreate atomic.Bool // the session may not write a lock node: create without the multi
+	plainCreate atomic.Bool // the session may not write the clock node: create without the multi
+	wire        wire        // tells when a request has been written to the server
 
 	reqTimeout time.Duration // bounds each call of the Driver
 	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
@@ -141,11 +142,11 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 	log := zk.WithLogger(logger{d: d, logf: o.logf})
 	var conn *zk.Conn
 	var err error
-	if o.dialer != nil {
-		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(o.dialer))
-	} else {
-		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log)
+	dial := o.dialer
+	if dial == nil {
+		dial = net.DialTimeout
 	}
+	conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(d.wire.dialer(dial)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
 	}

@@ -42,19 +42,72 @@ func (d *Driver) checkArgs(key, owner string) error {
 
 // list returns the queue of the lock at lp (empty when the lock node is missing).
 func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
+	q, _, err := d.listZxid(ctx, lp)
+	return q, err
+}
+
+// listZxid is list, with the lock node's pzxid: the zxid of the last create or
+// delete of a child (0 when the lock node is missing).
+func (d *Driver) listZxid(ctx context.Context, lp string) ([]child, int64, error) {
 	var names []string
+	var st *zk.Stat
 	err := d.call(ctx, func() (err error) {
-		names, _, err = d.conn.Children(lp)
+		names, st, err = d.conn.Children(lp)
 		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, 0, mapErr(err)
 	}
-	return queue(lp, names)
+	q, err := queue(lp, names)
+	return q, st.Pzxid, err
 }
+
+// createAndList creates owner's node (see create) and reads the queue after
+// it. The read goes out as soon as the create has been written to the server,
+// without waiting for its reply: the server answers the requests of a session
+// in the order they come, so the read sees the new node, and the two take one
+// round trip. When the read went out before the node was made (the lock node
+// was missing, and the create was made again), the lock node's pzxid, older
+// than the node's czxid, tells, and the queue is read again. The result has a
+// name when the node was made (err is then the read's).
+func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, error) {
+	type listed struct {
+		q     []child
+		pzxid int64
+		err   error
+	}
+	written, forget := d.wire.expect(lp + "/" + childPrefix + owner + "-")
+	defer forget()
+	done := make(chan struct{})
+	lc := make(chan listed, 1)
+	go func() {
+		select {
+		case <-written:
+		case <-done:
+			lc <- listed{err: errNotSent}
+			return
+		}
+		q, pz, err := d.listZxid(ctx, lp)
+		lc <- listed{q, pz, err}
+	}()
+	c, err := d.create(ctx, lp, owner, data)
+	close(done)
+	l := <-lc
+	if err != nil {
+		return created{}, nil, err
+	}
+	if l.err == nil && c.czxid != 0 && l.pzxid >= c.czxid {
+		return c, l.q, nil
+	}
+	q, err := d.list(ctx, lp)
+	return c, q, err
+}
+
+// errNotSent is the outcome of a read of the queue that was not made.
+var errNotSent = errors.New("zklock: not sent")
 
 // created is a node that create made.
 type created struct {
@@ -315,8 +368,8 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 		fresh := false
 		if w.node == "" {
 			wstart := time.Now()
-			c, err := d.create(ctx, lp, owner, encodeData(wttl, metadata))
-			if err != nil {
+			c, cq, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
+			if c.name == "" {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
 					// The create may have been applied with its reply lost.
 					d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
@@ -325,19 +378,20 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			}
 			w.node, w.czxid, w.session = c.name, c.czxid, c.session
 			w.written, w.writtenTTL = wstart, wttl
-			fresh, listed = true, false
-		}
-		if !listed {
-			var err error
-			if q, err = d.list(ctx, lp); err != nil {
-				switch {
-				case fresh && errors.Is(err, dlock.ErrConflict):
+			fresh, q = true, cq
+			if err != nil {
+				if errors.Is(err, dlock.ErrConflict) {
 					// Not a lock node of dlock's: take the node back out.
 					_ = d.deleteNode(ctx, lp, owner, w.node)
 					w.lost()
-				case fresh:
+				} else {
 					d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
 				}
+				return grant{}, err
+			}
+		} else if !listed {
+			var err error
+			if q, err = d.list(ctx, lp); err != nil {
 				return grant{}, err
 			}
 		}
@@ -601,6 +655,11 @@ func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, e
 	}
 	if gone {
 		return 0, notHeld(h.Key)
+	}
+	if h.TTL > 0 {
+		// A node that waited carries a margin beyond the lease's TTL (see
+		// waiterMargin): the lease trusts the lock for its TTL at most.
+		rem = min(rem, h.TTL)
 	}
 	return max(rem, 0), nil
 }

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"slices"
 	"strings"
@@ -175,4 +176,75 @@ func TestRequestsPerOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("c", "release", "delete")
+}
+
+// TestWaitedNodeMargin: a Lock's node carries its TTL plus waiterMargin, so
+// that it can be taken without a write after waiting; the lease still reports,
+// and trusts, its TTL at most, and the first renewal writes the TTL alone.
+func TestWaitedNodeMargin(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx := ctxT(t, 10*time.Second)
+	key := dlocktest.Key(t)
+	d := newDriver(t)
+	c, err := New(d, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Unlock(context.Background()) }()
+	info, err := d.Inspect(ctx, key)
+	if err != nil || info.TTL <= ttl || info.TTL > ttl+waiterMargin(ttl) {
+		t.Errorf("Inspect of a lock taken by Lock: TTL %v (%v), want in (%v, %v]", info.TTL, err, ttl, ttl+waiterMargin(ttl))
+	}
+	if left, err := l.TTL(ctx); err != nil || left > ttl || left < ttl-time.Second {
+		t.Errorf("Lease.TTL %v (%v), want at most %v", left, err, ttl)
+	}
+	if time.Until(l.Deadline()) > ttl {
+		t.Errorf("deadline %v away, beyond the TTL", time.Until(l.Deadline()))
+	}
+	if err := l.Extend(ctx, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := d.Inspect(ctx, key); err != nil || info.TTL > ttl {
+		t.Errorf("Inspect after Extend: TTL %v (%v), want at most %v", info.TTL, err, ttl)
+	}
+}
+
+// TestStaleWaiterNodeIsRewrittenAtTake: a waiter whose node's last write no
+// longer outlives the lease by its data (the waiter did not rewrite it in
+// time) writes it again as it takes the lock.
+func TestStaleWaiterNodeIsRewrittenAtTake(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx := ctxT(t, 10*time.Second)
+	key := dlocktest.Key(t)
+	log := &opLog{}
+	a, b := newDriver(t), newDriver(t, WithDialer(log.dialer))
+	if _, err := a.acquire(ctx, key, "a", 10*time.Second, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.acquire(ctx, key, "b", ttl, "", true); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("waiter: %v", err)
+	}
+	w := b.waiterOf(ownerKey{b.lockPath(key), "b"})
+	if w == nil {
+		t.Fatal("no waiter record")
+	}
+	w.written = w.written.Add(-waiterMargin(ttl) - time.Millisecond)
+	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	g, err := b.acquire(ctx, key, "b", ttl, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops := log.take(); !slices.Equal(ops, []string{"getChildren2", "setData"}) {
+		t.Errorf("take of a stale node: %s, want getChildren2 setData", strings.Join(ops, " "))
+	}
+	if info, err := b.Inspect(ctx, key); err != nil || info.Token != g.token || info.TTL > ttl || info.TTL < ttl-time.Second {
+		t.Errorf("after the take: %+v, %v; want token %d, TTL about %v", info, err, g.token, ttl)
+	}
 }
