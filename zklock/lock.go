@@ -55,6 +55,11 @@ func (d *Driver) listZxid(ctx context.Context, lp string) ([]child, int64, error
 		names, st, err = d.conn.Children(lp)
 		return err
 	})
+	return d.parseList(lp, names, st, err)
+}
+
+// parseList is the outcome of listZxid from the reply to the read.
+func (d *Driver) parseList(lp string, names []string, st *zk.Stat, err error) ([]child, int64, error) {
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, nil
 	}
@@ -90,12 +95,20 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 			lc <- listed{err: errNotSent}
 			return
 		}
-		q, pz, err := d.listZxid(ctx, lp)
+		// The call ends when the server answers or the connection drops; the
+		// caller waits for it only as long as ctx lets it.
+		names, st, err := d.conn.Children(lp)
+		q, pz, err := d.parseList(lp, names, st, err)
 		lc <- listed{q, pz, err}
 	}()
 	c, err := d.create(ctx, lp, owner, data)
 	close(done)
-	l := <-lc
+	var l listed
+	select {
+	case l = <-lc:
+	case <-ctx.Done():
+		l.err = ctx.Err()
+	}
 	if err != nil {
 		return created{}, nil, err
 	}
