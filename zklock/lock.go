@@ -42,47 +42,40 @@ func (d *Driver) checkArgs(key, owner string) error {
 
 // list returns the queue of the lock at lp (empty when the lock node is missing).
 func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
-	q, _, err := d.listZxid(ctx, lp)
-	return q, err
-}
-
-// listZxid is list, with the lock node's pzxid: the zxid of the last create or
-// delete of a child (0 when the lock node is missing).
-func (d *Driver) listZxid(ctx context.Context, lp string) ([]child, int64, error) {
 	var names []string
-	var st *zk.Stat
 	err := d.call(ctx, func() (err error) {
-		names, st, err = d.conn.Children(lp)
+		names, _, err = d.conn.Children(lp)
 		return err
 	})
-	return d.parseList(lp, names, st, err)
+	if err != nil {
+		return parseList(lp, nil, err) // names may still be written: the call ended early
+	}
+	return parseList(lp, names, nil)
 }
 
-// parseList is the outcome of listZxid from the reply to the read.
-func (d *Driver) parseList(lp string, names []string, st *zk.Stat, err error) ([]child, int64, error) {
+// parseList is the outcome of list from the reply to the read.
+func parseList(lp string, names []string, err error) ([]child, error) {
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, 0, mapErr(err)
+		return nil, mapErr(err)
 	}
-	q, err := queue(lp, names)
-	return q, st.Pzxid, err
+	return queue(lp, names)
 }
 
 // createAndList creates owner's node (see create) and reads the queue after
 // it. The read goes out as soon as the create has been written to the server,
 // without waiting for its reply: the server answers the requests of a session
 // in the order they come, so the read sees the new node, and the two take one
-// round trip. When the read went out before the node was made (the lock node
-// was missing, and the create was made again), the lock node's pzxid, older
-// than the node's czxid, tells, and the queue is read again. The result has a
-// name when the node was made (err is then the read's).
+// round trip. A read that does not show the node went out before it was made
+// (the lock node was missing, and the create was made again) or after it was
+// gone: the queue is read again. The result has a name when the node was made
+// (err is then the read's).
 func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, error) {
 	type listed struct {
-		q     []child
-		pzxid int64
-		err   error
+		q   []child
+		err error
 	}
 	written, forget := d.wire.expect(lp + "/" + childPrefix + owner + "-")
 	defer forget()
@@ -97,9 +90,9 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		}
 		// The call ends when the server answers or the connection drops; the
 		// caller waits for it only as long as ctx lets it.
-		names, st, err := d.conn.Children(lp)
-		q, pz, err := d.parseList(lp, names, st, err)
-		lc <- listed{q, pz, err}
+		names, _, err := d.conn.Children(lp)
+		q, err := parseList(lp, names, err)
+		lc <- listed{q, err}
 	}()
 	c, err := d.create(ctx, lp, owner, data)
 	close(done)
@@ -112,7 +105,7 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 	if err != nil {
 		return created{}, nil, err
 	}
-	if l.err == nil && c.czxid != 0 && l.pzxid >= c.czxid {
+	if l.err == nil && index(l.q, c.name) >= 0 {
 		return c, l.q, nil
 	}
 	q, err := d.list(ctx, lp)
@@ -144,7 +137,6 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (cre
 		plain := d.plainCreate.Load()
 		var path string
 		var czxid int64
-		var noClock bool
 		err := d.ownerCall(ctx, lp, owner, func() error {
 			if plain {
 				var err error
@@ -156,10 +148,10 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (cre
 				&zk.SetDataRequest{Path: d.clockPath(), Data: nil, Version: -1})
 			if err != nil {
 				if len(res) == 2 && !errors.Is(res[0].Error, zk.ErrNoNode) && errors.Is(res[1].Error, zk.ErrNoNode) {
-					noClock = true
+					return errNoClock
 				}
 				if len(res) == 2 && errors.Is(res[1].Error, zk.ErrNoAuth) {
-					err = zk.ErrNoAuth
+					return zk.ErrNoAuth
 				}
 				return err
 			}
@@ -182,7 +174,7 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (cre
 		case errors.Is(err, zk.ErrNoAuth) && !plain:
 			// The clock node is not ours to write: nothing was created.
 			d.plainCreate.Store(true)
-		case noClock:
+		case errors.Is(err, errNoClock):
 			if err := d.makeClock(ctx); err != nil {
 				return created{}, err
 			}
@@ -197,6 +189,9 @@ func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (cre
 		}
 	}
 }
+
+// errNoClock says that a create failed because the clock node is missing.
+var errNoClock = errors.New("zklock: no clock node")
 
 // clockNode is the name of a node under the root that every create writes
 // (nothing) in the same transaction, for the transaction's zxid. No key

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/go-zookeeper/zk"
 )
 
 // opNames are the ZooKeeper opcodes the lock path may send.
@@ -247,4 +248,47 @@ func TestStaleWaiterNodeIsRewrittenAtTake(t *testing.T) {
 	if info, err := b.Inspect(ctx, key); err != nil || info.Token != g.token || info.TTL > ttl || info.TTL < ttl-time.Second {
 		t.Errorf("after the take: %+v, %v; want token %d, TTL about %v", info, err, g.token, ttl)
 	}
+}
+
+// TestClockNotWritable: where the session may not write the clock node (made
+// by another Driver with an ACL of its own), a create goes alone and the
+// token is read from the node: the lock works, with one request more.
+func TestClockNotWritable(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	root := "/" + escape(dlocktest.Key(t))
+	log := &opLog{}
+	d := newDriver(t, WithRoot(root), WithDialer(log.dialer))
+	if err := d.makePath(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	owner := newDriver(t, WithRoot(root), WithAuth("digest", []byte("u:p")), WithACL(zk.DigestACL(zk.PermAll, "u", "p")...))
+	if err := owner.makeClock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := "k"
+	for i := 0; i < 2; i++ {
+		g, err := d.acquire(ctx, key, "o", time.Second, "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, st, err := d.conn.Get(d.lockPath(key) + "/" + g.node)
+		if err != nil || uint64(st.Czxid) != g.token || g.session != d.SessionID() {
+			t.Fatalf("grant %+v, node %+v, %v", g, st, err)
+		}
+		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !d.plainCreate.Load() {
+		t.Error("the Driver still writes the clock node")
+	}
+	log.take()
+	g, err := d.acquire(ctx, key, "o", time.Second, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops := log.take(); !slices.Equal(ops, []string{"create", "getChildren2", "getData"}) {
+		t.Errorf("requests %s, want create getChildren2 getData", strings.Join(ops, " "))
+	}
+	_ = d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}})
 }
