@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
 	"github.com/dlock-go/dlock/internal/testproxy"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -387,17 +388,7 @@ func TestStaleTokens(t *testing.T) {
 	}
 	key := "billing:stale"
 	t.Cleanup(func() { rdb.Del(ctx, "fenced:"+key) })
-	old, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ForceUnlock(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	cur, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, cur := dlocktest.Superseded(t, c, key)
 	if err := f.Set(ctx, cur, "fenced:"+key, "new", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -261,17 +261,7 @@ func TestFenceReportsStaleTokens(t *testing.T) {
 	key := dlocktest.Key(t)
 	res := "fenced:" + key
 	t.Cleanup(func() { rdb.Del(ctx, res) })
-	old, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ForceUnlock(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	cur, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, cur := dlocktest.Superseded(t, c, key)
 	if err := f.Set(ctx, cur, res, "new", 0); err != nil {
 		t.Fatal(err)
 	}
