@@ -152,28 +152,23 @@ func TestRequestsPerOperation(t *testing.T) {
 		t.Errorf("c queueing behind a waiter: %s, want multi getChildren2 getChildren2 (with a watch)", strings.Join(ops, " "))
 	}
 	// a hands over to b, b to c.
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
+	holder, tokens := "a", []uint64{l.Token()}
+	for _, next := range []string{"b", "c"} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got[next]
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		expect(holder, "release", "delete")
+		expect(next, "taking the lock handed over", "getChildren2")
+		if r.l.Token() <= tokens[len(tokens)-1] {
+			t.Errorf("token %d after %v", r.l.Token(), tokens)
+		}
+		holder, l, tokens = next, r.l, append(tokens, r.l.Token())
 	}
-	rb := <-got["b"]
-	if rb.err != nil {
-		t.Fatal(rb.err)
-	}
-	expect("a", "release", "delete")
-	expect("b", "taking the lock handed over", "getChildren2")
-	if err := rb.l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rc := <-got["c"]
-	if rc.err != nil {
-		t.Fatal(rc.err)
-	}
-	expect("b", "release", "delete")
-	expect("c", "taking the lock handed over", "getChildren2")
-	if rc.l.Token() <= rb.l.Token() || rb.l.Token() <= l.Token() {
-		t.Errorf("tokens %d, %d, %d not increasing", l.Token(), rb.l.Token(), rc.l.Token())
-	}
-	if err := rc.l.Unlock(context.Background()); err != nil {
+	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	expect("c", "release", "delete")
