@@ -7,6 +7,7 @@ var (
 	QueueKey          = queueKey
 	QueueDeadlineKey  = queueDeadlineKey
 	HoldersKey        = holdersKey
+	ReadersKey        = readersKey
 	WakeChannel       = wakeChannel
 	ClientWakeChannel = clientWakeChannel
 )

@@ -39,6 +39,11 @@ func queueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:
 // each lease ends.
 func holdersKey(key string) string { return Prefix + "{" + key + "}:holders" }
 
+// readersKey returns the Redis key of the readers waiting for the read-write
+// lock named key: a sorted set of owners scored by the server time (ms) until
+// which each entry lives.
+func readersKey(key string) string { return Prefix + "{" + key + "}:readers" }
+
 // waitingOwnersKey returns the Redis key of the owner IDs waiting for the
 // reentrant lock named key.
 func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
@@ -57,6 +62,12 @@ func clientWakeChannel(key, id string) string { return wakeChannel(key) + ":" + 
 // order leases.lua names them.
 func leaseKeys(key, owner string) []string {
 	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner), holdersKey(key)}
+}
+
+// rwKeys are the keys of the read-write lock's scripts: leaseKeys, then the
+// waiting readers (its writers wait in the queue).
+func rwKeys(key, owner string) []string {
+	return append(leaseKeys(key, owner), readersKey(key))
 }
 
 func fairKeys(key, owner string) []string {
