@@ -6,6 +6,7 @@ var (
 	AbandonKey        = abandonKey
 	QueueKey          = queueKey
 	QueueDeadlineKey  = queueDeadlineKey
+	QueueEntryKey     = queueEntryKey
 	HoldersKey        = holdersKey
 	ReadersKey        = readersKey
 	WakeChannel       = wakeChannel

@@ -70,8 +70,14 @@ func rwKeys(key, owner string) []string {
 	return append(leaseKeys(key, owner), readersKey(key))
 }
 
-func fairKeys(key, owner string) []string {
-	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner)}
+// queueEntryKey returns the Redis key that keeps the fair-lock queue entry
+// entry of the lock named key alive: it lives as long as the entry does.
+func queueEntryKey(key, entry string) string { return queueKey(key) + ":" + entry }
+
+// fairKeys are the keys of the fair lock's scripts for owner, whose queue entry
+// is entry.
+func fairKeys(key, owner, entry string) []string {
+	return []string{LockKey(key), FenceKey(key), queueKey(key), queueEntryKey(key, entry), abandonKey(key, owner)}
 }
 
 func inspectKeys(key string) []string {
