@@ -56,7 +56,7 @@ if not f[1] then
   if not head or head == ARGV[9] then
     return {1, grant(ARGV[1], ARGV[2], ARGV[4], ARGV[3], nil, head ~= nil)}
   end
-  give(head, nil, ARGV[3], ARGV[6], ARGV[7], ARGV[8])
+  give(head, ARGV[3], ARGV[6], ARGV[7], ARGV[8])
   f[3] = '1'
 end
 if ARGV[5] == '1' then

@@ -85,9 +85,9 @@ end
 -- give hands the lock to the waiter of queue entry head for claim ms (it claims
 -- it with its own TTL on its next attempt) and wakes it: a message on its
 -- Client's channel (channel, ':' and the Client id) naming its owner.
-local function give(head, tm, retention, claim, pub, channel)
+local function give(head, retention, claim, pub, channel)
   local owner = string.sub(head, 17)
-  grant(owner, claim, '', retention, tm, true)
+  grant(owner, claim, '', retention, nil, true)
   if pub ~= '' then
     -- a failed wake must not fail the hand-over
     redis.pcall(pub, channel .. ':' .. string.sub(head, 1, 16), owner)

@@ -37,5 +37,5 @@ end
 if f[2] then
   redis.call('HDEL', KEYS[1], 'm') -- the rest is overwritten by the hand-over
 end
-give(head, nil, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+give(head, ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 return 1
