@@ -6,7 +6,9 @@ var (
 	AbandonKey        = abandonKey
 	QueueKey          = queueKey
 	QueueDeadlineKey  = queueDeadlineKey
+	QueueEntryKey     = queueEntryKey
 	HoldersKey        = holdersKey
+	ReadersKey        = readersKey
 	WakeChannel       = wakeChannel
 	ClientWakeChannel = clientWakeChannel
 )

@@ -68,12 +68,16 @@ func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
 
 // Acquire implements dlock.Driver.
 func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	later := "0"
+	if r.Handle != nil {
+		later = "1" // a waiter's later attempt: most likely a claim
+	}
 	return d.c.acquire(ctx, r, acquisition{
-		channel: wakeChannel(r.Key),
+		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner),
+			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
-				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key)).Slice()
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner), later).Slice()
 		},
 		refresh: FairWaiterTTL / 5, // come back in time to refresh the queue entry
 	})
@@ -90,7 +94,7 @@ func (d *FairDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, e
 }
 
 // Release implements dlock.Driver: the lock goes straight to the head of the
-// queue, which is woken.
+// queue, whose Client alone is woken, on its own channel.
 func (d *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
 	return d.release(ctx, h.Key, h.Owner)
 }
@@ -100,14 +104,18 @@ func (d *FairDriver) release(ctx context.Context, key, owner string) error {
 }
 
 func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
-	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
+	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
+		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
 	return d.c.released(key, res, err)
 }
 
+// entry is owner's entry in a fair lock's queue: this Client's hub id (16
+// characters), which the hand-over wakes on its own channel, and the owner.
+func (d *FairDriver) entry(owner string) string { return d.c.hub.id + owner }
+
 // Subscribe implements dlock.Notifier.
 func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
+	return d.c.hub.subscribe(ctx, h.Key, clientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
 // Abandon implements dlock.Abandoner: a waiter that gives up leaves the queue at

@@ -426,6 +426,7 @@ func (in *Inspector) foreign(ctx context.Context, key string, err error) error {
 	}
 	for _, k := range []struct{ key, typ string }{
 		{LockKey(key), "hash"}, {FenceKey(key), "string"}, {queueKey(key), "list"}, {queueDeadlineKey(key), "zset"},
+		{readersKey(key), "zset"},
 	} {
 		typ, terr := in.c.rdb.Type(ctx, k.key).Result()
 		if terr != nil {

@@ -39,6 +39,11 @@ func queueDeadlineKey(key string) string { return Prefix + "{" + key + "}:queue:
 // each lease ends.
 func holdersKey(key string) string { return Prefix + "{" + key + "}:holders" }
 
+// readersKey returns the Redis key of the readers waiting for the read-write
+// lock named key: a sorted set of owners scored by the server time (ms) until
+// which each entry lives.
+func readersKey(key string) string { return Prefix + "{" + key + "}:readers" }
+
 // waitingOwnersKey returns the Redis key of the owner IDs waiting for the
 // reentrant lock named key.
 func waitingOwnersKey(key string) string { return Prefix + "{" + key + "}:owners" }
@@ -59,8 +64,20 @@ func leaseKeys(key, owner string) []string {
 	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner), holdersKey(key)}
 }
 
-func fairKeys(key, owner string) []string {
-	return []string{LockKey(key), FenceKey(key), queueKey(key), queueDeadlineKey(key), abandonKey(key, owner)}
+// rwKeys are the keys of the read-write lock's scripts: leaseKeys, then the
+// waiting readers (its writers wait in the queue).
+func rwKeys(key, owner string) []string {
+	return append(leaseKeys(key, owner), readersKey(key))
+}
+
+// queueEntryKey returns the Redis key that keeps the fair-lock queue entry
+// entry of the lock named key alive: it lives as long as the entry does.
+func queueEntryKey(key, entry string) string { return queueKey(key) + ":" + entry }
+
+// fairKeys are the keys of the fair lock's scripts for owner, whose queue entry
+// is entry.
+func fairKeys(key, owner, entry string) []string {
+	return []string{LockKey(key), FenceKey(key), queueKey(key), queueEntryKey(key, entry), abandonKey(key, owner)}
 }
 
 func inspectKeys(key string) []string {

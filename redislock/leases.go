@@ -56,14 +56,14 @@ func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error)
 
 // kind returns the inspection of the lock kind.
 func (l leases) kind() kind {
-	name := dlock.KindReadWrite
+	name, keys := dlock.KindReadWrite, rwKeys
 	if l.marker == semMarker {
-		name = dlock.KindSemaphore
+		name, keys = dlock.KindSemaphore, leaseKeys
 	}
 	return kind{
 		name:   name,
 		script: redisscript.LeaseInspect,
-		keys:   func(key string) []string { return leaseKeys(key, "") },
+		keys:   func(key string) []string { return keys(key, "") },
 		args:   []any{l.marker},
 		reply: func(key string, res []any, err error) (LockInfo, error) {
 			return leaseReply(key, res, err, l.marker == semMarker)

@@ -285,6 +285,9 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 				t.Errorf("%s left behind: %v", k, probe.Do(ctx, "DUMP", k).Val())
 			}
 		}
+		if left := probe.Keys(ctx, redislock.QueueEntryKey(key, "*")).Val(); len(left) != 0 {
+			t.Errorf("queue entries left behind: %v", left)
+		}
 		eventually(t, "channel unsubscribed", func() bool { return numSub(probe, key) == 0 })
 		if info, err := waiter.Inspect(ctx, key); err != nil || info.Waiters != 0 {
 			t.Errorf("Inspect after the waiter left: %+v, %v", info, err)
@@ -350,11 +353,11 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	}
 	ctx, key, hl := held(t, true, time.Minute)
 	probe := newRDB(t, srv.Addr)
-	// A dead waiter: its entry is queued first and never refreshed.
+	// A dead waiter: its entry (its Client's 16-character id, then its owner) is
+	// queued first and never refreshed.
 	dead := "0123456789abcdef0123456789abcdef"
-	deadline := time.Now().Add(redislock.FairWaiterTTL).UnixMilli()
 	probe.RPush(ctx, redislock.QueueKey(key), dead)
-	probe.ZAdd(ctx, redislock.QueueDeadlineKey(key), redis.Z{Score: float64(deadline), Member: dead})
+	probe.Set(ctx, redislock.QueueEntryKey(key, dead), "1", redislock.FairWaiterTTL)
 	waiter, _ := counted(t, true)
 	done := make(chan error, 1)
 	start := time.Now()
@@ -369,7 +372,7 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if err := hl.Unlock(ctx); err != nil { // handed to the dead head
 		t.Fatal(err)
 	}
-	if o := probe.HGet(ctx, redislock.LockKey(key), "o").Val(); o != dead {
+	if o := probe.HGet(ctx, redislock.LockKey(key), "o").Val(); o != dead[16:] {
 		t.Fatalf("lock handed to %q, want the head of the queue", o)
 	}
 	if err := <-done; err != nil {
@@ -741,6 +744,9 @@ func TestFairCancelAtRandomLeavesNoQueueEntry(t *testing.T) {
 	}
 	if n := probe.Exists(ctx, redislock.QueueKey(key), redislock.QueueDeadlineKey(key)).Val(); n != 0 {
 		t.Fatalf("queue left behind: %v", probe.LRange(ctx, redislock.QueueKey(key), 0, -1).Val())
+	}
+	if left := probe.Keys(ctx, redislock.QueueEntryKey(key, "*")).Val(); len(left) != 0 {
+		t.Fatalf("queue entries left behind: %v", left)
 	}
 }
 

@@ -54,9 +54,11 @@
 // strategy.
 //
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
-// queue in the list "dlock:{KEY}:queue" with deadlines in the sorted set
-// "dlock:{KEY}:queue:deadline", and a release hands the lock straight to the head
-// of the queue and wakes it alone. See NewFair and FairWaiterTTL.
+// queue in the list "dlock:{KEY}:queue" (each entry the waiter's Client id and
+// owner, alive while its key "dlock:{KEY}:queue:" and the entry lives), and a
+// release hands the lock straight to the head of the queue and wakes it alone,
+// on its Client's own channel ("dlock:{KEY}:wake:" and its id). See NewFair and
+// FairWaiterTTL.
 //
 // # Semaphores and read-write locks
 //

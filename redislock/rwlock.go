@@ -12,13 +12,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WriterWaitMark is how long the next writer's mark on a read-write lock lives
-// after its last attempt. The first writer that waits marks the lock: new
-// readers wait, and so do other writers, until it has had its turn, so that it is
-// not starved by a stream of readers nor overtaken by writers that come later. A
-// writer that died while waiting bars the others at most this long; one that
-// gives up lifts its mark at once. A waiting writer refreshes its mark (or tries
-// to take it) at least every WriterWaitMark/5.
+// WriterWaitMark is how long the queue entry of a writer waiting for a
+// read-write lock lives after its last attempt. Writers that wait queue in
+// arrival order, across Clients; the first of them is the next writer: new
+// readers wait until it has had its turn, so that it is not starved by a stream
+// of readers, and the writers behind it wait for theirs. A writer that died
+// while waiting bars the others at most this long; one that gives up leaves the
+// queue at once. A waiting writer refreshes its entry (or tries to take the
+// lock) at least every WriterWaitMark/5.
 const WriterWaitMark = 5 * time.Second
 
 var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
@@ -39,10 +40,9 @@ const rwMarker = "rw"
 // signal), so a crashed reader's share comes back at its TTL. Readers and writers
 // draw their fencing tokens from one counter per key.
 //
-// Readers and writers take turns, and neither starves the other: the first
-// writer that waits becomes the next writer (see WriterWaitMark), new readers
-// and other writers wait until it has had its turn, and the last reader to leave
-// wakes it alone; a writer's release hands a read lease to every reader waiting
+// Readers and writers take turns, and neither starves the other: writers that
+// wait queue first come, first served (see WriterWaitMark), the first of them
+// bars new readers, and the last reader to leave wakes it alone; a writer's release hands a read lease to every reader waiting
 // at that moment (they go in together, before the next writer) and wakes every
 // waiter at once. A waiting reader refreshes its place at least every
 // FairWaiterTTL/5; a read lease handed to a reader that died meanwhile comes back
@@ -58,7 +58,7 @@ const rwMarker = "rw"
 // A key is used either as a read-write lock or as another kind of lock: the
 // others see dlock.ErrConflict. Both Clients are dlock.Inspectors: Inspect shows
 // the writer, or the number of readers (LockInfo.Holders) and the reader whose
-// lease ends last, and Waiters is 1 while a writer waits; ForceUnlock removes
+// lease ends last, and Waiters counts the waiting writers and readers; ForceUnlock removes
 // every holder.
 //
 // Read-write locks exist on the Redis backend (this package).
@@ -175,12 +175,12 @@ var (
 func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	mode, refresh := "r", FairWaiterTTL/5 // the reader's entry is refreshed
 	if d.write {
-		mode, refresh = "w", WriterWaitMark/5 // the writer's mark is refreshed, and lifted if it gives up
+		mode, refresh = "w", WriterWaitMark/5 // the writer's queue entry is refreshed, and removed if it gives up
 	}
 	return d.c.acquire(ctx, r, acquisition{
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.RWAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+			return redisscript.RWAcquire.Run(ctx, d.c.rdb, rwKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), mode,
 				writerWaitMarkMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.from, fairWaiterTTLMS).Slice()
 		},
@@ -207,7 +207,7 @@ func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
 
 func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
 	c := d.c
-	res, err := redisscript.RWRelease.Run(ctx, c.rdb, leaseKeys(key, owner),
+	res, err := redisscript.RWRelease.Run(ctx, c.rdb, rwKeys(key, owner),
 		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }
@@ -218,7 +218,7 @@ func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struc
 }
 
 // Abandon implements dlock.Abandoner: a holding that landed is released, a
-// waiting writer's mark is lifted, and the acquisition is marked abandoned (see
+// waiting writer's or reader's entry is removed, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
 func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))

@@ -214,9 +214,13 @@ func TestRWMutexDeadWriterMarkIsBounded(t *testing.T) {
 		t.Fatalf("reader after the waiting writer gave up: %v", err)
 	}
 	_ = r2.Unlock(ctx)
-	// A writer that died while waiting: its mark, as a failed attempt leaves it.
+	// A writer that died while waiting: its queue entry, as a failed attempt
+	// leaves it.
 	mark := time.Now().Add(300 * time.Millisecond).UnixMilli()
-	if err := rdb.HSet(ctx, redislock.LockKey(key), "ww", mark).Err(); err != nil {
+	if err := rdb.RPush(ctx, redislock.QueueKey(key), "dead").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, redislock.QueueDeadlineKey(key), redis.Z{Score: float64(mark), Member: "dead"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err = m.RLocker().TryLock(ctx, key)
@@ -318,7 +322,7 @@ func TestRWMutexUpgradeAndDowngrade(t *testing.T) {
 		waiting <- err
 	}()
 	eventually(t, "reader waiting", func() bool {
-		return newRDB(t, srv.Addr).ZCard(ctx, redislock.QueueDeadlineKey(key)).Val() == 1
+		return newRDB(t, srv.Addr).ZCard(ctx, redislock.ReadersKey(key)).Val() == 1
 	})
 	d, err := m.Downgrade(ctx, w, dlock.WithTTL(10*time.Second))
 	if err != nil {

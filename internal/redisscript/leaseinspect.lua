@@ -3,23 +3,22 @@
 -- ARGV[1] the kind's marker field of the lock hash ('n' or 'rw')
 -- Returns {marker value, holders, owner, token, metadata, pttl, last token,
 -- waiters, writing}: the holder shown is the writer when one writes, else the
--- one whose lease ends last; waiters counts the semaphore's queue, or the
--- readers waiting and 1 more when a writer waits; writing is 1 when a writer holds the lock.
+-- one whose lease ends last; waiters counts the queue (the semaphore's waiters,
+-- the read-write lock's writers) and the read-write lock's waiting readers
+-- (KEYS[7]); writing is 1 when a writer holds the lock.
 local e = kind_error(ARGV[1])
 if e then
   return e
 end
 local now = now_ms()
-local f = redis.call('HMGET', KEYS[1], ARGV[1], 'wo', 'ww')
+local f = redis.call('HMGET', KEYS[1], ARGV[1], 'wo')
 local holders = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')
 local waiters = 0
-if ARGV[1] == 'rw' then
-  waiters = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
-elseif redis.call('TYPE', KEYS[3])['ok'] == 'list' then
+if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
   waiters = redis.call('LLEN', KEYS[3])
 end
-if tonumber(f[3]) and tonumber(f[3]) > now then
-  waiters = waiters + 1
+if ARGV[1] == 'rw' then
+  waiters = waiters + redis.call('ZCOUNT', KEYS[7], '(' .. now, '+inf')
 end
 local last = redis.call('GET', KEYS[2])
 local o, s = nil, nil

@@ -6,6 +6,8 @@
 -- KEYS[2] fence counter   KEYS[3], KEYS[4] queue and queue deadlines (fairlib.lua)
 -- KEYS[5] the owner's abandon mark
 -- KEYS[6] holders: sorted set owner -> server time (ms) at which its lease ends
+-- KEYS[7] (read-write lock) waiting readers: sorted set owner -> server time
+--         (ms) until which the entry lives
 -- All keys carry the lock's hash tag.
 
 -- now_ms returns the server time in milliseconds.
@@ -125,11 +127,30 @@ local function hand_out(free, o, now, claim, retention, pub, channel)
   return free, false
 end
 
+-- head_writer returns the first live writer queued for a read-write lock and
+-- the end (ms) of its queue entry, dropping dead entries off the front of the
+-- queue; nil when no writer waits.
+local function head_writer(now)
+  for _ = 1, 1000 do
+    local head = redis.call('LINDEX', KEYS[3], 0)
+    if not head then
+      return nil
+    end
+    local dl = tonumber(redis.call('ZSCORE', KEYS[4], head))
+    if dl and dl > now then
+      return head, dl
+    end
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], head)
+  end
+  return nil
+end
+
 -- admit_readers hands a read lease (for claim ms) to every reader waiting in
--- KEYS[4] of a read-write lock, and wakes them all; returns how many.
+-- KEYS[7] of a read-write lock, and wakes them all; returns how many.
 local function admit_readers(now, claim, retention, pub, channel)
-  local rs = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')
-  redis.call('DEL', KEYS[4])
+  local rs = redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. now, '+inf')
+  redis.call('DEL', KEYS[7])
   for _, r in ipairs(rs) do
     hold(r, now, claim, '', retention)
   end
