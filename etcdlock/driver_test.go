@@ -320,9 +320,9 @@ func TestExtendRenewsOrMovesTheLease(t *testing.T) {
 	if info, err := d.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != o {
 		t.Fatalf("Inspect after Extend: %+v, %v", info, err)
 	}
-	// The old lease carries nothing and was revoked.
-	if resp, err := d.cli.TimeToLive(ctx, lease); err != nil || resp.TTL != -1 {
-		t.Errorf("old lease: %+v, %v", resp, err)
+	// The entry left the lease of the 2s locks, which stays (shared).
+	if resp, err := d.cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys()); err != nil || resp.TTL <= 0 || len(resp.Keys) != 0 {
+		t.Errorf("old lease: %+v, %v; want alive and empty", resp, err)
 	}
 	// A lost lease is a lost lock.
 	if _, err := d.cli.Revoke(ctx, next); err != nil {
@@ -423,7 +423,8 @@ func TestBadArguments(t *testing.T) {
 }
 
 // TestNoLeaseLeftBehind runs every operation, the failing ones included, and
-// checks that no lease is left once every holding is released.
+// checks that no lease carries anything once every holding is released, and
+// that none is left after Close.
 func TestNoLeaseLeftBehind(t *testing.T) {
 	d := newDriver(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -463,19 +464,27 @@ func TestNoLeaseLeftBehind(t *testing.T) {
 	}
 	// Leases of earlier tests may have expired meanwhile: only new ones count,
 	// and the abandonment's mark is meant to stay for a while.
-	for id := range leases() {
-		if before[id] {
-			continue
+	check := func(when string, empty bool) {
+		t.Helper()
+		for id := range leases() {
+			if before[id] {
+				continue
+			}
+			resp, err := d.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Keys) == 1 && string(resp.Keys[0]) == AbandonKey(key, w) || empty && len(resp.Keys) == 0 {
+				continue
+			}
+			t.Errorf("%s: lease %x left behind, carrying %q", when, int64(id), resp.Keys)
 		}
-		resp, err := d.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Keys) == 1 && string(resp.Keys[0]) == AbandonKey(key, w) {
-			continue
-		}
-		t.Errorf("lease %x left behind, carrying %q", int64(id), resp.Keys)
 	}
+	check("after the last release", true)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("after Close", false)
 }
 
 // TestCancelledAttemptsLeaveNothing cuts acquisition attempts short at random
@@ -509,7 +518,7 @@ func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 
 // TestAcquireIsIdempotentForItsOwner: an attempt that finds the entry an earlier
 // attempt of its owner wrote (whose reply was lost) takes it over with the new
-// TTL, keeping its token.
+// TTL (moving it to the Driver's lease of that TTL), keeping its token.
 func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key, o := testKey(t), owner()
@@ -523,8 +532,11 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		t.Fatalf("entries %v", got)
 	}
 	_, old, _ := g1.Handle.(*queueEntry).state()
-	if resp, err := cli.TimeToLive(ctx, old); err != nil || resp.TTL != -1 {
-		t.Errorf("the first attempt's lease: %+v, %v; want revoked", resp, err)
+	if _, next, _ := g2.Handle.(*queueEntry).state(); next == old {
+		t.Errorf("the entry stayed on the lease of the 5s locks (%x)", int64(old))
+	}
+	if resp, err := cli.TimeToLive(ctx, old, clientv3.WithAttachedKeys()); err != nil || len(resp.Keys) != 0 {
+		t.Errorf("the first attempt's lease: %+v, %v; want empty", resp, err)
 	}
 	if ttl, err := d.TTL(ctx, dlock.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil || ttl <= 5*time.Second {
 		t.Errorf("TTL after the take-over: %v, %v", ttl, err)

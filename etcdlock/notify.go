@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -13,7 +14,10 @@ import (
 // another attempt: when the entry just older than its own (its predecessor) is
 // deleted and no older one is left, or at once when it has no predecessor. It
 // watches one key at a time, the current predecessor, so a release wakes one
-// waiter. A watch that breaks (its member lost the leader, its connection
+// waiter. The predecessor, and whether it is the oldest entry, is what the
+// waiter's last attempt read in its own transaction: when that predecessor
+// held the lock, its deletion wakes the waiter with no read of its own; the
+// subscription reads the queue again only when a waiter ahead gave up. A watch that breaks (its member lost the leader, its connection
 // failed for good) is set up again from a fresh read of the queue, so a
 // deletion during the break is not missed. The wake channel
 // has capacity 1; cancel stops the watch and must be called exactly once.
@@ -57,17 +61,25 @@ func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *queueEntry
 		}
 		pause = min(2*pause, maxPause)
 	}
+	// cur is the predecessor watched: the one the waiter's last attempt read
+	// (seen), or the one the subscription read itself; nil when unknown.
+	var cur, seen *predecessor
 	for ctx.Err() == nil {
-		rev, moved := h.watchState()
-		gctx, cancel := context.WithTimeout(ctx, d.timeout)
-		resp, err := d.cli.Get(gctx, qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
-		cancel()
-		if err != nil {
-			backoff()
-			continue
+		rev, ahead, moved := h.watchState()
+		if ahead != seen {
+			seen, cur = ahead, ahead
 		}
-		if len(resp.Kvs) == 0 {
-			// Nobody ahead: the waiter's next attempt takes the lock.
+		if cur == nil {
+			p, err := d.readAhead(ctx, qp, rev)
+			if err != nil {
+				backoff()
+				continue
+			}
+			cur = p
+		}
+		if cur.key == "" || cur.gone {
+			// Nobody ahead: the waiter's next attempt takes the lock, and tells
+			// what it read (moved).
 			notify()
 			select {
 			case <-ctx.Done():
@@ -75,14 +87,49 @@ func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *queueEntry
 			}
 			continue
 		}
-		// When the predecessor goes, read the queue again: the waiter is woken
-		// only if nobody older is left.
-		if d.awaitDelete(ctx, string(resp.Kvs[0].Key), resp.Header.Revision+1, moved) == broken {
-			backoff()
-		} else {
+		switch d.awaitDelete(ctx, cur.key, cur.rev+1, moved) {
+		case deleted:
 			pause = minPause
+			if cur.first {
+				// Nobody older was left when it was read, and nobody older
+				// comes later.
+				cur = &predecessor{gone: true}
+			} else {
+				cur = nil // read who is ahead now
+			}
+		case broken:
+			cur = nil
+			backoff()
+		case stopped:
 		}
 	}
+}
+
+// readAhead reads, in one transaction, the entry of the queue qp just older
+// than the revision rev, and whether it is the oldest.
+func (d *Driver) readAhead(ctx context.Context, qp string, rev int64) (*predecessor, error) {
+	gctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	resp, err := d.cli.Txn(gctx).Then(
+		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpGet(qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...)).
+		Commit()
+	if err != nil {
+		return nil, err
+	}
+	return ahead(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs), nil
+}
+
+// ahead is the predecessor read at revision rev: the last of older (the
+// entries older than the waiter's, newest first, at most one needed), first
+// when it is also the oldest entry of the queue.
+func ahead(rev int64, first, older []*mvccpb.KeyValue) *predecessor {
+	p := &predecessor{rev: rev}
+	if len(older) > 0 {
+		p.key = string(older[0].Key)
+		p.first = len(first) == 1 && string(first[0].Key) == p.key
+	}
+	return p
 }
 
 // watchEnd is how a watch of a predecessor ended.

@@ -10,7 +10,8 @@ import (
 )
 
 // Release deletes the holding's entry if it is still the one written for it
-// (same create revision), and revokes its lease. It returns an error matching
+// (same create revision): one transaction. The lease stays, shared with the
+// Driver's other locks of the same TTL (see Close). It returns an error matching
 // dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
 func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
 	ctx, done := d.request(ctx)
@@ -26,6 +27,7 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 	if err != nil {
 		return err
 	}
+	h.detachAll()
 	if !deleted {
 		return notHeld(hd.Key)
 	}
@@ -64,45 +66,30 @@ func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
 	if err != nil {
 		return err
 	}
-	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry, clientv3.WithPrevKV())).
+	_, err = d.cli.Txn(ctx).
+		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry)).
 		Commit()
 	if err != nil {
 		d.revokeDetached(ctx, mark)
 		return mapErr(err)
 	}
-	// The entry's lease (and the handle's, if another) carry nothing now:
-	// revoke them rather than let them expire.
-	var leases []clientv3.LeaseID
-	for _, kv := range resp.Responses[1].GetResponseDeleteRange().PrevKvs {
-		leases = append(leases, clientv3.LeaseID(kv.Lease))
-	}
+	// The entry's lease is shared with the Driver's other entries: it stays.
 	if h != nil {
-		_, lease, _ := h.state()
-		leases = append(leases, lease)
-	}
-	for i, lease := range leases {
-		if lease != 0 && (i == 0 || lease != leases[0]) {
-			_, _ = d.cli.Revoke(ctx, lease)
-		}
+		h.detachAll()
 	}
 	return nil
 }
 
-// remove deletes h's entry if its create revision is unchanged, then revokes
-// its lease, and reports whether the entry was deleted.
+// remove deletes h's entry if its create revision is unchanged, and reports
+// whether it was deleted. The entry's lease stays: it may carry others.
 func (d *Driver) remove(ctx context.Context, h *queueEntry) (bool, error) {
-	rev, lease, _ := h.state()
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.revision())).
 		Then(clientv3.OpDelete(h.entry)).
 		Commit()
 	if err != nil {
 		return false, mapErr(err)
 	}
-	// The lease carries this entry only: revoking it touches nothing else. When
-	// the revocation fails, the lease (carrying nothing now) expires on its own.
-	_, _ = d.cli.Revoke(ctx, lease)
 	return resp.Succeeded, nil
 }
 
@@ -112,5 +99,8 @@ func (d *Driver) removeDetached(ctx context.Context, h *queueEntry) error {
 	cctx, cancel := dlock.CleanupContext(ctx)
 	defer cancel()
 	_, err := d.remove(cctx, h)
+	if err == nil {
+		h.detachAll()
+	}
 	return err
 }
