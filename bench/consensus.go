@@ -107,12 +107,17 @@ func openEtcd(o opening) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := etcdlock.New(cli)
+	d, err := etcdlock.NewDriver(cli)
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
-	return dlockLocker{c: c, close: cli.Close}, nil
+	c, err := etcdlock.NewClient(d)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return dlockLocker{c: c, close: func() error { return errors.Join(d.Close(), cli.Close()) }}, nil
 }
 
 // openZK opens a zklock Client on a Driver (a ZooKeeper session) of its own,

@@ -132,7 +132,7 @@ func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEn
 		return nil, nil
 	}
 	first := resp.Responses[0].GetResponseRange().Kvs
-	res := &attemptResult{h: h, ahead: ahead(resp.Header.Revision, first, resp.Responses[1].GetResponseRange().Kvs)}
+	res := &attemptResult{h: h, ahead: ahead(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs)}
 	if len(first) == 1 {
 		res.first = first[0]
 	}
@@ -152,16 +152,22 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLe
 		clientv3.Compare(clientv3.CreateRevision(entry), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(gone), "=", 0),
 	}
-	then := []clientv3.Op{clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease))}
+	put := clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease))
+	empty := clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0)
+	then := put
 	if r.Waiting {
-		then = append(then, clientv3.OpGet(qp, clientv3.WithFirstCreate()...),
+		// Into an empty queue the entry is the first, with nothing to read;
+		// otherwise the waiter reads who is first and who is just ahead of it
+		// (the newest two: this entry, and its predecessor).
+		then = clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{put}, []clientv3.Op{put,
+			clientv3.OpGet(qp, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithLimit(2), clientv3.WithKeysOnly()))
+				clientv3.WithLimit(2), clientv3.WithKeysOnly())})
 	} else {
 		// Only into an empty queue: the entry is then the first.
-		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))
+		conds = append(conds, empty)
 	}
-	resp, err := d.cli.Txn(ctx).If(conds...).Then(then...).
+	resp, err := d.cli.Txn(ctx).If(conds...).Then(then).
 		Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
@@ -172,17 +178,17 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLe
 		h := newOwnEntry(entry, rev, sl)
 		sl.attach(h, start.Add(seconds(sl.secs)))
 		res := &attemptResult{h: h}
-		if !r.Waiting {
+		inner := resp.Responses[0].GetResponseTxn()
+		if !r.Waiting || inner.GetSucceeded() {
 			res.first = &mvccpb.KeyValue{Key: []byte(entry), CreateRevision: rev, Lease: int64(lease)}
 			return res, nil
 		}
-		first := resp.Responses[1].GetResponseRange().Kvs
+		first := inner.Responses[1].GetResponseRange().Kvs
 		if len(first) == 1 {
 			res.first = first[0]
 		}
-		// The newest two: this entry, and the one just ahead of it.
-		if last := resp.Responses[2].GetResponseRange().Kvs; len(last) >= 1 {
-			res.ahead = ahead(rev, first, last[1:])
+		if last := inner.Responses[2].GetResponseRange().Kvs; len(last) >= 1 {
+			res.ahead = ahead(rev, last[1:])
 		}
 		return res, nil
 	}

@@ -177,7 +177,8 @@ func TestWaiterKeepsItsEntryAcrossAttempts(t *testing.T) {
 
 // TestWaitersWakeOnlyWhenTheirTurnComes queues waiters, each on a driver of its
 // own, and checks that every release wakes exactly the next waiter: each waiter
-// is woken once in all, when the entry before it is gone.
+// is woken once in all, when the entry before it is gone, and once more when a
+// waiter just ahead of it gives up.
 func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	const n = 4
 	key := testKey(t)
@@ -210,11 +211,21 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	if err := last.d.Abandon(ctx, dlock.Holding{Key: key, Owner: last.owner, Handle: last.h}); err != nil {
 		t.Fatal(err)
 	}
-	// The second waiter gives up: the third now waits on the first.
+	// The second waiter gives up: the third, woken, finds the lock held, and
+	// now waits on the first.
 	second := ws[1]
 	second.cancel()
 	if err := second.d.Abandon(ctx, dlock.Holding{Key: key, Owner: second.owner, Handle: second.h}); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-ws[2].wake:
+	case <-ctx.Done():
+		t.Fatal("the third waiter not woken when the one ahead of it gave up")
+	}
+	mustBusy(t, ws[2].d, dlock.AcquireRequest{Key: key, Owner: ws[2].owner, TTL: 10 * time.Second, Waiting: true, Handle: ws[2].h})
+	if len(ws[0].wake) != 0 {
+		t.Fatal("the first waiter woken while the holder holds")
 	}
 	order := []*waiter{ws[0], ws[2]}
 	prev := dlock.Holding{Key: key, Owner: ho, Handle: g.Handle}
@@ -243,8 +254,11 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	ws[2].cancel()
 	for i, w := range ws {
 		want := int64(1)
-		if w == second || w == last {
+		switch w {
+		case second, last:
 			want = 0
+		case ws[2]:
+			want = 2 // the second's abandonment, and its turn
 		}
 		if got := w.d.wakes.Load(); got != want {
 			t.Errorf("waiter %d woken %d times, want %d", i, got, want)
@@ -488,8 +502,9 @@ func TestNoLeaseLeftBehind(t *testing.T) {
 }
 
 // TestCancelledAttemptsLeaveNothing cuts acquisition attempts short at random
-// points, cleans up the way the Client does (a release by owner on a detached
-// context), and checks that no entry of a failed attempt stays behind.
+// points, cleans up the way the Client does (a release of a grant, an
+// abandonment of an attempt whose outcome is unknown, on a detached context),
+// and checks that no entry of a failed attempt stays behind.
 func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key := testKey(t)
@@ -499,14 +514,17 @@ func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(mrand.N(3000))*time.Microsecond)
 		g, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: i%2 == 0})
 		cancel()
-		h := dlock.Holding{Key: key, Owner: o, Handle: g.Handle}
+		h := dlock.Holding{Key: key, Owner: o, TTL: 5 * time.Second, Handle: g.Handle}
 		if err == nil {
 			got++
+			err = d.Release(ctxT(t, 5*time.Second), h)
 		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
 			t.Fatalf("attempt %d: %v", i, err)
+		} else {
+			// The attempt's transaction may still land: the Client abandons.
+			err = d.Abandon(ctxT(t, 5*time.Second), h)
 		}
-		err = d.Release(ctxT(t, 5*time.Second), h)
-		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		if err != nil {
 			t.Fatalf("clean-up %d: %v", i, err)
 		}
 		if left := entries(t, cli, key); len(left) != 0 {

@@ -42,10 +42,9 @@ type queueEntry struct {
 // predecessor is the entry just older than a waiter's, as read at a revision:
 // key is empty when nobody was ahead.
 type predecessor struct {
-	key   string
-	rev   int64 // the revision of the read
-	first bool  // key was the oldest entry of the queue at rev
-	gone  bool  // the subscription saw the oldest entry go: nobody is ahead now
+	key  string
+	rev  int64 // the revision of the read
+	gone bool  // the subscription saw it deleted: the waiter may be first now
 }
 
 func newQueueEntry(entry string, rev int64, lease clientv3.LeaseID, secs int64) *queueEntry {

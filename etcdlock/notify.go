@@ -12,12 +12,14 @@ import (
 
 // Subscribe implements dlock.Notifier. It wakes the waiter whose queue entry is h.Handle when it should make
 // another attempt: when the entry just older than its own (its predecessor) is
-// deleted and no older one is left, or at once when it has no predecessor. It
-// watches one key at a time, the current predecessor, so a release wakes one
-// waiter. The predecessor, and whether it is the oldest entry, is what the
-// waiter's last attempt read in its own transaction: when that predecessor
-// held the lock, its deletion wakes the waiter with no read of its own; the
-// subscription reads the queue again only when a waiter ahead gave up. A watch that breaks (its member lost the leader, its connection
+// deleted, or at once when it has no predecessor. It watches one key at a
+// time, the current predecessor, so a release wakes one waiter. The
+// predecessor is the one the waiter's last attempt read in its own
+// transaction, and the attempt after a wake reads who is first and, if not
+// the waiter, its new predecessor, in the same way: entries leave a queue in
+// order unless a waiter gives up, so a waiter woken is all but always the
+// first, and the wake costs no read of its own. A waiter ahead that gives up
+// wakes the one behind it, whose attempt then finds the lock still held. A watch that breaks (its member lost the leader, its connection
 // failed for good) is set up again from a fresh read of the queue, so a
 // deletion during the break is not missed. The wake channel
 // has capacity 1; cancel stops the watch and must be called exactly once.
@@ -89,14 +91,11 @@ func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *queueEntry
 		}
 		switch d.awaitDelete(ctx, cur.key, cur.rev+1, moved) {
 		case deleted:
+			// Entries leave the queue in order unless a waiter gives up: the
+			// waiter is most likely first now. Its next attempt tells, and
+			// reads the next predecessor if not (moved).
 			pause = minPause
-			if cur.first {
-				// Nobody older was left when it was read, and nobody older
-				// comes later.
-				cur = &predecessor{gone: true}
-			} else {
-				cur = nil // read who is ahead now
-			}
+			cur = &predecessor{gone: true}
 		case broken:
 			cur = nil
 			backoff()
@@ -105,29 +104,23 @@ func (d *Driver) watchPredecessors(ctx context.Context, qp string, h *queueEntry
 	}
 }
 
-// readAhead reads, in one transaction, the entry of the queue qp just older
-// than the revision rev, and whether it is the oldest.
+// readAhead reads the entry of the queue qp just older than the revision rev.
 func (d *Driver) readAhead(ctx context.Context, qp string, rev int64) (*predecessor, error) {
 	gctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	resp, err := d.cli.Txn(gctx).Then(
-		clientv3.OpGet(qp, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-		clientv3.OpGet(qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...)).
-		Commit()
+	resp, err := d.cli.Get(gctx, qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...)
 	if err != nil {
 		return nil, err
 	}
-	return ahead(resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs), nil
+	return ahead(resp.Header.Revision, resp.Kvs), nil
 }
 
-// ahead is the predecessor read at revision rev: the last of older (the
-// entries older than the waiter's, newest first, at most one needed), first
-// when it is also the oldest entry of the queue.
-func ahead(rev int64, first, older []*mvccpb.KeyValue) *predecessor {
+// ahead is the predecessor read at revision rev: the first of older (the
+// entries older than the waiter's, newest first; at most one needed).
+func ahead(rev int64, older []*mvccpb.KeyValue) *predecessor {
 	p := &predecessor{rev: rev}
 	if len(older) > 0 {
 		p.key = string(older[0].Key)
-		p.first = len(first) == 1 && string(first[0].Key) == p.key
 	}
 	return p
 }

@@ -37,11 +37,12 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 // The mark of an abandoned acquisition (see Driver.Abandon) lives the
 // acquisition's TTL plus the request timeout, in whole seconds: an attempt of the
 // acquisition still in flight when it was abandoned cannot write its entry while
-// the mark lives. An attempt can write only while the lease it was granted lives,
-// a lease granted at most a request timeout after the abandonment (the attempt
-// gives up by then) lives at most the TTL (or etcd's minimum TTL, which the mark's
-// own lease is raised to as well), so the mark outlives every such attempt, and
-// nothing of the abandoned acquisition outlives it.
+// the mark lives, and an entry it wrote before is deleted with the marking. An
+// attempt's transaction attaches the entry to the Driver's shared lease, which
+// lives as long as the Driver renews it; so the bound is etcd's: a transaction
+// that etcd applies more than the mark's life after the attempt gave up on it
+// (the attempt gives up within a request timeout) would write an entry that
+// only the lease's end removes.
 
 // Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
 // the lock or waits (so the waiters behind it move up at once), and in the same

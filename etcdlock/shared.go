@@ -94,20 +94,20 @@ func (sl *sharedLease) leave() { <-sl.sem }
 // fresh grants the lease or renews it when it has less than secs left from
 // now; errLeaseGone when it is gone.
 func (sl *sharedLease) fresh(ctx context.Context, now time.Time) error {
+	if ok, err := sl.lives(now); ok || err != nil {
+		return err
+	}
 	if err := sl.enter(ctx); err != nil {
 		return err
 	}
 	defer sl.leave()
-	sl.mu.Lock()
-	gone, id := sl.gone, sl.id
-	ok := id != 0 && !sl.renewed.Add(seconds(sl.granted)).Before(now.Add(seconds(sl.secs)))
-	sl.mu.Unlock()
-	switch {
-	case gone:
-		return errLeaseGone
-	case ok:
-		return nil
+	// Another call may have renewed it meanwhile.
+	if ok, err := sl.lives(now); ok || err != nil {
+		return err
 	}
+	sl.mu.Lock()
+	id := sl.id
+	sl.mu.Unlock()
 	start := time.Now()
 	if id == 0 {
 		id, granted, err := sl.d.grantLease(ctx, leaseTTL(sl.secs))
@@ -134,6 +134,17 @@ func (sl *sharedLease) fresh(ctx context.Context, now time.Time) error {
 	sl.renewed, sl.granted = start, granted
 	sl.mu.Unlock()
 	return nil
+}
+
+// lives reports whether the lease lives at least secs from now as far as its
+// last grant or renewal tells; errLeaseGone when it is gone.
+func (sl *sharedLease) lives(now time.Time) (bool, error) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.gone {
+		return false, errLeaseGone
+	}
+	return sl.id != 0 && !sl.renewed.Add(seconds(sl.granted)).Before(now.Add(seconds(sl.secs))), nil
 }
 
 // sweep removes the entries past their own deadline (whose holders stopped
