@@ -153,23 +153,26 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLe
 		clientv3.Compare(clientv3.CreateRevision(gone), "=", 0),
 	}
 	put := clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease))
-	empty := clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0)
-	then := put
+	// Every key of a request is written to etcd's log with it: the common
+	// case carries as few as it can.
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
 	if r.Waiting {
-		// Into an empty queue the entry is the first, with nothing to read;
-		// otherwise the waiter reads who is first and who is just ahead of it
-		// (the newest two: this entry, and its predecessor).
-		then = clientv3.OpTxn([]clientv3.Cmp{empty}, []clientv3.Op{put}, []clientv3.Op{put,
-			clientv3.OpGet(qp, clientv3.WithFirstCreate()...),
+		// At the end of the queue, reading the newest two entries: this one
+		// and the one just ahead of it, if any (the first then).
+		resp, err = d.cli.Txn(ctx).If(conds...).Then(put,
 			clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithLimit(2), clientv3.WithKeysOnly())})
+				clientv3.WithLimit(2), clientv3.WithKeysOnly())).
+			Commit()
 	} else {
 		// Only into an empty queue: the entry is then the first.
-		conds = append(conds, empty)
+		resp, err = d.cli.Txn(ctx).
+			If(append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))...).Then(put).
+			Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Commit()
 	}
-	resp, err := d.cli.Txn(ctx).If(conds...).Then(then).
-		Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Commit()
 	if err != nil {
 		return nil, sl.failed(err)
 	}
@@ -178,19 +181,28 @@ func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLe
 		h := newOwnEntry(entry, rev, sl)
 		sl.attach(h, start.Add(seconds(sl.secs)))
 		res := &attemptResult{h: h}
-		inner := resp.Responses[0].GetResponseTxn()
-		if !r.Waiting || inner.GetSucceeded() {
+		var last []*mvccpb.KeyValue
+		if r.Waiting {
+			last = resp.Responses[1].GetResponseRange().Kvs
+		}
+		if len(last) <= 1 { // nobody ahead
 			res.first = &mvccpb.KeyValue{Key: []byte(entry), CreateRevision: rev, Lease: int64(lease)}
 			return res, nil
 		}
-		first := inner.Responses[1].GetResponseRange().Kvs
-		if len(first) == 1 {
-			res.first = first[0]
-		}
-		if last := inner.Responses[2].GetResponseRange().Kvs; len(last) >= 1 {
-			res.ahead = ahead(rev, last[1:])
+		res.ahead = ahead(rev, last[1:])
+		if foreign(last[1]) {
+			res.first = last[1] // foreign data in the queue: a conflict
 		}
 		return res, nil
+	}
+	if r.Waiting {
+		// The entry or the abandonment's mark is there: read them.
+		resp, err = d.cli.Txn(ctx).
+			Then(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			return nil, mapErr(err)
+		}
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	first := resp.Responses[2].GetResponseRange().Kvs
