@@ -55,6 +55,9 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		err = fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
 	}
 	if err != nil {
+		if h != nil {
+			h.markUncertain() // this attempt may still write
+		}
 		return dlock.Grant{}, err
 	}
 	h = res.h

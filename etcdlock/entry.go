@@ -30,8 +30,11 @@ type queueEntry struct {
 	// plus its TTL. Past it, and with no renewal in flight (busy), the Driver
 	// removes the entry before it renews the shared lease again.
 	until time.Time
-	busy  int           // renewals of the entry in flight
-	moved chan struct{} // closed when rev or ahead changes
+	busy  int // renewals of the entry in flight
+	// uncertain is set when an attempt of the acquisition failed without a
+	// reply that tells what it did: it may still write (see Driver.Abandon).
+	uncertain bool
+	moved     chan struct{} // closed when rev or ahead changes
 
 	// ahead is what the last attempt read of the entry just older than this
 	// one (the predecessor), for the subscription to watch without reading the
@@ -138,6 +141,20 @@ func (h *queueEntry) renewing() func(ok bool, start time.Time) {
 			h.until = start.Add(seconds(h.secs))
 		}
 	}
+}
+
+// markUncertain records that an attempt of h's acquisition failed without a
+// reply that tells what it did.
+func (h *queueEntry) markUncertain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.uncertain = true
+}
+
+func (h *queueEntry) isUncertain() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.uncertain
 }
 
 // left is the time left until the entry's own deadline, or 0 when unknown.

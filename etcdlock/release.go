@@ -45,10 +45,13 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 // only the lease's end removes.
 
 // Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
-// the lock or waits (so the waiters behind it move up at once), and in the same
-// transaction marks the acquisition abandoned for its TTL plus the request
-// timeout, so that an attempt of it still in flight cannot write the entry
-// again. An entry already gone is not an error.
+// the lock or waits (so the waiters behind it move up at once). When an attempt
+// of the acquisition may still be in flight (its reply was lost or cut short,
+// or the holding names no handle), it also marks the acquisition abandoned, in
+// the same transaction, for its TTL plus the request timeout, so that such an
+// attempt cannot write the entry again; when every attempt was answered (a
+// waiter that gives up), the removal is all. An entry already gone is not an
+// error.
 func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
 	ctx, done := d.request(ctx)
 	return done(d.abandon(ctx, hd))
@@ -63,6 +66,15 @@ func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
 		return err
 	}
 	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
+	if h != nil && h.entry == entry && !h.isUncertain() {
+		// Every attempt of the acquisition was answered: none is in flight,
+		// and the entry they wrote is h's. Removing it is enough.
+		if _, err := d.remove(ctx, h); err != nil {
+			return err
+		}
+		h.detachAll()
+		return nil
+	}
 	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL, time.Second)+d.timeout))
 	if err != nil {
 		return err

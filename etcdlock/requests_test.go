@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -20,8 +21,9 @@ import (
 // client sends, by method (stream messages included: one per watch created or
 // cancelled, one per lease renewal).
 type requestCounter struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	watches chan struct{} // when not nil, told (without blocking) of every Watch message
 }
 
 type methodKey struct{}
@@ -37,6 +39,12 @@ func (c *requestCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		c.mu.Lock()
 		c.n[m]++
 		c.mu.Unlock()
+		if m == "Watch" && c.watches != nil {
+			select {
+			case c.watches <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
@@ -197,5 +205,63 @@ func TestRequestsPerHandOver(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRequestsOfAWaiterGivingUp counts the requests of a waiter that gives up
+// (its context ends while it waits): its first attempt, its watch, and the
+// removal of its entry, with no abandonment mark, since none of its attempts
+// can still be in flight.
+func TestRequestsOfAWaiterGivingUp(t *testing.T) {
+	rw := &requestCounter{n: map[string]int{}, watches: make(chan struct{}, 1)}
+	holder := newClient(t)
+	waiter, _ := countedClient(t, rw)
+	ctx := ctxT(t, 30*time.Second)
+	key := testKey(t)
+	warm, err := waiter.Lock(ctx, key+"/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := newEtcd(t)
+	rw.take()
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(lctx, key)
+		done <- err
+	}()
+	// The waiter watches its predecessor once its attempt has returned.
+	select {
+	case <-rw.watches:
+	case <-ctx.Done():
+		t.Fatal("the waiter never watched")
+	}
+	owners := entries(t, cli, key)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter's Lock: %v, want context.Canceled", err)
+	}
+	n := rw.take()
+	if n["Txn"] != 2 || n["Watch"] != 1 || total(n) != 3 {
+		t.Errorf("a waiter giving up: %s; want Txn 2 (its attempt, its removal) and Watch 1", show(n))
+	}
+	if got := entries(t, cli, key); len(got) != 1 {
+		t.Errorf("entries after the waiter gave up: %v", got)
+	}
+	if len(owners) != 2 {
+		t.Fatalf("queue while the waiter waited: %v", owners)
+	}
+	if resp, err := cli.Get(ctx, AbandonKey(key, owners[1])); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("abandonment mark: %v, %v; want none", resp, err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
