@@ -25,15 +25,7 @@ var etcdMutexVariant = variant{name: "etcd/mutex", lib: "etcd", in: inA | inBC, 
 // (gRPC messages sent, the session's keep-alives included) count as lock
 // commands.
 func openEtcdMutex(o opening) (locker, error) {
-	if o.e == nil || o.e.cons.etcd == nil {
-		return nil, errors.New("bench: no etcd server in this run")
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{o.e.cons.etcd.Addr},
-		DialTimeout: connectTimeout,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithStatsHandler(grpcCounter{o.cnt})},
-	})
+	cli, err := countedEtcdClient(o)
 	if err != nil {
 		return nil, err
 	}
@@ -79,3 +71,18 @@ func (m etcdMutex) lock(ctx context.Context) error {
 }
 
 func (m etcdMutex) unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+
+// countedEtcdClient opens an etcd client of its own on the run's etcd server,
+// whose requests (gRPC messages sent, stream messages included) count as lock
+// commands.
+func countedEtcdClient(o opening) (*clientv3.Client, error) {
+	if o.e == nil || o.e.cons.etcd == nil {
+		return nil, errors.New("bench: no etcd server in this run")
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{o.e.cons.etcd.Addr},
+		DialTimeout: connectTimeout,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithStatsHandler(grpcCounter{o.cnt})},
+	})
+}

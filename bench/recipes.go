@@ -18,6 +18,8 @@ var recipes = map[string]string{
 // its recipe: throughputs, the median of the per-repetition ratios, and requests
 // per operation (client and server side). It prints nothing when no pair ran.
 func tableRecipes(out io.Writer, ms []measurement) {
+	// The runs of scenarios a and bc by scenario, G and variant, then
+	// repetition.
 	type key struct {
 		scenario, variant string
 		n                 int
@@ -25,15 +27,14 @@ func tableRecipes(out io.Writer, ms []measurement) {
 	runs := map[key]map[int]metrics{}
 	var ns []int
 	for _, m := range ms {
-		if m.Kind != "run" || (m.Scenario != "a" && m.Scenario != "bc") {
-			continue
+		if k := (key{m.Scenario, m.Variant, m.N}); m.Kind == "run" && (k.scenario == "a" || k.scenario == "bc") {
+			reps := runs[k]
+			if reps == nil {
+				reps = map[int]metrics{}
+				runs[k] = reps
+			}
+			reps[m.Rep], ns = m.M, append(ns, m.N)
 		}
-		k := key{m.Scenario, m.Variant, m.N}
-		if runs[k] == nil {
-			runs[k] = map[int]metrics{}
-		}
-		runs[k][m.Rep] = m.M
-		ns = append(ns, m.N)
 	}
 	slices.Sort(ns)
 	ns = slices.Compact(ns)

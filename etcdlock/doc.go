@@ -28,7 +28,8 @@
 // renewed, one LeaseKeepAlive for all the entries on it, only when an entry is
 // written or renewed and the lease has less than the TTL left: at most once per
 // third of the TTL, whatever the number of locks. So an acquisition is one
-// transaction (it puts the entry and reads who is first), a release one
+// transaction (it puts the entry and reads the entry just ahead of it, if
+// any: the lock is free when there is none), a release one
 // transaction (it deletes the entry if it is still the holding's), and Extend
 // one transaction (it checks that the entry is still the holding's, or moves it
 // to the lease of another TTL, keeping its create revision); the lease
