@@ -10,19 +10,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Subscribe implements dlock.Notifier. It wakes the waiter whose queue entry is h.Handle when it should make
-// another attempt: when the entry just older than its own (its predecessor) is
-// deleted, or at once when it has no predecessor. It watches one key at a
-// time, the current predecessor, so a release wakes one waiter. The
-// predecessor is the one the waiter's last attempt read in its own
-// transaction, and the attempt after a wake reads who is first and, if not
-// the waiter, its new predecessor, in the same way: entries leave a queue in
-// order unless a waiter gives up, so a waiter woken is all but always the
-// first, and the wake costs no read of its own. A waiter ahead that gives up
-// wakes the one behind it, whose attempt then finds the lock still held. A watch that breaks (its member lost the leader, its connection
-// failed for good) is set up again from a fresh read of the queue, so a
-// deletion during the break is not missed. The wake channel
-// has capacity 1; cancel stops the watch and must be called exactly once.
+// Subscribe implements dlock.Notifier. It wakes the waiter whose queue entry
+// is h.Handle when it should make another attempt: when the entry just older
+// than its own (its predecessor) is deleted, or at once when it has no
+// predecessor. It watches one key at a time, the current predecessor, so a
+// release wakes one waiter. The predecessor is the one the waiter's last
+// attempt read in its own transaction, and the attempt after a wake reads who
+// is first and, if not the waiter, its new predecessor, in the same way:
+// entries leave a queue in order unless a waiter gives up, so a waiter woken is
+// all but always the first, and the wake costs no read of its own. A waiter
+// ahead that gives up wakes the one behind it, whose attempt then finds the
+// lock still held. A watch that breaks (its member lost the leader, its
+// connection failed for good) is set up again from a fresh read of the queue,
+// so a deletion during the break is not missed. The wake channel has capacity
+// 1; cancel stops the watch and must be called exactly once.
 func (d *Driver) Subscribe(ctx context.Context, hd dlock.Holding) (<-chan struct{}, func(), error) {
 	h, err := handleOf(hd.Handle)
 	if err != nil {
