@@ -244,25 +244,41 @@ const (
 )
 
 // Observe reports changes of role's leader: it reads the role with the
-// Inspector at once and then every interval, and sends each read whose leader
-// (Held, Owner or Token) differs from the last one sent, the first read
-// included. It polls, on every backend: the interval bounds how late a change
-// is seen. A read that fails is skipped (the next one may succeed), except the
-// first, whose error Observe returns. The channel is closed when ctx ends; the
-// caller must keep receiving until then or cancel ctx. interval must lie in
-// [MinObserveInterval, MaxObserveInterval]; otherwise, and for a nil inspector
-// or context or a bad role, the error matches ErrInvalid.
+// Inspector at once and sends each later read whose leader (Held, Owner or
+// Token) differs from the last one sent, the first read included. Where the
+// Inspector is a KeyWatcher whose backend can watch (etcd, ZooKeeper), it reads
+// the role again as soon as the store reports a change, and every interval
+// besides; otherwise (Redis, Redlock, PostgreSQL) it polls every interval,
+// which then bounds how late a change is seen. A watch that fails falls back
+// to polling. A read that fails is skipped (the next one may succeed), except
+// the first, whose error Observe returns. The channel is closed when ctx ends;
+// the caller must keep receiving until then or cancel ctx. interval must lie
+// in [MinObserveInterval, MaxObserveInterval]; otherwise, and for a nil
+// inspector or context or a bad role, the error matches ErrInvalid.
 func Observe(ctx context.Context, in Inspector, role string, interval time.Duration) (<-chan LockInfo, error) {
 	if interval < MinObserveInterval || interval > MaxObserveInterval {
 		return nil, invalidf("observe interval %v outside [%v, %v]", interval, MinObserveInterval, MaxObserveInterval)
 	}
+	var changed <-chan struct{}
+	var stopWatch context.CancelFunc = func() {}
+	if kw, ok := in.(KeyWatcher); ok && ctx != nil && !isNil(in) {
+		// Watching first, so that no change after the first read is missed.
+		wctx, cancel := context.WithCancel(ctx)
+		if ch, err := kw.WatchKey(wctx, role); err == nil {
+			changed, stopWatch = ch, cancel
+		} else {
+			cancel()
+		}
+	}
 	first, err := Leader(ctx, in, role)
 	if err != nil {
+		stopWatch()
 		return nil, err
 	}
 	ch := make(chan LockInfo)
 	go func() {
 		defer close(ch)
+		defer stopWatch()
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		cur, send := first, true
@@ -278,6 +294,11 @@ func Observe(ctx context.Context, in Inspector, role string, interval time.Durat
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case _, ok := <-changed:
+				if !ok {
+					changed, send = nil, false // the watch ended: poll
+					continue
+				}
 			}
 			info, err := in.Inspect(ctx, role)
 			send = err == nil && (info.Held != cur.Held || info.Owner != cur.Owner || info.Token != cur.Token)

@@ -56,6 +56,35 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 	return in.ForceUnlock(ctx, key)
 }
 
+// KeyWatcher is implemented by Inspectors (and by Drivers, which a Client then
+// forwards to) whose store can report changes of a lock as they happen: etcd's
+// watch, ZooKeeper's watches. Observe uses it instead of polling.
+type KeyWatcher interface {
+	// WatchKey returns a channel that receives a value whenever the lock named
+	// key may have changed (taken, released, handed over, expired, a waiter
+	// queued or gone). The channel has capacity 1 and is never blocked on: a
+	// value may stand for several changes. It is closed when ctx ends or the
+	// watch fails; a caller that still wants changes then polls. The error
+	// matches ErrInvalid for a bad key or a nil context.
+	WatchKey(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+var _ KeyWatcher = (*Client)(nil)
+
+// WatchKey reports changes of the lock named key through the Client's backend
+// (see KeyWatcher). A backend that cannot watch its locks returns an error
+// matching errors.ErrUnsupported: poll Inspect instead.
+func (c *Client) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
+	if c == nil {
+		return nil, invalidf("nil client")
+	}
+	kw, ok := c.d.(KeyWatcher)
+	if !ok {
+		return nil, fmt.Errorf("dlock: the %T backend cannot watch its locks: %w", c.d, errors.ErrUnsupported)
+	}
+	return kw.WatchKey(ctx, key)
+}
+
 // LockInfo is what a store holds about one lock, as read by an Inspector. It is a
 // snapshot: the lock may change hands right after.
 type LockInfo struct {

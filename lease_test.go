@@ -150,7 +150,7 @@ func TestWatchdogStartsAtFirstRenewal(t *testing.T) {
 	}
 
 	// A watchdog that has started renews, and Unlock stops it and releases.
-	const ttl = 150 * time.Millisecond
+	const ttl = 600 * time.Millisecond // room for renewals on a loaded machine
 	key := dlocktest.Key(t)
 	l, err := c.TryLock(ctx, key, dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithRenewEvery(ttl/5))
 	if err != nil {
@@ -275,7 +275,7 @@ func TestLossNamesCause(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+		l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(time.Second), dlock.WithAutoRenew(true))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +290,7 @@ func TestLossNamesCause(t *testing.T) {
 	t.Run("not held", func(t *testing.T) {
 		c := newRedisLocker(t)
 		key := dlocktest.Key(t)
-		l, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(true))
+		l, err := c.TryLock(ctx, key, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

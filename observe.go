@@ -51,6 +51,11 @@ type Observer interface {
 	// Leadership is called when Campaign wins a role and when that leadership
 	// ends (lost or resigned).
 	Leadership(ctx context.Context, e LeadershipEvent)
+	// StaleToken is called when a fence helper (redislock.Fence, pglock's
+	// Fence) refused a write made with a lease's token because the resource
+	// had been written with a newer one: a holder that lost its lock was kept
+	// out. See ReportStaleToken.
+	StaleToken(ctx context.Context, e StaleTokenEvent)
 }
 
 // NopObserver is an Observer that does nothing; embed it in an Observer that
@@ -84,6 +89,9 @@ func (NopObserver) Wake(context.Context, WakeEvent) {}
 
 // Leadership does nothing.
 func (NopObserver) Leadership(context.Context, LeadershipEvent) {}
+
+// StaleToken does nothing.
+func (NopObserver) StaleToken(context.Context, StaleTokenEvent) {}
 
 // WithObserver sets the Observer told of the lifecycle events of the locks
 // taken with this option (as a Client default, or for one call). nil removes a
@@ -400,4 +408,28 @@ func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
 	l.mu.Unlock()
 	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Outcome: out, Margin: deadline.Sub(started),
 		Duration: time.Since(started), Err: err})
+}
+
+// StaleTokenEvent is a fenced write refused because its token was stale.
+type StaleTokenEvent struct {
+	Target          // the lease's lock
+	Resource string // what the write was for: a Redis key, or the lock key for a database fence
+	Token    uint64 // the lease's token
+	Newest   uint64 // the newer token the resource was written with; 0 when unknown
+}
+
+// ReportStaleToken tells the Observer of tok's lease, when tok is a *Lease
+// taken with an Observer, that a fenced write made with its token was refused
+// because resource had been written with the newer token newest (0 when
+// unknown). Fence helpers call it when they return ErrStaleToken; for other
+// tokens, and leases without an Observer, it does nothing.
+func ReportStaleToken(tok any, resource string, newest uint64) {
+	l, ok := tok.(*Lease)
+	if !ok || l == nil || l.obs == nil {
+		return
+	}
+	l.mu.Lock()
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	l.obs.o.StaleToken(octx, StaleTokenEvent{Target: l.obs.t, Resource: resource, Token: l.token, Newest: newest})
 }

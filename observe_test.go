@@ -73,6 +73,10 @@ func (r *recorder) Leadership(_ context.Context, e dlock.LeadershipEvent) {
 	r.add("leader %s %t", e.Key, e.Leader)
 }
 
+func (r *recorder) StaleToken(ctx context.Context, e dlock.StaleTokenEvent) {
+	r.add("stale %s %s token=%d newest=%d ctx=%v", e.Key, e.Resource, e.Token, e.Newest, ctx.Value(ctxKey{}))
+}
+
 func wantEvents(t *testing.T, r *recorder, want ...string) {
 	t.Helper()
 	got := r.take()
@@ -271,6 +275,34 @@ func (renewalObserver) Release(context.Context, dlock.ReleaseEvent)       {}
 func (renewalObserver) Abandon(context.Context, dlock.AbandonEvent)       {}
 func (renewalObserver) Wake(context.Context, dlock.WakeEvent)             {}
 func (renewalObserver) Leadership(context.Context, dlock.LeadershipEvent) {}
+func (renewalObserver) StaleToken(context.Context, dlock.StaleTokenEvent) {}
+
+// TestReportStaleToken: a fence helper's refusal reaches the Observer of the
+// lease whose token it refused, with the lease's context; other tokens and
+// leases without an Observer are ignored.
+func TestReportStaleToken(t *testing.T) {
+	r := &recorder{}
+	store := memlock.NewStore()
+	c, _ := memlock.New(store, dlock.WithObserver(r))
+	plain, _ := memlock.New(store)
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "orders:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.take()
+	dlock.ReportStaleToken(l, "orders:1:row", l.Token()+3)
+	wantEvents(t, r, fmt.Sprintf("stale orders:1 orders:1:row token=%d newest=%d ctx=lease:orders:1", l.Token(), l.Token()+3))
+	u, err := plain.TryLock(ctx, "orders:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var none *dlock.Lease
+	for _, tok := range []any{u, none, nil, "not a lease"} {
+		dlock.ReportStaleToken(tok, "r", 1)
+	}
+	wantEvents(t, r)
+}
 
 func TestObserverLeadership(t *testing.T) {
 	r := &recorder{}

@@ -139,25 +139,26 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestNeeds checks that the etcd and ZooKeeper servers start only for runs that
+// TestNeeds checks that the etcd, ZooKeeper and PostgreSQL servers start only for runs that
 // measure a variant locking on them.
 func TestNeeds(t *testing.T) {
 	for _, tc := range []struct {
-		args     []string
-		etcd, zk bool
+		args         []string
+		etcd, zk, pg bool
 	}{
-		{nil, true, true},
-		{[]string{"-variants", "dlock,raw"}, false, false},
-		{[]string{"-variants", "dlock,etcd"}, true, false},
-		{[]string{"-variants", "zk", "-scenarios", "bc"}, false, true},
-		{[]string{"-scenarios", "b,bp,c"}, false, false},
+		{nil, true, true, true},
+		{[]string{"-variants", "dlock,raw"}, false, false, false},
+		{[]string{"-variants", "dlock,etcd"}, true, false, false},
+		{[]string{"-variants", "zk", "-scenarios", "bc"}, false, true, false},
+		{[]string{"-variants", "pg", "-scenarios", "a"}, false, false, true},
+		{[]string{"-scenarios", "b,bp,c"}, false, false, false},
 	} {
 		cfg, err := parseFlags(tc.args, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if etcd, zk := cfg.needs(onEtcd), cfg.needs(onZK); etcd != tc.etcd || zk != tc.zk {
-			t.Errorf("%q: needs etcd %v, ZooKeeper %v; want %v, %v", tc.args, etcd, zk, tc.etcd, tc.zk)
+		if etcd, zk, pg := cfg.needs(onEtcd), cfg.needs(onZK), cfg.needs(onPG); etcd != tc.etcd || zk != tc.zk || pg != tc.pg {
+			t.Errorf("%q: needs etcd %v, ZooKeeper %v, PostgreSQL %v; want %v, %v, %v", tc.args, etcd, zk, pg, tc.etcd, tc.zk, tc.pg)
 		}
 	}
 }

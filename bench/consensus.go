@@ -37,6 +37,7 @@ const connectTimeout = 10 * time.Second
 type consensus struct {
 	etcd *testserver.Etcd
 	zk   *testserver.ZooKeeper
+	pg   *testserver.Postgres
 }
 
 // startConsensus starts, under dir, the servers that the variants cfg runs lock
@@ -54,6 +55,11 @@ func startConsensus(cfg config, dir string) (*consensus, error) {
 			return c, err
 		}
 	}
+	if cfg.needs(onPG) {
+		if c.pg, err = testserver.NewPostgres(dir); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -63,6 +69,9 @@ func (c *consensus) stop() {
 	}
 	if c.zk != nil {
 		c.zk.Stop()
+	}
+	if c.pg != nil {
+		c.pg.Remove()
 	}
 }
 
@@ -167,7 +176,7 @@ const idleWindow = time.Second
 // idleCPU measures, and emits as a JSON line, the CPU time etcd and ZooKeeper
 // use while nobody locks: part of every run's server CPU per operation.
 func (e *env) idleCPU(ctx context.Context) error {
-	for _, on := range []string{onEtcd, onZK} {
+	for _, on := range []string{onEtcd, onZK, onPG} {
 		if !e.cfg.needs(on) {
 			continue
 		}
@@ -249,13 +258,16 @@ func (c countingConn) Write(b []byte) (int, error) {
 
 // requests returns the requests the lock server named on has received: for
 // Redis the commands (see serverCalls), for etcd the gRPC messages, for
-// ZooKeeper the packets (pings included).
+// ZooKeeper the packets (pings included), for PostgreSQL the messages (see
+// pgWrites).
 func (e *env) requests(ctx context.Context, on string) (int64, error) {
 	switch on {
 	case onEtcd:
 		return etcdReceived(ctx, e.cons.etcd.ClientURL)
 	case onZK:
 		return zkReceived(e.cons.zk)
+	case onPG:
+		return pgWrites.Load(), nil
 	}
 	return serverCalls(ctx, e.admin)
 }
@@ -267,6 +279,8 @@ func (e *env) lockServerCPU(ctx context.Context, on string) (time.Duration, erro
 		return pidCPU(e.cons.etcd.PID())
 	case onZK:
 		return pidCPU(e.cons.zk.PID())
+	case onPG:
+		return pgCPU(e.cons.pg.PID())
 	}
 	return serverCPU(ctx, e.admin)
 }
@@ -463,7 +477,7 @@ func tableConsensus(out io.Writer, ms []measurement) {
 	if !found {
 		return
 	}
-	fmt.Fprintf(out, "### The price of consensus: dlock on Redis, etcd and ZooKeeper (medians; × ref = median of per-repetition ratios to the ref variant)\n\n")
+	fmt.Fprintf(out, "### The price of consensus: dlock on Redis, etcd, ZooKeeper and PostgreSQL (medians; × ref = median of per-repetition ratios to the ref variant)\n\n")
 	rows := [][]string{
 		{"variant", "scenario", "G", "ops/s", "× ref", "p50", "requests/op client", "server", "server CPU µs/op", "fsyncs/op", "fsync ms"},
 		{"---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"},

@@ -10,6 +10,7 @@ require (
 	github.com/dlock-go/dlock/etcdlock v0.0.0
 	github.com/dlock-go/dlock/zklock v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/goleak v1.3.0
@@ -18,12 +19,20 @@ require (
 )
 
 require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+)
+
+require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.3.2 // indirect
-	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/dlock-go/dlock/pglock v0.0.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/jackc/pgx/v5 v5.12.0
 	go.etcd.io/etcd/api/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
@@ -39,3 +48,5 @@ require (
 replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
 
 replace github.com/dlock-go/dlock/zklock => ../zklock
+
+replace github.com/dlock-go/dlock/pglock => ../pglock

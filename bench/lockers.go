@@ -43,7 +43,7 @@ type variant struct {
 	// retry1ms marks a peer polling every fixedRetry instead of its default retry.
 	retry1ms bool
 	in       int    // scenarios it runs in
-	on       string // the server it locks on: onRedis, onEtcd or onZK
+	on       string // the server it locks on: onRedis, onEtcd, onZK or onPG
 	desc     string // configuration, printed in the header
 	open     func(o opening) (locker, error)
 	// prim opens a lock kind of scenario p beyond the mutex (open is used
@@ -95,6 +95,10 @@ var variants = append([]variant{
 	{name: "zk", lib: "zk", in: inA | inBC, on: onZK,
 		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
 		open: openZK},
+	zkRecipeVariant,
+	{name: "pg", lib: "pg", in: inA | inBC, on: onPG,
+		desc: "pglock (NewDriver with CreateTable, all defaults: 15s TTL renewed by the watchdog, LISTEN/NOTIFY wake-ups), over a pgxpool of its own; a local PostgreSQL",
+		open: openPG},
 }, primitiveVariants...)
 
 // locker is one library opened on a go-redis client, or on a connection to etcd

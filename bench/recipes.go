@@ -12,6 +12,7 @@ import (
 // store's own lock recipe it is compared with.
 var recipes = map[string]string{
 	"etcd": "etcd/mutex",
+	"zk":   "zk/recipe",
 }
 
 // tableRecipes prints, for scenarios a and bc, each variant of recipes next to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +35,8 @@ func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, er
 	}
 	disk0 := e.readDisk(ctx, v.on)
 	cpu0, cpuOK := processCPU()
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	lat := make([][]time.Duration, g)
 	var errs atomic.Int64
 	var wg sync.WaitGroup
@@ -64,6 +67,8 @@ func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, er
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu1, _ := processCPU()
+	var mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem1)
 	srvCPU1, err := e.lockServerCPU(ctx, v.on)
 	if err != nil {
 		return nil, err
@@ -83,6 +88,10 @@ func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, er
 		"cmds_per_cycle_client": ratio(float64(used.client), n),
 		"cmds_per_cycle_server": ratio(float64(used.lockServer()), n),
 		"errors":                float64(errs.Load()),
+		// The whole process's allocations, the latency samples' included
+		// (amortized: a few bytes per cycle).
+		"allocs_per_cycle": ratio(float64(mem1.Mallocs-mem0.Mallocs), n),
+		"bytes_per_cycle":  ratio(float64(mem1.TotalAlloc-mem0.TotalAlloc), n),
 	}
 	m["server_cpu_us_per_cycle"] = ratio(micros(srvCPU1-srvCPU0), n)
 	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cycle")
@@ -104,6 +113,8 @@ func tableUncontended(out io.Writer, g int, ms []measurement) {
 		{"server", "cmds_per_cycle_server", "%.2f"},
 		{"CPU µs/cycle client", "client_cpu_us_per_cycle", "%.1f"},
 		{"server", "server_cpu_us_per_cycle", "%.1f"},
+		{"allocs/cycle", "allocs_per_cycle", "%.0f"},
+		{"B/cycle", "bytes_per_cycle", "%.0f"},
 		{"errors", "errors", "%.0f"},
 	})
 }

@@ -142,6 +142,7 @@ type Observer struct {
 	wakeups         metric.Int64Counter
 	abandons        metric.Int64Counter
 	leader          metric.Int64Gauge
+	staleTokens     metric.Int64Counter
 }
 
 var _ dlock.Observer = (*Observer)(nil)
@@ -204,6 +205,9 @@ func New(opts ...Option) (*Observer, error) {
 	set(e)
 	o.leader, e = m.Int64Gauge("dlock.leader", metric.WithUnit("1"),
 		metric.WithDescription("1 while this process leads the role, 0 after."))
+	set(e)
+	o.staleTokens, e = m.Int64Counter("dlock.fence.stale_tokens", metric.WithUnit("{write}"),
+		metric.WithDescription("Fenced writes refused because the lease's token was stale (its lock had been taken since)."))
 	set(e)
 	if err != nil {
 		return nil, err
@@ -332,6 +336,14 @@ func (o *Observer) Leadership(ctx context.Context, e dlock.LeadershipEvent) {
 		v = 1
 	}
 	o.leader.Record(ctx, v, metric.WithAttributes(AttrBackend.String(e.Backend), AttrRole.String(e.Key)))
+}
+
+// StaleToken counts a fenced write refused as stale, an event of the lease's
+// dlock.hold span.
+func (o *Observer) StaleToken(ctx context.Context, e dlock.StaleTokenEvent) {
+	o.staleTokens.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Target)...))
+	trace.SpanFromContext(ctx).AddEvent("dlock.fence.stale_token", trace.WithAttributes(
+		attribute.Int64("dlock.token", int64(e.Token)), attribute.Int64("dlock.fence.newest_token", int64(e.Newest))))
 }
 
 func errText(err error) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
@@ -371,5 +372,45 @@ func TestKeyGroup(t *testing.T) {
 		if got := dlockotel.KeyGroup(in); got != want {
 			t.Errorf("KeyGroup(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestStaleTokens: a fenced write refused as stale counts in
+// dlock.fence.stale_tokens and is an event of the lost lease's hold span.
+func TestStaleTokens(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rdb := newRedis(t, redisAddr)
+	c := newClient(t, redisAddr, dlock.WithObserver(e.obs), dlock.WithTTL(10*time.Second))
+	f, err := redislock.NewFence(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "billing:stale"
+	t.Cleanup(func() { rdb.Del(ctx, "fenced:"+key) })
+	old, cur := dlocktest.Superseded(t, c, key)
+	if err := f.Set(ctx, cur, "fenced:"+key, "new", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Set(ctx, old, "fenced:"+key, "old", 0); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("stale write: %v", err)
+	}
+	if got := e.value(t, "dlock.fence.stale_tokens", dlockotel.AttrKeyGroup.String("billing")); got != 1 {
+		t.Errorf("dlock.fence.stale_tokens = %v, want 1", got)
+	}
+	_ = old.Unlock(ctx)
+	if err := cur.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events := 0
+	for _, s := range e.spans.Ended() {
+		for _, ev := range s.Events() {
+			if ev.Name == "dlock.fence.stale_token" {
+				events++
+			}
+		}
+	}
+	if events != 1 {
+		t.Errorf("%d dlock.fence.stale_token span events, want 1", events)
 	}
 }

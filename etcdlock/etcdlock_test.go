@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -35,4 +36,10 @@ func TestConformance(t *testing.T) {
 			}
 		},
 	})
+}
+
+// TestObserveWatches: Observe follows an etcd watch, not its one-minute
+// polling interval.
+func TestObserveWatches(t *testing.T) {
+	dlocktest.ObserveWatches(t, newClient(t), newClient(t), 5*time.Second)
 }

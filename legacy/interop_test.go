@@ -505,7 +505,8 @@ func TestFaultOverrunUnlockDeletesSuccessor(t *testing.T) {
 	var kept int
 	for r := 0; r < rounds; r++ {
 		key := dlocktest.Key(t)
-		l, err := newLegacy(t, f).TryLock(ctx, key, dlock.WithTTL(200*time.Millisecond))
+		// Half a second: room for the grant's round trip on a loaded machine.
+		l, err := newLegacy(t, f).TryLock(ctx, key, dlock.WithTTL(500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,6 +91,7 @@ func (d *Driver) fence(ctx context.Context, lease *dlock.Lease, query func(ctx c
 	case !found:
 		return fmt.Errorf("%w: pglock: fence: %q is free", dlock.ErrNotHeld, key)
 	case token > 0 && uint64(token) > lease.Token():
+		dlock.ReportStaleToken(lease, key, uint64(token))
 		return fmt.Errorf("%w: pglock: fence: %q was granted since with token %d, newer than %d: %w", dlock.ErrNotHeld, key, token, lease.Token(), dlock.ErrStaleToken)
 	case owner != lease.Owner() || uint64(token) != lease.Token():
 		return fmt.Errorf("%w: pglock: fence: %q is not held by this lease", dlock.ErrNotHeld, key)

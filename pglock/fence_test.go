@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +51,8 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	key := dlocktest.Key(t)
 	pool := newPool(t)
 	d, _ := NewDriver(pool, Config{})
-	c, _ := d.Client()
+	var stale staleEvents
+	c, _ := d.Client(dlock.WithObserver(&stale))
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
@@ -68,6 +71,10 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	err = fencedInsert(ctx, d, pool, table, lease, 2)
 	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("fenced write after a takeover: %v, want ErrNotHeld and ErrStaleToken", err)
+	}
+	// The refusal reached the lost lease's Observer.
+	if got, want := stale.String(), fmt.Sprintf("[%s %d<%d]", key, lease.Token(), next.Token()); got != want {
+		t.Errorf("stale-token events %s, want %s", got, want)
 	}
 	// Released: not held, no newer token.
 	if err := next.Unlock(ctx); err != nil {
@@ -240,4 +247,23 @@ func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// staleEvents records the stale-token events an Observer receives.
+type staleEvents struct {
+	dlock.NopObserver
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *staleEvents) StaleToken(_ context.Context, e dlock.StaleTokenEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, fmt.Sprintf("%s %d<%d", e.Resource, e.Token, e.Newest))
+}
+
+func (s *staleEvents) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprint(s.got)
 }

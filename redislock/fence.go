@@ -167,6 +167,8 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 		n, _ := res[1].(int64)
 		return n, nil
 	case 0:
+		newest, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
+		dlock.ReportStaleToken(tok, resource, newest)
 		return 0, fmt.Errorf("%w: %s on %q with token %d of %q, but token %v already wrote it",
 			dlock.ErrStaleToken, op, resource, token, lock, res[1])
 	case 2:

@@ -3,7 +3,9 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,5 +234,45 @@ func TestFenceCluster(t *testing.T) {
 		if _, err := f.IncrBy(ctx, token{"L", 5}, res, 1); !errors.Is(err, dlock.ErrStaleToken) {
 			t.Fatalf("stale IncrBy %q = %v", res, err)
 		}
+	}
+}
+
+// staleRecorder records the stale-token events an Observer receives.
+type staleRecorder struct {
+	dlock.NopObserver
+	mu     sync.Mutex
+	events []dlock.StaleTokenEvent
+}
+
+func (s *staleRecorder) StaleToken(_ context.Context, e dlock.StaleTokenEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e)
+}
+
+// TestFenceReportsStaleTokens: a write refused as stale is told to the
+// Observer of the lease that made it, with the newer token.
+func TestFenceReportsStaleTokens(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	f := newFence(t, rdb)
+	obs := &staleRecorder{}
+	c := newClient(t, dlock.WithObserver(obs), dlock.WithTTL(10*time.Second))
+	key := dlocktest.Key(t)
+	res := "fenced:" + key
+	t.Cleanup(func() { rdb.Del(ctx, res) })
+	old, cur := dlocktest.Superseded(t, c, key)
+	if err := f.Set(ctx, cur, res, "new", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Set(ctx, old, res, "old", 0); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Fatalf("Set with the old lease: %v, want ErrStaleToken", err)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	want := []dlock.StaleTokenEvent{{Target: dlock.Target{Key: key, Backend: "redislock", Kind: dlock.KindMutex},
+		Resource: res, Token: old.Token(), Newest: cur.Token()}}
+	if fmt.Sprint(obs.events) != fmt.Sprint(want) {
+		t.Errorf("events %+v, want %+v", obs.events, want)
 	}
 }

@@ -204,17 +204,25 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	ctx = context.WithoutCancel(ctx)
 	hd, _ := h.Handle.(*holding)
 	unknown := hd.unknown()
-	got, err := askNodes(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
+	patience := time.Now().Add(d.nodeTimeout(h.TTL))
+	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		if unknown[i] {
 			return 0, d.nodes[i].Abandon(ctx, nh)
 		}
 		return 0, d.nodes[i].Release(ctx, nh)
 	}, func(got []reply[time.Duration], _ int) bool {
-		return count(got) >= d.quorum // the other releases are on their way
+		return count(got) >= d.quorum
 	})
 	if err != nil {
 		return err
 	}
+	// A process may exit as soon as Unlock returns, and its releases still on
+	// their way with it: wait for the other nodes too, up to the node timeout,
+	// so that a node that answers in time is not left holding the lock until
+	// its TTL (two such nodes and one failure would keep the lock from
+	// everyone). A node slower than that gets its release all the same while
+	// the process lives.
+	late.waitUntil(patience)
 	if count(got) >= d.quorum {
 		return nil
 	}

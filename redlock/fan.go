@@ -43,6 +43,14 @@ type stragglers[T any] struct {
 	until   time.Time // their node timeout
 }
 
+// waitUntil is wait with the wait ending at t at the latest.
+func (s *stragglers[T]) waitUntil(t time.Time) {
+	if s != nil && t.Before(s.until) {
+		s.until = t
+	}
+	s.wait()
+}
+
 // wait collects the stragglers' replies until every one has answered or their
 // timeout has passed, and returns the nodes that did not answer.
 func (s *stragglers[T]) wait() (unanswered []int) {

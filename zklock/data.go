@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -12,8 +13,31 @@ type nodeData struct {
 }
 
 func encodeData(ttl time.Duration, metadata string) []byte {
-	b, _ := json.Marshal(nodeData{TTL: ttl.Milliseconds(), Metadata: metadata})
-	return b
+	if !plainJSON(metadata) {
+		b, _ := json.Marshal(nodeData{TTL: ttl.Milliseconds(), Metadata: metadata})
+		return b
+	}
+	// What json.Marshal writes, without its reflection.
+	b := make([]byte, 0, 32+len(metadata))
+	b = append(b, `{"ttl_ms":`...)
+	b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
+	if metadata != "" {
+		b = append(b, `,"metadata":"`...)
+		b = append(b, metadata...)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// plainJSON reports whether s is written as it is inside a JSON string by
+// json.Marshal: printable ASCII without '"', '\\', '<', '>' and '&'.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeData reads a lock node's data; a node whose data is not a dlock record

@@ -15,14 +15,29 @@
 // keeps a key with '/' in one path component). It is a container node: the
 // server removes it some time after its last child has gone. Each contender
 // creates an ephemeral sequential child lock-<owner>-<sequence>, whose data holds
-// the requested TTL and the metadata. The child with the lowest sequence holds
-// the lock; every other waits for the deletion of the child just before its own
-// (a watch on its predecessor only, so a release wakes one waiter, not all of
-// them, and a waiter that gives up moves its successor's watch without waking
-// it). The watches survive reconnects, so a waiter polls only once a session
-// timeout (BusyError.RetryAfter). TryLock does not queue: it reads the queue
-// and creates nothing when the lock is held; on a free lock it creates its
-// child, and deletes it again at once when another came first.
+// the TTL and the metadata. The child with the lowest sequence holds the lock;
+// every other waits for the deletion of the child just before its own (a watch
+// on its predecessor only, so a release wakes one waiter, not all of them). The
+// watches survive reconnects, so a waiter polls only once a sixth of its TTL
+// (BusyError.RetryAfter), to rewrite its node. TryLock does not queue: it reads
+// the queue and creates nothing when the lock is held; on a free lock it
+// creates its child, and deletes it again at once when another came first.
+//
+// # Requests
+//
+// An uncontended Lock and Unlock is three requests, the store's minimum: a
+// create, a read of the queue and a delete. The create goes in a multi with an
+// empty write of the node Root/%clock, so that its reply carries the
+// transaction's zxid, the token (see below), without a read of the child. A
+// waiter queues with the same create and read and a watch on its predecessor,
+// set by the same attempt: a data watch on the holder (its renewals bring its
+// TTL along, which the waiter needs to remove a holder past its TTL) and a
+// child watch on another waiter (which that waiter's rewrites do not fire).
+// The predecessor's deletion wakes the waiter, which reads the queue once more
+// and, first, holds the lock without writing (see the TTL below): a hand-over
+// is the release's delete and that read, five requests per critical section
+// in all. A waiter whose predecessor gave up is woken as well, and watches the
+// next one. TestRequestsPerOperation counts them.
 //
 // # Fencing tokens
 //
@@ -63,9 +78,15 @@
 //     ensemble agree on the time (within the drift margin), since a new leader
 //     stamps writes with its own clock. The holder's local deadline comes
 //     first, as on every backend: it counts from before the write. Waiters
-//     rewrite their own node at every attempt (at least every third of their
-//     TTL), so a live waiter's node is never taken for a dead one, and the
-//     node of a waiter that died goes the same way. A holder that closes its
+//     rewrite their own node every sixth of their TTL, with the TTL plus a
+//     third in its data, so a live waiter's node is never taken for a dead
+//     one, and the node of a waiter that died goes the same way. A waiter
+//     that becomes first holds the lock on that last write, which is less
+//     than a third of the TTL old and so outlives the lease by its data; its
+//     first renewal writes the TTL alone. A holder that dies before its first
+//     renewal thus blocks the lock up to 4/3 of its TTL, no longer than one
+//     that dies just after it (the watchdog renews every third of the TTL).
+//     A TryLock's node carries the TTL alone. A holder that closes its
 //     Driver frees its locks at once, and the session timeout still bounds
 //     every node, also one whose data is not dlock's.
 //   - A session that expires takes its nodes with it: the holder's Lease is

@@ -65,6 +65,14 @@ type Driver struct {
 	inflightMu sync.Mutex
 	inflight   map[ownerKey]*opSet
 
+	// waiters holds, per lock node and owner, the node of a waiting
+	// acquisition, from its first attempt until it is granted or abandoned.
+	waitersMu sync.Mutex
+	waiters   map[ownerKey]*waiter
+
+	plainCreate atomic.Bool // the session may not write the clock node: create without the multi
+	wire        wire        // tells when a request has been written to the server
+
 	reqTimeout time.Duration // bounds each call of the Driver
 	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
 
@@ -111,7 +119,7 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 		return nil, fmt.Errorf("%w: request timeout %v must be positive", dlock.ErrInvalid, o.request)
 	}
 	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
-		inflight: map[ownerKey]*opSet{}, reqTimeout: o.request}
+		inflight: map[ownerKey]*opSet{}, waiters: map[ownerKey]*waiter{}, reqTimeout: o.request}
 	d.sweep.init()
 	d.timeoutMs.Store(o.timeout.Milliseconds())
 	// The client logs the session timeout the server granted right after it
@@ -134,11 +142,11 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 	log := zk.WithLogger(logger{d: d, logf: o.logf})
 	var conn *zk.Conn
 	var err error
-	if o.dialer != nil {
-		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(o.dialer))
-	} else {
-		conn, _, err = zk.Connect(servers, o.timeout, onEvent, log)
+	dial := o.dialer
+	if dial == nil {
+		dial = net.DialTimeout
 	}
+	conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(d.wire.dialer(dial)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
 	}
@@ -285,10 +293,20 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	return done(err)
 }
 
-// Subscribe implements dlock.Notifier. It watches the node just before the
-// waiter's in the queue (not the whole queue), and sends on the returned
-// channel when the waiter's node becomes first, or when the waiter should try
-// again because its node or the session is gone.
+// Subscribe implements dlock.Notifier. It waits on the watch the waiter's
+// attempts set on the node just before its own in the queue (not on the whole
+// queue), and sends on the returned channel when that node is deleted, or when
+// the waiter should try again because the watch or the session is gone.
 func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
-	return d.subscribe(ctx, h.Key, h.Owner)
+	if err := d.checkArgs(h.Key, h.Owner); err != nil {
+		return nil, nil, err
+	}
+	w := d.waiterOf(ownerKey{d.lockPath(h.Key), h.Owner})
+	if hd, ok := h.Handle.(*handle); ok && hd != nil && hd.w != nil {
+		w = hd.w
+	}
+	if w == nil {
+		return nil, nil, fmt.Errorf("%w: zklock: %q has no queued node of this owner to watch for", dlock.ErrNotHeld, h.Key)
+	}
+	return d.subscribe(ctx, w)
 }

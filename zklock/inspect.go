@@ -14,7 +14,9 @@ import (
 // changing it. A free lock has Held false. The TTL is the holder's TTL counted
 // from the last write of its node by the ZooKeeper leader's clock, against this
 // host's clock; <0 when past or unknown (a holder that stopped renewing, whose
-// node goes with its session). Waiters counts the nodes queued behind the
+// node goes with its session). A holder that waited for the lock shows up to a
+// third more until its first renewal: the margin its node carries (see the
+// package documentation). Waiters counts the nodes queued behind the
 // holder. A held lock is exclusive and granted in arrival order (Holders and
 // Limit 1, Kind dlock.KindFair) and its LastToken is the holder's token; a free lock's LastToken is 0: ZooKeeper keeps no record
 // of a released lock.

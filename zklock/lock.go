@@ -47,6 +47,14 @@ func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
 		names, _, err = d.conn.Children(lp)
 		return err
 	})
+	if err != nil {
+		return parseList(lp, nil, err) // names may still be written: the call ended early
+	}
+	return parseList(lp, names, nil)
+}
+
+// parseList is the outcome of list from the reply to the read.
+func parseList(lp string, names []string, err error) ([]child, error) {
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -56,30 +64,161 @@ func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
 	return queue(lp, names)
 }
 
+// createAndList creates owner's node (see create) and reads the queue after
+// it. The read goes out as soon as the create has been written to the server,
+// without waiting for its reply: the server answers the requests of a session
+// in the order they come, so the read sees the new node, and the two take one
+// round trip. A read that does not show the node went out before it was made
+// (the lock node was missing, and the create was made again) or after it was
+// gone: the queue is read again. The result has a name when the node was made
+// (err is then the read's).
+func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, error) {
+	type listed struct {
+		q   []child
+		err error
+	}
+	written, forget := d.wire.expect(lp + "/" + childPrefix + owner + "-")
+	defer forget()
+	done := make(chan struct{})
+	lc := make(chan listed, 1)
+	go func() {
+		select {
+		case <-written:
+		case <-done:
+			lc <- listed{err: errNotSent}
+			return
+		}
+		// The call ends when the server answers or the connection drops; the
+		// caller waits for it only as long as ctx lets it.
+		names, _, err := d.conn.Children(lp)
+		q, err := parseList(lp, names, err)
+		lc <- listed{q, err}
+	}()
+	c, err := d.create(ctx, lp, owner, data)
+	close(done)
+	var l listed
+	select {
+	case l = <-lc:
+	case <-ctx.Done():
+		l.err = ctx.Err()
+	}
+	if err != nil {
+		return created{}, nil, err
+	}
+	if l.err == nil && index(l.q, c.name) >= 0 {
+		return c, l.q, nil
+	}
+	q, err := d.list(ctx, lp)
+	return c, q, err
+}
+
+// errNotSent is the outcome of a read of the queue that was not made.
+var errNotSent = errors.New("zklock: not sent")
+
+// created is a node that create made.
+type created struct {
+	name    string
+	czxid   int64 // 0 when unknown
+	session int64 // 0 when unknown
+}
+
 // create makes owner's ephemeral sequential node under lp, creating the lock
-// node (and the root) as container nodes when missing, and returns its name.
-func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (string, error) {
+// node (and the root) as container nodes when missing. It learns the node's
+// czxid in the same request: the create goes in a multi with an empty write of
+// the clock node (see clockNode), whose new mzxid is the multi's zxid, which is
+// the child's czxid. Where the session may not write the clock node, a plain
+// create does, and the czxid is read later.
+func (d *Driver) create(ctx context.Context, lp, owner string, data []byte) (created, error) {
 	for round := 0; ; round++ {
 		if d.testHookCreate != nil {
 			d.testHookCreate()
 		}
+		sid := d.conn.SessionID()
+		plain := d.plainCreate.Load()
 		var path string
-		err := d.ownerCall(ctx, lp, owner, func() (err error) {
-			path, err = d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
-			return err
+		var czxid int64
+		err := d.ownerCall(ctx, lp, owner, func() error {
+			if plain {
+				var err error
+				path, err = d.conn.Create(lp+"/"+childPrefix+owner+"-", data, zk.FlagEphemeralSequential, d.acl)
+				return err
+			}
+			res, err := d.conn.Multi(
+				&zk.CreateRequest{Path: lp + "/" + childPrefix + owner + "-", Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.SetDataRequest{Path: d.clockPath(), Data: nil, Version: -1})
+			if err != nil {
+				if len(res) == 2 && !errors.Is(res[0].Error, zk.ErrNoNode) && errors.Is(res[1].Error, zk.ErrNoNode) {
+					return errNoClock
+				}
+				if len(res) == 2 && errors.Is(res[1].Error, zk.ErrNoAuth) {
+					return zk.ErrNoAuth
+				}
+				return err
+			}
+			if len(res) != 2 || res[1].Stat == nil {
+				return fmt.Errorf("zklock: unexpected multi reply %+v", res)
+			}
+			path, czxid = res[0].String, res[1].Stat.Mzxid
+			return nil
 		})
 		if err == nil {
-			return path[len(lp)+1:], nil
+			c := created{name: path[len(lp)+1:], czxid: czxid}
+			if czxid != 0 && sid != 0 && d.conn.SessionID() == sid {
+				c.session = sid
+			}
+			return c, nil
 		}
-		if !errors.Is(err, zk.ErrNoNode) || round >= maxRounds {
-			return "", mapErr(err)
-		}
-		// The lock node is missing (never made, or a container the server
-		// removed): make it, and try again.
-		if err := d.makePath(ctx, lp); err != nil {
-			return "", err
+		switch {
+		case round >= maxRounds:
+			return created{}, mapErr(err)
+		case errors.Is(err, zk.ErrNoAuth) && !plain:
+			// The clock node is not ours to write: nothing was created.
+			d.plainCreate.Store(true)
+		case errors.Is(err, errNoClock):
+			if err := d.makeClock(ctx); err != nil {
+				return created{}, err
+			}
+		case errors.Is(err, zk.ErrNoNode):
+			// The lock node is missing (never made, or a container the server
+			// removed): make it, and try again.
+			if err := d.makePath(ctx, lp); err != nil {
+				return created{}, err
+			}
+		default:
+			return created{}, mapErr(err)
 		}
 	}
+}
+
+// errNoClock says that a create failed because the clock node is missing.
+var errNoClock = errors.New("zklock: no clock node")
+
+// clockNode is the name of a node under the root that every create writes
+// (nothing) in the same transaction, for the transaction's zxid. No key
+// escapes to it: escape writes '%' only before two hex digits.
+const clockNode = "%clock"
+
+func (d *Driver) clockPath() string {
+	if d.root == "/" {
+		return "/" + clockNode
+	}
+	return d.root + "/" + clockNode
+}
+
+// makeClock creates the clock node, a persistent node (a container with no
+// children would do as well, but says less), and the root when missing.
+func (d *Driver) makeClock(ctx context.Context) error {
+	if err := d.makePath(ctx, d.root); err != nil {
+		return err
+	}
+	err := d.call(ctx, func() error {
+		_, err := d.conn.Create(d.clockPath(), nil, zk.FlagPersistent, d.acl)
+		return err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return mapErr(err)
+	}
+	return nil
 }
 
 // makePath creates p and its missing ancestors as container nodes.
@@ -119,24 +258,26 @@ type grant struct {
 	session int64 // the session the node belongs to
 }
 
-// busy builds the error for a lock held by another owner with rem left; queued
-// is owner's node when the attempt left one in the queue, "" otherwise. A queued
-// waiter's watch is reliable (the client sets it again after a reconnect, and a
-// session expiry ends it with an event), but the waiter comes back after retry
-// without a wake: to rewrite its node within its TTL, and to remove a holder
-// whose TTL has run out (which no event announces).
-func (d *Driver) busy(rem time.Duration, queued, metadata string, retry time.Duration) error {
-	if queued == "" {
+// busy builds the error for a lock held by another owner with rem left (<0
+// unknown); hd is the handle of owner's node when the attempt left one in the
+// queue, nil otherwise. A queued waiter's watch is reliable (the client sets it
+// again after a reconnect, and a session expiry ends it with an event), but the
+// waiter comes back after retry without a wake: to rewrite its node within its
+// TTL, and to remove a holder whose TTL has run out (which no event announces).
+func (d *Driver) busy(rem time.Duration, hd *handle, retry time.Duration) error {
+	if hd == nil {
 		return &dlock.Busy{Remaining: rem}
 	}
 	return &dlock.Busy{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
-		Handle: &handle{node: queued, metadata: metadata}}
+		Handle: hd}
 }
 
 // handle is the Handle of a grant and of a queued waiter's BusyError: the name
-// of the owner's node, and the metadata that Extend writes again.
+// of the owner's node, and the metadata that Extend writes again; a waiter's
+// handle also carries the Driver's record of its node, for the subscription.
 type handle struct {
 	node, metadata string
+	w              *waiter
 }
 
 // nodeOf returns the node name in h's handle, if h has one of this driver's and
@@ -158,23 +299,69 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	if err := d.checkTTL(ttl); err != nil {
 		return grant{}, err
 	}
+	start := time.Now()
 	lp := d.lockPath(key)
+	k := ownerKey{lp, owner}
 	if err := d.awaitOwner(ctx, lp, owner); err != nil {
 		return grant{}, err
 	}
 	// A retry with this owner takes over any clean-up still pending for it.
-	if err := d.sweep.forget(ctx, lp, owner); err != nil {
+	// Such a clean-up means that an earlier call's outcome is unknown: the
+	// queue must be read for a node that call made.
+	unknown, err := d.sweep.forget(ctx, lp, owner)
+	if err != nil {
 		return grant{}, err
 	}
+	w := d.waiterOf(k)
+	if w == nil {
+		w = newWaiter("")
+	} else if unknown {
+		w.lost()
+	}
+	g, err := d.attempt(ctx, key, k, w, start, ttl, metadata, waiting, unknown)
+	var busy *dlock.Busy
+	switch {
+	case errors.As(err, &busy) && busy.Queued:
+		d.keepWaiter(k, w)
+	case err != nil && w.node != "" && !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrInvalid) &&
+		!errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused):
+		// The next attempt, or the abandon, takes the node over.
+		d.keepWaiter(k, w)
+	default:
+		d.dropWaiter(k)
+	}
+	return g, err
+}
+
+// attempt is acquire once its arguments are checked: w is what the earlier
+// attempts of the owner left, start the start of this one.
+//
+// A waiting attempt's first call creates its node at once (one request, which
+// also returns the token), then reads the queue; later attempts read the
+// queue only. First in the queue, the node holds the lock, with no further
+// request when its last write outlives the lease (it always does for a node
+// made by this attempt). Behind another node, the attempt watches its
+// predecessor (see watchPredecessor; a watch already set is kept) and rewrites
+// its own node every waiterMargin/2. A TryLock reads the queue first and
+// creates nothing when the lock is held.
+func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter, start time.Time, ttl time.Duration, metadata string, waiting, unknown bool) (grant, error) {
+	lp, owner := k.lockPath, k.owner
+	wttl := ttl // the TTL in the node's data
+	if waiting {
+		wttl += waiterMargin(ttl)
+	}
 	for round := 0; round < maxRounds; round++ {
-		q, err := d.list(ctx, lp)
-		if err != nil {
-			return grant{}, err
-		}
-		i := find(q, owner)
-		fresh := i < 0
-		if fresh {
-			if len(q) > 0 && !waiting {
+		var q []child
+		listed := false
+		if w.node == "" && (unknown || !waiting) {
+			var err error
+			if q, err = d.list(ctx, lp); err != nil {
+				return grant{}, err
+			}
+			listed = true
+			if i := find(q, owner); i >= 0 {
+				w.node = q[i].name // made by an earlier call whose reply was lost
+			} else if len(q) > 0 && !waiting {
 				// TryLock of a held lock: no node, no write.
 				rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 				if err != nil {
@@ -183,88 +370,153 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 				if gone {
 					continue
 				}
-				return grant{}, d.busy(rem, "", "", 0)
+				return grant{}, d.busy(rem, nil, 0)
 			}
-			if _, err := d.create(ctx, lp, owner, encodeData(ttl, metadata)); err != nil {
+		}
+		fresh := false
+		if w.node == "" {
+			wstart := time.Now()
+			c, cq, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
+			if c.name == "" {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
 					// The create may have been applied with its reply lost.
 					d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
 				}
 				return grant{}, err
 			}
-			if q, err = d.list(ctx, lp); err != nil {
-				d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
+			w.node, w.czxid, w.session = c.name, c.czxid, c.session
+			w.written, w.writtenTTL = wstart, wttl
+			fresh, q = true, cq
+			if err != nil {
+				if errors.Is(err, dlock.ErrConflict) {
+					// Not a lock node of dlock's: take the node back out.
+					_ = d.deleteNode(ctx, lp, owner, w.node)
+					w.lost()
+				} else {
+					d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
+				}
 				return grant{}, err
 			}
-			if i = find(q, owner); i < 0 {
-				continue // gone already: the session expired in between
+		} else if !listed {
+			var err error
+			if q, err = d.list(ctx, lp); err != nil {
+				return grant{}, err
 			}
 		}
-		// Nodes of this owner after the first are duplicates from creates
-		// whose replies were lost: only the first counts.
-		for _, c := range q[i+1:] {
-			if c.owner == owner {
+		i := index(q, w.node)
+		if i < 0 {
+			// Gone: deleted as a dead waiter's, or with an expired session.
+			w.lost()
+			continue
+		}
+		// Other nodes of this owner are duplicates from creates whose replies
+		// were lost: only the one found first counts.
+		for _, c := range q {
+			if c.owner == owner && c.name != w.node {
 				_ = d.deleteNode(ctx, lp, owner, c.name)
 			}
 		}
 		if i == 0 {
-			return d.take(ctx, lp, q[0].name, ttl, metadata, fresh)
+			return d.take(ctx, lp, w, start, ttl, metadata, fresh)
 		}
-		if !fresh && waiting {
-			// A waiter's later attempt rewrites its node, so that nobody takes
-			// it for the node of a dead waiter (see holderTTL).
-			err := d.call(ctx, func() error {
-				_, err := d.conn.Set(lp+"/"+q[i].name, encodeData(ttl, metadata), -1)
+		if !waiting {
+			// A TryLock that lost the race to another create.
+			rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
+			if err != nil {
+				cctx, cancel := dlock.CleanupContext(ctx)
+				_ = d.deleteNode(cctx, lp, owner, w.node)
+				cancel()
+				return grant{}, err
+			}
+			if err := d.deleteNode(ctx, lp, owner, w.node); err != nil {
+				return grant{}, err
+			}
+			w.lost()
+			if gone {
+				continue
+			}
+			return grant{}, d.busy(rem, nil, 0)
+		}
+		if !fresh && (w.written.IsZero() || start.Sub(w.written) >= waiterMargin(ttl)/2) {
+			// Rewrite the node: nobody takes it for a dead waiter's (see
+			// holderTTL), and its data covers a take without a write.
+			wstart := time.Now()
+			var st *zk.Stat
+			err := d.call(ctx, func() (err error) {
+				st, err = d.conn.Set(lp+"/"+w.node, encodeData(wttl, metadata), -1)
 				return err
 			})
 			if isNoNode(err) {
+				w.lost()
 				continue // removed as dead: queue again
 			}
 			if err != nil {
 				return grant{}, mapErr(err)
 			}
+			w.wrote(wstart, wttl, st)
 		}
-		rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
-		if err != nil {
-			if !waiting {
-				cctx, cancel := dlock.CleanupContext(ctx)
-				_ = d.deleteNode(cctx, lp, owner, q[i].name)
-				cancel()
-			}
-			return grant{}, err
-		}
-		if gone && waiting && i == 1 {
-			continue // we may be first now
-		}
-		if !waiting {
-			if err := d.deleteNode(ctx, lp, owner, q[i].name); err != nil {
+		pred, head := q[i-1], i == 1
+		pw := w.liveWatch(pred.name)
+		if pw == nil || (head && !pw.data) {
+			var err error
+			if pw, err = d.watchPredecessor(ctx, lp, w, pred, head); err != nil {
 				return grant{}, err
 			}
-			if gone {
-				continue
+			if pw == nil {
+				continue // gone meanwhile: read the queue again
 			}
 		}
-		if !waiting {
-			return grant{}, d.busy(rem, "", "", 0)
+		rem, retry := time.Duration(-1), waiterMargin(ttl)/2
+		if head {
+			nd, st := w.predData(pw)
+			rem = remaining(nd, st.Mtime)
+			if rem < 0 && nd.TTL > 0 {
+				left, gone, err := d.expired(ctx, lp, pred.name, nd, st)
+				if err != nil {
+					return grant{}, err
+				}
+				if gone {
+					continue // we may be first now
+				}
+				rem = left
+			}
+			if rem >= 0 {
+				retry = min(retry, rem+time.Millisecond) // the holder's TTL runs out
+			}
 		}
-		retry := ttl / 3 // the node is rewritten well within its TTL
-		if i == 1 && rem >= 0 {
-			retry = min(retry, rem+time.Millisecond) // the holder's TTL runs out
-		}
-		return grant{}, d.busy(rem, q[i].name, metadata, retry)
+		return grant{}, d.busy(rem, &handle{node: w.node, metadata: metadata, w: w}, retry)
 	}
 	return grant{}, changing(key)
 }
 
-// take completes an acquisition by the node name, first in the queue: it reads
-// the node's czxid (the token) and, unless the node was made by this attempt
-// (fresh), writes the node's data again so that other clients count its TTL from
-// now.
-func (d *Driver) take(ctx context.Context, lp, name string, ttl time.Duration, metadata string, fresh bool) (grant, error) {
-	var data []byte
+// index returns the position of the node named name in q, or -1.
+func index(q []child, name string) int {
+	for i, c := range q {
+		if c.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// take completes an acquisition by w's node, first in the queue. When the
+// node's last write keeps it alive by its data past the lease (a node this
+// attempt made, or a waiter's recent rewrite), the lock is held with no further
+// request: the queue just read was a request in the session, which keeps the
+// session alive at least the session timeout from then. Otherwise it writes the
+// node's data again (ttl, from now), or only reads its token when this attempt
+// made it.
+func (d *Driver) take(ctx context.Context, lp string, w *waiter, start time.Time, ttl time.Duration, metadata string, fresh bool) (grant, error) {
+	if w.covers(start, ttl) {
+		return grant{token: uint64(w.czxid), ttl: ttl, node: w.node, meta: metadata, session: w.session}, nil
+	}
 	var st *zk.Stat
 	err := d.call(ctx, func() (err error) {
-		data, st, err = d.conn.Get(lp + "/" + name)
+		if fresh {
+			_, st, err = d.conn.Get(lp + "/" + w.node)
+		} else {
+			st, err = d.conn.Set(lp+"/"+w.node, encodeData(ttl, metadata), -1)
+		}
 		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
@@ -274,17 +526,9 @@ func (d *Driver) take(ctx context.Context, lp, name string, ttl time.Duration, m
 		return grant{}, mapErr(err)
 	}
 	if st.EphemeralOwner != d.conn.SessionID() {
-		return grant{}, fmt.Errorf("%w: zklock: node %s/%s belongs to session %#x, not this one", dlock.ErrConflict, lp, name, st.EphemeralOwner)
+		return grant{}, fmt.Errorf("%w: zklock: node %s/%s belongs to session %#x, not this one", dlock.ErrConflict, lp, w.node, st.EphemeralOwner)
 	}
-	if want := encodeData(ttl, metadata); !fresh || string(data) != string(want) {
-		if err := d.call(ctx, func() (err error) {
-			st, err = d.conn.Set(lp+"/"+name, encodeData(ttl, metadata), -1)
-			return err
-		}); err != nil {
-			return grant{}, mapErr(err)
-		}
-	}
-	return grant{token: uint64(st.Czxid), ttl: ttl, node: name, meta: metadata, session: st.EphemeralOwner}, nil
+	return grant{token: uint64(st.Czxid), ttl: ttl, node: w.node, meta: metadata, session: st.EphemeralOwner}, nil
 }
 
 // holderTTL reads the holder's node: the TTL it has left (-1 unknown), or gone
@@ -420,6 +664,11 @@ func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, e
 	if gone {
 		return 0, notHeld(h.Key)
 	}
+	if h.TTL > 0 {
+		// A node that waited carries a margin beyond the lease's TTL (see
+		// waiterMargin): the lease trusts the lock for its TTL at most.
+		rem = min(rem, h.TTL)
+	}
 	return max(rem, 0), nil
 }
 
@@ -461,6 +710,7 @@ func (d *Driver) remove(ctx context.Context, key, owner string) (bool, error) {
 		return false, err
 	}
 	lp := d.lockPath(key)
+	d.dropWaiter(ownerKey{lp, owner}) // the acquisition has ended
 	err := d.awaitOwner(ctx, lp, owner)
 	var q []child
 	if err == nil {

@@ -21,8 +21,12 @@ const (
 // become %XX, and so does the '.' of a key made of dots only ("." and ".." are
 // not allowed as components).
 func escape(key string) string {
-	var b strings.Builder
 	dots := strings.Trim(key, ".") == ""
+	if !dots && !needsEscape(key) {
+		return key
+	}
+	var b strings.Builder
+	b.Grow(len(key) + 8)
 	for i := 0; i < len(key); i++ {
 		c := key[i]
 		if c == '%' || c == '/' || c < 0x21 || c > 0x7e || (dots && c == '.') {
@@ -32,6 +36,17 @@ func escape(key string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// needsEscape reports whether key has a byte escape turns into %XX (the
+// dots-only rule aside).
+func needsEscape(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c == '%' || c == '/' || c < 0x21 || c > 0x7e {
+			return true
+		}
+	}
+	return false
 }
 
 // unescape reverses escape; ok is false for a name escape cannot have made.

@@ -44,10 +44,12 @@ func (s *sweeper) add(e sweepEntry) {
 }
 
 // forget drops the entries of owner under lp: a new attempt of the same owner
-// takes its nodes over. It waits for a sweep of the owner in progress, or for
+// takes its nodes over. It reports whether there were any (an earlier call's
+// outcome is unknown). It waits for a sweep of the owner in progress, or for
 // ctx's end.
-func (s *sweeper) forget(ctx context.Context, lp, owner string) error {
+func (s *sweeper) forget(ctx context.Context, lp, owner string) (bool, error) {
 	k := ownerKey{lp, owner}
+	found := false
 	for {
 		s.mu.Lock()
 		busy := s.active[k]
@@ -55,16 +57,18 @@ func (s *sweeper) forget(ctx context.Context, lp, owner string) error {
 			for e := range s.pending {
 				if e.lockPath == lp && e.owner == owner {
 					delete(s.pending, e)
+					found = true
 				}
 			}
 			s.mu.Unlock()
-			return nil
+			return found, nil
 		}
 		s.mu.Unlock()
 		select {
 		case <-busy:
+			found = true // the sweep may have left some of the owner's nodes
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }

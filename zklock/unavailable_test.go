@@ -1,8 +1,12 @@
 package zklock
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +31,7 @@ func TestUnansweredTryLockIsUnavailable(t *testing.T) {
 			if err := z.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			waitStopped(t, z.PID())
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,5 +76,32 @@ func TestUnansweredTryLockIsUnavailable(t *testing.T) {
 			}
 			z.Stop() // a hung server would hold up the driver's Close
 		})
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped: a signal
+// stops them one by one, and a request the server answers in the meantime
+// would find it running.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("threads of %d: %v", pid, err)
+		}
+		stopped := true
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			i := bytes.LastIndexByte(b, ')')
+			if err == nil && i >= 0 && i+2 < len(b) && b[i+2] != 'T' && b[i+2] != 't' {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("process %d not stopped after SIGSTOP", pid)
+		}
 	}
 }

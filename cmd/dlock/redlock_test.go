@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedlockRunStatusListUnlock: three --redis URLs mean Redlock. dlock run
@@ -41,17 +42,25 @@ func TestRedlockRunStatusListUnlock(t *testing.T) {
 	if r.stdout != key+"\n" {
 		t.Errorf("list --names: %q (stderr %q)", r.stdout, r.stderr)
 	}
-	// A Redlock lock needs only a majority; under load the third grant can come
-	// after the holder started. Stopping a node that did grant it must leave a
-	// majority holding it, so wait until every node has it.
+	// A Redlock lock needs only a majority: under load the third node's grant
+	// can come after the holder started, or not at all. Stop a node whose loss
+	// leaves a majority holding the lock: one that does not hold it, if any.
 	lockKey := redislock.LockKey(key)
+	rdbs := map[string]*redis.Client{}
 	for _, addr := range []string{srv.Addr, b.Addr, c.Addr} {
-		rdb := testserver.RedisClient(t, addr)
-		testserver.Eventually(t, 10*time.Second, "the holding on "+addr, func() bool {
-			return rdb.Exists(context.Background(), lockKey).Val() == 1
-		})
+		rdbs[addr] = testserver.RedisClient(t, addr)
 	}
-	c.Stop() // a minority down: still served
+	holds := func(addr string) bool {
+		return rdbs[addr].Exists(context.Background(), lockKey).Val() == 1
+	}
+	testserver.Eventually(t, 10*time.Second, "a majority holding the lock", func() bool {
+		return holds(srv.Addr) && (holds(b.Addr) || holds(c.Addr))
+	})
+	first, second := c, b
+	if !holds(b.Addr) {
+		first, second = b, c
+	}
+	first.Stop() // a minority down: still served
 	r = dlockRun(t, with("run", "--wait", "0", key, "--", "true")...)
 	if r.code != exitNotObtained {
 		t.Errorf("run on a held lock with one master down: exit %d stderr %q", r.code, r.stderr)
@@ -60,7 +69,7 @@ func TestRedlockRunStatusListUnlock(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "redlock job") {
 		t.Errorf("unlock --force: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
-	b.Stop() // a majority down
+	second.Stop() // a majority down
 	r = dlockRun(t, with("run", key, "--", "true")...)
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "Redlock needs 2 of 3") {
 		t.Errorf("run with two of three masters down: exit %d stderr %q", r.code, r.stderr)
