@@ -16,12 +16,11 @@ import (
 // (one renewal for every lock on it); Extend to another TTL moves the entry to
 // the lease of that TTL, keeping its create revision (the fencing token).
 // Either way it is one transaction, which checks that the entry is still the
-// holding's. It returns an error matching dlock.ErrNotHeld when the entry or
+// holding's (a read when the entry stays). It returns an error matching dlock.ErrNotHeld when the entry or
 // its lease is gone.
 func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	ctx, done := d.request(ctx)
-	granted, err := d.extend(ctx, hd, ttl)
-	return granted, done(err)
+	granted, errs := d.extendMany(ctx, []dlock.Holding{hd}, []time.Duration{ttl})
+	return granted[0], errs[0]
 }
 
 func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
