@@ -19,9 +19,6 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/zklock"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 )
 
@@ -104,24 +101,21 @@ func (c config) runs(v variant) bool {
 // openEtcd opens an etcdlock Client on an etcd client of its own, whose requests
 // (gRPC messages sent, stream messages included) count as lock commands.
 func openEtcd(o opening) (locker, error) {
-	if o.e == nil || o.e.cons.etcd == nil {
-		return nil, errors.New("bench: no etcd server in this run")
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{o.e.cons.etcd.Addr},
-		DialTimeout: connectTimeout,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithStatsHandler(grpcCounter{o.cnt})},
-	})
+	cli, err := countedEtcdClient(o)
 	if err != nil {
 		return nil, err
 	}
-	c, err := etcdlock.New(cli)
+	d, err := etcdlock.NewDriver(cli)
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
-	return dlockLocker{c: c, close: cli.Close}, nil
+	c, err := etcdlock.NewClient(d)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return dlockLocker{c: c, close: func() error { return errors.Join(d.Close(), cli.Close()) }}, nil
 }
 
 // openZK opens a zklock Client on a Driver (a ZooKeeper session) of its own,

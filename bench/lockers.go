@@ -91,6 +91,7 @@ var variants = append([]variant{
 	{name: "etcd", lib: "etcd", in: inA | inBC, on: onEtcd,
 		desc: "etcdlock.New(cli), all defaults (15s lease renewed by the watchdog), over a clientv3 client of its own; a single-member etcd",
 		open: openEtcd},
+	etcdMutexVariant,
 	{name: "zk", lib: "zk", in: inA | inBC, on: onZK,
 		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
 		open: openZK},

@@ -203,6 +203,7 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 		}
 	}
 	tableConsensus(out, all)
+	tableRecipes(out, all)
 	ts := checkTargets(all)
 	tableTargets(out, ts)
 	for _, t := range ts {

@@ -16,11 +16,23 @@ import (
 // another owner holds the lock it returns a *dlock.Busy; a waiting request
 // (r.Waiting) then stays queued, and the error's Handle comes back in the next
 // attempt. An attempt that finds an entry of r.Owner written by an earlier
-// attempt (whose reply was lost) takes that entry over, with a lease of r.TTL.
+// attempt (whose reply was lost) takes that entry over. The entry is attached
+// to the Driver's lease of r.TTL's class (see the package documentation); an
+// attempt is one transaction, plus a renewal of that lease when it has less
+// than r.TTL left.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	ctx, done := d.request(ctx)
 	g, err := d.acquire(ctx, r)
 	return g, done(err)
+}
+
+// attemptResult is what one attempt wrote and read: the entry (nil when a
+// TryLock found the queue taken), the oldest entry of the queue, and the entry
+// just older than the attempt's own (nil when unknown).
+type attemptResult struct {
+	h     *queueEntry
+	first *mvccpb.KeyValue
+	ahead *predecessor
 }
 
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
@@ -32,158 +44,254 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, err
 	}
 	secs := leaseSeconds(r.TTL)
-	var (
-		first   []*mvccpb.KeyValue
-		granted int64
-	)
-	var prev *queueEntry // the waiter's handle, kept when its entry is written anew
-	if r.Waiting && h != nil && h.entry == EntryKey(r.Key, r.Owner) {
-		prev = h
-		h, granted, first, err = d.recheck(ctx, r, h)
-	} else {
-		h = nil
-	}
-	if err == nil && h == nil {
-		h, granted, first, err = d.write(ctx, r, secs)
-		if err == nil && h != nil && prev != nil {
-			// Same handle, new place: its subscription follows (moved).
-			prev.replace(h)
-			h = prev
+	var res *attemptResult
+	for i := 0; i < leaseAttempts; i++ {
+		res, err = d.attempt(ctx, r, h, secs)
+		if !errors.Is(err, errLeaseGone) {
+			break
 		}
 	}
+	if errors.Is(err, errLeaseGone) {
+		err = fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
+	}
 	if err != nil {
+		if h != nil {
+			h.markUncertain() // this attempt may still write
+		}
 		return dlock.Grant{}, err
 	}
-	if h != nil && len(first) == 1 && first[0].CreateRevision == h.revision() {
-		return dlock.Grant{Token: uint64(h.revision()), TTL: seconds(granted), Handle: h}, nil
+	h = res.h
+	if h != nil && res.first != nil && res.first.CreateRevision == h.revision() {
+		return dlock.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
-	if len(first) == 1 && foreign(first[0]) {
+	if res.first != nil && foreign(res.first) {
 		if h != nil {
 			_ = d.removeDetached(ctx, h)
 		}
-		return dlock.Grant{}, conflict(r.Key, first[0])
+		return dlock.Grant{}, conflict(r.Key, res.first)
 	}
-	busy := &dlock.Busy{Remaining: d.remaining(ctx, first)}
 	if !r.Waiting {
 		if h != nil { // TryLock leaves nothing behind
 			_ = d.removeDetached(ctx, h)
 		}
-		return dlock.Grant{}, busy
+		return dlock.Grant{}, &dlock.Busy{Remaining: d.remaining(ctx, res.first)}
 	}
-	busy.RetryAfter, busy.Handle, busy.Queued = seconds(granted)/3, h, true
-	return dlock.Grant{}, busy
+	// A waiter is woken by its subscription (see Subscribe), which watches the
+	// predecessor this attempt read.
+	h.setAhead(res.ahead)
+	return dlock.Grant{}, &dlock.Busy{Remaining: -1, RetryAfter: seconds(secs) / 3, Handle: h, Queued: true}
 }
 
-// recheck is a later attempt of a queued waiter: it renews the entry's lease and
-// reads who is first. It returns a nil holding when the entry is gone (its lease
-// ran out), to be written anew.
-func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEntry) (*queueEntry, int64, []*mvccpb.KeyValue, error) {
-	// Renew first: a lease renewed before the read that finds the entry first
-	// is good for its whole TTL from the start of this attempt.
-	rev, lease, _ := h.state()
+// attempt makes one attempt on the Driver's lease of class secs, which it
+// renews first when needed; errLeaseGone when the lease was found gone.
+func (d *Driver) attempt(ctx context.Context, r dlock.AcquireRequest, h *queueEntry, secs int64) (*attemptResult, error) {
 	start := time.Now()
-	granted, err := d.keepAlive(ctx, lease)
-	if errors.Is(err, dlock.ErrNotHeld) {
-		return nil, 0, nil, nil
-	}
+	sl, err := d.lease(ctx, secs, start)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, err
 	}
+	var (
+		res  *attemptResult
+		prev *queueEntry // the waiter's handle, kept when its entry is written anew
+	)
+	if r.Waiting && h != nil && h.entry == EntryKey(r.Key, r.Owner) {
+		prev = h
+		res, err = d.recheck(ctx, r, h, sl, start)
+	}
+	if err == nil && res == nil {
+		res, err = d.write(ctx, r, sl, start)
+		if err == nil && res.h != nil && prev != nil {
+			// Same handle, new place: its subscription follows (moved).
+			prev.takeOver(res.h)
+			res.h = prev
+		}
+	}
+	return res, err
+}
+
+// recheck is a later attempt of a queued waiter: one transaction that checks
+// that its entry is still there, on the lease sl, and reads who is first and
+// who is just ahead of it. It renews the entry's own deadline from start (sl
+// has been renewed as needed). It returns a nil result when the entry is gone
+// (its lease ran out) or elsewhere, to be written anew.
+func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEntry, sl *sharedLease, start time.Time) (*attemptResult, error) {
+	rev := h.revision()
+	qp := QueuePrefix(r.Key)
+	done := h.renewing()
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev),
+			clientv3.Compare(clientv3.LeaseValue(h.entry), "=", sl.leaseID()),
 			clientv3.Compare(clientv3.CreateRevision(AbandonKey(r.Key, r.Owner)), "=", 0)).
-		Then(clientv3.OpGet(QueuePrefix(r.Key), clientv3.WithFirstCreate()...)).
+		Then(clientv3.OpGet(qp, clientv3.WithFirstCreate()...),
+			clientv3.OpGet(qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...)).
 		Commit()
 	if err != nil {
-		return nil, 0, nil, mapErr(err)
+		done(false, start)
+		return nil, mapErr(err)
 	}
+	done(resp.Succeeded, start)
 	if !resp.Succeeded {
-		d.revokeDetached(ctx, lease) // it carries nothing of ours now
-		return nil, 0, nil, nil
+		h.detachAll()
+		return nil, nil
 	}
-	h.renewal(start, granted)
-	return h, granted, resp.Responses[0].GetResponseRange().Kvs, nil
+	first := resp.Responses[0].GetResponseRange().Kvs
+	res := &attemptResult{h: h, ahead: ahead(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs)}
+	if len(first) == 1 {
+		res.first = first[0]
+	}
+	return res, nil
 }
 
-// write puts owner's entry with a fresh lease of secs seconds: for a TryLock
-// only if the queue is empty, for a waiter at the end of the queue. When an
-// earlier attempt of the owner left an entry, write takes it over, moving it to
-// the fresh lease (its place and token stay). It returns the entry (nil when a
-// TryLock found the queue taken), the granted TTL and the first entry of the
-// queue. Nothing is written for an abandoned acquisition.
-func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, secs int64) (*queueEntry, int64, []*mvccpb.KeyValue, error) {
+// write puts owner's entry on the lease sl in one transaction: for a TryLock
+// only if the queue is empty, for a waiter at the end of the queue, reading who
+// is first and who is just ahead in the same transaction. When an earlier
+// attempt of the owner left an entry, write takes it over (moving it to sl when
+// it is elsewhere; its place and token stay). Nothing is written for an
+// abandoned acquisition.
+func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLease, start time.Time) (*attemptResult, error) {
 	entry, qp, gone := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner)
-	start := time.Now()
-	lease, granted, err := d.grantLease(ctx, secs)
-	if err != nil {
-		return nil, 0, nil, err
-	}
+	lease := sl.leaseID()
 	conds := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(entry), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(gone), "=", 0),
 	}
-	if !r.Waiting {
-		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))
+	put := clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease))
+	// Every key of a request is written to etcd's log with it: the common
+	// case carries as few as it can.
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
+	if r.Waiting {
+		// At the end of the queue, reading the newest two entries: this one
+		// and the one just ahead of it, if any (the first then).
+		resp, err = d.cli.Txn(ctx).If(conds...).Then(put,
+			clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithLimit(2), clientv3.WithKeysOnly())).
+			Commit()
+	} else {
+		// Only into an empty queue: the entry is then the first.
+		resp, err = d.cli.Txn(ctx).
+			If(append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))...).Then(put).
+			Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Commit()
 	}
-	resp, err := d.cli.Txn(ctx).If(conds...).
-		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Commit()
 	if err != nil {
-		d.revokeDetached(ctx, lease) // whatever the transaction did goes with the lease
-		return nil, 0, nil, mapErr(err)
+		return nil, sl.failed(err)
 	}
 	if resp.Succeeded {
-		h := newQueueEntry(entry, resp.Header.Revision, lease, secs)
-		h.renewal(start, granted)
-		return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
+		rev := resp.Header.Revision
+		h := newOwnEntry(entry, rev, sl)
+		sl.attach(h, start.Add(seconds(sl.secs)))
+		res := &attemptResult{h: h}
+		var last []*mvccpb.KeyValue
+		if r.Waiting {
+			last = resp.Responses[1].GetResponseRange().Kvs
+		}
+		if len(last) <= 1 { // nobody ahead
+			res.first = &mvccpb.KeyValue{Key: []byte(entry), CreateRevision: rev, Lease: int64(lease)}
+			return res, nil
+		}
+		res.ahead = ahead(rev, last[1:])
+		if foreign(last[1]) {
+			res.first = last[1] // foreign data in the queue: a conflict
+		}
+		return res, nil
+	}
+	if r.Waiting {
+		// The entry or the abandonment's mark is there: read them.
+		resp, err = d.cli.Txn(ctx).
+			Then(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			return nil, mapErr(err)
+		}
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	first := resp.Responses[2].GetResponseRange().Kvs
 	switch {
 	case resp.Responses[1].GetResponseRange().Count > 0:
-		d.revokeDetached(ctx, lease)
-		return nil, 0, nil, fmt.Errorf("%w: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return nil, fmt.Errorf("%w: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	case len(own) == 0: // a TryLock that found the queue taken
-		d.revokeDetached(ctx, lease)
-		return nil, 0, first, nil
-	case foreign(own[0]):
-		d.revokeDetached(ctx, lease)
-		return nil, 0, nil, conflict(r.Key, own[0])
-	}
-	// An earlier attempt landed: move its entry to the fresh lease.
-	old := own[0]
-	resp, err = d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(entry), "=", old.CreateRevision),
-			clientv3.Compare(clientv3.CreateRevision(gone), "=", 0)).
-		Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil || !resp.Succeeded {
-		d.revokeDetached(ctx, lease)
-		if err != nil {
-			return nil, 0, nil, mapErr(err)
+		res := &attemptResult{}
+		if len(first) == 1 {
+			res.first = first[0]
 		}
-		return nil, 0, nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
+		return res, nil
+	case foreign(own[0]):
+		return nil, conflict(r.Key, own[0])
 	}
-	d.revokeDetached(ctx, clientv3.LeaseID(old.Lease))
-	h := newQueueEntry(entry, old.CreateRevision, lease, secs)
-	h.renewal(start, granted)
-	return h, granted, resp.Responses[1].GetResponseRange().Kvs, nil
+	// An earlier attempt landed: take its entry over, on sl.
+	old := own[0]
+	if old.Lease != int64(lease) {
+		resp, err = d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(entry), "=", old.CreateRevision),
+				clientv3.Compare(clientv3.CreateRevision(gone), "=", 0)).
+			Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			return nil, sl.failed(err)
+		}
+		if !resp.Succeeded {
+			return nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
+		}
+		first = resp.Responses[1].GetResponseRange().Kvs
+	}
+	h := newOwnEntry(entry, old.CreateRevision, sl)
+	sl.attach(h, start.Add(seconds(sl.secs)))
+	res := &attemptResult{h: h}
+	if len(first) == 1 {
+		res.first = first[0]
+	}
+	return res, nil
+}
+
+// leaseID returns the lease's etcd ID.
+func (sl *sharedLease) leaseID() clientv3.LeaseID {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.id
+}
+
+// failed maps the error of a write that attached an entry to sl: a lease that
+// etcd does not know (any more) is errLeaseGone, and sl's entries are lost.
+func (sl *sharedLease) failed(err error) error {
+	if leaseGone(err) {
+		sl.lost(leaseLost(sl.leaseID()))
+		return errLeaseGone
+	}
+	return mapErr(err)
 }
 
 // remaining returns the lease time left of the entry in first (the holder),
 // rounded up to whole seconds (a waiter needs to sleep no longer), or -1 when
-// unknown.
-func (d *Driver) remaining(ctx context.Context, first []*mvccpb.KeyValue) time.Duration {
-	if len(first) != 1 {
+// unknown. The lease is the one the holder's locks of its TTL share: the
+// holding itself may end sooner.
+func (d *Driver) remaining(ctx context.Context, first *mvccpb.KeyValue) time.Duration {
+	if first == nil {
 		return -1
 	}
-	resp, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(first[0].Lease))
+	resp, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(first.Lease))
 	if err != nil {
 		return -1
 	}
 	if resp.TTL < 0 {
 		return 0
 	}
-	return seconds(min(resp.TTL+1, max(resp.GrantedTTL, resp.TTL)))
+	return seconds(min(resp.TTL+1, max(resp.GrantedTTL, resp.TTL), class(resp.GrantedTTL)))
+}
+
+// class returns the TTL in seconds of the entries on a shared lease granted
+// for granted seconds (see leaseTTL): an entry lives no longer than that after
+// its holder's last renewal. A lease etcd granted longer than asked (its
+// minimum TTL) gives the class it was asked for or a longer one.
+func class(granted int64) int64 {
+	s := max(granted*3/4, 1)
+	for s > 1 && leaseTTL(s) > granted {
+		s--
+	}
+	for leaseTTL(s+1) <= granted {
+		s++
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,9 @@ type Driver struct {
 	cli     *clientv3.Client
 	timeout time.Duration // per call
 	wakes   atomic.Int64  // wake-ups sent to waiters, for tests
+
+	mu     sync.Mutex
+	leases map[int64]*sharedLease // by TTL class in seconds
 }
 
 var (

@@ -177,7 +177,8 @@ func TestWaiterKeepsItsEntryAcrossAttempts(t *testing.T) {
 
 // TestWaitersWakeOnlyWhenTheirTurnComes queues waiters, each on a driver of its
 // own, and checks that every release wakes exactly the next waiter: each waiter
-// is woken once in all, when the entry before it is gone.
+// is woken once in all, when the entry before it is gone, and once more when a
+// waiter just ahead of it gives up.
 func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	const n = 4
 	key := testKey(t)
@@ -210,11 +211,21 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	if err := last.d.Abandon(ctx, dlock.Holding{Key: key, Owner: last.owner, Handle: last.h}); err != nil {
 		t.Fatal(err)
 	}
-	// The second waiter gives up: the third now waits on the first.
+	// The second waiter gives up: the third, woken, finds the lock held, and
+	// now waits on the first.
 	second := ws[1]
 	second.cancel()
 	if err := second.d.Abandon(ctx, dlock.Holding{Key: key, Owner: second.owner, Handle: second.h}); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-ws[2].wake:
+	case <-ctx.Done():
+		t.Fatal("the third waiter not woken when the one ahead of it gave up")
+	}
+	mustBusy(t, ws[2].d, dlock.AcquireRequest{Key: key, Owner: ws[2].owner, TTL: 10 * time.Second, Waiting: true, Handle: ws[2].h})
+	if len(ws[0].wake) != 0 {
+		t.Fatal("the first waiter woken while the holder holds")
 	}
 	order := []*waiter{ws[0], ws[2]}
 	prev := dlock.Holding{Key: key, Owner: ho, Handle: g.Handle}
@@ -243,8 +254,11 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	ws[2].cancel()
 	for i, w := range ws {
 		want := int64(1)
-		if w == second || w == last {
+		switch w {
+		case second, last:
 			want = 0
+		case ws[2]:
+			want = 2 // the second's abandonment, and its turn
 		}
 		if got := w.d.wakes.Load(); got != want {
 			t.Errorf("waiter %d woken %d times, want %d", i, got, want)
@@ -320,9 +334,9 @@ func TestExtendRenewsOrMovesTheLease(t *testing.T) {
 	if info, err := d.Inspect(ctx, key); err != nil || info.Token != g.Token || info.Owner != o {
 		t.Fatalf("Inspect after Extend: %+v, %v", info, err)
 	}
-	// The old lease carries nothing and was revoked.
-	if resp, err := d.cli.TimeToLive(ctx, lease); err != nil || resp.TTL != -1 {
-		t.Errorf("old lease: %+v, %v", resp, err)
+	// The entry left the lease of the 2s locks, which stays (shared).
+	if resp, err := d.cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys()); err != nil || resp.TTL <= 0 || len(resp.Keys) != 0 {
+		t.Errorf("old lease: %+v, %v; want alive and empty", resp, err)
 	}
 	// A lost lease is a lost lock.
 	if _, err := d.cli.Revoke(ctx, next); err != nil {
@@ -423,7 +437,8 @@ func TestBadArguments(t *testing.T) {
 }
 
 // TestNoLeaseLeftBehind runs every operation, the failing ones included, and
-// checks that no lease is left once every holding is released.
+// checks that no lease carries anything once every holding is released, and
+// that none is left after Close.
 func TestNoLeaseLeftBehind(t *testing.T) {
 	d := newDriver(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -463,24 +478,33 @@ func TestNoLeaseLeftBehind(t *testing.T) {
 	}
 	// Leases of earlier tests may have expired meanwhile: only new ones count,
 	// and the abandonment's mark is meant to stay for a while.
-	for id := range leases() {
-		if before[id] {
-			continue
+	check := func(when string, empty bool) {
+		t.Helper()
+		for id := range leases() {
+			if before[id] {
+				continue
+			}
+			resp, err := d.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Keys) == 1 && string(resp.Keys[0]) == AbandonKey(key, w) || empty && len(resp.Keys) == 0 {
+				continue
+			}
+			t.Errorf("%s: lease %x left behind, carrying %q", when, int64(id), resp.Keys)
 		}
-		resp, err := d.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Keys) == 1 && string(resp.Keys[0]) == AbandonKey(key, w) {
-			continue
-		}
-		t.Errorf("lease %x left behind, carrying %q", int64(id), resp.Keys)
 	}
+	check("after the last release", true)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("after Close", false)
 }
 
 // TestCancelledAttemptsLeaveNothing cuts acquisition attempts short at random
-// points, cleans up the way the Client does (a release by owner on a detached
-// context), and checks that no entry of a failed attempt stays behind.
+// points, cleans up the way the Client does (a release of a grant, an
+// abandonment of an attempt whose outcome is unknown, on a detached context),
+// and checks that no entry of a failed attempt stays behind.
 func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key := testKey(t)
@@ -490,14 +514,17 @@ func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(mrand.N(3000))*time.Microsecond)
 		g, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: i%2 == 0})
 		cancel()
-		h := dlock.Holding{Key: key, Owner: o, Handle: g.Handle}
+		h := dlock.Holding{Key: key, Owner: o, TTL: 5 * time.Second, Handle: g.Handle}
 		if err == nil {
 			got++
+			err = d.Release(ctxT(t, 5*time.Second), h)
 		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
 			t.Fatalf("attempt %d: %v", i, err)
+		} else {
+			// The attempt's transaction may still land: the Client abandons.
+			err = d.Abandon(ctxT(t, 5*time.Second), h)
 		}
-		err = d.Release(ctxT(t, 5*time.Second), h)
-		if err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		if err != nil {
 			t.Fatalf("clean-up %d: %v", i, err)
 		}
 		if left := entries(t, cli, key); len(left) != 0 {
@@ -509,7 +536,7 @@ func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 
 // TestAcquireIsIdempotentForItsOwner: an attempt that finds the entry an earlier
 // attempt of its owner wrote (whose reply was lost) takes it over with the new
-// TTL, keeping its token.
+// TTL (moving it to the Driver's lease of that TTL), keeping its token.
 func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key, o := testKey(t), owner()
@@ -523,8 +550,11 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		t.Fatalf("entries %v", got)
 	}
 	_, old, _ := g1.Handle.(*queueEntry).state()
-	if resp, err := cli.TimeToLive(ctx, old); err != nil || resp.TTL != -1 {
-		t.Errorf("the first attempt's lease: %+v, %v; want revoked", resp, err)
+	if _, next, _ := g2.Handle.(*queueEntry).state(); next == old {
+		t.Errorf("the entry stayed on the lease of the 5s locks (%x)", int64(old))
+	}
+	if resp, err := cli.TimeToLive(ctx, old, clientv3.WithAttachedKeys()); err != nil || len(resp.Keys) != 0 {
+		t.Errorf("the first attempt's lease: %+v, %v; want empty", resp, err)
 	}
 	if ttl, err := d.TTL(ctx, dlock.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil || ttl <= 5*time.Second {
 		t.Errorf("TTL after the take-over: %v, %v", ttl, err)

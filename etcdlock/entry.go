@@ -15,53 +15,63 @@ import (
 type queueEntry struct {
 	entry string
 
+	// lost ends when the shared lease the entry is attached to is gone (and the
+	// entry with it): the Grant's loss signal. Nil for an entry read back from
+	// the server.
+	lost context.Context
+	lose context.CancelCauseFunc
+
 	mu    sync.Mutex
 	rev   int64            // create revision: the place in the queue and the fencing token
-	lease clientv3.LeaseID // the entry's lease
-	asked int64            // the TTL the lease was asked for, in seconds; 0 when unknown
-	moved chan struct{}    // closed when rev changes (the entry was written anew)
+	lease clientv3.LeaseID // the lease the entry is attached to
+	secs  int64            // its TTL class in seconds; 0 when unknown
+	sl    *sharedLease     // the Driver's lease it is attached to; nil when unknown
+	// until is the entry's own deadline: the start of its last write or renewal
+	// plus its TTL. Past it, and with no renewal in flight (busy), the Driver
+	// removes the entry before it renews the shared lease again.
+	until time.Time
+	busy  int // renewals of the entry in flight
+	// uncertain is set when an attempt of the acquisition failed without a
+	// reply that tells what it did: it may still write (see Driver.Abandon).
+	uncertain bool
+	moved     chan struct{} // closed when rev or ahead changes
 
-	// The start of the last grant or renewal of the lease that succeeded, and
-	// the TTL it granted: the lease lives at least that long from then.
-	renewed time.Time
-	granted int64
+	// ahead is what the last attempt read of the entry just older than this
+	// one (the predecessor), for the subscription to watch without reading the
+	// queue again; nil when unknown.
+	ahead *predecessor
 }
 
-func newQueueEntry(entry string, rev int64, lease clientv3.LeaseID, asked int64) *queueEntry {
-	return &queueEntry{entry: entry, rev: rev, lease: lease, asked: asked, moved: make(chan struct{})}
+// predecessor is the entry just older than a waiter's, as read at a revision:
+// key is empty when nobody was ahead.
+type predecessor struct {
+	key  string
+	rev  int64 // the revision of the read
+	gone bool  // the subscription saw it deleted: the waiter may be first now
 }
 
-func (h *queueEntry) state() (rev int64, lease clientv3.LeaseID, asked int64) {
+func newQueueEntry(entry string, rev int64, lease clientv3.LeaseID, secs int64) *queueEntry {
+	return &queueEntry{entry: entry, rev: rev, lease: lease, secs: secs, moved: make(chan struct{})}
+}
+
+// newOwnEntry returns the handle of an entry the Driver has just written on sl,
+// with a loss signal.
+func newOwnEntry(entry string, rev int64, sl *sharedLease) *queueEntry {
+	h := newQueueEntry(entry, rev, sl.id, sl.secs)
+	h.lost, h.lose = context.WithCancelCause(context.Background())
+	return h
+}
+
+func (h *queueEntry) state() (rev int64, lease clientv3.LeaseID, secs int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.rev, h.lease, h.asked
+	return h.rev, h.lease, h.secs
 }
 
-// replace takes over the state of n, a new entry written for the same owner.
-func (h *queueEntry) replace(n *queueEntry) {
-	rev, lease, asked := n.state()
-	n.mu.Lock()
-	renewed, granted := n.renewed, n.granted
-	n.mu.Unlock()
-	h.set(rev, lease, asked)
-	h.renewal(renewed, granted)
-}
-
-// renewal records a grant or renewal of the lease that started at start.
-func (h *queueEntry) renewal(start time.Time, granted int64) {
+func (h *queueEntry) shared() *sharedLease {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.renewed, h.granted = start, granted
-}
-
-// left is the lease time left that the last renewal guarantees, or 0.
-func (h *queueEntry) left() time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.renewed.IsZero() {
-		return 0
-	}
-	return seconds(h.granted) - time.Since(h.renewed)
+	return h.sl
 }
 
 func (h *queueEntry) revision() int64 {
@@ -69,21 +79,92 @@ func (h *queueEntry) revision() int64 {
 	return rev
 }
 
-// watchState returns the revision and a channel closed when it changes.
-func (h *queueEntry) watchState() (int64, <-chan struct{}) {
+// watchState returns the revision, the predecessor the last attempt read (nil
+// when unknown) and a channel closed when either changes.
+func (h *queueEntry) watchState() (int64, *predecessor, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.rev, h.moved
+	return h.rev, h.ahead, h.moved
 }
 
-func (h *queueEntry) set(rev int64, lease clientv3.LeaseID, asked int64) {
+// changed wakes the subscription; h.mu is held.
+func (h *queueEntry) changed() {
+	close(h.moved)
+	h.moved = make(chan struct{})
+}
+
+// setAhead records the predecessor an attempt read.
+func (h *queueEntry) setAhead(p *predecessor) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rev != h.rev {
-		close(h.moved)
-		h.moved = make(chan struct{})
+	h.ahead = p
+	h.changed()
+}
+
+// takeOver gives h (a waiter's handle) the place of n, the entry written anew
+// for the same owner, and attaches it where n is attached.
+func (h *queueEntry) takeOver(n *queueEntry) {
+	n.mu.Lock()
+	rev, sl, until, ahead := n.rev, n.sl, n.until, n.ahead
+	n.mu.Unlock()
+	sl.detach(n)
+	h.mu.Lock()
+	h.rev, h.ahead = rev, ahead
+	h.changed()
+	h.mu.Unlock()
+	if h.lost == nil {
+		h.lost, h.lose = n.lost, n.lose
 	}
-	h.rev, h.lease, h.asked = rev, lease, asked
+	h.detachAll()
+	sl.attach(h, until)
+}
+
+// detachAll detaches h from the shared lease it is attached to, if any.
+func (h *queueEntry) detachAll() {
+	if sl := h.shared(); sl != nil {
+		sl.detach(h)
+	}
+}
+
+// renewing marks a renewal of h in flight (the shared lease's sweep leaves h
+// alone meanwhile) and returns its end: done(true, start) records that the
+// renewal that started at start succeeded.
+func (h *queueEntry) renewing() func(ok bool, start time.Time) {
+	h.mu.Lock()
+	h.busy++
+	h.mu.Unlock()
+	return func(ok bool, start time.Time) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.busy--
+		if ok && h.secs > 0 {
+			h.until = start.Add(seconds(h.secs))
+		}
+	}
+}
+
+// markUncertain records that an attempt of h's acquisition failed without a
+// reply that tells what it did.
+func (h *queueEntry) markUncertain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.uncertain = true
+}
+
+func (h *queueEntry) isUncertain() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.uncertain
+}
+
+// left is the time left until the entry's own deadline, or 0 when unknown.
+func (h *queueEntry) left() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.until.IsZero() {
+		return 0
+	}
+	return time.Until(h.until)
 }
 
 // entryOf returns the queue entry of hd: its Handle, or when that is nil the

@@ -44,7 +44,7 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 		Owner:    strings.TrimPrefix(string(kv.Key), QueuePrefix(key)),
 		Metadata: string(kv.Value),
 		Token:    uint64(kv.CreateRevision),
-		TTL:      d.remaining(ctx, []*mvccpb.KeyValue{kv}),
+		TTL:      d.remaining(ctx, kv),
 		Waiters:  waiters,
 		// Exclusive, and the holder's token is the newest handed out (the
 		// waiters' entries get theirs when they take the lock).
@@ -126,7 +126,8 @@ func lockName(etcdKey string) (string, bool) {
 const forceAttempts = 3
 
 // ForceUnlock implements dlock.Inspector: it removes the holder of the lock
-// named key, whoever it is, revokes its lease, and returns what it removed. The
+// named key, whoever it is, and returns what it removed (its lease, shared
+// with its holder's other locks, stays). The
 // holder learns of the loss at its next renewal, and the next waiter (if any)
 // takes the lock. It is an administrator's tool. The removal is checked against
 // the holder just read (its create revision), so a lock that changed hands

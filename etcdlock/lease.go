@@ -11,14 +11,16 @@ import (
 )
 
 // Extend keeps the holding for at least ttl (rounded up to whole seconds) from
-// the start of the call, and returns the TTL granted. With the TTL already
-// granted it renews the lease; with another it moves the entry to a new lease,
-// keeping its create revision (the fencing token). It returns an error matching
-// dlock.ErrNotHeld when the lease or the entry is gone.
+// the start of the call, and returns that TTL. The holding's entry stays on
+// the Driver's lease of its TTL, renewed first when it has less than ttl left
+// (one renewal for every lock on it); Extend to another TTL moves the entry to
+// the lease of that TTL, keeping its create revision (the fencing token).
+// Either way it is one transaction, which checks that the entry is still the
+// holding's (a read when the entry stays). It returns an error matching dlock.ErrNotHeld when the entry or
+// its lease is gone.
 func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	ctx, done := d.request(ctx)
-	granted, err := d.extend(ctx, hd, ttl)
-	return granted, done(err)
+	granted, errs := d.extendMany(ctx, []dlock.Holding{hd}, []time.Duration{ttl})
+	return granted[0], errs[0]
 }
 
 func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
@@ -27,54 +29,72 @@ func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration
 		return 0, err
 	}
 	secs := leaseSeconds(ttl)
-	rev, lease, asked := h.state()
-	start := time.Now()
-	if secs == asked {
-		granted, err := d.keepAlive(ctx, lease)
+	for i := 0; i < leaseAttempts; i++ {
+		start := time.Now()
+		sl, err := d.lease(ctx, secs, start)
 		if err != nil {
 			return 0, err
 		}
-		resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).Commit()
-		if err != nil {
-			return 0, mapErr(err)
+		ok, err := d.renew(ctx, h, sl, start)
+		if err == errLeaseGone {
+			continue
 		}
-		if !resp.Succeeded {
-			d.revokeDetached(ctx, lease)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
 			return 0, notHeld(hd.Key)
 		}
-		h.renewal(start, granted)
-		return seconds(granted), nil
+		return seconds(secs), nil
 	}
-	next, granted, err := d.grantLease(ctx, secs)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
-		Then(clientv3.OpPut(h.entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(next))).
-		Commit()
-	if err != nil {
-		// If the move was applied, revoking the new lease deletes the entry: the
-		// lock is lost, which the next Extend reports. Never two holders.
-		d.revokeDetached(ctx, next)
-		return 0, mapErr(err)
-	}
-	if !resp.Succeeded {
-		d.revokeDetached(ctx, next)
-		d.revokeDetached(ctx, lease)
-		return 0, notHeld(hd.Key)
-	}
-	h.set(rev, next, secs)
-	h.renewal(start, granted)
-	d.revokeDetached(ctx, lease) // holds nothing now; it would expire anyway
-	return seconds(granted), nil
+	return 0, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
 }
 
-// TTL implements dlock.Driver: the lease time left on the holding. etcd reports
-// it in whole seconds rounded down; when this driver granted or renewed the
-// lease, the TTL granted then less the time since the request was sent is a
-// closer lower bound, and TTL returns the larger of the two. It returns an error matching dlock.ErrNotHeld when
-// the lease is gone or no longer carries the holding's entry.
+// renew checks, in one transaction, that h's entry is still the one written
+// for it, and moves it to sl when it is elsewhere; on success h's own deadline
+// counts from start.
+func (d *Driver) renew(ctx context.Context, h *queueEntry, sl *sharedLease, start time.Time) (bool, error) {
+	rev, lease, _ := h.state()
+	next := sl.leaseID()
+	done := h.renewing()
+	var (
+		resp *clientv3.TxnResponse
+		err  error
+	)
+	if lease == next {
+		resp, err = d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev),
+				clientv3.Compare(clientv3.LeaseValue(h.entry), "=", next)).
+			Commit()
+	} else {
+		resp, err = d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
+			Then(clientv3.OpPut(h.entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(next))).
+			Commit()
+	}
+	if err != nil {
+		done(false, start)
+		return false, sl.failed(err)
+	}
+	if !resp.Succeeded {
+		done(false, start)
+		h.detachAll()
+		return false, nil
+	}
+	if lease != next {
+		h.detachAll()
+		sl.attach(h, start.Add(seconds(sl.secs)))
+	}
+	done(true, start)
+	return true, nil
+}
+
+// TTL implements dlock.Driver: the time the holding has left. The store keeps
+// the entry while its lease lives (whole seconds, rounded down); the Driver
+// removes it at its own deadline (the start of its last acquire or extend plus
+// its TTL) if its holder has not renewed it by then, so TTL returns the
+// smaller of the two when the holding's handle knows its deadline. It returns
+// an error matching dlock.ErrNotHeld when the entry or its lease is gone.
 func (d *Driver) TTL(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
 	ctx, done := d.request(ctx)
 	ttl, err := d.ttl(ctx, hd)
@@ -86,20 +106,24 @@ func (d *Driver) ttl(ctx context.Context, hd dlock.Holding) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
-	_, lease, _ := h.state()
-	resp, err := d.cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
+	resp, err := d.cli.Get(ctx, h.entry)
 	if err != nil {
 		return 0, mapErr(err)
 	}
-	if resp.TTL < 0 {
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.revision() {
 		return 0, notHeld(hd.Key)
 	}
-	for _, k := range resp.Keys {
-		if string(k) == h.entry {
-			return max(seconds(resp.TTL), min(h.left(), seconds(resp.TTL+1))), nil
-		}
+	lr, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil {
+		return 0, mapErr(err)
 	}
-	return 0, notHeld(hd.Key)
+	if lr.TTL < 0 {
+		return 0, notHeld(hd.Key)
+	}
+	if left := h.left(); left > 0 {
+		return min(left, seconds(lr.TTL+1)), nil
+	}
+	return seconds(lr.TTL), nil
 }
 
 // grantLease grants a lease of secs seconds and returns it with the TTL the
@@ -116,7 +140,7 @@ func (d *Driver) grantLease(ctx context.Context, secs int64) (clientv3.LeaseID, 
 func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID) (int64, error) {
 	resp, err := d.cli.KeepAliveOnce(ctx, lease)
 	if leaseGone(err) {
-		return 0, fmt.Errorf("%w: etcd lease %x expired or revoked", dlock.ErrNotHeld, int64(lease))
+		return 0, leaseLost(lease)
 	}
 	if err != nil {
 		return 0, mapErr(err)

@@ -10,7 +10,8 @@ import (
 )
 
 // Release deletes the holding's entry if it is still the one written for it
-// (same create revision), and revokes its lease. It returns an error matching
+// (same create revision): one transaction. The lease stays, shared with the
+// Driver's other locks of the same TTL (see Close). It returns an error matching
 // dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
 func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
 	ctx, done := d.request(ctx)
@@ -26,6 +27,7 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 	if err != nil {
 		return err
 	}
+	h.detachAll()
 	if !deleted {
 		return notHeld(hd.Key)
 	}
@@ -35,17 +37,21 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 // The mark of an abandoned acquisition (see Driver.Abandon) lives the
 // acquisition's TTL plus the request timeout, in whole seconds: an attempt of the
 // acquisition still in flight when it was abandoned cannot write its entry while
-// the mark lives. An attempt can write only while the lease it was granted lives,
-// a lease granted at most a request timeout after the abandonment (the attempt
-// gives up by then) lives at most the TTL (or etcd's minimum TTL, which the mark's
-// own lease is raised to as well), so the mark outlives every such attempt, and
-// nothing of the abandoned acquisition outlives it.
+// the mark lives, and an entry it wrote before is deleted with the marking. An
+// attempt's transaction attaches the entry to the Driver's shared lease, which
+// lives as long as the Driver renews it; so the bound is etcd's: a transaction
+// that etcd applies more than the mark's life after the attempt gave up on it
+// (the attempt gives up within a request timeout) would write an entry that
+// only the lease's end removes.
 
 // Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
-// the lock or waits (so the waiters behind it move up at once), and in the same
-// transaction marks the acquisition abandoned for its TTL plus the request
-// timeout, so that an attempt of it still in flight cannot write the entry
-// again. An entry already gone is not an error.
+// the lock or waits (so the waiters behind it move up at once). When an attempt
+// of the acquisition may still be in flight (its reply was lost or cut short,
+// or the holding names no handle), it also marks the acquisition abandoned, in
+// the same transaction, for its TTL plus the request timeout, so that such an
+// attempt cannot write the entry again; when every attempt was answered (a
+// waiter that gives up), the removal is all. An entry already gone is not an
+// error.
 func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
 	ctx, done := d.request(ctx)
 	return done(d.abandon(ctx, hd))
@@ -60,49 +66,43 @@ func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
 		return err
 	}
 	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
+	if h != nil && h.entry == entry && !h.isUncertain() {
+		// Every attempt of the acquisition was answered: none is in flight,
+		// and the entry they wrote is h's. Removing it is enough.
+		if _, err := d.remove(ctx, h); err != nil {
+			return err
+		}
+		h.detachAll()
+		return nil
+	}
 	mark, _, err := d.grantLease(ctx, leaseSeconds(max(hd.TTL, time.Second)+d.timeout))
 	if err != nil {
 		return err
 	}
-	resp, err := d.cli.Txn(ctx).
-		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry, clientv3.WithPrevKV())).
+	_, err = d.cli.Txn(ctx).
+		Then(clientv3.OpPut(gone, "", clientv3.WithLease(mark)), clientv3.OpDelete(entry)).
 		Commit()
 	if err != nil {
 		d.revokeDetached(ctx, mark)
 		return mapErr(err)
 	}
-	// The entry's lease (and the handle's, if another) carry nothing now:
-	// revoke them rather than let them expire.
-	var leases []clientv3.LeaseID
-	for _, kv := range resp.Responses[1].GetResponseDeleteRange().PrevKvs {
-		leases = append(leases, clientv3.LeaseID(kv.Lease))
-	}
+	// The entry's lease is shared with the Driver's other entries: it stays.
 	if h != nil {
-		_, lease, _ := h.state()
-		leases = append(leases, lease)
-	}
-	for i, lease := range leases {
-		if lease != 0 && (i == 0 || lease != leases[0]) {
-			_, _ = d.cli.Revoke(ctx, lease)
-		}
+		h.detachAll()
 	}
 	return nil
 }
 
-// remove deletes h's entry if its create revision is unchanged, then revokes
-// its lease, and reports whether the entry was deleted.
+// remove deletes h's entry if its create revision is unchanged, and reports
+// whether it was deleted. The entry's lease stays: it may carry others.
 func (d *Driver) remove(ctx context.Context, h *queueEntry) (bool, error) {
-	rev, lease, _ := h.state()
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.entry), "=", h.revision())).
 		Then(clientv3.OpDelete(h.entry)).
 		Commit()
 	if err != nil {
 		return false, mapErr(err)
 	}
-	// The lease carries this entry only: revoking it touches nothing else. When
-	// the revocation fails, the lease (carrying nothing now) expires on its own.
-	_, _ = d.cli.Revoke(ctx, lease)
 	return resp.Succeeded, nil
 }
 
@@ -112,5 +112,8 @@ func (d *Driver) removeDetached(ctx context.Context, h *queueEntry) error {
 	cctx, cancel := dlock.CleanupContext(ctx)
 	defer cancel()
 	_, err := d.remove(cctx, h)
+	if err == nil {
+		h.detachAll()
+	}
 	return err
 }

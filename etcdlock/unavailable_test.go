@@ -84,11 +84,28 @@ func TestUnansweredTryLockIsUnavailable(t *testing.T) {
 	}
 }
 
-// stopProcess hangs e with SIGSTOP; killing it at the end of the test ends it.
+// stopProcess hangs e with SIGSTOP, and returns once the process has stopped
+// (a signal is delivered asynchronously: a request sent at once could still be
+// served); killing it at the end of the test ends it.
 func stopProcess(t *testing.T, e *testserver.Etcd) {
 	t.Helper()
+	pid := e.PID()
 	if err := e.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) })
+	var ws syscall.WaitStatus
+	for i := 0; ; i++ {
+		_, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil)
+		if err == syscall.EINTR && i < 10 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if !ws.Stopped() {
+		t.Fatalf("etcd (pid %d) not stopped: wait status %v", pid, ws)
+	}
 }
