@@ -25,6 +25,9 @@ type ticket struct {
 	// arrival is this process's arrival in the plain lock's waiting set, ""
 	// when it has none yet.
 	arrival string
+	// onSet is true when this process is on the plain lock's waiting set (it
+	// has an arrival, and no release took it off to wake it).
+	onSet bool
 	// queued is how long to wait for a wake, without any attempt, behind this
 	// process's earlier waiters; 0 to make the attempt.
 	queued time.Duration

@@ -12,3 +12,17 @@ var (
 	WakeChannel       = wakeChannel
 	ClientWakeChannel = clientWakeChannel
 )
+
+// Record is a plain mutex's lock record, as the tests read it.
+type Record struct {
+	Token    uint64
+	Owner    string // "" once released
+	Waited   bool
+	Metadata string
+}
+
+// ParseRecord reads a plain mutex's lock record.
+func ParseRecord(v string) (Record, bool) {
+	r, ok := parseRecord(v)
+	return Record{r.token, r.owner, r.waited, r.metadata}, ok
+}

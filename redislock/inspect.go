@@ -274,7 +274,7 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 		return nil, err
 	}
 	return &Inspector{
-		c: m.c, mutex: mutexKind(m.release), reentrant: reentrantKind(m.release), // every hold goes with the holding
+		c: m.c, mutex: mutexKind(m.releaseForced), reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
 		sem: newLeases(m.c, semMarker).kind(), rw: newLeases(m.c, rwMarker).kind(),
 	}, nil
 }
@@ -284,9 +284,13 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 var kindFields = []string{semMarker, rwMarker, "c"}
 
 // kindOf returns the kind of lock that the reply of HMGET kindFields names,
-// and false when the key holds foreign data.
+// and false when the key holds foreign data. A key that holds a string is read
+// as a plain mutex, whose lock record is one (its inspection tells a record
+// from foreign data).
 func (in *Inspector) kindOf(f []any, err error) (kind, bool) {
 	switch {
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return in.mutex, true
 	case err != nil || len(f) != len(kindFields):
 		return kind{}, false
 	case f[0] != nil:
@@ -403,7 +407,7 @@ func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, erro
 type ForeignDataError struct {
 	Key      string // the lock name
 	RedisKey string // the Redis key holding foreign data
-	Type     string // its Redis type (a TYPE reply); "hash" for a lock hash without a lock's fields
+	Type     string // its Redis type (a TYPE reply); "hash" for a lock hash without a lock's fields, "string" for a string that is no lock record
 }
 
 func (e *ForeignDataError) Error() string {
@@ -431,6 +435,15 @@ func (in *Inspector) foreign(ctx context.Context, key string, err error) error {
 		typ, terr := in.c.rdb.Type(ctx, k.key).Result()
 		if terr != nil {
 			return err
+		}
+		if typ == "string" && k.key == LockKey(key) {
+			v, gerr := in.c.rdb.Get(ctx, k.key).Result()
+			if gerr != nil {
+				return err
+			}
+			if _, ok := parseRecord(v); ok {
+				continue
+			}
 		}
 		if typ != "none" && typ != k.typ {
 			return &ForeignDataError{Key: key, RedisKey: k.key, Type: typ}

@@ -1,5 +1,10 @@
 package redislock
 
+import (
+	"strconv"
+	"strings"
+)
+
 // The storage layout: every Redis key and pub/sub channel of a lock named KEY
 // starts with Prefix and carries the hash tag {KEY}, so that on Redis Cluster
 // all of them live in the lock's slot and every script is single-slot.
@@ -82,4 +87,41 @@ func fairKeys(key, owner, entry string) []string {
 
 func inspectKeys(key string) []string {
 	return []string{LockKey(key), FenceKey(key), queueKey(key)}
+}
+
+// lockRecord is a plain mutex's lock record as parseRecord reads it (see
+// lib.lua in internal/redisscript for the format).
+type lockRecord struct {
+	token    uint64
+	owner    string // "" once released
+	waited   bool   // a waiter may wait: the release wakes one
+	metadata string
+}
+
+// parseRecord reads the plain mutex's lock record v: "FT OWNER[ METADATA]"
+// while held, "-T" once released, with T the newest token in base 36 and F '+'
+// when a waiter may wait, '-' otherwise.
+func parseRecord(v string) (lockRecord, bool) {
+	var r lockRecord
+	switch {
+	case strings.HasPrefix(v, "+"):
+		r.waited = true
+	case !strings.HasPrefix(v, "-"):
+		return r, false
+	}
+	v = v[1:]
+	t, rest, held := strings.Cut(v, " ")
+	if t == "" || strings.Trim(t, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return r, false
+	}
+	n, err := strconv.ParseUint(t, 36, 64)
+	if err != nil {
+		return r, false
+	}
+	r.token = n
+	if !held {
+		return r, true
+	}
+	r.owner, r.metadata, _ = strings.Cut(rest, " ")
+	return r, r.owner != ""
 }

@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -34,7 +36,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{c: c}
-	d.inspection = inspection{c: c, k: mutexKind(d.release)}
+	d.inspection = inspection{c: c, k: mutexKind(d.releaseForced)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
@@ -46,10 +48,14 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 	return d, nil
 }
 
-// Acquire implements dlock.Driver.
+// Acquire implements dlock.Driver. A grant's Handle is its fencing token (a
+// uint64), which Release records in the released lock record (see Release).
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+	if strings.ContainsAny(r.Owner, " ") {
+		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
+	}
 	var acked int64
-	return d.c.acquire(ctx, r, acquisition{
+	g, err := d.c.acquire(ctx, r, acquisition{
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		queues:  true,
 		extra:   true,
@@ -66,8 +72,11 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			if t.othersWait {
 				markTaken = "1"
 			}
-			if t.arrival != "" {
+			switch {
+			case t.onSet:
 				registered = "1"
+			case t.arrival != "":
+				registered = "2" // woken: a release took it off the set
 			}
 			res, n, err := d.runAcquire(ctx,
 				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
@@ -78,6 +87,10 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		},
 		granted: func(ctx context.Context) error { return d.checkAck(ctx, r, acked) },
 	})
+	if err == nil {
+		g.Handle = g.Token
+	}
+	return g, err
 }
 
 // runAcquire runs the acquire script; with WithReplicaAck it is followed, on the
@@ -109,16 +122,43 @@ func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]
 
 // Extend implements dlock.Driver.
 func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	return d.c.extend(ctx, h, ttl)
+	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
+	return extendReply(h.Key, n, err, ttl)
 }
 
-// Release implements dlock.Driver.
+// Release implements dlock.Driver. When h.Handle is a uint64, the holding's
+// token (the Handle of the Grant that Acquire returned), the release is one
+// command on the server: the lock record stays, released, with that token,
+// until the holding's TTL would have run out, so that the next acquisition
+// draws a greater token without reading the clock. A caller that handed out a
+// token of its own for the holding (Redlock, the largest of several servers')
+// records it so. With another Handle (an acquisition that failed and is
+// cleaned up) the record goes, and the next token is drawn from the server
+// clock, which tokens stay below.
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.release(ctx, h.Key, h.Owner)
+	tok, ok := h.Handle.(uint64)
+	if !ok {
+		n, err := d.drop(ctx, h, "0")
+		if err == nil && n != 1 {
+			err = notHeld(h.Key)
+		}
+		return err
+	}
+	return d.release(ctx, h.Key, h.Owner, tok)
 }
 
-func (d *Driver) release(ctx context.Context, key, owner string) error {
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key)).Result()
+// releaseForced releases the holding of owner read by an inspection; the
+// released record keeps the lock's token.
+func (d *Driver) releaseForced(ctx context.Context, key, owner string) error {
+	return d.release(ctx, key, owner, 0)
+}
+
+func (d *Driver) release(ctx context.Context, key, owner string, token uint64) error {
+	tok := ""
+	if token > 0 {
+		tok = strconv.FormatUint(token, 36)
+	}
+	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key), tok).Result()
 	err = d.c.released(key, res, err)
 	if err == nil {
 		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))
@@ -128,7 +168,8 @@ func (d *Driver) release(ctx context.Context, key, owner string) error {
 
 // TTL implements dlock.Driver.
 func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
-	return d.c.ttl(ctx, h)
+	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
+	return ttlReply(h.Key, n, err)
 }
 
 // Subscribe implements dlock.Notifier.
@@ -141,10 +182,18 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+	_, err := d.drop(ctx, h, d.c.fl.mark(h))
+	return err
+}
+
+// drop removes h's lock record if h holds it, waking a waiting process as a
+// release does, and marks the acquisition abandoned for mark ms ("0": no mark).
+// It returns 1 when it removed a holding, 0 otherwise.
+func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark string) (int64, error) {
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Int64()
+		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
-	return mapErr(err)
+	return n, mapErr(err)
 }

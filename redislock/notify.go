@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +65,7 @@ type topic struct {
 	channel string
 	key     string // the lock's name
 	score   string // this hub's arrival in the lock's waiting set ("" when not on it)
+	popped  bool   // a release took this hub off the set to wake it (score is kept to join again)
 	conn    *subConn
 	waiters []*waiter // in registration order
 	owners  map[string]*waiter
@@ -489,6 +489,9 @@ func (h *hub) receive(c *subConn) {
 					// for the plain lock left: pass the wake on at once.
 					h.pass(t, true)
 				case m.Payload == "":
+					if m.Channel == clientWakeChannel(t.key, h.id) {
+						t.popped = true // the release took this process off the set
+					}
 					t.wakeOne()
 				case m.Payload == "*":
 					t.wakeAll()
@@ -591,7 +594,7 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 			return ticket{subscribed: true, othersWait: true, arrival: t.score, queued: left, done: func(error, string, uint64) {}}
 		}
 	}
-	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, done: func(err error, score string, token uint64) {
+	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, onSet: t.score != "" && !t.popped, done: func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		var busy *dlock.Busy
@@ -599,6 +602,9 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 		case errors.As(err, &busy):
 			if busy.Remaining > 0 {
 				t.expiry = time.Now().Add(busy.Remaining)
+			}
+			if score != "" {
+				t.popped = false // the script put this process back on the set
 			}
 			if t.score == "" && score != "" && len(t.waiters) > 0 {
 				t.score = score
@@ -616,9 +622,9 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 		default:
 			// Taken: the script moved this hub to the back of the waiting set
 			// if others of it waited, and took it off otherwise.
-			t.score = ""
-			if others > 0 && token >= 1000 {
-				t.score = strconv.FormatUint(token/1000, 10)
+			t.score, t.popped = "", false
+			if others > 0 && score != "" {
+				t.score = score
 			}
 		}
 		if w.subs == 0 {

@@ -2,17 +2,27 @@
 // on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
 // the caller's go-redis v9 client.
 //
-// Each lock is a hash "dlock:{KEY}" (fields o = owner, t = fencing token, m =
-// metadata, w = present when somebody may wait, so that the release wakes them) with
-// an expiry, and a companion fence counter "dlock:{KEY}:fence". The hash tag keeps
-// every key of a lock in one Cluster slot, so every script is single-slot.
-// Acquire, extend and release are one Lua script each (one round trip),
-// owner-checked, and no code path creates a lock key without an expiry. The
-// acquire script uses SET … GET: Redis 6.2 or later.
+// A plain lock (New) is one string "dlock:{KEY}" with an expiry, its lock record:
+// a flag ('+' when somebody may wait, so that the release wakes them, '-'
+// otherwise), the newest fencing token in base 36, and, while held, a space, the
+// owner and the metadata ("-hogtzxbolw 49471f2330f1b291be93664c10c42b2c"). A
+// release leaves the token alone in the record ("-hogtzxbolw") until the
+// holding's TTL would have run out, so that the next acquisition counts on from
+// it; without a record, tokens are drawn from the server clock in microseconds,
+// which they stay below. An uncontended lock and unlock cost the server five
+// commands (the two scripts, a read and a write, and a write that returns the
+// old record), and a held lock with an anonymous owner one key of at most 44
+// bytes. The other kinds keep a hash at "dlock:{KEY}" (fields o = owner, t =
+// fencing token, m = metadata, w = somebody may wait, and their kind's own) and
+// a companion fence counter "dlock:{KEY}:fence". The hash tag keeps every key
+// of a lock in one Cluster slot, so every script is single-slot. Acquire,
+// extend and release are one Lua script each (one round trip), owner-checked,
+// and no code path creates a lock key without an expiry. The scripts use SET …
+// GET: Redis 6.2 or later.
 //
 // # Waiting
 //
-// Lock does not poll. A waiter's failed attempt marks the holding (field w) and
+// Lock does not poll. A waiter's failed attempt marks the holding (the flag, or field w) and
 // returns the holder's remaining TTL; the release of a marked holding publishes on
 // a wake channel (see below), and the waiter sleeps until a message or
 // that TTL, whichever comes first, so a crashed holder's lock is taken as soon as
@@ -89,7 +99,8 @@ import (
 )
 
 // FenceRetention is how long a fence counter outlives the last acquisition of its
-// lock. Tokens stay increasing after the counter is gone because they are never
+// lock, for the kinds other than the plain lock (whose counter is its lock
+// record: see the package overview). Tokens stay increasing after the counter is gone because they are never
 // below the server clock in microseconds; the counter only orders acquisitions
 // within one microsecond or after a backward clock step shorter than this.
 const FenceRetention = 24 * time.Hour

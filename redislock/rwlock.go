@@ -131,6 +131,9 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 		}
 		return nil, err
 	}
+	if typ, err := m.rd.c.rdb.Type(ctx, LockKey(write.Key())).Result(); err == nil && typ == "string" {
+		return nil, fmt.Errorf("%w: redislock: the lease is a plain mutex's, not a write lease", dlock.ErrInvalid)
+	}
 	// The read acquisition takes over the writer's holding: a Client of its
 	// own, over a read driver that names the writer, makes it.
 	c, err := dlock.NewClient(&RWDriver{leases: m.rd.leases, from: write.Owner()}, m.opts...)

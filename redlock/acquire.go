@@ -14,11 +14,10 @@ import (
 	"github.com/dlock-go/dlock/redislock"
 )
 
-var fenceRetentionMS = strconv.FormatInt(redislock.FenceRetention.Milliseconds(), 10)
-
 // holding is the Grant.Handle of a Redlock holding: the nodes that granted it,
 // and what is known of the others' attempts.
 type holding struct {
+	token   uint64 // the token handed out, which each node's release records
 	granted []int
 	silent  []int                    // nodes whose attempt did not answer in time
 	late    *stragglers[dlock.Grant] // attempts still on their way when the majority granted
@@ -50,7 +49,10 @@ func (h *holding) unknown() map[int]bool {
 
 // Acquire implements dlock.Driver: the acquire script of redislock's mutex on
 // every node, a majority needed; then the largest token of the majority is
-// recorded on it and handed out.
+// recorded on it and handed out. The release records that token on every node
+// (see Release), so that the nodes' next tokens agree, and the recording round
+// is needed only after the nodes' counters diverged (a failed node, a lock
+// taken for the first time, or once its last holding ran out).
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	timeout := d.nodeTimeout(r.TTL)
 	if err := d.identifyAll(ctx, timeout); err != nil {
@@ -94,7 +96,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		d.releaseNodes(ctx, r.Key, r.Owner, d.all(), timeout)
 		return dlock.Grant{}, err
 	}
-	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{granted: yes, silent: quiet, late: late}}, nil
+	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
 }
 
 // raise records top, the largest token the granting majority drew, on that
@@ -118,9 +120,9 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 	}
 	need := d.quorum - have
 	token := strconv.FormatUint(top, 10)
-	keys := []string{redislock.LockKey(r.Key), redislock.FenceKey(r.Key)}
+	keys := []string{redislock.LockKey(r.Key)}
 	res, err := askNodes(ctx, below, timeout, func(ctx context.Context, i int) (bool, error) {
-		n, err := redisscript.Raise.Run(ctx, d.rdbs[i], keys, r.Owner, token, fenceRetentionMS).Int64()
+		n, err := redisscript.Raise.Run(ctx, d.rdbs[i], keys, r.Owner, token).Int64()
 		if err != nil {
 			return false, mapErr(err)
 		}

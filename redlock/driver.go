@@ -205,11 +205,15 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	hd, _ := h.Handle.(*holding)
 	unknown := hd.unknown()
 	patience := time.Now().Add(d.nodeTimeout(h.TTL))
+	rh := nh
+	if hd != nil {
+		rh.Handle = hd.token // the token handed out, kept by each node's released record
+	}
 	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
 		if unknown[i] {
 			return 0, d.nodes[i].Abandon(ctx, nh)
 		}
-		return 0, d.nodes[i].Release(ctx, nh)
+		return 0, d.nodes[i].Release(ctx, rh)
 	}, func(got []reply[time.Duration], _ int) bool {
 		return count(got) >= d.quorum
 	})

@@ -1,21 +1,28 @@
--- Give up an acquisition of a dlock mutex for good: release it if ARGV[1] holds it
--- (waking a waiting process as release.lua does), and mark the owner as abandoned
--- for ARGV[4] ms, so that an attempt of the same acquisition that reaches the
--- server after this script (sent earlier on another connection) does not take
--- the lock.
--- KEYS[1] lock hash   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
+-- Give up an acquisition of a plain dlock mutex for good: remove its lock record
+-- if ARGV[1] holds it (waking a waiting process as release.lua does), and mark
+-- the owner as abandoned for ARGV[4] ms, so that an attempt of the same
+-- acquisition that reaches the server after this script (sent earlier on
+-- another connection) does not take the lock.
+-- KEYS[1] lock record   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
 -- ARGV[4] mark lifetime ms ('0': no attempt can still arrive, no mark)
 -- Returns 1 when a holding was released, 0 otherwise.
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
 end
-local f = redis.call('HMGET', KEYS[1], 'o', 'w')
-if f[1] ~= ARGV[1] then
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' then
+  return 0 -- free, or a lock of another kind
+end
+local t, owner, waited = record(v)
+if not t then
+  return not_record()
+end
+if owner ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if f[2] then
+if waited then
   wake_next(KEYS[3], ARGV[2], ARGV[3])
 end
 return 1

@@ -1,13 +1,6 @@
--- Reset the TTL of a dlock mutex if ARGV[1] owns it; never create it.
--- KEYS[1] lock hash   ARGV[1] owner   ARGV[2] ttl ms
+-- Reset the TTL of a dlock mutex if ARGV[1] owns it; never create it (see
+-- extend_holding in lib.lua).
+-- KEYS[1] lock key   ARGV[1] owner   ARGV[2] ttl ms
+-- ARGV[3] '1' for the plain mutex's lock record, absent for a lock hash
 -- Returns 1 when extended, 0 when not held by owner.
-local owner = redis.call('HGET', KEYS[1], 'o')
-if owner == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-local e = not_owned(owner)
-if e then
-  return e
-end
-return 0
+return extend_holding(KEYS[1], ARGV[1], ARGV[2], ARGV[3] == '1')

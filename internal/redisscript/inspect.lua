@@ -1,9 +1,22 @@
 -- Read a dlock mutex without changing it.
--- KEYS[1] lock hash   KEYS[2] fence counter   KEYS[3] fair-lock queue (same hash slot)
+-- KEYS[1] lock key   KEYS[2] fence counter   KEYS[3] fair-lock queue (same hash slot)
 -- Returns {owner, token, metadata, pttl, last token, queued}; owner, token,
 -- metadata and last token are nil when absent, pttl is -2 when the lock is free,
--- queued is the length of the fair-lock queue.
+-- queued is the length of the fair-lock queue. A plain mutex's lock record (a
+-- string, see lib.lua) is read as well as a lock hash; its last token is the
+-- record's.
 local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'string' then
+  local t, owner, _, meta = record(redis.call('GET', KEYS[1]))
+  if not t then
+    return not_record()
+  end
+  local last = string.format('%.0f', t)
+  if not owner then
+    return {false, false, false, -2, last, 0}
+  end
+  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, 0}
+end
 local v = {false, false, false}
 if kind == 'hash' then
   v = redis.call('HMGET', KEYS[1], 'o', 't', 'm')

@@ -56,7 +56,7 @@ var Inspect = script(inspectSrc)
 // Mutex scripts, each after lib.lua. See each .lua file for its keys,
 // arguments and reply.
 var (
-	Acquire = script(tokenSrc, acquireSrc)
+	Acquire = script(acquireSrc)
 	Release = script(wakeSrc, releaseSrc)
 	Abandon = script(wakeSrc, abandonSrc)
 	Pass    = script(wakeSrc, passSrc)

@@ -1,24 +1,66 @@
--- Delete a dlock mutex if ARGV[1] owns it; touch nothing otherwise. When the
--- holding is marked as waited for (field w), wake the process that has waited
--- longest (see wake.lua).
--- KEYS[1] lock hash   KEYS[2] waiting processes (see acquire.lua)   ARGV[1] owner
+-- Release a plain dlock mutex if ARGV[1] holds it; touch nothing otherwise.
+-- The lock record stays, released (its token only), until the holding's TTL
+-- runs out, so that the next acquisition draws its token from it. When the
+-- holding is marked as waited for, wake the process that has waited longest
+-- (see wake.lua).
+-- KEYS[1] lock record   KEYS[2] waiting processes (see acquire.lua)   ARGV[1] owner
 -- ARGV[2] publish command ('PUBLISH', 'SPUBLISH', or '' for none)   ARGV[3] wake channel
--- Returns 1 when deleted, 0 when not held by owner, or the error of the wake-up
--- (a table with field err) when deleted but the wake could not be published.
-local f = redis.call('HMGET', KEYS[1], 'o', 'w')
-local owner = f[1]
-if owner == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if f[2] then
-    local r = wake_next(KEYS[2], ARGV[2], ARGV[3])
-    if type(r) == 'table' and r.err then
-      return {r.err}
+-- ARGV[4] the holding's token in base 36, which the released record keeps ('' when
+--         not known: the record keeps its own). Redlock gives the token it handed
+--         out, which may be below the one this server drew: any later majority
+--         shares a server with the releasing one, whose record is then at or above
+--         every token handed out so far.
+-- The usual release makes one call: SET ... KEEPTTL GET, which writes the
+-- released record and returns the holding's.
+-- Returns 1 when released, 0 when not held by owner, or the error of the wake-up
+-- (a table with field err) when released but the wake could not be published.
+local want = ARGV[4]
+if want == '' then
+  want = '0'
+end
+local old = redis.pcall('SET', KEYS[1], '-' .. want, 'KEEPTTL', 'GET')
+if type(old) == 'table' and old.err then
+  if string.sub(old.err, 1, 9) == 'WRONGTYPE' then
+    -- A lock hash (a lock of another kind, forced as a plain one).
+    local f = redis.call('HMGET', KEYS[1], 'o', 'w')
+    if f[1] ~= ARGV[1] then
+      local e = not_owned(f[1])
+      if e then
+        return e
+      end
+      return 0
     end
+    redis.call('DEL', KEYS[1])
+    if f[2] then
+      local r = wake_next(KEYS[2], ARGV[2], ARGV[3])
+      if type(r) == 'table' and r.err then
+        return {r.err}
+      end
+    end
+    return 1
   end
-  return 1
+  return old
 end
-local e = not_owned(owner)
-if e then
-  return e
+if not old then
+  -- Nothing was there: SET made a key without expiry.
+  redis.call('DEL', KEYS[1])
+  return 0
 end
-return 0
+local t, owner, waited, _, t36 = record(old)
+if not t or owner ~= ARGV[1] then
+  redis.call('SET', KEYS[1], old, 'KEEPTTL')
+  if not t then
+    return not_record()
+  end
+  return 0
+end
+if want == '0' then
+  redis.call('SET', KEYS[1], '-' .. t36, 'KEEPTTL')
+end
+if waited then
+  local r = wake_next(KEYS[2], ARGV[2], ARGV[3])
+  if type(r) == 'table' and r.err then
+    return {r.err}
+  end
+end
+return 1

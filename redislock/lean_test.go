@@ -1,0 +1,239 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The server's work per operation of the plain lock, counted by a redis-server
+// of the test's own (INFO commandstats counts the calls a script makes, and the
+// EVALSHA that runs it). The counts are exact; a change that makes them grow
+// must change these tests too.
+
+// serverCalls returns the calls per command that srv's INFO commandstats
+// reports, without the test's own bookkeeping (INFO, CONFIG, HELLO, ...).
+func serverCalls(t testing.TB, rdb *redis.Client) map[string]int64 {
+	t.Helper()
+	s, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		switch name {
+		case "info", "config", "hello", "client", "ping", "select", "flushall", "script", "memory", "dbsize":
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		calls[name] = v
+	}
+	return calls
+}
+
+// callsSince returns the calls per command since before, and their total.
+func callsSince(t testing.TB, rdb *redis.Client, before map[string]int64) (map[string]int64, int64) {
+	t.Helper()
+	d := map[string]int64{}
+	var total int64
+	for name, n := range serverCalls(t, rdb) {
+		if n -= before[name]; n > 0 {
+			d[name] = n
+			total += n
+		}
+	}
+	return d, total
+}
+
+func TestPlainCommandsPerUncontendedCycle(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	c, err := redislock.New(newRDB(t, own.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	cycle := func() {
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the scripts, and draws the first token from the server clock
+	const n = 100
+	before := serverCalls(t, admin)
+	for range n {
+		cycle()
+	}
+	per, total := callsSince(t, admin, before)
+	// Acquire: EVALSHA, MGET (record, abandon mark, fence counter), SET PX.
+	// Release: EVALSHA, SET KEEPTTL GET.
+	want := map[string]int64{"evalsha": 2 * n, "mget": n, "set": 2 * n}
+	if total != 5*n || fmt.Sprint(per) != fmt.Sprint(want) {
+		t.Errorf("%d cycles: %d server commands %v, want %d %v", n, total, per, 5*n, want)
+	}
+}
+
+func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
+	for _, g := range []int{16, 64} {
+		t.Run(strconv.Itoa(g), func(t *testing.T) {
+			own := testserver.StartRedis(t)
+			admin := newRDB(t, own.Addr)
+			ctx := context.Background()
+			key := dlocktest.Key(t)
+			clients := make([]*redislock.Client, g)
+			for i := range clients {
+				// A Client (and a go-redis client) per contender, as separate
+				// processes would have.
+				rdb := testserver.RedisClient(t, own.Addr, func(o *redis.Options) { o.PoolSize = 2 })
+				c, err := redislock.New(rdb, dlock.WithWait(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				clients[i] = c
+			}
+			const perContender = 10
+			before := serverCalls(t, admin)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var inside, sections, overlaps int
+			for _, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range perContender {
+						l, err := c.Lock(ctx, key)
+						if err != nil {
+							t.Errorf("lock: %v", err)
+							return
+						}
+						mu.Lock()
+						inside++
+						if inside > 1 {
+							overlaps++
+						}
+						sections++
+						inside--
+						mu.Unlock()
+						if err := l.Unlock(ctx); err != nil {
+							t.Errorf("unlock: %v", err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			per, total := callsSince(t, admin, before)
+			delete(per, "subscribe")
+			delete(per, "unsubscribe")
+			lockCalls := total
+			for _, name := range []string{"subscribe", "unsubscribe"} {
+				lockCalls -= serverCalls(t, admin)[name] - before[name]
+			}
+			perCS := float64(lockCalls) / float64(sections)
+			t.Logf("G=%d: %d critical sections, %.2f server lock commands each: %v", g, sections, perCS, per)
+			if sections != g*perContender || overlaps != 0 {
+				t.Errorf("%d critical sections with %d overlaps, want %d and none", sections, overlaps, g*perContender)
+			}
+			if perCS > contendedBound {
+				t.Errorf("%.2f server lock commands per critical section, want at most %v", perCS, contendedBound)
+			}
+		})
+	}
+}
+
+// contendedBound bounds the server's lock commands per critical section of
+// TestPlainCommandsPerContendedCriticalSection.
+const contendedBound = 14
+
+func TestPlainMemoryPerHeldLock(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	c, err := redislock.New(newRDB(t, own.Addr), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	used := func() int64 {
+		s := admin.Info(ctx, "memory").Val()
+		for _, line := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no used_memory in INFO memory")
+		return 0
+	}
+	const k = 2000
+	// One lock first: the connection and the script cache are not the locks'.
+	warm, err := c.TryLock(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Unlock(ctx)
+	before := used()
+	leases := make([]*dlock.Lease, 0, k)
+	for i := range k {
+		l, err := c.TryLock(ctx, fmt.Sprintf("bench-lock-%05d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	perLock := float64(used()-before) / k
+	t.Logf("%.0f bytes of server memory per held lock; keys %d; %q, %d", perLock, admin.DBSize(ctx).Val(), admin.Get(ctx, redislock.LockKey("bench-lock-00001")).Val(), admin.MemoryUsage(ctx, redislock.LockKey("bench-lock-00001")).Val())
+	if perLock > 200 {
+		t.Errorf("%.0f bytes of server memory per held lock, want at most 200", perLock)
+	}
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// releasedRecord reports whether the lock key of the lock named key holds a
+// released plain lock record: the lock's newest token, kept until the TTL of
+// its last holding runs out, and nothing else.
+func releasedRecord(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	v, err := rdb.Get(ctx, redislock.LockKey(key)).Result()
+	if err != nil {
+		return false
+	}
+	r, ok := redislock.ParseRecord(v)
+	return ok && r.Owner == "" && rdb.PTTL(ctx, redislock.LockKey(key)).Val() > 0
+}
+
+// waitedFor reports whether the holding of the lock named key is marked as one
+// that a waiter waits for: the plain lock record's flag, or a lock hash's field w.
+func waitedFor(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	if v, err := rdb.Get(ctx, redislock.LockKey(key)).Result(); err == nil {
+		r, ok := redislock.ParseRecord(v)
+		return ok && r.Waited
+	}
+	return rdb.HExists(ctx, redislock.LockKey(key), "w").Val()
+}
