@@ -605,8 +605,8 @@ func TestClusterFailoverHeldLocks(t *testing.T) {
 			if err := l.Err(); err != nil {
 				t.Fatalf("lease %d lost in a graceful failover (promotion took %v): %v", i, promoted, err)
 			}
-			if v := node(r).HGet(ctx, redislock.LockKey(keys[i]), "o").Val(); v != l.Owner() {
-				t.Fatalf("lock %d on the promoted replica owned by %q, want %q", i, v, l.Owner())
+			if rec, _ := redislock.ParseRecord(node(r).Get(ctx, redislock.LockKey(keys[i])).Val()); rec.Owner != l.Owner() {
+				t.Fatalf("lock %d on the promoted replica owned by %q, want %q", i, rec.Owner, l.Owner())
 			}
 		}
 		newcomer, _ := newLocker([]string{r.Addr})

@@ -16,7 +16,8 @@ import (
 
 // LockInfo is what the server holds about one lock, as read by Inspect, List and
 // ForceUnlock. On Redis, TTL is 0 when the lock is free; LastToken is the fence
-// counter, 0 once it has expired (see FenceRetention); Waiters counts the
+// counter, 0 once it has expired (see FenceRetention), and for a plain lock the
+// token in its lock record, 0 once the record is gone; Waiters counts the
 // waiters queued for a fair lock (see NewFair), including any whose queue entry
 // is about to be dropped, while waiters of a plain lock wait in their own
 // processes and are not counted.

@@ -27,7 +27,8 @@
 -- the other kinds' fence counter when that is ahead. Tokens stay below the
 -- server clock but for bursts of more than one acquisition per microsecond, so
 -- a token drawn from the clock is above every earlier one. The free path with
--- a record makes two calls (MGET, SET), without one three (TIME).
+-- a record makes two calls (MGET, SET), without one four (TYPE of the fence
+-- counter when there is none, TIME).
 
 -- taken updates the waiting set once the caller's process has the lock with
 -- token t: back of the set if others of it wait (its score, returned, is t),
@@ -103,6 +104,9 @@ end
 if token then
   token = token + 1
 else
+  if not r[3] and redis.call('TYPE', KEYS[2])['ok'] ~= 'none' then
+    return redis.error_reply('DLOCKCONFLICT the fence counter holds data that is not a dlock counter')
+  end
   local now = redis.call('TIME')
   token = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local fence = tonumber(r[3] or '0')
