@@ -55,8 +55,12 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
 	var acked int64
+	channel := ""
+	if r.Waiting { // only a waiting attempt listens
+		channel = clientWakeChannel(r.Key, d.c.hub.id)
+	}
 	g, err := d.c.acquire(ctx, r, acquisition{
-		channel: clientWakeChannel(r.Key, d.c.hub.id),
+		channel: channel,
 		queues:  true,
 		extra:   true,
 		run: func(ctx context.Context, t ticket) ([]any, error) {
@@ -80,7 +84,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			}
 			res, n, err := d.runAcquire(ctx,
 				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
-				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, markBusy, markTaken,
+				r.Owner, r.TTL.Milliseconds(), "", r.Metadata, markBusy, markTaken,
 				hubID, t.arrival, registered)
 			acked = n
 			return res, err
@@ -160,7 +164,7 @@ func (d *Driver) release(ctx context.Context, key, owner string, token uint64) e
 	}
 	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key), tok).Result()
 	err = d.c.released(key, res, err)
-	if err == nil {
+	if err == nil && d.c.hub.waiting() {
 		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))
 	}
 	return err

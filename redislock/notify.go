@@ -508,6 +508,14 @@ func (h *hub) receive(c *subConn) {
 	}
 }
 
+// waiting reports whether any waiter of this process is registered (for any
+// key), so that a release with none can skip naming its channel.
+func (h *hub) waiting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.topics) > 0
+}
+
 // released tells the hub that this process released (or abandoned a holding of)
 // a lock whose waiters here are woken on channel: one of them tries next, with
 // no message needed. The release's own message goes to the longest-waiting
