@@ -55,12 +55,8 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
 	var acked int64
-	channel := ""
-	if r.Waiting { // only a waiting attempt listens
-		channel = clientWakeChannel(r.Key, d.c.hub.id)
-	}
 	g, err := d.c.acquire(ctx, r, acquisition{
-		channel: channel,
+		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		queues:  true,
 		extra:   true,
 		run: func(ctx context.Context, t ticket) ([]any, error) {
