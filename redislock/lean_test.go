@@ -21,19 +21,12 @@ import (
 // EVALSHA that runs it). The counts are exact; a change that makes them grow
 // must change these tests too.
 
-// serverCalls returns the calls per command of rdb's server (see
-// testserver.CommandCalls).
-func serverCalls(t testing.TB, rdb *redis.Client) map[string]int64 {
-	t.Helper()
-	return testserver.CommandCalls(t, rdb, nil)
-}
-
 // callsSince returns the calls per command since before, and their total.
 func callsSince(t testing.TB, rdb *redis.Client, before map[string]int64) (map[string]int64, int64) {
 	t.Helper()
 	d := map[string]int64{}
 	var total int64
-	for name, n := range serverCalls(t, rdb) {
+	for name, n := range testserver.CommandCalls(t, rdb, nil) {
 		if n -= before[name]; n > 0 {
 			d[name] = n
 			total += n
@@ -62,7 +55,7 @@ func TestPlainCommandsPerUncontendedCycle(t *testing.T) {
 	}
 	cycle() // loads the scripts, and draws the first token from the server clock
 	const n = 100
-	before := serverCalls(t, admin)
+	before := testserver.CommandCalls(t, admin, nil)
 	for range n {
 		cycle()
 	}
@@ -94,7 +87,7 @@ func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
 				clients[i] = c
 			}
 			const perContender = 10
-			before := serverCalls(t, admin)
+			before := testserver.CommandCalls(t, admin, nil)
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var inside, sections, overlaps int
@@ -129,7 +122,7 @@ func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
 			delete(per, "unsubscribe")
 			lockCalls := total
 			for _, name := range []string{"subscribe", "unsubscribe"} {
-				lockCalls -= serverCalls(t, admin)[name] - before[name]
+				lockCalls -= testserver.CommandCalls(t, admin, nil)[name] - before[name]
 			}
 			perCS := float64(lockCalls) / float64(sections)
 			t.Logf("G=%d: %d critical sections, %.2f server lock commands each: %v", g, sections, perCS, per)
