@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// The renewer: one per Client, it renews every renewing lease of the Client from
-// one goroutine, which runs while the Client has renewing leases. Leases wait in
+// The renewer: one per Client, it renews every renewing lease of the Client in
+// rounds, each a goroutine while its round trip lasts. Leases wait in
 // a queue ordered by their next renewal; when the first is due, every lease due
 // within a slack of it (an eighth of its renewal interval) rides along, and the
 // whole round goes to the driver as one ExtendMany (BatchExtender), or as one
@@ -46,33 +46,43 @@ type round struct {
 	cancel context.CancelFunc
 }
 
-// renewer renews a Client's leases; see above.
+// renewer renews a Client's leases; see above. It has no goroutine of its own:
+// a timer starts the rounds when the first lease is due, and each round runs in
+// a goroutine while its round trip lasts.
 type renewer struct {
 	c       *Client
 	mu      sync.Mutex
 	q       renewQueue
-	running bool // the goroutine runs
-	rounds  int  // rounds in flight
-	wake    chan struct{}
-	applied *sync.Cond // signalled when an outcome has been applied
+	timer   *time.Timer // runs run when the first lease is due; nil until needed
+	rounds  int         // rounds in flight
+	applied *sync.Cond  // signalled when an outcome has been applied
 }
 
 func newRenewer(c *Client) *renewer {
-	rn := &renewer{c: c, wake: make(chan struct{}, 1)}
+	rn := &renewer{c: c}
 	rn.applied = sync.NewCond(&rn.mu)
 	return rn
 }
 
-// signal wakes the goroutine; rn.mu is held.
-func (rn *renewer) signal() {
-	select {
-	case rn.wake <- struct{}{}:
-	default:
+// schedule arms the timer for the first lease in the queue, or stops it when
+// there is none (or too many rounds are in flight: the end of one schedules
+// again); rn.mu is held.
+func (rn *renewer) schedule() {
+	if len(rn.q) == 0 || rn.rounds >= roundsMax {
+		if rn.timer != nil {
+			rn.timer.Stop()
+		}
+		return
 	}
+	d := time.Until(rn.q[0].re.due)
+	if rn.timer == nil {
+		rn.timer = time.AfterFunc(d, rn.run)
+		return
+	}
+	rn.timer.Reset(d)
 }
 
-// add queues l's next renewal at due, starting the goroutine if it is not
-// running.
+// add queues l's next renewal at due.
 func (rn *renewer) add(l *Lease, due time.Time) {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
@@ -81,12 +91,8 @@ func (rn *renewer) add(l *Lease, due time.Time) {
 	}
 	l.re.due = due
 	heap.Push(&rn.q, l)
-	switch {
-	case !rn.running:
-		rn.running = true
-		go rn.run()
-	case l.re.idx == 0:
-		rn.signal()
+	if l.re.idx == 0 {
+		rn.schedule()
 	}
 }
 
@@ -111,7 +117,7 @@ func (rn *renewer) remove(l *Lease, unlock bool) {
 		head := l.re.idx == 0
 		heap.Remove(&rn.q, l.re.idx)
 		if head {
-			rn.signal()
+			rn.schedule()
 		}
 	}
 	if unlock && l.re.cancel != nil {
@@ -125,32 +131,16 @@ func (rn *renewer) remove(l *Lease, unlock bool) {
 	}
 }
 
-// run is the renewer's goroutine: it starts the rounds as they fall due, and
-// returns when no lease is queued.
+// run starts the rounds that are due, each in a goroutine of its own, and arms
+// the timer for the next.
 func (rn *renewer) run() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		rn.mu.Lock()
-		if len(rn.q) == 0 {
-			rn.running = false
-			rn.mu.Unlock()
-			return
-		}
-		wait := time.Until(rn.q[0].re.due)
-		if wait > 0 || rn.rounds >= roundsMax {
-			rn.mu.Unlock()
-			if wait <= 0 {
-				wait = time.Hour // a round's end signals
-			}
-			t.Reset(wait)
-			select {
-			case <-t.C:
-			case <-rn.wake:
-			}
-			continue
-		}
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for len(rn.q) > 0 && rn.rounds < roundsMax {
 		now := time.Now()
+		if rn.q[0].re.due.After(now) {
+			break
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		rd := &round{cancel: cancel}
 		var ls []*Lease
@@ -165,9 +155,9 @@ func (rn *renewer) run() {
 		}
 		rd.live = len(ls)
 		rn.rounds++
-		rn.mu.Unlock()
 		go rn.renew(ctx, rd, ls)
 	}
+	rn.schedule()
 }
 
 // pending is one lease's renewal in a round.
@@ -184,7 +174,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 		rd.cancel()
 		rn.mu.Lock()
 		rn.rounds--
-		rn.signal()
+		rn.schedule()
 		rn.mu.Unlock()
 	}()
 	ps := make([]pending, 0, len(ls))
