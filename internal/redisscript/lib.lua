@@ -15,3 +15,23 @@ local function not_owned(owner)
   end
   return nil
 end
+
+-- extend_holding resets the TTL of the lock hash key to ttl ms if owner holds
+-- it, and never creates it. It returns 1 when extended, 0 when the lock is free
+-- or another owner's, and an error reply when key holds foreign data (a hash
+-- without an owner, or another type). One mutex's extend, whether alone
+-- (extend.lua) or one of many (extendmany.lua).
+local function extend_holding(key, owner, ttl)
+  local o = redis.pcall('HGET', key, 'o')
+  if type(o) == 'table' then
+    return o
+  end
+  if o == owner then
+    redis.call('PEXPIRE', key, ttl)
+    return 1
+  end
+  if not o and redis.call('EXISTS', key) == 1 then
+    return conflict()
+  end
+  return 0
+end
