@@ -165,11 +165,23 @@ func (r *renewals) count(key string) int {
 // gone is lost alone, and one whose key holds foreign data fails alone; the
 // others of the same script call are renewed.
 func TestBatchedRenewalLosesOnlyTheGoneLease(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		s, admin := startRedis(t)
+		losesOnlyTheGoneLease(t, newRDB(t, s.Addr), admin)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cluster := testserver.StartCluster(t, 3)
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		losesOnlyTheGoneLease(t, rdb, rdb)
+	})
+}
+
+func losesOnlyTheGoneLease(t *testing.T, rdb, admin redis.UniversalClient) {
 	const k = 20
-	s, admin := startRedis(t)
 	ctx := context.Background()
 	obs := &renewals{}
-	c, err := redislock.New(newRDB(t, s.Addr), dlock.WithTTL(3*time.Second), dlock.WithAutoRenew(true),
+	c, err := redislock.New(rdb, dlock.WithTTL(3*time.Second), dlock.WithAutoRenew(true),
 		dlock.WithRenewEvery(200*time.Millisecond), dlock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
