@@ -64,6 +64,7 @@ type Lease struct {
 	renewAt  time.Time   // the start of the renewal in flight; zero when none
 	capped   bool        // the watchdog's renewals end at the MaxHold cap
 	lostStop func() bool // unregisters the watch of Grant.Lost; nil without one
+	extStart time.Time   // the start of the last extend applied
 
 	re renewEntry // the lease's place in its Client's renewer; guarded by the renewer's mu
 
@@ -411,6 +412,12 @@ func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	case lost: // the deadline passed while the extend was in flight: never resurrect
 		return context.Cause(l.ctx)
 	}
+	if start.Before(l.extStart) {
+		// An extend that started after this one's reply has been applied
+		// already: it landed later, and its TTL is the store's.
+		return nil
+	}
+	l.extStart = start
 	l.cur = ttl
 	l.valid = ttl - driftMargin(ttl, l.drift)
 	l.deadline = start.Add(l.valid)

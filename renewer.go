@@ -24,8 +24,8 @@ const (
 	// roundsMax bounds the rounds in flight at once: a round that hangs (a
 	// server that stopped answering) does not hold up the others.
 	roundsMax = 8
-	// extendWorkers bounds the Extend calls in flight at once for one round of
-	// a driver without ExtendMany.
+	// extendWorkers bounds the Extend calls in flight at once, over every
+	// round, for a driver without ExtendMany.
 	extendWorkers = 32
 )
 
@@ -53,13 +53,14 @@ type renewer struct {
 	c       *Client
 	mu      sync.Mutex
 	q       renewQueue
-	timer   *time.Timer // runs run when the first lease is due; nil until needed
-	rounds  int         // rounds in flight
-	applied *sync.Cond  // signalled when an outcome has been applied
+	timer   *time.Timer   // runs run when the first lease is due; nil until needed
+	rounds  int           // rounds in flight
+	applied *sync.Cond    // signalled when an outcome has been applied
+	extends chan struct{} // one token per Extend in flight (drivers without ExtendMany)
 }
 
 func newRenewer(c *Client) *renewer {
-	rn := &renewer{c: c}
+	rn := &renewer{c: c, extends: make(chan struct{}, extendWorkers)}
 	rn.applied = sync.NewCond(&rn.mu)
 	return rn
 }
@@ -218,6 +219,13 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	ctx, cancel := context.WithDeadline(ctx, last)
 	res := rn.extend(ctx, ps)
 	cancel()
+	// The holders' own Extends may go on now: they start after this round's
+	// replies, and so land after it (an outcome applied late never overrides
+	// theirs; see Lease.extended). The outcomes are applied, and told, with no
+	// lease's extendMu held, so that an Observer may extend any lease.
+	for _, p := range ps {
+		p.l.extendMu.Unlock()
+	}
 	for i, p := range ps {
 		rn.mu.Lock()
 		drop := p.l.re.unlocked
@@ -225,12 +233,10 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 		p.l.re.cancel = nil
 		rn.mu.Unlock()
 		if drop {
-			p.l.extendMu.Unlock()
 			rn.done(p.l, rd, 0, true)
 			continue
 		}
 		next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, res[i])
-		p.l.extendMu.Unlock()
 		rn.mu.Lock()
 		p.l.re.applying = false
 		rn.applied.Broadcast()
@@ -272,19 +278,19 @@ func (rn *renewer) extend(ctx context.Context, ps []pending) []ExtendResult {
 		return res
 	}
 	res := make([]ExtendResult, len(reqs))
-	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(extendWorkers, len(reqs)) {
+	for i := range reqs {
+		select {
+		case rn.extends <- struct{}{}:
+		case <-ctx.Done():
+			res[i].Err = ctx.Err()
+			continue
+		}
 		wg.Go(func() {
-			for i := range next {
-				res[i] = rn.extendOne(ctx, ps[i].l, ps[i].deadline, reqs[i])
-			}
+			defer func() { <-rn.extends }()
+			res[i] = rn.extendOne(ctx, ps[i].l, ps[i].deadline, reqs[i])
 		})
 	}
-	for i := range reqs {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return res
 }

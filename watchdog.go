@@ -141,7 +141,8 @@ func (l *Lease) renewBegin(started time.Time) (deadline time.Time) {
 // renewEnd applies the outcome of a renewal round trip that started at started
 // (bootStart on the boot clock) with the local deadline then at deadline, asking
 // for ttl: the lease is extended, lost (the store no longer holds it) or left to
-// a retry. It says when to renew next, or to stop; l.extendMu is held.
+// a retry. It says when to renew next, or to stop. No extendMu is held: the
+// holder's own Extend may run meanwhile.
 func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res ExtendResult) (next time.Duration, stop bool) {
 	err := l.extendOutcome(started, bootStart, ttl, res)
 	// In one step, so that a loss at the deadline finds either the renewal in
