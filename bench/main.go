@@ -51,6 +51,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -218,7 +219,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	cfg.only = map[string]bool{}
 	for _, v := range splitList(*only) {
-		if !knownVariant(v) && !knownScaleVariant(v) {
+		if !knownVariant(v) && !slices.ContainsFunc(scaleVariants, func(s scaleVariant) bool { return s.name == v }) {
 			return cfg, fmt.Errorf("bench: unknown variant %q", v)
 		}
 		cfg.only[v] = true

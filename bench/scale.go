@@ -396,12 +396,3 @@ func (e *env) runScale(ctx context.Context, out io.Writer) ([]measurement, error
 	}
 	return all, nil
 }
-
-func knownScaleVariant(name string) bool {
-	for _, v := range scaleVariants {
-		if v.name == name {
-			return true
-		}
-	}
-	return false
-}

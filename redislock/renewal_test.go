@@ -186,15 +186,7 @@ func losesOnlyTheGoneLease(t *testing.T, rdb, admin redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var leases []*dlock.Lease
-	for i := range k {
-		l, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", dlocktest.Key(t), i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Unlock(ctx)
-		leases = append(leases, l)
-	}
+	leases := holdMany(t, c, k)
 	gone, foreign := leases[3], leases[7]
 	// The renewals of every lease ride in one batch from the first round on.
 	eventually(t, "every lease renewed once", func() bool {
@@ -265,22 +257,13 @@ func TestBatchedRenewalRidesOutAnOutage(t *testing.T) {
 	const k = 20
 	s, _ := startRedis(t)
 	p := testproxy.Start(t, s.Addr)
-	ctx := context.Background()
 	obs := &renewals{}
 	c, err := redislock.New(newRDB(t, p.Addr), dlock.WithTTL(3*time.Second), dlock.WithAutoRenew(true),
 		dlock.WithRenewEvery(300*time.Millisecond), dlock.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var leases []*dlock.Lease
-	for i := range k {
-		l, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", dlocktest.Key(t), i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Unlock(ctx)
-		leases = append(leases, l)
-	}
+	leases := holdMany(t, c, k)
 	p.SetDown(true)
 	marks := map[string]int{}
 	for _, l := range leases {
@@ -309,6 +292,22 @@ func TestBatchedRenewalRidesOutAnOutage(t *testing.T) {
 			t.Errorf("lease %s lost in a short outage: %v", l.Key(), err)
 		}
 	}
+}
+
+// holdMany takes k locks with c, unlocked when the test ends.
+func holdMany(t *testing.T, c *redislock.Client, k int) []*dlock.Lease {
+	t.Helper()
+	ctx := context.Background()
+	leases := make([]*dlock.Lease, 0, k)
+	for i := range k {
+		l, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", dlocktest.Key(t), i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Unlock(ctx) })
+		leases = append(leases, l)
+	}
+	return leases
 }
 
 func contains(os []dlock.RenewalOutcome, o dlock.RenewalOutcome) bool {
