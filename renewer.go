@@ -9,13 +9,13 @@ import (
 )
 
 // The renewer: one per Client, it renews every renewing lease of the Client in
-// rounds, each a goroutine while its round trip lasts. Leases wait in
-// a queue ordered by their next renewal; when the first is due, every lease due
-// within a slack of it (an eighth of its renewal interval) rides along, and the
-// whole round goes to the driver as one ExtendMany (BatchExtender), or as one
-// Extend per lease. Each lease keeps its own outcome, local deadline, retry and
-// events: a refused entry loses its lease alone, and a round trip that fails is
-// a transient failure of each lease it carried, retried within that lease's
+// rounds, each a goroutine while its round trip lasts. Leases wait in a queue
+// ordered by their next renewal; when the first is due, every lease due within
+// a slack of it (an eighth of its renewal interval) rides along, and the whole
+// round goes to the driver as one ExtendMany (BatchExtender), or as one Extend
+// per lease. Each lease keeps its own outcome, local deadline, retry and events:
+// a refused entry loses its lease alone, and a round trip that fails is a
+// transient failure of each lease it carried, retried within that lease's
 // validity.
 
 const (
