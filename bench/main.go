@@ -67,6 +67,7 @@ type config struct {
 	aG, bG, pG []int
 	bpG        []int
 	sK         []int
+	sTTL       time.Duration
 	cWaiters   int
 	cKeys      int
 	cPollCap   int
@@ -89,6 +90,7 @@ func defaultConfig() config {
 		pG:        []int{16, 64},
 		bpG:       []int{16},
 		sK:        []int{1000, 10000},
+		sTTL:      6 * time.Second,
 		cWaiters:  1000,
 		cKeys:     10000,
 		cPollCap:  1000,
@@ -110,6 +112,7 @@ func quickConfig(c config) config {
 	c.cDrain = 2 * time.Second
 	c.bpG = []int{4}
 	c.sK = []int{1000}
+	c.sTTL = 3 * time.Second
 	return c
 }
 
@@ -166,6 +169,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
 	cSettle := fs.Duration("c-settle", 0, "window over which scenario c measures the idle waiters, once their command rate is steady (default 1s)")
 	cDrain := fs.Duration("c-drain", 0, "longest hand-over phase of scenario c (default 5s)")
+	sTTL := fs.Duration("s-ttl", 0, "lease time of scenario s, renewed every third of it, and its measurement window (default 6s, 3s with -quick)")
 	sK := fs.String("s-k", "", "lock counts of scenario s (default 1000,10000; 1000 with -quick)")
 	only := fs.String("variants", "", "comma-separated variant names to run (default all)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the JSON lines to this file instead of standard output")
@@ -186,6 +190,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	setIf(&cfg.cPollCap, *cPollCap)
 	setIf(&cfg.cSettle, *cSettle)
 	setIf(&cfg.cDrain, *cDrain)
+	setIf(&cfg.sTTL, *sTTL)
 	cfg.wait = *wait
 	var err error
 	if cfg.aG, err = parseInts(*aG); err != nil {
@@ -225,7 +230,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 		cfg.only[v] = true
 	}
 	if cfg.reps < 1 || cfg.wait <= 0 || cfg.cWaiters < 1 || cfg.cKeys < 1 || cfg.cPollCap < 1 ||
-		cfg.aDur <= 0 || cfg.bDur <= 0 || cfg.cSettle <= 0 || cfg.cDrain <= 0 {
+		cfg.aDur <= 0 || cfg.bDur <= 0 || cfg.sTTL <= 0 || cfg.cSettle <= 0 || cfg.cDrain <= 0 {
 		return cfg, errors.New("bench: counts and durations must be positive")
 	}
 	return cfg, nil

@@ -24,10 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scaleTTL is the lease time of scenario s; every variant renews every third
-// of it.
-const scaleTTL = 3 * time.Second
-
 // holder holds many locks with renewal.
 type holder interface {
 	hold(ctx context.Context, key string) error // takes key and keeps it renewed
@@ -38,27 +34,27 @@ type holder interface {
 // scaleVariant is one library holding K locks.
 type scaleVariant struct {
 	name, desc string
-	open       func(rdb *redis.Client) (holder, error)
+	open       func(rdb *redis.Client, ttl time.Duration) (holder, error)
 }
 
 var scaleVariants = []scaleVariant{
-	{"dlock", "redislock.New, auto-renewed leases (batched renewal)", func(rdb *redis.Client) (holder, error) {
-		c, err := redislock.New(rdb, dlock.WithTTL(scaleTTL), dlock.WithAutoRenew(true))
+	{"dlock", "redislock.New, auto-renewed leases (batched renewal)", func(rdb *redis.Client, ttl time.Duration) (holder, error) {
+		c, err := redislock.New(rdb, dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
 		return &dlockHolder{c: c}, err
 	}},
-	{"dlock-1by1", "the same over a driver without ExtendMany: one Extend per lease and renewal", func(rdb *redis.Client) (holder, error) {
+	{"dlock-1by1", "the same over a driver without ExtendMany: one Extend per lease and renewal", func(rdb *redis.Client, ttl time.Duration) (holder, error) {
 		d, err := redislock.NewDriver(rdb)
 		if err != nil {
 			return nil, err
 		}
-		c, err := dlock.NewClient(singleExtends{d}, dlock.WithTTL(scaleTTL), dlock.WithAutoRenew(true))
+		c, err := dlock.NewClient(singleExtends{d}, dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
 		return &dlockHolder{c: c}, err
 	}},
-	{"redsync", "redsync Mutex per lock, a goroutine per lock calling Extend every TTL/3", func(rdb *redis.Client) (holder, error) {
-		return &loopHolder{open: redsyncRenewed(redsync.New(goredis.NewPool(rdb)))}, nil
+	{"redsync", "redsync Mutex per lock, a goroutine per lock calling Extend every TTL/3", func(rdb *redis.Client, ttl time.Duration) (holder, error) {
+		return &loopHolder{ttl: ttl, open: redsyncRenewed(redsync.New(goredis.NewPool(rdb)), ttl)}, nil
 	}},
-	{"bsm", "bsm Obtain per lock, a goroutine per lock calling Refresh every TTL/3", func(rdb *redis.Client) (holder, error) {
-		return &loopHolder{open: bsmRenewed(bsm.New(rdb))}, nil
+	{"bsm", "bsm Obtain per lock, a goroutine per lock calling Refresh every TTL/3", func(rdb *redis.Client, ttl time.Duration) (holder, error) {
+		return &loopHolder{ttl: ttl, open: bsmRenewed(bsm.New(rdb), ttl)}, nil
 	}},
 }
 
@@ -127,9 +123,9 @@ type renewed struct {
 	release func(ctx context.Context) error
 }
 
-func redsyncRenewed(rs *redsync.Redsync) func(ctx context.Context, key string) (renewed, error) {
+func redsyncRenewed(rs *redsync.Redsync, ttl time.Duration) func(ctx context.Context, key string) (renewed, error) {
 	return func(ctx context.Context, key string) (renewed, error) {
-		m := rs.NewMutex(key, redsync.WithExpiry(scaleTTL), redsync.WithTries(1))
+		m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
 			return renewed{}, err
 		}
@@ -140,14 +136,14 @@ func redsyncRenewed(rs *redsync.Redsync) func(ctx context.Context, key string) (
 	}
 }
 
-func bsmRenewed(c *bsm.Client) func(ctx context.Context, key string) (renewed, error) {
+func bsmRenewed(c *bsm.Client, ttl time.Duration) func(ctx context.Context, key string) (renewed, error) {
 	return func(ctx context.Context, key string) (renewed, error) {
-		l, err := c.Obtain(ctx, key, scaleTTL, nil)
+		l, err := c.Obtain(ctx, key, ttl, nil)
 		if err != nil {
 			return renewed{}, err
 		}
 		return renewed{extend: func(ctx context.Context) (bool, error) {
-			err := l.Refresh(ctx, scaleTTL, nil)
+			err := l.Refresh(ctx, ttl, nil)
 			if errors.Is(err, bsm.ErrNotObtained) {
 				return false, nil
 			}
@@ -159,6 +155,7 @@ func bsmRenewed(c *bsm.Client) func(ctx context.Context, key string) (renewed, e
 // loopHolder runs the obvious renew loop: a goroutine per lock, extending it
 // every TTL/3 until it is released or the extend says it is gone.
 type loopHolder struct {
+	ttl    time.Duration
 	open   func(ctx context.Context, key string) (renewed, error)
 	mu     sync.Mutex
 	locks  []renewed
@@ -183,7 +180,7 @@ func (h *loopHolder) hold(ctx context.Context, key string) error {
 	h.locks = append(h.locks, r)
 	h.mu.Unlock()
 	h.wg.Go(func() {
-		t := time.NewTicker(scaleTTL / 3)
+		t := time.NewTicker(h.ttl / 3)
 		defer t.Stop()
 		for {
 			select {
@@ -253,7 +250,8 @@ func (e *env) runScaleOnce(ctx context.Context, v scaleVariant, k int) (metrics,
 	defer rdb.Close()
 	trips := &tripCounter{}
 	rdb.AddHook(trips)
-	h, err := v.open(rdb)
+	ttl := e.cfg.sTTL
+	h, err := v.open(rdb, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +300,7 @@ func (e *env) runScaleOnce(ctx context.Context, v scaleVariant, k int) (metrics,
 		return nil, err
 	}
 	// A renewal period to let every lock be renewed once.
-	if err := sleepCtx(ctx, scaleTTL/3); err != nil {
+	if err := sleepCtx(ctx, ttl/3); err != nil {
 		return nil, err
 	}
 	mem1, g1 := memory(), runtime.NumGoroutine()
@@ -313,7 +311,7 @@ func (e *env) runScaleOnce(ctx context.Context, v scaleVariant, k int) (metrics,
 	cpu0, _ := processCPU()
 	trips0 := trips.n.Load()
 	start := time.Now()
-	if err := sleepCtx(ctx, scaleTTL); err != nil {
+	if err := sleepCtx(ctx, ttl); err != nil {
 		return nil, err
 	}
 	window := time.Since(start)
@@ -323,7 +321,7 @@ func (e *env) runScaleOnce(ctx context.Context, v scaleVariant, k int) (metrics,
 	if err != nil {
 		return nil, err
 	}
-	perLeaseTTL := float64(k) * window.Seconds() / scaleTTL.Seconds()
+	perLeaseTTL := float64(k) * window.Seconds() / ttl.Seconds()
 	return metrics{
 		"trips_per_lease_ttl":  float64(trips1-trips0) / perLeaseTTL,
 		"cmds_per_lease_ttl":   float64(srv1-srv0-1) / perLeaseTTL, // less the INFO of the first count
@@ -383,7 +381,7 @@ func (e *env) runScale(ctx context.Context, out io.Writer) ([]measurement, error
 		}
 		all = append(all, runs...)
 		all = append(all, meds...)
-		table(out, fmt.Sprintf("s. K = %d locks held with renewal in one process, TTL %v renewed every %v (medians)", k, scaleTTL, scaleTTL/3), meds, []column{
+		table(out, fmt.Sprintf("s. K = %d locks held with renewal in one process, TTL %v renewed every %v (medians)", k, e.cfg.sTTL, e.cfg.sTTL/3), meds, []column{
 			{"round trips/lease/TTL", "trips_per_lease_ttl", "%.3f"},
 			{"server cmds/lease/TTL", "cmds_per_lease_ttl", "%.2f"},
 			{"client CPU µs/lease/TTL", "cpu_us_per_lease_ttl", "%.1f"},
