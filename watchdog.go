@@ -144,7 +144,13 @@ func (l *Lease) renewBegin(started time.Time) (deadline time.Time) {
 // a retry. It says when to renew next, or to stop. No extendMu is held: the
 // holder's own Extend may run meanwhile.
 func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res ExtendResult) (next time.Duration, stop bool) {
-	err := l.extendOutcome(started, bootStart, ttl, res)
+	l.mu.Lock()
+	gone := l.state != held
+	l.mu.Unlock()
+	err := context.Canceled // the lease was lost while the renewal was in flight
+	if !gone {
+		err = l.extendOutcome(started, bootStart, ttl, res)
+	}
 	// In one step, so that a loss at the deadline finds either the renewal in
 	// flight or its failure.
 	l.mu.Lock()
