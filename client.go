@@ -47,6 +47,7 @@ type Client struct {
 	d    Driver
 	lim  TTLLimits
 	base config
+	rn   *renewer // renews the Client's renewing leases, from one goroutine
 }
 
 var _ Locker = (*Client)(nil)
@@ -66,6 +67,7 @@ func NewClient(d Driver, opts ...Option) (*Client, error) {
 		}
 	}
 	c := &Client{d: d, lim: lim, base: defaultConfig()}
+	c.rn = newRenewer(c)
 	if lim.Min > DefaultTTL/3 || lim.Max < DefaultTTL {
 		// Keep the default usable: the shortest TTL that leaves room to renew.
 		c.base.ttl = min(max(DefaultTTL, 3*lim.Min), lim.Max)

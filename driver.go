@@ -161,3 +161,31 @@ func (b *Busy) As(target any) bool {
 
 // user is the *BusyError the Client's callers see for b.
 func (b *Busy) user() *BusyError { return &BusyError{Remaining: b.Remaining} }
+
+// BatchExtender is implemented by Drivers that can extend many holdings in fewer
+// round trips than one Extend each (one script call for a hundred holdings on
+// Redis). A Client renews all its renewing leases from one goroutine, and hands
+// the renewals that are due together to ExtendMany; without it, it calls Extend
+// for each.
+type BatchExtender interface {
+	// ExtendMany extends each holding as Extend does, and returns one result
+	// per request, in order (len(reqs) results). Each result stands alone: an
+	// entry whose holding is gone fails with ErrNotHeld and says nothing of the
+	// others. A round trip that fails fails every entry it carried, with the
+	// error Extend would return for it (ErrUnavailable joined with the cause,
+	// or the context's error).
+	ExtendMany(ctx context.Context, reqs []ExtendRequest) []ExtendResult
+}
+
+// ExtendRequest is one holding to extend in a BatchExtender's ExtendMany: the
+// arguments of one Extend.
+type ExtendRequest struct {
+	Holding Holding
+	TTL     time.Duration
+}
+
+// ExtendResult is the outcome of one ExtendRequest: what Extend would return.
+type ExtendResult struct {
+	TTL time.Duration // the TTL granted when Err is nil
+	Err error
+}

@@ -60,14 +60,13 @@ type Lease struct {
 	bootAt   time.Duration                // boot clock at that start
 	bootOK   bool
 	timer    *time.Timer
-	wdTimer  *time.Timer        // starts the watchdog at the first renewal; nil without one
-	wdEnded  bool               // stopTimers ran: a watchdog not yet running must not start
-	wdStop   context.CancelFunc // stops a running watchdog; nil until it runs
-	wdDone   chan struct{}      // closed when the watchdog has returned or will never run
-	renewErr error              // the last failed renewal since the last success
-	renewAt  time.Time          // the start of the renewal in flight; zero when none
-	capped   bool               // the watchdog's renewals end at the MaxHold cap
-	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
+	renewErr error       // the last failed renewal since the last success
+	renewAt  time.Time   // the start of the renewal in flight; zero when none
+	capped   bool        // the watchdog's renewals end at the MaxHold cap
+	lostStop func() bool // unregisters the watch of Grant.Lost; nil without one
+	extStart time.Time   // the start of the last extend applied
+
+	re renewEntry // the lease's place in its Client's renewer; guarded by the renewer's mu
 
 	obs *leaseObs // nil without an Observer
 }
@@ -85,6 +84,7 @@ func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) 
 	l := &Lease{
 		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
+		re: renewEntry{idx: -1},
 	}
 	if cfg.renewing() {
 		l.renewEvery = cfg.renewEvery
@@ -295,13 +295,20 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	bootStart, _ := l.boot()
 	start := time.Now()
 	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
-	if err == nil {
-		return l.extended(start, bootStart, max(granted, ttl))
+	return l.extendOutcome(start, bootStart, ttl, ExtendResult{TTL: granted, Err: err})
+}
+
+// extendOutcome applies the outcome of an extend round trip asking for ttl that
+// started at start (bootStart on the boot clock): the lease is extended, or lost
+// when the store no longer holds it; other failures are returned as they are.
+func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res ExtendResult) error {
+	switch {
+	case res.Err == nil:
+		return l.extended(start, bootStart, max(res.TTL, ttl))
+	case errors.Is(res.Err, ErrNotHeld):
+		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, res.Err), LossNotHeld, false)
 	}
-	if errors.Is(err, ErrNotHeld) {
-		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, err), LossNotHeld, false)
-	}
-	return err
+	return res.Err
 }
 
 // TTL returns the time the lock has left as the server sees it, if the lease still
@@ -405,6 +412,12 @@ func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	case lost: // the deadline passed while the extend was in flight: never resurrect
 		return context.Cause(l.ctx)
 	}
+	if start.Before(l.extStart) {
+		// An extend that started after this one's reply has been applied
+		// already: it landed later, and its TTL is the store's.
+		return nil
+	}
+	l.extStart = start
 	l.cur = ttl
 	l.valid = ttl - driftMargin(ttl, l.drift)
 	l.deadline = start.Add(l.valid)

@@ -14,11 +14,13 @@ import (
 // and leadership gained and lost. Metrics, traces and logs hang on it (see the
 // dlockotel module).
 //
-// Its methods run on the goroutine of the event (the caller's, or a lease's
-// watchdog and timers): they must be fast, must not block, must not call the
-// lease's or Client's operations (Unlock, Extend, TryLock...; reading Key and
-// Token is fine), and must be safe for concurrent use. dlock does not guard against a slow Observer: one that blocks delays
-// the acquisition, or the renewal that keeps a lease alive. Without an Observer
+// Its methods run on the goroutine of the event (the caller's, the Client's
+// renewer, which tells a round's renewals one after another, or a lease's
+// timers): they must be fast, must not block, must not call the lease's or
+// Client's operations (Unlock, Extend, TryLock...; reading Key and Token is
+// fine), and must be safe for concurrent use. dlock does not guard against a
+// slow Observer: one that blocks delays the acquisition, or the renewals that
+// keep leases alive. Without an Observer
 // (the default) no event is built and nothing is called.
 //
 // Embed NopObserver to implement only the methods of interest: methods added to

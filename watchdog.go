@@ -7,16 +7,14 @@ import (
 	"time"
 )
 
-// start arms the deadline timer and the watchdog. The watchdog's goroutine is
-// the timer's, started when the first renewal is due: a lease unlocked before
-// that costs no goroutine.
+// start arms the deadline timer and, for a renewed lease, queues its first
+// renewal with the Client's renewer. Neither costs a goroutine of its own.
 func (l *Lease) start() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	l.mu.Unlock()
 	if l.renewEvery > 0 {
-		l.wdDone = make(chan struct{})
-		l.wdTimer = time.AfterFunc(l.renewEvery, l.runWatchdog)
+		l.c.rn.add(l, time.Now().Add(l.renewEvery))
 	}
 }
 
@@ -31,43 +29,20 @@ func (l *Lease) watchLost(lost context.Context) {
 	l.mu.Unlock()
 }
 
-// runWatchdog runs the watchdog from its timer, unless the lease has ended or is
-// being discarded.
-func (l *Lease) runWatchdog() {
-	defer close(l.wdDone)
-	l.mu.Lock()
-	if l.wdEnded || l.state != held {
-		l.mu.Unlock()
-		return
-	}
-	ctx, cancel := context.WithCancel(l.ctx)
-	l.wdStop = cancel
-	l.mu.Unlock()
-	defer cancel()
-	l.watchdog(ctx)
-}
-
-// stopTimers stops the timer and watchdog of a lease that is being discarded,
-// waiting for a running watchdog to return.
+// stopTimers stops the timer and the renewals of a lease that is being
+// discarded. A renewal round trip in flight is not waited for (its outcome is
+// dropped), but one whose outcome is being applied is, so that nothing is told
+// of the lease after this returns.
 func (l *Lease) stopTimers() {
 	l.mu.Lock()
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.wdEnded = true
-	wt, stop, done := l.wdTimer, l.wdStop, l.wdDone
 	if l.lostStop != nil {
 		l.lostStop()
 	}
 	l.mu.Unlock()
-	if wt != nil && !wt.Stop() {
-		// The watchdog has started: it either runs (stop is set) or returns at
-		// once, having seen wdEnded.
-		if stop != nil {
-			stop()
-		}
-		<-done
-	}
+	l.c.rn.remove(l, true)
 	l.cancel(ErrReleased)
 }
 
@@ -98,6 +73,9 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 		octx = l.obs.ctx
 	}
 	l.mu.Unlock()
+	if l.renewEvery > 0 {
+		l.c.rn.remove(l, false)
+	}
 	if l.obs != nil {
 		l.observeEnd(octx, why, cause)
 	}
@@ -130,68 +108,59 @@ func (l *Lease) onDeadline() {
 	_ = l.lose(l.expiry(), l.expiryCause(), true)
 }
 
-// watchdog renews the lease at once and then every renewEvery until ctx ends, the
-// lease is lost, or the MaxHold cap is reached. A failed renewal is retried within
-// the remaining validity; each round trip is bounded by the local deadline.
-func (l *Lease) watchdog(ctx context.Context) {
-	var t *time.Timer
-	for {
-		if t != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		ttl := l.ttl
-		if l.maxHold > 0 {
-			left := l.maxHold - time.Since(l.acquired)
-			capped, err := l.c.lim.Normalize(min(ttl, left))
-			if left <= ttl {
-				// This renewal, if any, is the last: the lease ends at the cap.
-				l.mu.Lock()
-				l.capped = true
-				l.mu.Unlock()
-			}
-			if left < l.c.lim.Min || err != nil {
-				return // cap reached: let the lease run out at its TTL
-			}
-			ttl = capped
-		}
-		next, stop := l.renew(ctx, ttl)
-		if stop {
-			return
-		}
-		if t == nil {
-			t = time.NewTimer(next)
-			defer t.Stop()
-		} else {
-			t.Reset(next)
-		}
+// renewTTL returns the TTL of the lease's next renewal, capped by MaxHold, and
+// false when the cap is reached: renewal stops and the lease runs out at its TTL.
+func (l *Lease) renewTTL() (time.Duration, bool) {
+	ttl := l.ttl
+	if l.maxHold <= 0 {
+		return ttl, true
 	}
+	left := l.maxHold - time.Since(l.acquired)
+	capped, err := l.c.lim.Normalize(min(ttl, left))
+	if left <= ttl {
+		// This renewal, if any, is the last: the lease ends at the cap.
+		l.mu.Lock()
+		l.capped = true
+		l.mu.Unlock()
+	}
+	if left < l.c.lim.Min || err != nil {
+		return 0, false
+	}
+	return capped, true
 }
 
-// renew makes one watchdog renewal and says when to try next.
-func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duration, stop bool) {
-	l.extendMu.Lock()
-	defer l.extendMu.Unlock()
+// renewBegin marks a renewal round trip starting at started, and returns the
+// local deadline it must beat; l.extendMu is held.
+func (l *Lease) renewBegin(started time.Time) (deadline time.Time) {
 	l.mu.Lock()
-	deadline := l.deadline
-	started := time.Now()
+	defer l.mu.Unlock()
 	l.renewAt = started
+	return l.deadline
+}
+
+// renewEnd applies the outcome of a renewal round trip that started at started
+// (bootStart on the boot clock) with the local deadline then at deadline, asking
+// for ttl: the lease is extended, lost (the store no longer holds it) or left to
+// a retry. It says when to renew next, or to stop. No extendMu is held: the
+// holder's own Extend may run meanwhile.
+func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res ExtendResult) (next time.Duration, stop bool) {
+	l.mu.Lock()
+	gone := l.state != held
 	l.mu.Unlock()
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	err := l.extend(rctx, ttl)
-	cancel()
+	err := context.Canceled // the lease was lost while the renewal was in flight
+	if !gone {
+		err = l.extendOutcome(started, bootStart, ttl, res)
+	}
 	// In one step, so that a loss at the deadline finds either the renewal in
 	// flight or its failure.
 	l.mu.Lock()
 	l.renewAt = time.Time{}
-	told := l.obs != nil && (ctx.Err() == nil || l.state == lost) // not when Unlock stopped it
+	ended := l.state != held
+	told := l.obs != nil && l.state != released // not when Unlock stopped it
 	switch {
 	case err == nil:
 		l.renewErr = nil
-	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
+	case errors.Is(err, ErrNotHeld), ended:
 	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
 		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
 	default:
@@ -204,13 +173,19 @@ func (l *Lease) renew(ctx context.Context, ttl time.Duration) (next time.Duratio
 	switch {
 	case err == nil:
 		return l.renewEvery, false
-	case errors.Is(err, ErrNotHeld), ctx.Err() != nil:
+	case errors.Is(err, ErrNotHeld), ended:
 		return 0, true
 	}
-	// Transient failure: retry soon, but well within the remaining validity.
+	return l.retryIn(deadline)
+}
+
+// retryIn says when to retry a renewal that could not be made, within the
+// validity left before deadline; stop when none is left (the deadline timer
+// reports the loss).
+func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
 	left := time.Until(deadline)
 	if left <= 0 {
-		return 0, true // the deadline timer reports the loss
+		return 0, true
 	}
 	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
 }

@@ -25,6 +25,10 @@
 //	r   Redlock over five masters (four more servers started for it) against
 //	    redsync's Redlock and dlock on one of them: G=1 and G=8 uncontended,
 //	    G=16 contended; not run unless asked for (-scenarios r)
+//	s   K locks (-s-k, default 1,000 and 10,000) held with renewal in one
+//	    process: round trips and server commands per lock per TTL, client CPU,
+//	    goroutines and heap per lock, Redis bytes per lock, next to redsync and
+//	    bsm with a renew goroutine per lock; not run unless asked for
 //	p   the primitives (semaphore of 4 permits, read-write lock with one
 //	    writer in 4 goroutines) next to the mutex, G goroutines on one key, each
 //	    with a Client of its own: operations/s, commands per operation, Jain
@@ -47,6 +51,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +66,8 @@ type config struct {
 	wait       time.Duration
 	aG, bG, pG []int
 	bpG        []int
+	sK         []int
+	sTTL       time.Duration
 	cWaiters   int
 	cKeys      int
 	cPollCap   int
@@ -82,6 +89,8 @@ func defaultConfig() config {
 		bG:        []int{2, 4, 16, 64},
 		pG:        []int{16, 64},
 		bpG:       []int{16},
+		sK:        []int{1000, 10000},
+		sTTL:      6 * time.Second,
 		cWaiters:  1000,
 		cKeys:     10000,
 		cPollCap:  1000,
@@ -102,6 +111,8 @@ func quickConfig(c config) config {
 	c.cSettle = 300 * time.Millisecond
 	c.cDrain = 2 * time.Second
 	c.bpG = []int{4}
+	c.sK = []int{1000}
+	c.sTTL = 3 * time.Second
 	return c
 }
 
@@ -144,7 +155,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	quick := fs.Bool("quick", false, "smoke-test sizes: one repetition, short runs, 200 waiters, 1,000 keys")
-	scen := fs.String("scenarios", "a,b,bc,bp,c,p", "scenarios to run, comma separated: a, b, bc, bp, c, p, r (Redlock over 5 masters, not run by default)")
+	scen := fs.String("scenarios", "a,b,bc,bp,c,p", "scenarios to run, comma separated: a, b, bc, bp, c, p, r (Redlock over 5 masters, not run by default), s (K locks held with renewal, not run by default)")
 	reps := fs.Int("reps", 0, "repetitions of every measurement (default 3, 1 with -quick)")
 	aDur := fs.Duration("a-dur", 0, "duration of each uncontended run (default 2s)")
 	bDur := fs.Duration("b-dur", 0, "duration of each contended run (default 4s)")
@@ -158,6 +169,8 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	cPollCap := fs.Int("c-poll-cap", 0, "most waiters given to a polling locker in scenario c (default 1000)")
 	cSettle := fs.Duration("c-settle", 0, "window over which scenario c measures the idle waiters, once their command rate is steady (default 1s)")
 	cDrain := fs.Duration("c-drain", 0, "longest hand-over phase of scenario c (default 5s)")
+	sTTL := fs.Duration("s-ttl", 0, "lease time of scenario s, renewed every third of it, and its measurement window (default 6s, 3s with -quick)")
+	sK := fs.String("s-k", "", "lock counts of scenario s (default 1000,10000; 1000 with -quick)")
 	only := fs.String("variants", "", "comma-separated variant names to run (default all)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "write the JSON lines to this file instead of standard output")
 	if err := fs.Parse(args); err != nil {
@@ -177,6 +190,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	setIf(&cfg.cPollCap, *cPollCap)
 	setIf(&cfg.cSettle, *cSettle)
 	setIf(&cfg.cDrain, *cDrain)
+	setIf(&cfg.sTTL, *sTTL)
 	cfg.wait = *wait
 	var err error
 	if cfg.aG, err = parseInts(*aG); err != nil {
@@ -193,10 +207,15 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 			return cfg, fmt.Errorf("bench: -bp-g: %w", err)
 		}
 	}
+	if *sK != "" {
+		if cfg.sK, err = parseInts(*sK); err != nil {
+			return cfg, fmt.Errorf("bench: -s-k: %w", err)
+		}
+	}
 	cfg.scenarios = map[string]bool{}
 	for _, s := range splitList(*scen) {
-		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "p" && s != "r" {
-			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c, p or r)", s)
+		if s != "a" && s != "b" && s != "bc" && s != "bp" && s != "c" && s != "p" && s != "r" && s != "s" {
+			return cfg, fmt.Errorf("bench: unknown scenario %q (want a, b, bc, bp, c, p, r or s)", s)
 		}
 		cfg.scenarios[s] = true
 	}
@@ -205,13 +224,13 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	}
 	cfg.only = map[string]bool{}
 	for _, v := range splitList(*only) {
-		if !knownVariant(v) {
+		if !knownVariant(v) && !slices.ContainsFunc(scaleVariants, func(s scaleVariant) bool { return s.name == v }) {
 			return cfg, fmt.Errorf("bench: unknown variant %q", v)
 		}
 		cfg.only[v] = true
 	}
 	if cfg.reps < 1 || cfg.wait <= 0 || cfg.cWaiters < 1 || cfg.cKeys < 1 || cfg.cPollCap < 1 ||
-		cfg.aDur <= 0 || cfg.bDur <= 0 || cfg.cSettle <= 0 || cfg.cDrain <= 0 {
+		cfg.aDur <= 0 || cfg.bDur <= 0 || cfg.sTTL <= 0 || cfg.cSettle <= 0 || cfg.cDrain <= 0 {
 		return cfg, errors.New("bench: counts and durations must be positive")
 	}
 	return cfg, nil

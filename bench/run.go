@@ -192,6 +192,13 @@ func run(ctx context.Context, cfg config, out, jw, logw io.Writer) ([]measuremen
 			return all, err
 		}
 	}
+	if cfg.scenarios["s"] {
+		ms, err := e.runScale(ctx, out)
+		all = append(all, ms...)
+		if err != nil {
+			return all, err
+		}
+	}
 	if cfg.scenarios["p"] {
 		for _, g := range cfg.pG {
 			ms, err := e.repeat(ctx, "p", g, inP, e.runPrimitives)

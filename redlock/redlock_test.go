@@ -3,7 +3,9 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -478,4 +480,72 @@ func TestMinorityHoldingShowsFree(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBatchedRenewal: a Redlock Client renews its leases in one batch per
+// node, and a lease whose lock a majority of nodes lost is lost alone.
+func TestBatchedRenewal(t *testing.T) {
+	const k = 300
+	ctx := context.Background()
+	c := newClient(t, dlock.WithTTL(3*time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(300*time.Millisecond))
+	var leases []*dlock.Lease
+	for i := range k {
+		l, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", dlocktest.Key(t), i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+		leases = append(leases, l)
+	}
+	admins := make([]*redis.Client, len(srvs))
+	before := make([]int64, len(srvs))
+	for i, s := range srvs {
+		admins[i] = newRDB(t, s.Addr)
+		before[i] = evalshaCalls(t, admins[i])
+	}
+	gone := leases[5]
+	for _, a := range admins[:3] { // a majority forgets it
+		if err := a.Del(ctx, redislock.LockKey(gone.Key())).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-gone.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the lease a majority lost is still held")
+	}
+	if err := gone.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("lost lease: %v", err)
+	}
+	for i, a := range admins {
+		// Each node saw the renewals of all k leases in a few script calls
+		// per round, not k.
+		if n := evalshaCalls(t, a) - before[i] - 1; n > 3*(k/redislock.ExtendBatch+1)*4 {
+			t.Errorf("node %d: %d script calls for about one renewal round of %d leases", i, n, k)
+		}
+	}
+	for _, l := range leases {
+		if l != gone {
+			if err := l.Err(); err != nil {
+				t.Errorf("lease %s: %v", l.Key(), err)
+			}
+		}
+	}
+}
+
+// evalshaCalls is the server's count of EVALSHA calls (INFO commandstats).
+func evalshaCalls(t *testing.T, admin *redis.Client) int64 {
+	t.Helper()
+	s, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -29,6 +29,8 @@ var (
 	passSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed extendmany.lua
+	extendManySrc string
 	//go:embed pttl.lua
 	pttlSrc string
 	//go:embed fence.lua
@@ -63,6 +65,10 @@ var (
 	Extend  = script(extendSrc)
 	PTTL    = script(pttlSrc)
 )
+
+// ExtendMany extends many mutexes (plain or fair) on one server in one call,
+// each as Extend does. See extendmany.lua.
+var ExtendMany = script(extendManySrc)
 
 // Raise records on one server the fencing token that a quorum of servers handed
 // out (Redlock). See raise.lua.

@@ -1,0 +1,337 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The renewer: one per Client, it renews every renewing lease of the Client in
+// rounds, each a goroutine while its round trip lasts. Leases wait in a queue
+// ordered by their next renewal; when the first is due, every lease due within
+// a slack of it (an eighth of its renewal interval) rides along, and the whole
+// round goes to the driver as one ExtendMany (BatchExtender), or as one Extend
+// per lease. Each lease keeps its own outcome, local deadline, retry and events:
+// a refused entry loses its lease alone, and a round trip that fails is a
+// transient failure of each lease it carried, retried within that lease's
+// validity.
+
+const (
+	// roundMax bounds the leases of one renewal round.
+	roundMax = 1024
+	// roundsMax bounds the rounds in flight at once: a round that hangs (a
+	// server that stopped answering) does not hold up the others.
+	roundsMax = 8
+	// extendWorkers bounds the Extend calls in flight at once, over every
+	// round, for a driver without ExtendMany.
+	extendWorkers = 32
+)
+
+// renewEntry is a lease's place in its renewer, guarded by the renewer's mu.
+type renewEntry struct {
+	due      time.Time
+	idx      int                // position in the queue; -1 when not queued
+	ended    bool               // removed: never queued again
+	unlocked bool               // removed by Unlock: the outcome of a round in flight is dropped
+	applying bool               // the outcome of its round is being applied
+	rd       *round             // the round in flight that carries it; nil when none
+	cancel   context.CancelFunc // cancels its own Extend in flight (drivers without ExtendMany)
+}
+
+// round is one set of renewals sent together.
+type round struct {
+	live   int // leases of the round not removed yet
+	cancel context.CancelFunc
+}
+
+// renewer renews a Client's leases; see above. It has no goroutine of its own:
+// a timer starts the rounds when the first lease is due, and each round runs in
+// a goroutine while its round trip lasts.
+type renewer struct {
+	c       *Client
+	mu      sync.Mutex
+	q       renewQueue
+	timer   *time.Timer   // runs run when the first lease is due; nil until needed
+	rounds  int           // rounds in flight
+	applied *sync.Cond    // signalled when an outcome has been applied
+	extends chan struct{} // one token per Extend in flight (drivers without ExtendMany)
+}
+
+func newRenewer(c *Client) *renewer {
+	rn := &renewer{c: c, extends: make(chan struct{}, extendWorkers)}
+	rn.applied = sync.NewCond(&rn.mu)
+	return rn
+}
+
+// schedule arms the timer for the first lease in the queue, or stops it when
+// there is none (or too many rounds are in flight: the end of one schedules
+// again); rn.mu is held.
+func (rn *renewer) schedule() {
+	if len(rn.q) == 0 || rn.rounds >= roundsMax {
+		if rn.timer != nil {
+			rn.timer.Stop()
+		}
+		return
+	}
+	d := time.Until(rn.q[0].re.due)
+	if rn.timer == nil {
+		rn.timer = time.AfterFunc(d, rn.run)
+		return
+	}
+	rn.timer.Reset(d)
+}
+
+// add queues l's next renewal at due.
+func (rn *renewer) add(l *Lease, due time.Time) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if l.re.ended {
+		return
+	}
+	l.re.due = due
+	heap.Push(&rn.q, l)
+	if l.re.idx == 0 {
+		rn.schedule()
+	}
+}
+
+// remove takes l out of the renewer for good: out of the queue, and out of a
+// round in flight (which is cancelled once none of its leases is left). With
+// unlock (Unlock), the outcome of a round in flight is dropped, and remove waits
+// while one is being applied.
+func (rn *renewer) remove(l *Lease, unlock bool) {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if unlock {
+		l.re.unlocked = true
+		for l.re.applying {
+			rn.applied.Wait()
+		}
+	}
+	if l.re.ended {
+		return
+	}
+	l.re.ended = true
+	if l.re.idx >= 0 {
+		head := l.re.idx == 0
+		heap.Remove(&rn.q, l.re.idx)
+		if head {
+			rn.schedule()
+		}
+	}
+	if unlock && l.re.cancel != nil {
+		l.re.cancel()
+	}
+	if rd := l.re.rd; rd != nil {
+		l.re.rd = nil
+		if rd.live--; rd.live == 0 {
+			rd.cancel()
+		}
+	}
+}
+
+// run starts the rounds that are due, each in a goroutine of its own, and arms
+// the timer for the next.
+func (rn *renewer) run() {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	for len(rn.q) > 0 && rn.rounds < roundsMax {
+		now := time.Now()
+		if rn.q[0].re.due.After(now) {
+			break
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		rd := &round{cancel: cancel}
+		var ls []*Lease
+		for len(rn.q) > 0 && len(ls) < roundMax {
+			l := rn.q[0]
+			if l.re.due.After(now.Add(l.renewEvery / 8)) {
+				break
+			}
+			heap.Pop(&rn.q)
+			l.re.rd = rd
+			ls = append(ls, l)
+		}
+		rd.live = len(ls)
+		rn.rounds++
+		go rn.renew(ctx, rd, ls)
+	}
+	rn.schedule()
+}
+
+// pending is one lease's renewal in a round.
+type pending struct {
+	l         *Lease
+	ttl       time.Duration
+	deadline  time.Time
+	bootStart time.Duration
+}
+
+// renew runs one round: it renews the leases ls, which rd carries, under ctx.
+func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
+	defer func() {
+		rd.cancel()
+		rn.mu.Lock()
+		rn.rounds--
+		rn.schedule()
+		rn.mu.Unlock()
+	}()
+	ps := make([]pending, 0, len(ls))
+	for _, l := range ls {
+		ttl, ok := l.renewTTL()
+		if !ok {
+			rn.done(l, rd, 0, true) // the MaxHold cap: the lease runs out at its TTL
+			continue
+		}
+		if !l.extendMu.TryLock() {
+			// The holder's own Extend is in flight: try again shortly.
+			l.mu.Lock()
+			deadline := l.deadline
+			l.mu.Unlock()
+			next, stop := l.retryIn(deadline)
+			rn.done(l, rd, next, stop)
+			continue
+		}
+		if l.check() != nil { // lost or unlocked meanwhile
+			l.extendMu.Unlock()
+			rn.done(l, rd, 0, true)
+			continue
+		}
+		ps = append(ps, pending{l: l, ttl: ttl})
+	}
+	if len(ps) == 0 {
+		return
+	}
+	started := time.Now()
+	var last time.Time
+	for i := range ps {
+		p := &ps[i]
+		p.bootStart, _ = p.l.boot()
+		p.deadline = p.l.renewBegin(started)
+		if p.deadline.After(last) {
+			last = p.deadline
+		}
+	}
+	// Each lease's deadline timer reports a loss at its own deadline; the
+	// round waits for its reply no longer than the last of them.
+	ctx, cancel := context.WithDeadline(ctx, last)
+	res := rn.extend(ctx, ps)
+	cancel()
+	// The holders' own Extends may go on now: they start after this round's
+	// replies, and so land after it (an outcome applied late never overrides
+	// theirs; see Lease.extended). The outcomes are applied, and told, with no
+	// lease's extendMu held, so that an Observer may extend any lease.
+	for _, p := range ps {
+		p.l.extendMu.Unlock()
+	}
+	for i, p := range ps {
+		rn.mu.Lock()
+		drop := p.l.re.unlocked
+		p.l.re.applying = !drop
+		p.l.re.cancel = nil
+		rn.mu.Unlock()
+		if drop {
+			rn.done(p.l, rd, 0, true)
+			continue
+		}
+		next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, res[i])
+		rn.mu.Lock()
+		p.l.re.applying = false
+		rn.applied.Broadcast()
+		rn.mu.Unlock()
+		rn.done(p.l, rd, next, stop)
+	}
+}
+
+// done ends l's part in round rd, and queues its next renewal in next unless stop.
+func (rn *renewer) done(l *Lease, rd *round, next time.Duration, stop bool) {
+	rn.mu.Lock()
+	if l.re.rd == rd {
+		l.re.rd = nil
+		rd.live--
+	}
+	rn.mu.Unlock()
+	if !stop {
+		rn.add(l, time.Now().Add(next))
+	}
+}
+
+// extend sends the renewals of a round: one ExtendMany when the driver has it,
+// otherwise one Extend per lease (a few at a time), each bounded by its lease's
+// deadline.
+func (rn *renewer) extend(ctx context.Context, ps []pending) []ExtendResult {
+	reqs := make([]ExtendRequest, len(ps))
+	for i, p := range ps {
+		reqs[i] = ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
+	}
+	if be, ok := rn.c.d.(BatchExtender); ok {
+		res := be.ExtendMany(ctx, reqs)
+		if len(res) != len(reqs) {
+			err := fmt.Errorf("%w: the driver's ExtendMany returned %d results for %d renewals", ErrUnavailable, len(res), len(reqs))
+			res = make([]ExtendResult, len(reqs))
+			for i := range res {
+				res[i].Err = err
+			}
+		}
+		return res
+	}
+	res := make([]ExtendResult, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		select {
+		case rn.extends <- struct{}{}:
+		case <-ctx.Done():
+			res[i].Err = ctx.Err()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-rn.extends }()
+			res[i] = rn.extendOne(ctx, ps[i].l, ps[i].deadline, reqs[i])
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// extendOne is one Extend of a round, cancelled when l is unlocked.
+func (rn *renewer) extendOne(ctx context.Context, l *Lease, deadline time.Time, r ExtendRequest) ExtendResult {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	rn.mu.Lock()
+	if l.re.unlocked {
+		rn.mu.Unlock()
+		return ExtendResult{Err: context.Canceled}
+	}
+	l.re.cancel = cancel
+	rn.mu.Unlock()
+	ttl, err := rn.c.d.Extend(ctx, r.Holding, r.TTL)
+	return ExtendResult{TTL: ttl, Err: err}
+}
+
+// renewQueue is a heap of leases by next renewal.
+type renewQueue []*Lease
+
+func (q renewQueue) Len() int           { return len(q) }
+func (q renewQueue) Less(i, j int) bool { return q[i].re.due.Before(q[j].re.due) }
+func (q renewQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].re.idx, q[j].re.idx = i, j
+}
+
+func (q *renewQueue) Push(x any) {
+	l := x.(*Lease)
+	l.re.idx = len(*q)
+	*q = append(*q, l)
+}
+
+func (q *renewQueue) Pop() any {
+	old := *q
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.re.idx = -1
+	*q = old[:n-1]
+	return l
+}
