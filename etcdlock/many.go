@@ -13,6 +13,25 @@ import (
 // refuses a transaction of more than 128 operations by default).
 const checksPerTxn = 100
 
+var _ dlock.BatchExtender = (*Driver)(nil)
+
+// ExtendMany implements dlock.BatchExtender (see extendMany): a Client's
+// renewals of many locks cost at most one renewal of each shared lease and
+// one read per hundred holdings.
+func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
+	hs := make([]dlock.Holding, len(reqs))
+	ttls := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
+		hs[i], ttls[i] = r.Holding, r.TTL
+	}
+	granted, errs := d.extendMany(ctx, hs, ttls)
+	out := make([]dlock.ExtendResult, len(reqs))
+	for i := range out {
+		out[i] = dlock.ExtendResult{TTL: granted[i], Err: errs[i]}
+	}
+	return out
+}
+
 // extendMany extends every holding hs[i] as Extend does with ttls[i], in as
 // few round trips as it can: for each TTL, at most one renewal of the
 // Driver's lease of that TTL (shared by all its holdings), and one read-only
