@@ -37,11 +37,17 @@ func (d *Driver) WatchKey(ctx context.Context, key string) (<-chan struct{}, err
 					return
 				}
 			}
+			// The next watch is set before the caller is told, so that the
+			// caller's read follows it and any change after that read fires
+			// it: a watch set after the read could miss a node created
+			// between the two (the lock node's creation and its first child
+			// come in separate requests).
+			ev, err = d.watchChildren(ctx, lp)
 			select {
 			case out <- struct{}{}:
 			default:
 			}
-			if ev, err = d.watchChildren(ctx, lp); err != nil {
+			if err != nil {
 				return
 			}
 		}
