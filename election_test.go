@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/memlock"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -238,5 +239,48 @@ func TestCampaignWithTTLRenews(t *testing.T) {
 		if err := lead.Err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "fixed lease's TTL of "+ttl.String()+" ran out") {
 			t.Fatalf("fixed term ended with %v", err)
 		}
+	}
+}
+
+// endedWatch is an Inspector whose KeyWatcher's watch ends at once, as a
+// watch does when its store's session expires.
+type endedWatch struct{ dlock.Inspector }
+
+func (endedWatch) WatchKey(context.Context, string) (<-chan struct{}, error) {
+	ch := make(chan struct{})
+	close(ch)
+	return ch, nil
+}
+
+// TestObserveFallsBackToPollingWhenTheWatchEnds: a watch that ends leaves
+// Observe polling, each change reported once.
+func TestObserveFallsBackToPollingWhenTheWatchEnds(t *testing.T) {
+	c, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ch, err := dlock.Observe(ctx, endedWatch{c}, "role", 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := <-ch; first.Held {
+		t.Fatalf("first report %+v, want free", first)
+	}
+	l, err := c.TryLock(ctx, "role", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-ch; !got.Held || got.Token != l.Token() {
+		t.Fatalf("after TryLock: %+v", got)
+	}
+	select {
+	case again := <-ch:
+		t.Fatalf("a second report without a change: %+v", again)
+	case <-time.After(100 * time.Millisecond): // ten polls
+	}
+	cancel()
+	for range ch {
 	}
 }

@@ -396,29 +396,46 @@ func zkReceived(z *testserver.ZooKeeper) (int64, error) {
 // every Linux architecture Go supports).
 const clockTick = 10 * time.Millisecond
 
-// pidCPU returns the CPU time (user and system) process pid has used, from
-// /proc/PID/stat.
-func pidCPU(pid int) (time.Duration, error) {
+// procStat returns the fields of /proc/PID/stat after the command name (in
+// parentheses): the state is field 0, the parent's pid field 1, utime and
+// stime fields 11 and 12, cutime and cstime fields 13 and 14.
+func procStat(pid int) ([]string, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	// The fields after the command name (in parentheses): utime and stime are
-	// the 14th and 15th of the line, the 12th and 13th after the name.
 	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return f, nil
+}
+
+// ticks sums the clock ticks of the given /proc/PID/stat fields.
+func ticks(pid int, fields []string) (time.Duration, error) {
+	var n int64
+	for _, s := range fields {
+		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
-		ticks += n
+		n += v
 	}
-	return time.Duration(ticks) * clockTick, nil
+	return time.Duration(n) * clockTick, nil
+}
+
+// pidCPU returns the CPU time (user and system) process pid has used, from
+// /proc/PID/stat.
+func pidCPU(pid int) (time.Duration, error) {
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return ticks(pid, f[11:13])
 }
 
 // versions returns the etcd and ZooKeeper versions of the run, for the header.

@@ -40,7 +40,7 @@ func openPG(o opening) (locker, error) {
 			return nil, err
 		}
 		cnt.dials.Add(1)
-		return pgConn{conn, cnt}, nil
+		return pgConn{countingConn{conn, cnt}}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
@@ -61,23 +61,23 @@ func openPG(o opening) (locker, error) {
 	return dlockLocker{c: c, close: func() error { pool.Close(); return nil }}, nil
 }
 
-// pgConn counts each write as a request.
-type pgConn struct {
-	net.Conn
-	c *cmdCounter
-}
+// pgConn is a countingConn that also counts its writes in pgWrites.
+type pgConn struct{ countingConn }
 
 func (c pgConn) Write(b []byte) (int, error) {
-	c.c.lock.Add(1)
 	pgWrites.Add(1)
-	return c.Conn.Write(b)
+	return c.countingConn.Write(b)
 }
 
 // pgCPU returns the CPU time (user and system) of the PostgreSQL server whose
 // postmaster is pid: its own, its exited children's, and that of the children
 // still running (one backend per connection, and the background workers).
 func pgCPU(pid int) (time.Duration, error) {
-	total, err := pidCPU(pid)
+	f, err := procStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	total, err := ticks(pid, f[11:15])
 	if err != nil {
 		return 0, err
 	}
@@ -85,45 +85,21 @@ func pgCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	parent := strconv.Itoa(pid)
 	for _, ent := range ents {
 		child, err := strconv.Atoi(ent.Name())
 		if err != nil || child == pid {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
-		if err != nil {
-			continue // gone meanwhile
+		cf, err := procStat(child)
+		if err != nil || cf[1] != parent {
+			continue // gone meanwhile, or not a child
 		}
-		i := strings.LastIndexByte(string(b), ')')
-		f := strings.Fields(string(b[i+1:]))
-		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if t, err := pidCPU(child); err == nil {
+		if t, err := ticks(child, cf[11:13]); err == nil {
 			total += t
 		}
 	}
-	return total + exitedChildrenCPU(pid), nil
-}
-
-// exitedChildrenCPU returns the CPU time of pid's children that have exited
-// and been waited for (cutime and cstime in /proc/PID/stat), or 0.
-func exitedChildrenCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 15 {
-		return 0
-	}
-	var ticks int64
-	for _, s := range f[13:15] {
-		n, _ := strconv.ParseInt(s, 10, 64)
-		ticks += n
-	}
-	return time.Duration(ticks) * clockTick
+	return total, nil
 }
 
 // pgVersion returns the server's version, or "?".
