@@ -63,6 +63,9 @@ func TestFairGrantsInArrivalOrder(t *testing.T) {
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
+	// The waiters keep the lock until the TryLock below has run: waiters that
+	// went through at once would leave it free for that TryLock.
+	hold := make(chan struct{})
 	for i := 0; i < n; i++ {
 		w, _ := newFair(t)
 		wg.Add(1)
@@ -76,6 +79,7 @@ func TestFairGrantsInArrivalOrder(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
+			<-hold
 			_ = lease.Unlock(ctx)
 		}()
 		queued(t, f, key, i+1)
@@ -87,6 +91,7 @@ func TestFairGrantsInArrivalOrder(t *testing.T) {
 	if _, err := other.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Errorf("TryLock while waiters queue: %v, want ErrNotObtained", err)
 	}
+	close(hold)
 	wg.Wait()
 	for i, got := range order {
 		if got != i {
