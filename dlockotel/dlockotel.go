@@ -21,9 +21,9 @@
 //
 // Every metric carries dlock.backend, dlock.primitive and dlock.key.group: a
 // low-cardinality name of the key, by default its prefix before the first ':'
-// ("orders" for "orders:42"), or what WithKeyGroup's function returns. The raw
-// key (dlock.key) is added only with WithRawKey, since it makes one series per
-// key.
+// ("orders" for "orders:42") or NoGroup for a key without one, or what
+// WithKeyGroup's function returns. The raw key (dlock.key) is added only with
+// WithRawKey, since it makes one series per key.
 //
 // Spans: dlock.acquire around each TryLock and Lock (its status an error,
 // with error.type, when no lease came back; events dlock.wake for each
@@ -115,13 +115,17 @@ func WithRawKey(on bool) Option {
 	return func(c *config) { c.rawKey = on }
 }
 
+// NoGroup is the key group KeyGroup gives a key without a ':'.
+const NoGroup = "(none)"
+
 // KeyGroup is the default key group: key's prefix before the first ':', or
-// key itself when it has none.
+// NoGroup when it has none, so that keys such as "invoice-42" share one
+// group instead of making one each.
 func KeyGroup(key string) string {
 	if i := strings.IndexByte(key, ':'); i >= 0 {
 		return key[:i]
 	}
-	return key
+	return NoGroup
 }
 
 // Observer is a dlock.Observer that records metrics and spans. Make it with

@@ -347,6 +347,37 @@ func TestKeyCardinality(t *testing.T) {
 	}
 }
 
+// TestKeyWithoutSeparatorIsBounded: keys with no ':' (invoice-1, invoice-2,
+// ...) all fall in one group by default, not one group per key.
+func TestKeyWithoutSeparatorIsBounded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := newClient(t, redisAddr, dlock.WithObserver(e.obs))
+	const keys = 500
+	for i := range keys {
+		l, err := c.TryLock(ctx, fmt.Sprintf("invoice-%d", i), dlock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := map[string]bool{}
+	for _, name := range []string{"dlock.acquire.duration", "dlock.hold.duration", "dlock.leases.held"} {
+		for _, p := range e.points(t, name) {
+			v, _ := p.attrs.Value(dlockotel.AttrKeyGroup)
+			groups[v.AsString()] = true
+		}
+	}
+	if len(groups) != 1 || !groups[dlockotel.NoGroup] {
+		t.Fatalf("%d keys without ':' gave %d key groups, want only %q", keys, len(groups), dlockotel.NoGroup)
+	}
+	if got := e.value(t, "dlock.acquire.duration", dlockotel.AttrKeyGroup.String(dlockotel.NoGroup)); got != keys {
+		t.Fatalf("acquisitions in group %q: %v, want %d", dlockotel.NoGroup, got, keys)
+	}
+}
+
 func TestLeader(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -368,7 +399,7 @@ func TestLeader(t *testing.T) {
 }
 
 func TestKeyGroup(t *testing.T) {
-	for in, want := range map[string]string{"orders:42": "orders", "a:b:c": "a", "plain": "plain", ":x": ""} {
+	for in, want := range map[string]string{"orders:42": "orders", "a:b:c": "a", "plain": dlockotel.NoGroup, "invoice-7": dlockotel.NoGroup, "": dlockotel.NoGroup, ":x": ""} {
 		if got := dlockotel.KeyGroup(in); got != want {
 			t.Errorf("KeyGroup(%q) = %q, want %q", in, got, want)
 		}
