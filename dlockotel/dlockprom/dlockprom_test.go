@@ -2,6 +2,7 @@ package dlockprom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,8 +38,63 @@ func TestMain(m *testing.M) {
 }
 
 func TestNilRegisterer(t *testing.T) {
-	if _, _, err := dlockprom.New(nil); err == nil {
-		t.Fatal("New(nil) returned no error")
+	if _, _, err := dlockprom.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("New(nil): %v, want an error matching dlock.ErrInvalid", err)
+	}
+}
+
+// TestSecondNewOnOneRegistry: a second New on a registry that already has
+// dlock's metrics is refused, and the registry keeps serving the first
+// Observer's metrics.
+func TestSecondNewOnOneRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	obs, mp, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Shutdown(context.Background())
+	obs2, mp2, err := dlockprom.New(reg)
+	if err == nil {
+		defer mp2.Shutdown(context.Background())
+	}
+	if !errors.Is(err, dlock.ErrInvalid) || obs2 != nil || mp2 != nil {
+		t.Fatalf("second New on one registry: %v, %v, %v; want an error matching dlock.ErrInvalid", obs2, mp2, err)
+	}
+	t.Log(err)
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	c, err := redislock.New(rdb, dlock.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, "billing:second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := testutil.GatherAndCount(reg, "dlock_acquire_duration_seconds")
+	if err != nil {
+		t.Fatalf("Gather after the refused New: %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("dlock_acquire_duration_seconds: %d series, want 1", n)
+	}
+
+	// Registries of their own, or one registry under distinct prefixes, each
+	// take an Observer.
+	for _, r := range []prometheus.Registerer{prometheus.NewRegistry(), prometheus.WrapRegistererWithPrefix("a_", reg)} {
+		_, mp, err := dlockprom.New(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mp.Shutdown(context.Background())
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
 	}
 }
 
