@@ -18,6 +18,7 @@ type serveFlags struct {
 	servers     servers
 	addr        string
 	allowUnlock bool
+	hostNames   stringsFlag
 	interval    durationFlag
 	history     durationFlag
 }
@@ -27,6 +28,7 @@ func (o *serveFlags) define() *flag.FlagSet {
 	o.servers.define(fs)
 	fs.StringVar(&o.addr, "http", "127.0.0.1:8080", "listen on `host:port` (port 0: a free one)")
 	fs.BoolVar(&o.allowUnlock, "allow-unlock", false, "let the page force-unlock a lock, after a confirmation naming its holder")
+	fs.Var(&o.hostNames, "host-name", "also answer requests that name this server `NAME` (their Host header), e.g. its DNS name; repeatable")
 	o.interval = durationFlag{d: dashboard.DefaultInterval, min: dashboard.MinInterval, max: time.Hour, def: "1s"}
 	fs.Var(&o.interval, "interval", "`duration` between two reads of the locks")
 	o.history = durationFlag{d: dashboard.DefaultHistory, min: time.Second, max: 24 * time.Hour, def: "5m"}
@@ -50,6 +52,14 @@ It listens on 127.0.0.1 by default: do not expose it on a network address, and
 reach it from elsewhere through an SSH tunnel (ssh -L 8080:127.0.0.1:8080 host).
 Read-only unless --allow-unlock is given; each force-unlock is written to
 stderr as an audit line. Stops on Ctrl-C.
+
+It answers only requests that name the address it listens on in their Host
+header (on loopback: 127.0.0.1, ::1 or localhost; on 0.0.0.0 or ::, an address
+of this machine), or a name given with --host-name: a page of another site
+cannot reach it through a DNS name of its own that resolves to this machine
+(DNS rebinding). Off loopback with --allow-unlock, the page and its API are
+served only under a secret path drawn at each start and printed on stderr
+(http://HOST:PORT/SECRET/): anyone who has that address can remove locks.
 
 examples:
   dlock serve                               # http://127.0.0.1:8080/
@@ -92,18 +102,33 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, unavailableErrorf("cannot listen on %s: %v", o.addr, err))
 	}
 	loopback := isLoopback(host)
-	var h http.Handler = w.Handler()
-	if loopback {
-		h = loopbackOnly(h)
+	secret := ""
+	if o.allowUnlock && !loopback {
+		secret = newSecret()
 	}
+	h := newViewGuard(host, o.hostNames, secret, w.Handler())
 	mode := "read-only"
 	if o.allowUnlock {
 		mode = "force-unlock enabled"
 	}
-	fmt.Fprintf(e.stderr, "dlock serve: http://%s/ shows %s, pattern %s (%s)\n", ln.Addr(), st, printable(pattern), mode)
-	if !loopback {
-		fmt.Fprintf(e.stderr, "dlock serve: WARNING: %s is not a loopback address and the page has no authentication: anyone who reaches it sees every lock%s\n",
-			o.addr, map[bool]string{true: " and can remove it", false: ""}[o.allowUnlock])
+	// The address to print: one the guard lets through.
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	at := ln.Addr().String()
+	if len(o.hostNames) > 0 {
+		at = net.JoinHostPort(o.hostNames[0], port)
+	} else if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		at = net.JoinHostPort("127.0.0.1", port)
+		fmt.Fprintf(e.stderr, "dlock serve: listening on %s: from another machine, name this one by an address of its own (or a --host-name) in place of 127.0.0.1\n", ln.Addr())
+	}
+	if secret != "" {
+		at += "/" + secret
+	}
+	fmt.Fprintf(e.stderr, "dlock serve: http://%s/ shows %s, pattern %s (%s)\n", at, st, printable(pattern), mode)
+	switch {
+	case secret != "":
+		fmt.Fprintf(e.stderr, "dlock serve: WARNING: %s is not a loopback address and the page has no authentication but the secret path of the address above: anyone who has it sees every lock and can remove it\n", o.addr)
+	case !loopback:
+		fmt.Fprintf(e.stderr, "dlock serve: WARNING: %s is not a loopback address and the page has no authentication: anyone who reaches it sees every lock\n", o.addr)
 	}
 	// Read every interval whether a page is open or not, so that the plots
 	// cover the minutes before it was opened.
@@ -154,21 +179,4 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// loopbackOnly refuses requests whose Host header is not a loopback name or
-// address: a page of another site cannot reach the view through a name that
-// resolves to 127.0.0.1 (DNS rebinding).
-func loopbackOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.Host)
-		if err != nil {
-			host = r.Host
-		}
-		if !isLoopback(strings.Trim(host, "[]")) {
-			http.Error(rw, "dlock serve answers requests for 127.0.0.1 or localhost only", http.StatusMisdirectedRequest)
-			return
-		}
-		h.ServeHTTP(rw, r)
-	})
 }

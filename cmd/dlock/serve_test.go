@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -18,8 +17,9 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// startServe starts "dlock serve --http 127.0.0.1:0 ARGS" and returns the URL
-// it announces and the file that receives its stderr (the audit lines).
+// startServe starts "dlock serve --http 127.0.0.1:0 ARGS" (another --http in
+// ARGS overrides it) and returns the URL it announces and the file that
+// receives its stderr (the audit lines).
 func startServe(t *testing.T, args ...string) (url, stderrFile string) {
 	t.Helper()
 	cmd := dlockCmd(t, append([]string{"serve", "--http", "127.0.0.1:0", "--interval", "200ms"}, args...)...)
@@ -31,7 +31,7 @@ func startServe(t *testing.T, args ...string) (url, stderrFile string) {
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
 	})
-	announced := regexp.MustCompile(`(http://127\.0\.0\.1:\d+/) shows`)
+	announced := regexp.MustCompile(`(http://[^\s/]+:\d+/(?:[\w-]+/)?) shows`)
 	waitFor(t, "dlock serve to announce its address", func() bool {
 		b, _ := os.ReadFile(stderrFile)
 		return announced.Match(b)
@@ -87,13 +87,7 @@ func getServe(t *testing.T, url string) serveLocks {
 func postUnlock(t *testing.T, url, key, owner string) (int, string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"key": key, "owner": owner})
-	resp, err := http.Post(url+"api/unlock", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return send(t, http.DefaultClient, http.MethodPost, url+"api/unlock", string(body))
 }
 
 // TestServe: dlock serve shows the locks other dlock processes hold (a mutex
