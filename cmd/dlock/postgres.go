@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -57,7 +61,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, unavailableErrorf("cannot reach %s: %v", where, redactPG(err.Error(), raw))
+		return nil, pgConnectError(where, raw, err)
 	}
 	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
 	if err != nil {
@@ -77,12 +81,66 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 	}}, nil
 }
 
-// redactPG removes the secrets of the connection string raw (a URL's, or a
-// key=value string's password) from msg.
+// pgConnectError explains why the PostgreSQL server at where (connection
+// string raw) did not let dlock in, without its password: the server's reason
+// when it answered, else each address's failure, leaving out the TLS attempt
+// that sslmode=prefer (the default) makes before a plain one.
+func pgConnectError(where, raw string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		msg := pe.Message + " (SQLSTATE " + pe.Code + ")"
+		if pe.Detail != "" {
+			msg += ": " + pe.Detail
+		}
+		if pe.Hint != "" {
+			msg += "; hint: " + pe.Hint
+		}
+		return unavailableErrorf("%s refused: %s", where, redactPG(msg, raw))
+	}
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return unavailableErrorf("cannot reach %s: %s", where, redactPG(oneLine(err), raw))
+	}
+	var attempts []string
+	inner := errors.Unwrap(ce)
+	if j, ok := inner.(interface{ Unwrap() []error }); ok {
+		for _, a := range j.Unwrap() {
+			attempts = append(attempts, a.Error())
+		}
+	} else if inner != nil {
+		attempts = append(attempts, inner.Error())
+	}
+	var kept []string
+	for i, a := range attempts {
+		// A refused TLS attempt followed by another one is the fallback of
+		// sslmode=prefer, not the reason.
+		if i+1 < len(attempts) && strings.Contains(a, "): tls error: ") || slices.Contains(kept, a) {
+			continue
+		}
+		kept = append(kept, a)
+	}
+	if len(kept) == 0 {
+		return unavailableErrorf("cannot reach %s: %s", where, redactPG(oneLine(err), raw))
+	}
+	return unavailableErrorf("cannot reach %s: %s", where, redactPG(strings.Join(kept, "; "), raw))
+}
+
+// redactPG removes the password of the connection string raw (a URL's, a
+// key=value string's, or $PGPASSWORD) from msg; user and database names stay.
 func redactPG(msg, raw string) string {
-	msg = redact(msg, raw)
-	if cfg, err := pgxpool.ParseConfig(raw); err == nil && cfg.ConnConfig.Password != "" {
-		msg = strings.ReplaceAll(msg, cfg.ConnConfig.Password, "xxxxx")
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return redact(msg, raw)
+	}
+	user := cfg.ConnConfig.User
+	for _, s := range secrets(raw) {
+		// Without a password, a URL's user information is the user name.
+		if s != "" && s != user && s != url.PathEscape(user) {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	if p := cfg.ConnConfig.Password; p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
 	}
 	return msg
 }
