@@ -114,7 +114,11 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
 	case len(urls) > 1:
-		return chosen.many(ctx, urls, &s.tls)
+		st, err := chosen.many(ctx, urls, &s.tls)
+		if w, ok := st.(interface{ warning() string }); ok && err == nil && w.warning() != "" {
+			fmt.Fprintf(e.stderr, "dlock: warning: %s\n", w.warning())
+		}
+		return st, err
 	case chosen.one == nil:
 		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
 	}

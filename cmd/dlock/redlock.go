@@ -19,6 +19,7 @@ type redlockStore struct {
 	d     *redlock.Driver
 	c     *redlock.Client
 	fails *failureLog
+	warn  string // what the user must know before the lock is used: masters that cannot be reached
 }
 
 // openRedlock connects to the Redis masters at urls. A majority must answer;
@@ -68,6 +69,15 @@ func openRedlock(ctx context.Context, urls []string, tf *tlsFiles) (store, error
 		s.close()
 		return nil, unavailableErrorf("Redlock needs %d of %d masters, %d cannot be reached: %v", d.Quorum(), len(urls), len(down), errors.Join(down...))
 	}
+	if len(down) > 0 {
+		left := len(urls) - d.Quorum() - len(down)
+		tolerance := fmt.Sprintf("%d more may fail", left)
+		if left == 0 {
+			tolerance = "no failure tolerance left: one more master down and no lock can be taken or kept"
+		}
+		s.warn = fmt.Sprintf("Redlock: %d of %d masters cannot be reached (%s): %s",
+			len(down), len(urls), oneLine(errors.Join(down...)), tolerance)
+	}
 	s.d = d
 	s.fails = &failureLog{hide: urls}
 	for _, r := range s.rdbs {
@@ -83,6 +93,8 @@ func openRedlock(ctx context.Context, urls []string, tf *tlsFiles) (store, error
 }
 
 func (s *redlockStore) String() string { return s.where }
+
+func (s *redlockStore) warning() string { return s.warn }
 
 func (s *redlockStore) close() {
 	for _, r := range s.rdbs {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,5 +74,33 @@ func TestRedlockRunStatusListUnlock(t *testing.T) {
 	r = dlockRun(t, with("run", key, "--", "true")...)
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "Redlock needs 2 of 3") {
 		t.Errorf("run with two of three masters down: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestRedlockWarnsOfAMasterDown: a run over three masters of which one cannot
+// be reached works, and says on stderr that it has no failure tolerance left.
+func TestRedlockWarnsOfAMasterDown(t *testing.T) {
+	b := testserver.StartRedis(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	key := dlocktest.Key(t)
+	r := dlockRun(t, "run", "--redis", redisURL(), "--redis", "redis://"+b.Addr+"/0", "--redis", "redis://"+down+"/0", key, "--", "true")
+	t.Logf("stderr: %s", r.stderr)
+	if r.code != 0 {
+		t.Fatalf("run with one of three masters down: exit %d stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"warning", down, "1 of 3", "no failure tolerance left"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	c := testserver.StartRedis(t)
+	r = dlockRun(t, "run", "--redis", redisURL(), "--redis", "redis://"+b.Addr+"/0", "--redis", "redis://"+c.Addr+"/0", key, "--", "true")
+	if r.code != 0 || r.stderr != "" {
+		t.Errorf("run with every master up: exit %d stderr %q", r.code, r.stderr)
 	}
 }
