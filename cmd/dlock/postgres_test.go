@@ -15,12 +15,11 @@ import (
 // the TLS attempt that sslmode=prefer makes first.
 func TestPostgresConnectErrors(t *testing.T) {
 	pg := testserver.StartPostgres(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := l.Addr().String()
-	l.Close()
+	down := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for _, c := range []struct {
 		name, url string
 		want      []string

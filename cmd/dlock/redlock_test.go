@@ -81,12 +81,11 @@ func TestRedlockRunStatusListUnlock(t *testing.T) {
 // be reached works, and says on stderr that it has no failure tolerance left.
 func TestRedlockWarnsOfAMasterDown(t *testing.T) {
 	b := testserver.StartRedis(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := l.Addr().String()
-	l.Close()
+	down := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	key := dlocktest.Key(t)
 	r := dlockRun(t, "run", "--redis", redisURL(), "--redis", "redis://"+b.Addr+"/0", "--redis", "redis://"+down+"/0", key, "--", "true")
 	t.Logf("stderr: %s", r.stderr)
