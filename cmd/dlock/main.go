@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -122,7 +123,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	c, ok := lookup(args[0])
 	if !ok {
-		fmt.Fprintf(e.stderr, "dlock: unknown command %q\n", args[0])
+		fmt.Fprintf(e.stderr, "dlock: unknown command %q%s\n", maskURL(args[0]), commandHint(args))
 		fmt.Fprintln(e.stderr, "Run 'dlock --help' for usage.")
 		return exitUsage
 	}
@@ -132,6 +133,70 @@ func run(ctx context.Context, e *env, args []string) int {
 		defer stop()
 	}
 	return c.run(ctx, e, args[1:])
+}
+
+// commandHint returns what follows "unknown command" for args, whose first
+// is not a command: where flags go when it is a flag, the command meant when
+// it is a near miss of one, else "".
+func commandHint(args []string) string {
+	if strings.HasPrefix(args[0], "-") {
+		for i, a := range args {
+			if a == "--" {
+				break
+			}
+			if c, ok := lookup(a); ok {
+				flags := make([]string, i)
+				for j, f := range args[:i] {
+					flags[j] = printable(maskURL(f))
+				}
+				return ": flags go after the command name: dlock " + c.name + " " + strings.Join(flags, " ") + " ..."
+			}
+		}
+		hint := ": flags go after the command name (dlock COMMAND [flags] [args])"
+		if len(args) == 1 && (args[0] == "-v" || args[0] == "-V") {
+			hint += "; dlock --version prints the version"
+		}
+		return hint
+	}
+	best, bestD := "", 0
+	for _, c := range commands() {
+		d := editDistance(strings.ToLower(args[0]), c.name)
+		// One edit in any name, two in a name of five letters or more.
+		if (d <= 1 || d == 2 && len(c.name) >= 5) && (best == "" || d < bestD) {
+			best, bestD = c.name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(": did you mean %q?", best)
+}
+
+// editDistance is the number of insertions, deletions, substitutions and
+// swaps of two neighbours that turn a into b (optimal string alignment).
+func editDistance(a, b string) int {
+	x, y := []rune(a), []rune(b)
+	d := make([][]int, len(x)+1)
+	for i := range d {
+		d[i] = make([]int, len(y)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(x); i++ {
+		for j := 1; j <= len(y); j++ {
+			cost := 1
+			if x[i-1] == y[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && x[i-1] == y[j-2] && x[i-2] == y[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(x)][len(y)]
 }
 
 func lookup(name string) (command, bool) {
