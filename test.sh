@@ -27,6 +27,21 @@ if ((${#need[@]})); then
 	fi
 fi
 
+# Valkey 8.0, on which the Redis backends' suites run too, comes from Debian's
+# bookworm-backports: the source is added when it is missing.
+if ! command -v valkey-server >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
+		echo "test.sh: installing valkey-server from bookworm-backports"
+		grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/ ||
+			echo 'deb http://deb.debian.org/debian bookworm-backports main' >/etc/apt/sources.list.d/bookworm-backports.list
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports valkey-server >/dev/null
+	else
+		echo "test.sh: missing valkey-server (Valkey 8.0): on Debian bookworm, add bookworm-backports and: sudo apt-get install -y -t bookworm-backports valkey-server" >&2
+		exit 1
+	fi
+fi
+
 # say prints a progress line with the time since the start.
 say() { printf 'test.sh [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
@@ -51,6 +66,9 @@ fi
 # go test prints each package's result as it finishes (several run at once).
 say "go test -race ./... ($(go list ./... | wc -l) packages)"
 go test -race -count=1 -timeout 15m "$@" ./...
+
+say "the Redis backends on Valkey $(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') (redislock, redlock, legacy)"
+DLOCK_REDIS_SERVER=$(command -v valkey-server) go test -count=1 -timeout 15m ./redislock/ ./redlock/ ./legacy/
 
 # module DIR WHAT [TESTFLAGS]: vet, staticcheck and the tests of a module of
 # its own (one whose dependencies never reach the root module's users).

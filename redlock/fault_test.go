@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -207,4 +208,57 @@ func marked(key string, nodes []*redis.Client) int {
 		}
 	}
 	return n
+}
+
+// TestTokenAboveGrantLostInACrash: every node crashes and comes back from a save
+// taken before the last grant (so each remembers the release before it); the
+// next grant still draws a token above the lost one.
+func TestTokenAboveGrantLostInACrash(t *testing.T) {
+	var servers []*testserver.Redis
+	var at []string
+	for range 3 {
+		s := testserver.StartRedis(t, "--save", "3600 1")
+		servers = append(servers, s)
+		at = append(at, s.Addr)
+	}
+	c := newClientAt(t, at, nil)
+	ctx := ctxT(t, 20*time.Second)
+	key := dlocktest.Key(t)
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		// Every node's release has landed once the record is the token alone.
+		rdb := newRDB(t, s.Addr)
+		testserver.Eventually(t, 5*time.Second, "the release on "+s.Addr, func() bool {
+			return rdb.StrLen(ctx, redislock.LockKey(key)).Val() <= 16
+		})
+		if err := rdb.Save(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, err := c.TryLock(ctx, key, dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if err := s.Restart(); err != nil { // SIGKILL: the grant is lost everywhere
+			t.Fatal(err)
+		}
+	}
+	lb, err := newClientAt(t, at, nil).TryLock(ctx, key, dlock.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = la.Unlock(ctx)
+	if err := lb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("token %d after the crash, not above the lost grant's %d", lb.Token(), la.Token())
+	}
 }

@@ -24,11 +24,10 @@ func serverCalls(t testing.TB, rdbs []*redis.Client) map[string]int64 {
 
 // TestCommandsPerUncontendedCycle counts the servers' commands per lock and
 // unlock over five masters of the test's own: each node runs redislock's
-// acquire and release (five commands a cycle with the scripts' own calls), and
-// the round that records the token on the majority is needed only on the
-// first acquisition, whose nodes drew their tokens from their own clocks: each
-// release records the token handed out on every node, so their next tokens
-// agree.
+// acquire and release (six commands a cycle with the scripts' own calls), and
+// the round that records the token handed out on the granting majority runs on
+// the nodes that drew less: every node draws from its own clock, so that a node
+// that lost its state (a crash, a failover) still draws a larger token.
 func TestCommandsPerUncontendedCycle(t *testing.T) {
 	var at []string
 	var admins []*redis.Client
@@ -82,8 +81,19 @@ func TestCommandsPerUncontendedCycle(t *testing.T) {
 			total += d
 		}
 	}
-	want := map[string]int64{"evalsha": 2 * 5 * n, "mget": 5 * n, "set": 2 * 5 * n}
-	if total != 25*n || fmt.Sprint(per) != fmt.Sprint(want) {
-		t.Errorf("%d cycles: %d server commands %v, want %d %v", n, total, per, 25*n, want)
+	// Each node's acquire: EVALSHA, MGET, TIME, SET; its release: EVALSHA, SET.
+	// A raise (EVALSHA, GET, SET) on each granting node that drew less than the
+	// token handed out: the nodes draw from their own clocks.
+	// (A node that never raised before loads the script with EVAL.)
+	total -= per["eval"]
+	delete(per, "eval")
+	raises := per["get"]
+	want := map[string]int64{"evalsha": 2*5*n + raises, "mget": 5 * n, "set": 2*5*n + raises, "time": 5 * n}
+	if raises > 0 {
+		want["get"] = raises
 	}
+	if total != 30*n+3*raises || fmt.Sprint(per) != fmt.Sprint(want) || raises > 2*n {
+		t.Errorf("%d cycles: %d server commands %v, want %d %v (at most two raises a cycle)", n, total, per, 30*n+3*raises, want)
+	}
+	t.Logf("%d cycles: %d raises", n, raises)
 }

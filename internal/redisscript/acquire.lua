@@ -22,13 +22,13 @@
 -- when held by another owner (score: the hub's arrival, '' when not waiting),
 -- {2, 0} when the owner's acquisition was abandoned (abandon.lua).
 --
--- The token is one above the record's; without a record (never taken, or its
--- last holding's TTL ran out) it is the server time in microseconds, or one above
--- the other kinds' fence counter when that is ahead. Tokens stay below the
--- server clock but for bursts of more than one acquisition per microsecond, so
--- a token drawn from the clock is above every earlier one. The free path with
--- a record makes two calls (MGET, SET), without one four (TYPE of the fence
--- counter when there is none, TIME).
+-- The token is the server time in microseconds, or one above the newest token
+-- the key remembers (the record's, or the other kinds' fence counter) when that
+-- is not below the clock: above every token handed out before, even when a crash
+-- or a failover lost the grants that drew them, as long as the server's clock is
+-- ahead of the clock that drew them (see docs/safety.md). The free path with a
+-- record makes three calls (MGET, TIME, SET), without one four (TYPE of the
+-- fence counter when there is none).
 
 -- taken updates the waiting set once the caller's process has the lock with
 -- token t: back of the set if others of it wait (its score, returned, is t),
@@ -101,18 +101,26 @@ if r[2] then
   return {2, 0}
 end
 
-if token then
-  token = token + 1
+-- The token is above the server clock in microseconds and above every token the
+-- key's state remembers. The clock is read even when a record is there: state
+-- restored from an older save or promoted from a lagging replica may remember a
+-- token below one already handed out, which only the clock then exceeds.
+if not token and not r[3] and redis.call('TYPE', KEYS[2])['ok'] ~= 'none' then
+  return redis.error_reply('DLOCKCONFLICT the fence counter holds data that is not a dlock counter')
+end
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if not token or token < clock then
+  token = clock
 else
-  if not r[3] and redis.call('TYPE', KEYS[2])['ok'] ~= 'none' then
-    return redis.error_reply('DLOCKCONFLICT the fence counter holds data that is not a dlock counter')
-  end
-  local now = redis.call('TIME')
-  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local fence = tonumber(r[3] or '0')
-  if fence and fence >= token then
-    token = fence + 1
-  end
+  token = token + 1
+end
+local fence = counter(r[3] or '0')
+if not fence then
+  return redis.error_reply('DLOCKCONFLICT the fence counter holds data that is not a dlock counter')
+end
+if fence >= token then
+  token = fence + 1
 end
 -- A process that was on the waiting set marks its holding: others of it may
 -- still be there, and its release must wake the next.

@@ -41,12 +41,30 @@ local function b36(n)
   return s
 end
 
+-- MAXTOKEN bounds the tokens a script takes from stored data: 2^53, above
+-- which a Lua number loses integers (the server clock in microseconds reaches
+-- it in the year 2255).
+local MAXTOKEN = 9007199254740992
+
+-- counter parses a fence counter's value: a decimal integer below MAXTOKEN, or
+-- nil for anything else (foreign data).
+local function counter(v)
+  if not string.match(v, '^%d+$') then
+    return nil
+  end
+  local n = tonumber(v)
+  if n >= MAXTOKEN then
+    return nil
+  end
+  return n
+end
+
 -- record parses the lock record v: its token (a number), its owner (false when
 -- released), whether it is marked as waited for, its metadata (false when none)
 -- and its token as written. It returns nil when v is no lock record.
 local function record(v)
   local w, t, rest = string.match(v, '^([-+])([0-9a-z]+)(.*)$')
-  if not t then
+  if not t or #t > 11 or tonumber(t, 36) >= MAXTOKEN then
     return nil
   end
   if rest == '' then

@@ -11,7 +11,9 @@
 --         shares a server with the releasing one, whose record is then at or above
 --         every token handed out so far.
 -- The usual release makes one call: SET ... KEEPTTL GET, which writes the
--- released record and returns the holding's.
+-- released record and returns the holding's. A server out of memory refuses
+-- that SET but allows DEL: the release then reads the record and deletes it
+-- (the next token, drawn from the clock, is still above its token).
 -- Returns 1 when released, 0 when not held by owner, or the error of the wake-up
 -- (a table with field err) when released but the wake could not be published.
 local want = ARGV[4]
@@ -19,6 +21,7 @@ if want == '' then
   want = '0'
 end
 local old = redis.pcall('SET', KEYS[1], '-' .. want, 'KEEPTTL', 'GET')
+local full = false
 if type(old) == 'table' and old.err then
   if string.sub(old.err, 1, 9) == 'WRONGTYPE' then
     -- A lock hash (a lock of another kind, forced as a plain one).
@@ -39,22 +42,32 @@ if type(old) == 'table' and old.err then
     end
     return 1
   end
-  return old
+  if string.sub(old.err, 1, 3) ~= 'OOM' then
+    return old
+  end
+  full = true
+  old = redis.call('GET', KEYS[1])
 end
 if not old then
-  -- Nothing was there: SET made a key without expiry.
-  redis.call('DEL', KEYS[1])
+  if not full then
+    -- Nothing was there: SET made a key without expiry.
+    redis.call('DEL', KEYS[1])
+  end
   return 0
 end
 local t, owner, waited, _, t36 = record(old)
 if not t or owner ~= ARGV[1] then
-  redis.call('SET', KEYS[1], old, 'KEEPTTL')
+  if not full then
+    redis.call('SET', KEYS[1], old, 'KEEPTTL')
+  end
   if not t then
     return not_record()
   end
   return 0
 end
-if want == '0' then
+if full then
+  redis.call('DEL', KEYS[1])
+elseif want == '0' then
   redis.call('SET', KEYS[1], '-' .. t36, 'KEEPTTL')
 end
 if waited then
