@@ -20,6 +20,8 @@ import (
 // are dlockotel's (WithKeyGroup, WithRawKey, WithTracerProvider);
 // WithMeterProvider is overridden. The metric names follow the exporter's
 // translation: dlock.acquire.duration becomes dlock_acquire_duration_seconds.
+// There is no target_info metric, so that reg may also collect the program's
+// own OpenTelemetry exporter.
 // It returns an error matching dlock.ErrInvalid for a nil reg or a reg that
 // already has an Observer of New (its metrics would be collected twice, and
 // every scrape would fail), leaving reg as it was, and the exporter's error
@@ -36,7 +38,9 @@ func New(reg prometheus.Registerer, opts ...dlockotel.Option) (*dlockotel.Observ
 	if err := reg.Register(g); err != nil {
 		return nil, nil, fmt.Errorf("dlockprom: the Registerer already has dlock's metrics: %w: %w", dlock.ErrInvalid, err)
 	}
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	// No target_info: the program's own exporter on reg may have it already,
+	// and a second one would fail every scrape.
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutTargetInfo())
 	if err != nil {
 		reg.Unregister(g)
 		return nil, nil, err

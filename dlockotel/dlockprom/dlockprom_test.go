@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.uber.org/goleak"
 )
 
@@ -95,6 +97,37 @@ func TestSecondNewOnOneRegistry(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNextToTheProgramsOwnExporter: a registry that already collects the
+// program's own OpenTelemetry metrics takes dlock's as well, and its scrapes
+// keep working.
+func TestNextToTheProgramsOwnExporter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	defer own.Shutdown(context.Background())
+	_, mp, err := dlockprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Shutdown(context.Background())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "target_info" {
+			n = len(mf.GetMetric())
+		}
+	}
+	if n != 1 {
+		t.Fatalf("target_info: %d series, want the program's own", n)
 	}
 }
 
