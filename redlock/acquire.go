@@ -52,7 +52,10 @@ func (h *holding) unknown() map[int]bool {
 // recorded on it and handed out. The release records that token on every node
 // (see Release), so that the nodes' next tokens agree, and the recording round
 // is needed only after the nodes' counters diverged (a failed node, a lock
-// taken for the first time, or once its last holding ran out).
+// taken for the first time, or once its last holding ran out). A waiting
+// attempt keeps its places in the nodes' waiting sets until its waiter has
+// subscribed (see waits): its busy reply carries them as its Handle, which
+// Subscribe, the next attempt or Abandon lets go.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	timeout := d.nodeTimeout(r.TTL)
 	if err := d.identifyAll(ctx, timeout); err != nil {
@@ -60,6 +63,13 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	}
 	nr := r
 	nr.Handle = nil
+	if w, ok := r.Handle.(*waits); ok {
+		w.end() // the last attempt's, whose waiter did not subscribe
+	}
+	var ws *waits
+	if r.Waiting {
+		ws = &waits{caller: ctx}
+	}
 	// Settled early by a majority of grants; a failure waits for every node (up
 	// to the timeout), so that it knows which ones to release. A node is asked
 	// what server it is before its first request: no node takes part before it
@@ -68,13 +78,30 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		if err := d.identify(ctx, i); err != nil {
 			return dlock.Grant{}, err
 		}
+		if ws != nil {
+			return ws.acquire(ctx, d.nodes[i], nr)
+		}
 		return d.nodes[i].Acquire(ctx, nr)
 	}, func(got []reply[dlock.Grant], _ int) bool {
 		return count(got) >= d.quorum
 	})
 	if err != nil {
+		ws.end()
 		return dlock.Grant{}, err // the Client abandons the acquisition on every node
 	}
+	g, err := d.settle(ctx, r, got, late, timeout)
+	var busy *dlock.Busy
+	if errors.As(err, &busy) && ws != nil {
+		// The waiter subscribes next: the nodes keep its places until then.
+		busy.Handle = ws
+	} else {
+		ws.end()
+	}
+	return g, err
+}
+
+// settle is the outcome of an acquisition whose nodes answered got.
+func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], late *stragglers[dlock.Grant], timeout time.Duration) (dlock.Grant, error) {
 	if dup := d.duplicate(); dup != nil {
 		return dlock.Grant{}, d.refuseDuplicate(ctx, r, dup)
 	}

@@ -24,7 +24,10 @@
 //   - Extend must reach a majority, and never re-creates a lock on any server;
 //     when a majority says the lock is gone, the lease is lost.
 //   - Waiters subscribe on every server and wake on the first release message;
-//     they never sleep past the holder's remaining time.
+//     they never sleep past the holder's remaining time. A waiter keeps its
+//     place in every server's waiting set for its whole wait, so that each
+//     release wakes the longest waiting process of each server, and processes
+//     with a Client each share a contended lock.
 //
 // # What Redlock guarantees, and what it does not
 //

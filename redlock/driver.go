@@ -262,6 +262,9 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	nh := h
 	nh.Handle = nil
+	if w, ok := h.Handle.(*waits); ok {
+		w.end()
+	}
 	// The abandons run detached, each bounded as an extend is; the caller waits
 	// for them no longer than an acquisition waits for its nodes.
 	cctx, cancel := context.WithTimeout(ctx, d.nodeTimeout(h.TTL))

@@ -29,6 +29,9 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 		}
 		chans, cancels = append(chans, ch), append(cancels, cancel)
 	}
+	if w, ok := h.Handle.(*waits); ok {
+		w.end() // the nodes' registrations of the waiter now last as its subscriptions do
+	}
 	if len(chans) == 0 {
 		return nil, nil, fmt.Errorf("redlock: no node could subscribe: %w", errors.Join(errs...))
 	}

@@ -30,6 +30,9 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(contendMain())
+	}
 	os.Exit(testserver.MainN(m, 5, func(rs []*testserver.Redis) { srvs = rs }))
 }
 
