@@ -209,7 +209,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	for i := range ps {
 		p := &ps[i]
 		p.bootStart, _ = p.l.boot()
-		p.deadline = p.l.renewBegin(started)
+		p.deadline = p.l.renewBegin(started, p.bootStart, p.ttl)
 		if p.deadline.After(last) {
 			last = p.deadline
 		}
