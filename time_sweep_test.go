@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ type sweepDriver struct {
 	rate   float64
 	prec   time.Duration
 
+	batch        bool                               // the driver has ExtendMany (see sweepBatch)
 	extendFault  func(key string, n int) sweepFault // the fault of the n-th Extend of key (from 1); nil: none
 	acquireFault func(now time.Time) sweepFault     // the fault of an Acquire starting at now; nil: none
 	busyUntil    time.Time                          // Acquire finds the key held by another owner before then
@@ -70,7 +72,7 @@ type sweepHolding struct {
 
 // sweepCall is one driver call as the client made it.
 type sweepCall struct {
-	op         string
+	op, key    string
 	start, ret time.Time
 	ttl        time.Duration
 	ok         bool
@@ -112,36 +114,49 @@ func sleep(ctx context.Context, dur time.Duration) error {
 
 var errSweepDown = fmt.Errorf("%w: connection reset (injected)", dlock.ErrUnavailable)
 
-// call makes one round trip of op: apply runs in the store when the request
-// arrives, unless the fault keeps it away.
-func (d *sweepDriver) call(ctx context.Context, op string, ttl time.Duration, f sweepFault, apply func(now time.Time) error) (err error) {
-	start := time.Now()
-	defer func() {
-		d.mu.Lock()
-		d.calls = append(d.calls, sweepCall{op: op, start: start, ret: time.Now(), ttl: ttl, ok: err == nil})
-		d.mu.Unlock()
-	}()
+// trip makes one round trip: apply runs in the store (d.mu held) when the
+// request arrives, and the reply takes the rest of the round trip, or never
+// comes with hang; the context's error when it ends first.
+func (d *sweepDriver) trip(ctx context.Context, hang bool, apply func(now time.Time)) error {
 	there := time.Duration(float64(d.rtt) * d.before)
 	if err := sleep(ctx, there); err != nil {
 		return err
 	}
-	if f == faultFail {
-		err = errSweepDown
-	} else {
-		d.mu.Lock()
-		err = apply(time.Now())
-		d.mu.Unlock()
-	}
-	if f == faultHang {
+	d.mu.Lock()
+	apply(time.Now())
+	d.mu.Unlock()
+	if hang {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	if serr := sleep(ctx, d.rtt-there); serr != nil {
-		return serr
+	return sleep(ctx, d.rtt-there)
+}
+
+// record notes a call of op about key that started at start and returns now.
+func (d *sweepDriver) record(op, key string, start time.Time, ttl time.Duration, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, sweepCall{op: op, key: key, start: start, ret: time.Now(), ttl: ttl, ok: err == nil})
+}
+
+// call makes one round trip of op about key: apply runs in the store when the
+// request arrives, unless the fault keeps it away.
+func (d *sweepDriver) call(ctx context.Context, op, key string, ttl time.Duration, f sweepFault, apply func(now time.Time) error) error {
+	start := time.Now()
+	var err error
+	terr := d.trip(ctx, f == faultHang, func(now time.Time) {
+		err = errSweepDown
+		if f != faultFail {
+			err = apply(now)
+		}
+	})
+	switch {
+	case terr != nil:
+		err = terr
+	case f == faultLostReply:
+		err = errSweepDown
 	}
-	if f == faultLostReply {
-		return errSweepDown
-	}
+	d.record(op, key, start, ttl, err)
 	return err
 }
 
@@ -150,7 +165,7 @@ func (d *sweepDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (g dl
 	if d.acquireFault != nil {
 		f = d.acquireFault(time.Now())
 	}
-	err = d.call(ctx, "acquire", r.TTL, f, func(now time.Time) error {
+	err = d.call(ctx, "acquire", r.Key, r.TTL, f, func(now time.Time) error {
 		if now.Before(d.busyUntil) {
 			return &dlock.Busy{Remaining: d.busyUntil.Sub(now)}
 		}
@@ -173,25 +188,34 @@ func (d *sweepDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (g dl
 	return g, err
 }
 
-func (d *sweepDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// faultOf counts an Extend of key and returns its fault.
+func (d *sweepDriver) faultOf(key string) sweepFault {
 	d.mu.Lock()
 	if d.extends == nil {
 		d.extends = map[string]int{}
 	}
-	d.extends[h.Key]++
-	n := d.extends[h.Key]
+	d.extends[key]++
+	n := d.extends[key]
 	d.mu.Unlock()
-	f := faultNone
-	if d.extendFault != nil {
-		f = d.extendFault(h.Key, n)
+	if d.extendFault == nil {
+		return faultNone
 	}
-	err := d.call(ctx, "extend", ttl, f, func(now time.Time) error {
-		cur := d.live(h.Key, now)
-		if cur == nil || cur.owner != h.Owner {
-			return fmt.Errorf("%w: expired at the store", dlock.ErrNotHeld)
-		}
-		cur.expires = d.expiry(now, ttl)
-		return nil
+	return d.extendFault(key, n)
+}
+
+// extendAt extends h in the store at now; d.mu is held.
+func (d *sweepDriver) extendAt(now time.Time, h dlock.Holding, ttl time.Duration) error {
+	cur := d.live(h.Key, now)
+	if cur == nil || cur.owner != h.Owner {
+		return fmt.Errorf("%w: expired at the store", dlock.ErrNotHeld)
+	}
+	cur.expires = d.expiry(now, ttl)
+	return nil
+}
+
+func (d *sweepDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+	err := d.call(ctx, "extend", h.Key, ttl, d.faultOf(h.Key), func(now time.Time) error {
+		return d.extendAt(now, h, ttl)
 	})
 	if err != nil {
 		return 0, err
@@ -199,8 +223,41 @@ func (d *sweepDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Dura
 	return ttl, nil
 }
 
+// sweepBatch is a sweepDriver with ExtendMany: one round trip for a round's
+// renewals, each entry with its own fault (a hang holds up the whole round).
+type sweepBatch struct{ *sweepDriver }
+
+func (b sweepBatch) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
+	start := time.Now()
+	fs := make([]sweepFault, len(reqs))
+	hang := false
+	for i, r := range reqs {
+		fs[i] = b.faultOf(r.Holding.Key)
+		hang = hang || fs[i] == faultHang
+	}
+	res := make([]dlock.ExtendResult, len(reqs))
+	terr := b.trip(ctx, hang, func(now time.Time) {
+		for i, r := range reqs {
+			res[i] = dlock.ExtendResult{TTL: r.TTL, Err: errSweepDown}
+			if fs[i] != faultFail {
+				res[i].Err = b.extendAt(now, r.Holding, r.TTL)
+			}
+			if fs[i] == faultLostReply {
+				res[i].Err = errSweepDown
+			}
+		}
+	})
+	for i, r := range reqs {
+		if terr != nil {
+			res[i].Err = terr
+		}
+		b.record("extend", r.Holding.Key, start, r.TTL, res[i].Err)
+	}
+	return res
+}
+
 func (d *sweepDriver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.call(ctx, "release", h.TTL, faultNone, func(now time.Time) error {
+	return d.call(ctx, "release", h.Key, h.TTL, faultNone, func(now time.Time) error {
 		cur := d.live(h.Key, now)
 		if cur == nil || cur.owner != h.Owner {
 			return fmt.Errorf("%w: not held", dlock.ErrNotHeld)
@@ -212,7 +269,7 @@ func (d *sweepDriver) Release(ctx context.Context, h dlock.Holding) error {
 }
 
 func (d *sweepDriver) TTL(ctx context.Context, h dlock.Holding) (ttl time.Duration, err error) {
-	err = d.call(ctx, "ttl", h.TTL, faultNone, func(now time.Time) error {
+	err = d.call(ctx, "ttl", h.Key, h.TTL, faultNone, func(now time.Time) error {
 		cur := d.live(h.Key, now)
 		if cur == nil || cur.owner != h.Owner {
 			return fmt.Errorf("%w: not held", dlock.ErrNotHeld)
@@ -246,13 +303,14 @@ func (d *sweepDriver) storeExpiry(owner string) time.Time {
 	return d.all[owner].expires
 }
 
-// callsOf returns the calls of op made so far, in the order they started.
-func (d *sweepDriver) callsOf(op string) []sweepCall {
+// callsOf returns the calls of op about key (any key when "") made so far, in
+// the order they started.
+func (d *sweepDriver) callsOf(op, key string) []sweepCall {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []sweepCall
 	for _, c := range d.calls {
-		if c.op == op {
+		if c.op == op && (key == "" || c.key == key) {
 			out = append(out, c)
 		}
 	}
@@ -299,17 +357,21 @@ func sweepClient(t *testing.T, d *sweepDriver, opts ...dlock.Option) *dlock.Clie
 	if d.prec == 0 {
 		d.prec = time.Millisecond
 	}
-	cl, err := dlock.NewClient(d, opts...)
+	var drv dlock.Driver = d
+	if d.batch {
+		drv = sweepBatch{d}
+	}
+	cl, err := dlock.NewClient(drv, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cl
 }
 
-// mustTryLock takes key with cl.
-func mustTryLock(t *testing.T, cl *dlock.Client, key string) *dlock.Lease {
+// mustTryLock takes key with cl and opts.
+func mustTryLock(t *testing.T, cl *dlock.Client, key string, opts ...dlock.Option) *dlock.Lease {
 	t.Helper()
-	l, err := cl.TryLock(context.Background(), key)
+	l, err := cl.TryLock(context.Background(), key, opts...)
 	if err != nil {
 		t.Fatalf("TryLock %s: %v", key, err)
 	}
@@ -399,7 +461,7 @@ func (c renewCase) run(t *testing.T) (o renewOutcome) {
 		case <-time.After(o.held):
 		}
 		o.storeEnd, o.expiry = d.storeEnd(l.Owner()), d.storeExpiry(l.Owner())
-		o.acquires, o.extends = d.callsOf("acquire"), d.callsOf("extend")
+		o.acquires, o.extends = d.callsOf("acquire", ""), d.callsOf("extend", "")
 		if !o.lost {
 			unlocked := time.Now()
 			if err := l.Unlock(ctx); err != nil {
@@ -407,7 +469,7 @@ func (c renewCase) run(t *testing.T) (o renewOutcome) {
 			}
 			// Nothing renews it after Unlock, and the store holds nothing.
 			time.Sleep(2 * c.ttl)
-			for _, x := range d.callsOf("extend") {
+			for _, x := range d.callsOf("extend", "") {
 				if x.start.After(unlocked) {
 					t.Errorf("%v: a renewal started %v after Unlock", c, x.start.Sub(unlocked))
 				}
@@ -748,7 +810,7 @@ func TestTimeSweepFailureLimit(t *testing.T) {
 								t.Errorf("%s: error %v, want ErrUnavailable naming the failure limit", name, err)
 							}
 							var first, last *sweepCall
-							acq := d.callsOf("acquire")
+							acq := d.callsOf("acquire", "")
 							for i := range acq {
 								if !acq[i].start.Before(d.busyUntil) {
 									if first == nil {
@@ -831,78 +893,176 @@ func TestTimeSweepRenewalAfterLongerExtend(t *testing.T) {
 	}
 }
 
-// extendOnRenewal is an Observer that, at the first renewal of key, extends
-// other to ttl, from inside the renewal round.
+// extendOnRenewal is an Observer that, told of the first renewal of one of
+// its two leases, extends the other to ttl, from inside the renewal round.
 type extendOnRenewal struct {
 	dlock.NopObserver
-	key   string
-	ttl   time.Duration
-	mu    sync.Mutex
-	other *dlock.Lease
-	err   error
-	done  bool
+	ttl    time.Duration
+	mu     sync.Mutex
+	leases []*dlock.Lease
+	target *dlock.Lease // the lease extended; nil until then
+	err    error
 }
 
 func (o *extendOnRenewal) Renewal(ctx context.Context, e dlock.RenewalEvent) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if e.Key != o.key || o.other == nil || o.done {
+	if len(o.leases) < 2 || o.target != nil {
+		o.mu.Unlock()
 		return
 	}
-	o.done = true
+	o.target = o.leases[0]
+	if o.target.Key() == e.Key {
+		o.target = o.leases[1]
+	}
+	target := o.target
+	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute) // a request timeout
 	defer cancel()
-	o.err = o.other.Extend(ctx, o.ttl)
+	err := target.Extend(ctx, o.ttl)
+	o.mu.Lock()
+	o.err = err
+	o.mu.Unlock()
 }
 
-func (o *extendOnRenewal) extend(l *dlock.Lease) {
+func (o *extendOnRenewal) watch(ls ...*dlock.Lease) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.other = l
+	o.leases = ls
 }
 
-func (o *extendOnRenewal) result() error {
+// extended returns the key of the lease extended ("" before), and the Extend's
+// error.
+func (o *extendOnRenewal) extended() (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.err
+	if o.target == nil {
+		return "", nil
+	}
+	return o.target.Key(), o.err
 }
 
 // TestTimeSweepRoundOutcomeAfterShorterExtend: a renewal round's outcome is
 // applied after the holder's own Extend may have started (here from an
-// Observer of the same round, as is allowed); when that Extend asked for less
-// time, lands at the store and loses its reply, the round's older outcome must
-// not give the lease back the longer deadline.
+// Observer told of another lease's outcome in the same round, as is allowed;
+// with ExtendMany that order is certain); when that Extend asked for less time,
+// lands at the store and loses its reply or hangs, the round's older outcome
+// must not give the lease back the longer deadline.
 func TestTimeSweepRoundOutcomeAfterShorterExtend(t *testing.T) {
 	const ttl = time.Second
-	for _, short := range []time.Duration{dlock.MinTTL, 50 * time.Millisecond, 500 * time.Millisecond} {
-		for _, f := range []sweepFault{faultLostReply, faultHang} {
-			t.Run(fmt.Sprintf("short=%v/%v", short, f), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
-					fakeBootClock(t)
-					// b's first renewal rides in a's round; the Extend the
-					// Observer makes of b is b's second call, and its reply is
-					// lost; b's later renewals all fail.
-					d := &sweepDriver{rtt: 2 * time.Millisecond,
-						extendFault: func(key string, n int) sweepFault {
-							switch {
-							case key != "b" || n == 1:
-								return faultNone
-							case n == 2:
-								return f
-							}
-							return faultFail
-						}}
-					obs := &extendOnRenewal{key: "a", ttl: short}
-					cl := sweepClient(t, d, dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithObserver(obs))
-					a, b := mustTryLock(t, cl, "a"), mustTryLock(t, cl, "b")
-					obs.extend(b)
-					what := func() string { return fmt.Sprintf("the Observer's Extend: %v", obs.result()) }
-					if _, lost := toldFirst(t, d, b, watchDone(b), 4*ttl, what); !lost {
-						t.Errorf("b still held after %v", 4*ttl)
-					}
-					_ = a.Unlock(context.Background())
+	for _, batch := range []bool{true, false} {
+		for _, short := range []time.Duration{dlock.MinTTL, 50 * time.Millisecond, 500 * time.Millisecond} {
+			for _, f := range []sweepFault{faultLostReply, faultHang} {
+				t.Run(fmt.Sprintf("batch=%v/short=%v/%v", batch, short, f), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						fakeBootClock(t)
+						obs := &extendOnRenewal{ttl: short}
+						// Both first renewals ride in one round; the Extend the
+						// Observer makes is the target's second call, and its
+						// reply is lost or never comes; the target's later
+						// renewals all fail.
+						d := &sweepDriver{rtt: 2 * time.Millisecond, batch: batch,
+							extendFault: func(key string, n int) sweepFault {
+								target, _ := obs.extended()
+								switch {
+								case key != target || n == 1:
+									return faultNone
+								case n == 2:
+									return f
+								}
+								return faultFail
+							}}
+						cl := sweepClient(t, d, dlock.WithTTL(ttl), dlock.WithAutoRenew(true), dlock.WithObserver(obs))
+						a, b := mustTryLock(t, cl, "a"), mustTryLock(t, cl, "b")
+						obs.watch(a, b)
+						da, db := watchDone(a), watchDone(b)
+						time.Sleep(ttl / 2) // the first round and the Observer's Extend
+						target, _ := obs.extended()
+						l, done, other := a, da, b
+						if target == "b" {
+							l, done, other = b, db, a
+						}
+						what := func() string {
+							_, err := obs.extended()
+							return fmt.Sprintf("the Observer's Extend of %s: %v", target, err)
+						}
+						if _, lost := toldFirst(t, d, l, done, 4*ttl, what); !lost {
+							t.Errorf("%s still held after %v", target, 4*ttl)
+						}
+						_ = other.Unlock(context.Background())
+					})
 				})
-			})
+			}
+		}
+	}
+}
+
+// TestTimeSweepBatchedRenewals: leases of several TTLs renewed by one Client in
+// rounds (one ExtendMany each, or one Extend per lease), half of whose renewals
+// fail, lose their reply or hang from the third on: the others are kept
+// throughout (a hang holds up a whole ExtendMany, so there only the leases
+// that ride with it are lost), and every lease that is lost is told exactly at
+// the local deadline of its last successful round trip, no later than the
+// store lets it go.
+func TestTimeSweepBatchedRenewals(t *testing.T) {
+	ttls := []time.Duration{30 * time.Millisecond, 100 * time.Millisecond, time.Second}
+	for _, batch := range []bool{false, true} {
+		for _, rtt := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond} {
+			for _, before := range []float64{0, 0.5, 1} {
+				for _, f := range []sweepFault{faultFail, faultLostReply, faultHang} {
+					name := fmt.Sprintf("batch=%v/rtt=%v/before=%.1f/%v", batch, rtt, before, f)
+					t.Run(name, func(t *testing.T) {
+						synctest.Test(t, func(t *testing.T) {
+							fakeBootClock(t)
+							d := &sweepDriver{rtt: rtt, before: before, batch: batch,
+								extendFault: func(key string, n int) sweepFault {
+									if strings.HasPrefix(key, "faulty") && n >= 3 {
+										return f
+									}
+									return faultNone
+								}}
+							cl := sweepClient(t, d, dlock.WithAutoRenew(true))
+							type held struct {
+								l    *dlock.Lease
+								ttl  time.Duration
+								done <-chan time.Time
+							}
+							var ls []held
+							for _, ttl := range ttls {
+								for _, kind := range []string{"kept", "faulty"} {
+									l := mustTryLock(t, cl, fmt.Sprintf("%s-%v", kind, ttl), dlock.WithTTL(ttl))
+									ls = append(ls, held{l, ttl, watchDone(l)})
+								}
+							}
+							const hold = 3 * time.Second
+							time.Sleep(hold)
+							for _, h := range ls {
+								key := h.l.Key()
+								select {
+								case doneAt := <-h.done:
+									if !strings.HasPrefix(key, "faulty") && !(batch && f == faultHang) {
+										t.Errorf("%s lost with every renewal in time: %v", key, h.l.Err())
+										continue
+									}
+									if end := d.storeEnd(h.l.Owner()); doneAt.After(end) {
+										t.Errorf("%s told late: Done fired %v after the store let the lock go", key, doneAt.Sub(end))
+									}
+									valid := h.ttl - margin(h.ttl, dlock.DefaultDriftFactor)
+									calls := append(d.callsOf("acquire", key), d.callsOf("extend", key)...)
+									if !slices.ContainsFunc(expectedDeadlines(calls, valid), doneAt.Equal) {
+										t.Errorf("%s: Done fired at %v, not at a local deadline", key, doneAt)
+									}
+								default:
+									if strings.HasPrefix(key, "faulty") {
+										t.Errorf("%s still held after %v with its renewals failing", key, hold)
+									} else if err := h.l.Unlock(context.Background()); err != nil {
+										t.Errorf("%s: Unlock: %v", key, err)
+									}
+								}
+							}
+						})
+					})
+				}
+			}
 		}
 	}
 }
