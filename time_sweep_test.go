@@ -578,6 +578,7 @@ func (c renewCase) check(t *testing.T, o renewOutcome) {
 		c, o.doneAt.Sub(o.start), valid, sinceAll(o.start, dls))
 }
 
+// sinceAll returns how long after start each of ts is.
 func sinceAll(start time.Time, ts []time.Time) []time.Duration {
 	out := make([]time.Duration, len(ts))
 	for i, t := range ts {
