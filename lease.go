@@ -65,6 +65,7 @@ type Lease struct {
 	capped   bool        // the watchdog's renewals end at the MaxHold cap
 	lostStop func() bool // unregisters the watch of Grant.Lost; nil without one
 	extStart time.Time   // the start of the last extend applied
+	cutStart time.Time   // the start of the last extend that brought the deadline forward (bound)
 
 	re renewEntry // the lease's place in its Client's renewer; guarded by the renewer's mu
 
@@ -254,7 +255,11 @@ func (l *Lease) Err() error {
 
 // Deadline returns the local validity deadline: the start of the last successful
 // acquire or extend round trip plus its TTL minus the drift margin, on the
-// monotonic clock. Past it, the lease is lost unless extended.
+// monotonic clock. An extend (Extend, or a renewal) that asks for less time than
+// is left brings it forward to the start of that extend plus its TTL minus the
+// margin as soon as it is sent, since the store may apply it before its reply
+// comes back, and keeps it there when the extend fails. Past it, the lease is
+// lost unless extended.
 func (l *Lease) Deadline() time.Time {
 	if l.zero() {
 		return time.Time{}
@@ -267,7 +272,9 @@ func (l *Lease) Deadline() time.Time {
 // Extend resets the lock's remaining time to ttl, if the lease still holds it. It
 // never re-creates an expired lock: it returns an error matching ErrLockLost (and
 // so ErrNotHeld) when the lock is gone or belongs to somebody else, and the lease
-// ends. The watchdog, if on, keeps renewing with the lease's original TTL.
+// ends. A ttl shorter than the time left shortens the local deadline when the
+// request is sent, whatever its outcome (see Deadline). The watchdog, if on,
+// keeps renewing with the lease's original TTL.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.zero() {
 		return ErrNotHeld
@@ -294,6 +301,9 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	}
 	bootStart, _ := l.boot()
 	start := time.Now()
+	l.mu.Lock()
+	l.bound(start, bootStart, ttl)
+	l.mu.Unlock()
 	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
 	return l.extendOutcome(start, bootStart, ttl, ExtendResult{TTL: granted, Err: err})
 }
@@ -402,6 +412,20 @@ func (l *Lease) check() error {
 	return nil
 }
 
+// bound brings the local deadline forward to what an extend asking for ttl,
+// whose round trip starts at start (bootStart on the boot clock), leaves, when
+// that is earlier: the store may apply the extend at any moment from start on,
+// and one that asks for less than the time left shortens the holding there,
+// whether or not its reply ever comes back. l.mu is held.
+func (l *Lease) bound(start time.Time, bootStart, ttl time.Duration) {
+	valid := ttl - driftMargin(ttl, l.drift)
+	if dl := start.Add(valid); l.state == held && dl.Before(l.deadline) {
+		l.deadline, l.valid, l.bootAt = dl, valid, bootStart
+		l.cutStart = start
+		l.timer.Reset(time.Until(dl))
+	}
+}
+
 // extended records a successful extend whose round trip started at start.
 func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 	l.mu.Lock()
@@ -417,10 +441,17 @@ func (l *Lease) extended(start time.Time, bootStart, ttl time.Duration) error {
 		// already: it landed later, and its TTL is the store's.
 		return nil
 	}
+	valid := ttl - driftMargin(ttl, l.drift)
+	if start.Before(l.cutStart) && !start.Add(valid).Before(l.deadline) {
+		// An extend that started after this one's reply asked for less, and
+		// has not been applied: landed or not, it may have shortened the
+		// holding at the store after this one.
+		return nil
+	}
 	l.extStart = start
 	l.cur = ttl
-	l.valid = ttl - driftMargin(ttl, l.drift)
-	l.deadline = start.Add(l.valid)
+	l.valid = valid
+	l.deadline = start.Add(valid)
 	l.bootAt = bootStart
 	l.timer.Reset(time.Until(l.deadline))
 	return nil

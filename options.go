@@ -85,9 +85,12 @@ func WithRenewEvery(d time.Duration) Option {
 	}
 }
 
-// WithMaxHold caps the total time the watchdog keeps a lease alive: once a lease has
-// been held for d, renewal stops and the lease ends at its TTL, firing Done. It
-// protects the fleet from a holder stuck in a loop. The default is no cap.
+// WithMaxHold caps the total time the watchdog keeps a lease alive: the renewals
+// that come within a TTL of the cap ask only for the time left to it (rounded
+// down to the store's TTL step), then renewal stops, so that the lease ends, firing
+// Done, no later than d after its acquisition began (or at the TTL of the
+// acquisition, if the cap comes before the first renewal). It protects the fleet
+// from a holder stuck in a loop. The default is no cap.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

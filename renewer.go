@@ -209,7 +209,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	for i := range ps {
 		p := &ps[i]
 		p.bootStart, _ = p.l.boot()
-		p.deadline = p.l.renewBegin(started)
+		p.deadline = p.l.renewBegin(started, p.bootStart, p.ttl)
 		if p.deadline.After(last) {
 			last = p.deadline
 		}
@@ -217,32 +217,32 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	// Each lease's deadline timer reports a loss at its own deadline; the
 	// round waits for its reply no longer than the last of them.
 	ctx, cancel := context.WithDeadline(ctx, last)
-	res := rn.extend(ctx, ps)
-	cancel()
-	// The holders' own Extends may go on now: they start after this round's
-	// replies, and so land after it (an outcome applied late never overrides
-	// theirs; see Lease.extended). The outcomes are applied, and told, with no
-	// lease's extendMu held, so that an Observer may extend any lease.
-	for _, p := range ps {
-		p.l.extendMu.Unlock()
+	defer cancel()
+	rn.extend(ctx, ps, func(i int, r ExtendResult) { rn.apply(rd, started, ps[i], r) })
+}
+
+// apply applies the outcome r of p's renewal in round rd, which started at
+// started: the lease's extendMu has been released, so that the holder's own
+// Extend may go on (it starts after this round's reply, and so lands after it:
+// an outcome applied late never overrides its; see Lease.extended), and an
+// Observer told of the outcome may extend any lease (one whose renewal is still
+// in flight once that renewal has returned).
+func (rn *renewer) apply(rd *round, started time.Time, p pending, r ExtendResult) {
+	rn.mu.Lock()
+	drop := p.l.re.unlocked
+	p.l.re.applying = !drop
+	p.l.re.cancel = nil
+	rn.mu.Unlock()
+	if drop {
+		rn.done(p.l, rd, 0, true)
+		return
 	}
-	for i, p := range ps {
-		rn.mu.Lock()
-		drop := p.l.re.unlocked
-		p.l.re.applying = !drop
-		p.l.re.cancel = nil
-		rn.mu.Unlock()
-		if drop {
-			rn.done(p.l, rd, 0, true)
-			continue
-		}
-		next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, res[i])
-		rn.mu.Lock()
-		p.l.re.applying = false
-		rn.applied.Broadcast()
-		rn.mu.Unlock()
-		rn.done(p.l, rd, next, stop)
-	}
+	next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, r)
+	rn.mu.Lock()
+	p.l.re.applying = false
+	rn.applied.Broadcast()
+	rn.mu.Unlock()
+	rn.done(p.l, rd, next, stop)
 }
 
 // done ends l's part in round rd, and queues its next renewal in next unless stop.
@@ -258,10 +258,13 @@ func (rn *renewer) done(l *Lease, rd *round, next time.Duration, stop bool) {
 	}
 }
 
-// extend sends the renewals of a round: one ExtendMany when the driver has it,
-// otherwise one Extend per lease (a few at a time), each bounded by its lease's
-// deadline.
-func (rn *renewer) extend(ctx context.Context, ps []pending) []ExtendResult {
+// extend sends the renewals of a round, releases each lease's extendMu and
+// calls apply with its outcome: one ExtendMany when the driver has it (every
+// extendMu released before the first outcome is applied), otherwise one Extend
+// per lease (a few at a time), each bounded by its lease's deadline, whose
+// outcome is applied as soon as it has returned and every Extend of the round
+// has started, so that a renewal that hangs holds up no other lease's.
+func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, ExtendResult)) {
 	reqs := make([]ExtendRequest, len(ps))
 	for i, p := range ps {
 		reqs[i] = ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
@@ -275,24 +278,38 @@ func (rn *renewer) extend(ctx context.Context, ps []pending) []ExtendResult {
 				res[i].Err = err
 			}
 		}
-		return res
+		for _, p := range ps {
+			p.l.extendMu.Unlock()
+		}
+		for i, r := range res {
+			apply(i, r)
+		}
+		return
 	}
 	res := make([]ExtendResult, len(reqs))
-	var wg sync.WaitGroup
+	returned := make(chan int, len(reqs)) // the renewals whose outcome is in res
 	for i := range reqs {
 		select {
 		case rn.extends <- struct{}{}:
 		case <-ctx.Done():
 			res[i].Err = ctx.Err()
+			ps[i].l.extendMu.Unlock()
+			returned <- i
 			continue
 		}
-		wg.Go(func() {
-			defer func() { <-rn.extends }()
+		go func() {
+			defer func() { <-rn.extends }() // last: at most extendWorkers goroutines
 			res[i] = rn.extendOne(ctx, ps[i].l, ps[i].deadline, reqs[i])
-		})
+			ps[i].l.extendMu.Unlock()
+			returned <- i
+		}()
 	}
-	wg.Wait()
-	return res
+	// Every Extend has started: an Observer told of one outcome that extends
+	// another lease of the round waits for that lease's renewal at most.
+	for range reqs {
+		i := <-returned
+		apply(i, res[i])
+	}
 }
 
 // extendOne is one Extend of a round, cancelled when l is unlocked.

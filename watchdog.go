@@ -110,31 +110,36 @@ func (l *Lease) onDeadline() {
 
 // renewTTL returns the TTL of the lease's next renewal, capped by MaxHold, and
 // false when the cap is reached: renewal stops and the lease runs out at its TTL.
+// A capped TTL is rounded down to the store's step, so that the lease never
+// outlives the cap.
 func (l *Lease) renewTTL() (time.Duration, bool) {
 	ttl := l.ttl
 	if l.maxHold <= 0 {
 		return ttl, true
 	}
 	left := l.maxHold - time.Since(l.acquired)
-	capped, err := l.c.lim.Normalize(min(ttl, left))
-	if left <= ttl {
-		// This renewal, if any, is the last: the lease ends at the cap.
-		l.mu.Lock()
-		l.capped = true
-		l.mu.Unlock()
+	if left > ttl {
+		return ttl, true
 	}
-	if left < l.c.lim.Min || err != nil {
+	// This renewal, if any, is the last: the lease ends at the cap.
+	l.mu.Lock()
+	l.capped = true
+	l.mu.Unlock()
+	left -= left % max(l.c.lim.Step, 1)
+	if left < l.c.lim.Min {
 		return 0, false
 	}
-	return capped, true
+	return left, true
 }
 
-// renewBegin marks a renewal round trip starting at started, and returns the
-// local deadline it must beat; l.extendMu is held.
-func (l *Lease) renewBegin(started time.Time) (deadline time.Time) {
+// renewBegin marks a renewal round trip asking for ttl starting at started
+// (bootStart on the boot clock), and returns the local deadline it must beat;
+// l.extendMu is held.
+func (l *Lease) renewBegin(started time.Time, bootStart, ttl time.Duration) (deadline time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewAt = started
+	l.bound(started, bootStart, ttl)
 	return l.deadline
 }
 
