@@ -62,3 +62,24 @@ func shapeOf(out string) []string {
 }
 
 var figures = regexp.MustCompile(`[0-9][0-9.:]*(µs|ms|s|m)?`)
+
+// TestReadmeNamesEveryBackend checks that the README's CLI section and its
+// Layout row of the CLI name the flag of every backend.
+func TestReadmeNamesEveryBackend(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cli, _ := strings.Cut(string(readme), "\n## CLI")
+	cli, _, _ = strings.Cut(cli, "\n## ")
+	_, row, _ := strings.Cut(string(readme), "\n| `cmd/dlock/` |")
+	row, _, _ = strings.Cut(row, "\n")
+	for _, b := range backends() {
+		if !strings.Contains(cli, "--"+b.flag) {
+			t.Errorf("README's CLI section does not name --%s", b.flag)
+		}
+		if !strings.Contains(row, "--"+b.flag) {
+			t.Errorf("README's Layout row of cmd/dlock does not name --%s: %s", b.flag, row)
+		}
+	}
+}
