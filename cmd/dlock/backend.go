@@ -29,7 +29,7 @@ type backend struct {
 	metavar string   // what the flag takes, for messages
 	env     []string // consulted in order when no server flag is given at all
 	usage   string
-	brief   string // what the flag takes, for "dlock --help"
+	brief   string                                                                // what the flag takes, for "dlock --help"
 	one     func(ctx context.Context, url string, tf *tlsFiles) (store, error)    // one server; nil: not available yet
 	many    func(ctx context.Context, urls []string, tf *tlsFiles) (store, error) // several servers; nil: not available yet
 	multi   string                                                                // what several servers mean, for errors
