@@ -149,8 +149,10 @@ func listCommand() command {
 		name: "list", summary: "list held locks whose names match a pattern",
 		synopsis: "dlock list [flags] [PATTERN]",
 		help: `Lists the held locks whose names match PATTERN (a Redis glob: * ? [abc];
-default *), with holder, TTL left and fencing token. On a Redis Cluster every
-master is scanned.
+default *): key, kind, holders, host, pid, since when, TTL left, fencing token,
+waiters (? where the store cannot know them), and the holder's description, in
+the columns of --watch (whose acquisitions/s and marks need several reads: "-"
+here). On a Redis Cluster every master is scanned.
 
 examples:
   dlock list

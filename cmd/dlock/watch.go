@@ -130,7 +130,7 @@ type watchFlags struct {
 }
 
 func (o *watchFlags) define(fs *flag.FlagSet) {
-	fs.BoolVar(&o.on, "watch", false, "print the locks again every --interval, with kind, waiters, acquisitions/s and marks, until interrupted (dlock top for a terminal)")
+	fs.BoolVar(&o.on, "watch", false, "print the table again every --interval, with the acquisitions/s and marks filled in, until interrupted (dlock top for a terminal)")
 	o.interval = durationFlag{d: dashboard.DefaultInterval, min: dashboard.MinInterval, max: time.Hour, def: "1s"}
 	fs.Var(&o.interval, "interval", "with --watch: the `duration` between two reads")
 }
