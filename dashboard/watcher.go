@@ -492,6 +492,11 @@ func parseHolder(raw string) *holderMeta {
 // row is the view of the track at now.
 func (tr *track) row(key string, now time.Time) Row {
 	info := tr.info
+	if info.Held && info.Holders == 0 {
+		// A backend that does not count holders (redlock) has exclusive
+		// locks only.
+		info.Holders, info.Limit = 1, 1
+	}
 	r := Row{Key: Printable(key), Held: tr.held, Kind: kindOf(info), Waiters: info.Waiters,
 		Holders: info.Holders, Limit: info.Limit, Token: info.Token, LastToken: max(info.LastToken, tr.lastTok)}
 	var n float64

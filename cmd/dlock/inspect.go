@@ -35,7 +35,7 @@ type lockInfo struct {
 	Holder    *holderMeta `json:"holder,omitempty"`
 	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
 	LastToken uint64      `json:"last_token,omitempty"`
-	Waiters   int         `json:"waiters,omitempty"` // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
+	Waiters   int         `json:"waiters"`           // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
 	Holders   int         `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
 	Limit     int         `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
 }
