@@ -1,8 +1,12 @@
 // Package dlock is a distributed lock library for Go: one backend-neutral API over
 // Redis (single, Sentinel, Cluster; package redislock), Redlock over independent
-// Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), the SETNX/GETSET
-// protocol of older services (legacy) and an in-memory store for tests (memlock).
-// Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis),
+// Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), a table in a
+// PostgreSQL database (pglock), the SETNX/GETSET protocol of older services
+// (legacy) and an in-memory store for tests (memlock). etcdlock, zklock and
+// pglock are modules of their own, so that programs using other backends never
+// build their clients.
+// Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis; fair
+// and semaphore locks on PostgreSQL too),
 // leader election (Campaign, and RunAsLeader to run work while leading) and
 // multi-key locks (LockAll) over any Locker.
 //
@@ -100,6 +104,20 @@
 //     blocks the lock for the session timeout.
 //   - Tokens are the lock nodes' czxids: they increase across the ensemble, also
 //     when a lock's node is removed and made again.
+//
+// PostgreSQL (package pglock, a module of its own), a table in one database:
+//   - Exclusion holds while the server keeps its commits (fsync and
+//     synchronous_commit on, the defaults) and the holder is not paused past its
+//     local deadline; a lock is a row, not a session, so holdings survive
+//     restarts and terminated connections. Expiry is read by the database's clock
+//     alone.
+//   - Tokens come from a sequence: small integers that increase across restarts.
+//     A failover to an asynchronous replica can lose the latest grants and hand
+//     their tokens out again; synchronous replication makes it as safe as a
+//     restart.
+//   - pglock.Fence checks a lease inside the caller's transaction and keeps the
+//     key from changing hands until it ends, so the transaction's writes are
+//     ordered before the next holder's.
 //
 // docs/safety.md in the repository covers each fault and what answers it.
 //

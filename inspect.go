@@ -94,7 +94,7 @@ type LockInfo struct {
 	Token    uint64        // the holder's fencing token; 0 when free
 	Metadata string        // the holder's WithMetadata text; may be empty
 	TTL      time.Duration // time left before the holding expires unless renewed; <0 unknown
-	Waiters  int           // waiters queued in the store (not those waiting in their own processes)
+	Waiters  int           // waiters the store knows of; WaitersUnknown when its waiters wait unseen, in their own processes
 
 	// Holders is the number of leases held: 1 for a held exclusive lock, the
 	// permits in use of a semaphore, the readers of a read-write lock. Owner,
@@ -115,6 +115,11 @@ type LockInfo struct {
 	// backend cannot tell.
 	Kind string
 }
+
+// WaitersUnknown is LockInfo.Waiters for a lock whose waiters the store does
+// not know of (they wait in their own processes, and only they know): it says
+// nothing of whether anybody waits, while 0 means nobody does.
+const WaitersUnknown = -1
 
 // The kinds of lock a LockInfo names.
 const (

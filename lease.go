@@ -316,10 +316,21 @@ func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res
 	case res.Err == nil:
 		return l.extended(start, bootStart, max(res.TTL, ttl))
 	case errors.Is(res.Err, ErrNotHeld):
-		return l.lose(fmt.Errorf("%w: extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner): %w", ErrLockLost, res.Err), LossNotHeld, false)
+		return l.lose(&extendRefusedError{res.Err}, LossNotHeld, false)
 	}
 	return res.Err
 }
+
+// extendRefusedError is the loss of a lease whose extension the store refused
+// because it no longer holds the lock for it. It matches ErrLockLost and the
+// backend's error, whose text (another "not held") it leaves out.
+type extendRefusedError struct{ cause error }
+
+func (e *extendRefusedError) Error() string {
+	return ErrLockLost.Error() + ": extend refused: the store no longer holds it for this lease (expired, force-unlocked or taken by another owner)"
+}
+
+func (e *extendRefusedError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
 
 // TTL returns the time the lock has left as the server sees it, if the lease still
 // holds it; otherwise an error matching ErrNotHeld.

@@ -298,5 +298,9 @@ func TestLossNamesCause(t *testing.T) {
 			t.Fatal(err)
 		}
 		lost(t, l, "the store no longer holds it")
+		// Said once: not the backend's "not held" again after it.
+		if msg := l.Err().Error(); strings.Contains(msg, "not held") || strings.Count(msg, "lock lost") != 1 {
+			t.Errorf("loss %q says it more than once", msg)
+		}
 	})
 }

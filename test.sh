@@ -64,8 +64,19 @@ if go list -deps -test ./... | grep -qE "$optional"; then
 fi
 
 # go test prints each package's result as it finishes (several run at once).
-say "go test -race ./... ($(go list ./... | wc -l) packages)"
-go test -race -count=1 -timeout 15m "$@" ./...
+# redislock, whose tests take minutes, runs on its own after the others with a
+# line for each top-level test as it ends; its whole output is shown when it fails.
+say "go test -race ./... ($(go list ./... | wc -l) packages; redislock last, test by test)"
+go test -race -count=1 -timeout 15m "$@" $(go list ./... | grep -v '/redislock$')
+say "redislock: each test's result as it ends"
+redislock_log=$(mktemp)
+trap 'rm -f "$redislock_log"' EXIT
+if ! go test -race -count=1 -timeout 15m -v "$@" ./redislock/ 2>&1 | tee "$redislock_log" |
+	grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)'; then
+	echo "test.sh: redislock failed; its whole output:" >&2
+	cat "$redislock_log" >&2
+	exit 1
+fi
 
 say "the Redis backends on Valkey $(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') (redislock, redlock, legacy)"
 DLOCK_REDIS_SERVER=$(command -v valkey-server) go test -count=1 -timeout 15m ./redislock/ ./redlock/ ./legacy/

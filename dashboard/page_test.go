@@ -225,3 +225,74 @@ func TestPageUnlockConfirmation(t *testing.T) {
 		t.Errorf("%d unlock requests, want 1: the dismissed confirmation sent one", n)
 	}
 }
+
+// TestPageFitsWindow renders, in a 1200 px wide Chromium window, locks with a
+// 50-character key and a long description, force-unlock enabled: every column
+// stays on the screen (the key and the holder are cut, whole in their
+// tooltips), and the waiters of a store that does not know them show as "?".
+func TestPageFitsWindow(t *testing.T) {
+	headless.Chromium(t)
+	ctx := context.Background()
+	st := memlock.NewStore()
+	long := "deploy:" + strings.Repeat("region-eu-west-", 2)
+	long += strings.Repeat("x", 50-len(long))
+	for _, k := range []string{long, "short"} {
+		l, err := newClient(t, st).TryLock(ctx, k, dlock.WithMetadata(runMeta(t, "build-host-17.example.internal", 4242, strings.Repeat("a long description ", 6))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+	}
+	h := dashboard.Handler(unknownWaiters{st}, dashboard.Options{AllowUnlock: true, Interval: 200 * time.Millisecond})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	b := headless.Start(t)
+	b.Call("Emulation.setDeviceMetricsOverride", map[string]any{"width": 1200, "height": 800, "deviceScaleFactor": 1, "mobile": false})
+	b.Navigate(srv.URL + "/")
+	b.WaitEval("the rows", `document.querySelectorAll("#rows tr").length === 2`)
+	var fit struct {
+		Width, Scroll int
+		Right         map[string]int
+		Title         string
+		Waiters       string
+	}
+	js := b.Eval(`(() => {
+		const tr = document.querySelector('#rows tr[data-key="` + long + `"]');
+		const right = {};
+		for (const td of tr.children) right[td.className || td.querySelector("button") ? (td.className || "unlock") : "td"] = Math.ceil(td.getBoundingClientRect().right);
+		return { width: window.innerWidth, scroll: document.documentElement.scrollWidth, right,
+			title: tr.querySelector("td.key").title, waiters: tr.querySelector("td.waiters").textContent };
+	})()`)
+	if err := json.Unmarshal(js, &fit); err != nil {
+		t.Fatal(err)
+	}
+	if fit.Width != 1200 {
+		t.Fatalf("window %d px wide, want 1200", fit.Width)
+	}
+	if fit.Scroll > fit.Width {
+		t.Errorf("the page is %d px wide in a %d px window", fit.Scroll, fit.Width)
+	}
+	for _, c := range []string{"waiters num", "holders num", "rate num", "unlock"} {
+		if r, ok := fit.Right[c]; !ok || r > fit.Width {
+			t.Errorf("column %q ends at %d px (present %v), past the window's %d px: %v", c, r, ok, fit.Width, fit.Right)
+		}
+	}
+	if fit.Title != long {
+		t.Errorf("the key's tooltip %q, want the whole key", fit.Title)
+	}
+	if fit.Waiters != "?" {
+		t.Errorf("waiters unknown to the store show as %q, want \"?\"", fit.Waiters)
+	}
+}
+
+// unknownWaiters is an Inspector whose store does not know its waiters.
+type unknownWaiters struct{ *memlock.Store }
+
+func (u unknownWaiters) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	infos, err := u.Store.List(ctx, pattern)
+	for i := range infos {
+		infos[i].Waiters = dlock.WaitersUnknown
+	}
+	return infos, err
+}

@@ -94,7 +94,7 @@ type Row struct {
 	TTL    time.Duration `json:"-"` // time left; <0 unknown (a session-bound lock)
 	TTLMax time.Duration `json:"-"` // the longest TTL seen for this holding: the bar's full length
 
-	Waiters   int    `json:"waiters"`
+	Waiters   int    `json:"waiters"` // waiters the store knows of; -1 (dlock.WaitersUnknown) when it does not know them
 	Holders   int    `json:"holders"`
 	Limit     int    `json:"limit"` // 1 exclusive, N a semaphore, 0 shared by readers
 	Token     uint64 `json:"token,omitempty"`
@@ -151,8 +151,12 @@ type Snapshot struct {
 	Err      string        `json:"error,omitempty"`
 	Rows     []Row         `json:"locks"` // by key
 	Held     int           `json:"held"`
-	Waiters  int           `json:"waiters"`
-	Totals   []Point       `json:"totals"` // acquisitions/s and waiters of all locks, locks held
+	Waiters  int           `json:"waiters"` // the waiters the store knows of
+	Totals   []Point       `json:"totals"`  // acquisitions/s and waiters of all locks, locks held
+
+	// WaitersUnknown counts the held locks whose waiters the store does not
+	// know (Row.Waiters -1): Waiters leaves theirs out.
+	WaitersUnknown int `json:"waiters_unknown,omitempty"`
 }
 
 // RateWindow is the time over which Row.Rate is averaged.
@@ -329,7 +333,7 @@ func (w *Watcher) snapshotLocked() Snapshot {
 func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 	seen := make(map[string]bool, len(infos))
 	var totAcq float64
-	totWait, held := 0, 0
+	totWait, held, unknown := 0, 0, 0
 	for _, info := range infos {
 		if !info.Held {
 			continue
@@ -342,10 +346,13 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 		}
 		n := tr.observe(info, now)
 		totAcq += n
-		totWait += info.Waiters
+		if info.Waiters < 0 {
+			unknown++
+		}
+		totWait += max(info.Waiters, 0)
 		held++
 		heldFor := now.Sub(tr.since(now))
-		tr.hist.add(now, w.bucket, n, info.Waiters, heldFor.Seconds())
+		tr.hist.add(now, w.bucket, n, max(info.Waiters, 0), heldFor.Seconds())
 	}
 	keys := make([]string, 0, len(w.tracks))
 	for key, tr := range w.tracks {
@@ -377,7 +384,7 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 		return 1
 	})
 	w.totals.add(now, w.bucket, totAcq, totWait, float64(held))
-	w.snap.Rows, w.snap.Held, w.snap.Waiters = rows, held, totWait
+	w.snap.Rows, w.snap.Held, w.snap.Waiters, w.snap.WaitersUnknown = rows, held, totWait, unknown
 	w.snap.Totals = w.totals.points(now, w.bucket)
 }
 
@@ -485,6 +492,11 @@ func parseHolder(raw string) *holderMeta {
 // row is the view of the track at now.
 func (tr *track) row(key string, now time.Time) Row {
 	info := tr.info
+	if info.Held && info.Holders == 0 {
+		// A backend that does not count holders (redlock) has exclusive
+		// locks only.
+		info.Holders, info.Limit = 1, 1
+	}
 	r := Row{Key: Printable(key), Held: tr.held, Kind: kindOf(info), Waiters: info.Waiters,
 		Holders: info.Holders, Limit: info.Limit, Token: info.Token, LastToken: max(info.LastToken, tr.lastTok)}
 	var n float64
@@ -495,7 +507,7 @@ func (tr *track) row(key string, now time.Time) Row {
 	}
 	r.Rate = n / RateWindow.Seconds()
 	if !tr.held {
-		r.Waiters, r.Holders, r.Token = 0, 0, 0
+		r.Waiters, r.Holders, r.Token = min(r.Waiters, 0), 0, 0 // unknown stays unknown
 		r.Holder = "free"
 		return r
 	}

@@ -247,7 +247,7 @@ func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
 
 // info describes key; s.mu is held.
 func (s *Store) info(key string) dlock.LockInfo {
-	info := dlock.LockInfo{Key: key, LastToken: s.last[key]}
+	info := dlock.LockInfo{Key: key, LastToken: s.last[key], Waiters: len(s.waiters[key])}
 	if h := s.live(key); h != nil {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())

@@ -311,3 +311,84 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 		t.Fatalf("semaphore rows after Sweep: %d, %v", n, err)
 	}
 }
+
+// TestInspectionCreatesNothing checks that with Config.CreateTable an
+// inspection (Inspect, List, ForceUnlock, of every kind) and Sweep create no
+// table in a database without one, the inspections saying ErrNoTable, and that
+// each kind of lock creates only the tables it uses.
+func TestInspectionCreatesNothing(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	table := uniqueTable(t)
+	d := newDriver(t, Config{Table: table, CreateTable: true})
+	sem, err := d.Semaphore(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fair := d.Fair()
+	pool := newPool(t)
+	exist := func() []string {
+		t.Helper()
+		var names []string
+		for _, n := range []string{table, table + "_token", table + "_sem", table + "_queue"} {
+			var ok bool
+			if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, n).Scan(&ok); err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				names = append(names, n)
+			}
+		}
+		return names
+	}
+	for _, in := range []struct {
+		name string
+		in   dlock.Inspector
+	}{{"locks", d}, {"semaphores", sem}, {"fair locks", fair}} {
+		if _, err := in.in.Inspect(ctx, "k"); !errors.Is(err, ErrNoTable) || !errors.Is(err, dlock.ErrRefused) {
+			t.Errorf("%s: Inspect without the table: %v, want ErrNoTable", in.name, err)
+		}
+		if _, err := in.in.List(ctx, "*"); !errors.Is(err, ErrNoTable) {
+			t.Errorf("%s: List without the table: %v, want ErrNoTable", in.name, err)
+		}
+		if _, err := in.in.ForceUnlock(ctx, "k"); !errors.Is(err, ErrNoTable) {
+			t.Errorf("%s: ForceUnlock without the table: %v, want ErrNoTable", in.name, err)
+		}
+	}
+	if n, err := d.Sweep(ctx); err != nil || n != 0 {
+		t.Errorf("Sweep without the tables: %d, %v", n, err)
+	}
+	if got := exist(); len(got) != 0 {
+		t.Fatalf("inspection created %v", got)
+	}
+	take := func(c *Client) {
+		t.Helper()
+		l, err := c.TryLock(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := d.Client()
+	take(c)
+	if got := strings.Join(exist(), " "); got != table+" "+table+"_token" {
+		t.Errorf("a lock created %q, want the locks' table and the sequence", got)
+	}
+	if info, err := d.Inspect(ctx, "k"); err != nil || info.Waiters != dlock.WaitersUnknown {
+		t.Errorf("Inspect of a plain lock: %+v, %v; want Waiters WaitersUnknown", info, err)
+	}
+	if info, err := fair.Inspect(ctx, "k"); err != nil || info.Waiters != 0 {
+		t.Errorf("fair Inspect before any fair lock: %+v, %v; want 0 waiters", info, err)
+	}
+	sc, _ := dlock.NewClient(sem)
+	take(sc)
+	if got := strings.Join(exist(), " "); got != table+" "+table+"_token "+table+"_sem" {
+		t.Errorf("a semaphore created %q, want its own table too", got)
+	}
+	fc, _ := dlock.NewClient(fair)
+	take(fc)
+	if got := len(exist()); got != 4 {
+		t.Errorf("a fair lock left %d of 4 tables", got)
+	}
+}

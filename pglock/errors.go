@@ -30,6 +30,12 @@ func connectionGone(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// ErrNoTable is matched (with dlock.ErrRefused) by the error of a call that
+// finds a table it reads missing and may not create it: an inspection
+// (Inspect, List, ForceUnlock), which never creates one, or a call of a Driver
+// without Config.CreateTable. Driver.Migrate creates the tables.
+var ErrNoTable = errors.New("no dlock table")
+
 // undefinedTable reports whether err says that a table or sequence is missing.
 func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
 
@@ -58,7 +64,7 @@ func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
 	case code == "":
 		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	case code == "42P01":
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: create the table first (Driver.Migrate, or Config.CreateTable): %w", op, err))
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w %s in this database (Driver.Migrate, or a lock with Config.CreateTable, creates it): %w", op, ErrNoTable, d.cfg.Table, err))
 	case code == "42703" || code == "42804" || code == "42809" || code == "22P02":
 		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s: %s is not a dlock table: %w", op, d.table, err))
 	case transient(code):

@@ -145,7 +145,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	var state int
 	var token, rem int64
 	var queued bool
-	err := f.d.do(ctx, "acquire", func(ctx context.Context) error {
+	err := f.d.doOn(ctx, "acquire", partFair, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		b.Queue(f.d.fairQ.lockRow, r.Key, acquireLockWait.Milliseconds())
 		b.Queue(f.d.fairQ.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting, micros(FairWaiterTTL)).QueryRow(func(row pgx.Row) error {
@@ -219,7 +219,7 @@ func (f *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	if f == nil {
 		return errNilDriver
 	}
-	return f.d.do(ctx, "abandon", func(ctx context.Context) error {
+	return f.d.doOn(ctx, "abandon", partFair, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, f.d.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, f.d.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL)), f.d.channel); err != nil {
 				return err
@@ -239,8 +239,13 @@ func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	if err != nil {
 		return info, err
 	}
-	err = f.d.do(ctx, "inspect", func(ctx context.Context) error {
-		return f.d.pool.QueryRow(ctx, f.d.fairQ.waiters, key).Scan(&info.Waiters)
+	err = f.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
+		err := f.d.pool.QueryRow(ctx, f.d.fairQ.waiters, key).Scan(&info.Waiters)
+		if undefinedTable(err) {
+			info.Waiters = 0 // no fair lock has queued here yet
+			return nil
+		}
+		return err
 	})
 	return fairKind(info), err
 }

@@ -14,9 +14,12 @@ import (
 
 // Inspect implements dlock.Inspector: the key's row as the database sees it
 // now. LastToken is the token of the key's row, also after the holding
-// expired, until the row is released or swept.
+// expired, until the row is released or swept. Waiters is
+// dlock.WaitersUnknown: a plain lock's waiters wait in their own processes
+// (FairDriver.Inspect counts its queue). An inspection never creates a table:
+// in a database without one it returns an error matching ErrNoTable.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key}
+	info := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
 	if d == nil {
 		return info, errNilDriver
 	}
@@ -26,7 +29,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	var owner, meta string
 	var token, us int64
 	var held bool
-	err := d.do(ctx, "inspect", func(ctx context.Context) error {
+	err := d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
 		err := d.pool.QueryRow(ctx, d.q.inspect, key).Scan(&owner, &token, &meta, &us, &held)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -57,7 +60,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	}
 	prefix := literalPrefix(pattern)
 	var out []dlock.LockInfo
-	err := d.do(ctx, "list", func(ctx context.Context) error {
+	err := d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		out = out[:0]
 		rows, err := d.pool.Query(ctx, d.q.list, prefix)
 		if err != nil {
@@ -65,7 +68,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var info dlock.LockInfo
+			info := dlock.LockInfo{Waiters: dlock.WaitersUnknown}
 			var token, us int64
 			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
 				return err
@@ -101,7 +104,7 @@ func literalPrefix(pattern string) string {
 // not wait for transactions fenced on the key, but the next grant does (see
 // Fence). A free lock is dlock.ErrNotHeld.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key}
+	info := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
 	if d == nil {
 		return info, errNilDriver
 	}
@@ -109,7 +112,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 		return info, err
 	}
 	found := false
-	err := d.do(ctx, "force unlock", func(ctx context.Context) error {
+	err := d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
 		var token, us int64
 		var notified bool
 		err := d.pool.QueryRow(ctx, d.q.forceUnlock, key, d.channel).Scan(&info.Owner, &token, &info.Metadata, &us, &notified)

@@ -112,8 +112,12 @@ type Config struct {
 	// dlock.ErrUnavailable, not a hang. DefaultRequestTimeout when zero.
 	RequestTimeout time.Duration
 
-	// CreateTable makes the first call that finds the table missing create it
-	// (see Driver.Migrate) and try again.
+	// CreateTable makes the first call that finds a table it uses missing
+	// create it (see Driver.Migrate) and try again: a lock creates the locks'
+	// table and the token sequence, a fair lock the queue too, a semaphore
+	// its own table. Inspection (Inspect, List, ForceUnlock) and Sweep never
+	// create anything: without the table they return an error matching
+	// ErrNoTable.
 	CreateTable bool
 
 	// Poll disables LISTEN/NOTIFY: waiters poll, sleeping at most the holder's
@@ -136,6 +140,10 @@ type Driver struct {
 	semQ    semQueries
 	fairQ   fairQueries
 	ln      *listener
+
+	// The statements that create and check the semaphores' and the fair
+	// locks' tables (q.migrate and q.check: the sequence and the locks').
+	semCreate, semCheck, fairCreate, fairCheck string
 
 	migrateMu sync.Mutex
 }
@@ -212,12 +220,8 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		channel: cfg.Table,
 	}
 	d.q = buildQueries(d.table, d.seq)
-	var semCreate, semCheck string
-	d.semQ, semCreate, semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
-	var fairCreate, fairCheck string
-	d.fairQ, fairCreate, fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
-	d.q.migrate = append(d.q.migrate, semCreate, fairCreate)
-	d.q.check = append(d.q.check, semCheck, fairCheck)
+	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
+	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
 	d.ln = newListener(d)
 	return d, nil
 }
@@ -419,10 +423,13 @@ func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 		return 0, errNilDriver
 	}
 	var n int64
-	err := d.do(ctx, "sweep", func(ctx context.Context) error {
+	err := d.doOn(ctx, "sweep", partNone, func(ctx context.Context) error {
 		n = 0
 		for _, q := range []string{d.q.sweep, d.semQ.sweep, d.fairQ.sweep} {
 			tag, err := d.pool.Exec(ctx, q, micros(SweepAfter))
+			if undefinedTable(err) {
+				continue // a kind of lock never used here: nothing to sweep
+			}
 			if err != nil {
 				return err
 			}
@@ -433,10 +440,28 @@ func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// do runs one request bounded by the request timeout, creates the table and
-// runs it again when it is missing and Config.CreateTable is set, and maps its
-// error onto the dlock sentinels.
+// part names the tables a request uses, which it creates when they are
+// missing and Config.CreateTable is set (see doOn).
+type part int
+
+const (
+	partNone  part = 0             // inspection: creates nothing
+	partLocks part = 1             // the locks' table and the token sequence
+	partSem   part = 2             // the semaphores' table and the token sequence
+	partFair  part = 4 | partLocks // the fair locks' queue, and the locks' table
+	partAll        = partLocks | partSem | partFair
+)
+
+// do runs one request on the locks' table (see doOn).
 func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	return d.doOn(ctx, op, partLocks, f)
+}
+
+// doOn runs one request bounded by the request timeout, creates the tables of
+// p and runs it again when one is missing and Config.CreateTable is set (an
+// inspection, p partNone, creates nothing), and maps its error onto the dlock
+// sentinels.
+func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context.Context) error) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
 	}
@@ -448,8 +473,8 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 		// request: the request did not run, and a fresh connection may.
 		err = f(rctx)
 	}
-	if err != nil && d.cfg.CreateTable && undefinedTable(err) {
-		if err = d.migrate(rctx); err == nil {
+	if err != nil && d.cfg.CreateTable && p != partNone && undefinedTable(err) {
+		if err = d.migrate(rctx, p); err == nil {
 			err = f(rctx)
 		}
 	}

@@ -141,18 +141,38 @@ FROM $T WHERE key = $1 FOR KEY SHARE`),
 	}
 }
 
-// Migrate creates the Driver's table and token sequence (and its schema, when
-// Config.Table names one) if they do not exist, and checks that an existing
-// table has the columns of a dlock table (dlock.ErrConflict when not). It is
-// safe to run concurrently and on every start.
+// Migrate creates the Driver's tables (the locks', the fair locks' queue and
+// the semaphores') and token sequence (and its schema, when Config.Table
+// names one) if they do not exist, and checks that existing tables have the
+// columns of dlock tables (dlock.ErrConflict when not). It is safe to run
+// concurrently and on every start.
 func (d *Driver) Migrate(ctx context.Context) error {
 	if d == nil {
 		return errNilDriver
 	}
-	return d.do(ctx, "migrate", d.migrate)
+	return d.doOn(ctx, "migrate", partNone, func(ctx context.Context) error { return d.migrate(ctx, partAll) })
 }
 
-func (d *Driver) migrate(ctx context.Context) error {
+// statements returns the statements that create the tables of p (and the
+// token sequence), and the queries that check their columns.
+func (d *Driver) statements(p part) (create, check []string) {
+	create, check = d.q.migrate[:1], d.q.check[1:] // the sequence
+	if p&partLocks != 0 {
+		create, check = d.q.migrate, d.q.check
+	}
+	if p&partSem != 0 {
+		create, check = append(create[:len(create):len(create)], d.semCreate), append(check[:len(check):len(check)], d.semCheck)
+	}
+	if p&partFair == partFair {
+		create, check = append(create[:len(create):len(create)], d.fairCreate), append(check[:len(check):len(check)], d.fairCheck)
+	}
+	return create, check
+}
+
+// migrate creates the tables of p (and the token sequence) when missing, and
+// checks their columns.
+func (d *Driver) migrate(ctx context.Context, p part) error {
+	create, check := d.statements(p)
 	d.migrateMu.Lock()
 	defer d.migrateMu.Unlock()
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -165,7 +185,7 @@ func (d *Driver) migrate(ctx context.Context) error {
 				return err
 			}
 		}
-		for _, q := range d.q.migrate {
+		for _, q := range create {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return err
 			}
@@ -177,7 +197,9 @@ func (d *Driver) migrate(ctx context.Context) error {
 	}
 	// Fence relies on the token being a key column (see buildQueries).
 	var unique bool
-	if err := d.pool.QueryRow(ctx, `
+	if p&partLocks == 0 {
+		unique = true // the locks' table is not this request's
+	} else if err := d.pool.QueryRow(ctx, `
 SELECT EXISTS (
 	SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 	WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnatts = 1
@@ -187,7 +209,7 @@ SELECT EXISTS (
 	if !unique {
 		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s has no unique index on token, which fencing needs: not a dlock table", d.table))
 	}
-	for _, q := range d.q.check {
+	for _, q := range check {
 		rows, err := d.pool.Query(ctx, q)
 		if err == nil {
 			rows.Close()

@@ -228,7 +228,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	}
 	var state int
 	var token, soonest, stored int64
-	err := s.d.do(ctx, "acquire", func(ctx context.Context) error {
+	err := s.d.doOn(ctx, "acquire", partSem, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		b.Queue(s.q.header, r.Key, s.n, acquireLockWait.Milliseconds())
 		b.Queue(s.q.grant, r.Key, r.Owner, s.n, micros(r.TTL), r.Metadata).QueryRow(func(row pgx.Row) error {
@@ -289,7 +289,7 @@ func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
-	return s.d.do(ctx, "abandon", func(ctx context.Context) error {
+	return s.d.doOn(ctx, "abandon", partSem, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, s.d.pool, func(tx pgx.Tx) error { return s.abandon(ctx, tx, h) })
 	})
 }
@@ -322,8 +322,8 @@ func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockIn
 	if err := dlock.ValidateKey(key); err != nil {
 		return info, err
 	}
-	err := s.d.do(ctx, "inspect", func(ctx context.Context) error {
-		info = dlock.LockInfo{Key: key}
+	err := s.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
+		info = dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
 		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
 		if err != nil {
 			return err
@@ -368,7 +368,7 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 	}
 	prefix := literalPrefix(pattern)
 	byKey := map[string]*dlock.LockInfo{}
-	err := s.d.do(ctx, "list", func(ctx context.Context) error {
+	err := s.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		clear(byKey)
 		rows, err := s.d.pool.Query(ctx, s.q.list, prefix)
 		if err != nil {
@@ -387,7 +387,7 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 				continue
 			}
 			if byKey[key] == nil {
-				byKey[key] = &dlock.LockInfo{Key: key}
+				byKey[key] = &dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
 			}
 			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
 			addPermit(byKey[key], p, n)
@@ -416,7 +416,7 @@ func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.Lo
 	}
 	var n int64
 	var notified bool
-	err = s.d.do(ctx, "force unlock", func(ctx context.Context) error {
+	err = s.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
 		return s.d.pool.QueryRow(ctx, s.q.forceUnlock, key, s.d.channel).Scan(&n, &notified)
 	})
 	if err != nil {

@@ -19,8 +19,9 @@ import (
 // counter, 0 once it has expired (see FenceRetention), and for a plain lock the
 // token in its lock record, 0 once the record is gone; Waiters counts the
 // waiters queued for a fair lock (see NewFair), including any whose queue entry
-// is about to be dropped, while waiters of a plain lock wait in their own
-// processes and are not counted.
+// is about to be dropped, and for a plain lock the processes on its waiting set
+// (several waiters of one Client count once; a waiter joins it once it is
+// subscribed to the lock's wake-ups, right after its first attempt).
 type LockInfo = dlock.LockInfo
 
 // inspect reads the lock named key as a lock of kind k.
@@ -37,11 +38,15 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 }
 
 // named fills info.Kind for a held lock of kind k: a mutex with queued waiters
-// is a fair one.
+// is a fair one, unless the reply read a plain lock's record (Kind already
+// KindMutex), whose waiters are those of its waiting set. A free lock has no
+// kind.
 func (k kind) named(info LockInfo) LockInfo {
+	record := info.Kind == dlock.KindMutex
+	info.Kind = ""
 	if info.Held {
 		info.Kind = k.name
-		if k.name == dlock.KindMutex && info.Waiters > 0 {
+		if k.name == dlock.KindMutex && info.Waiters > 0 && !record {
 			info.Kind = dlock.KindFair
 		}
 	}

@@ -121,3 +121,80 @@ func TestListManyLocks(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectCountsPlainLockWaiters checks that the Inspector, the Client and
+// List count the processes waiting for a plain lock (its waiting set), name it
+// a mutex all the same, and count 0 once nobody waits.
+func TestInspectCountsPlainLockWaiters(t *testing.T) {
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	holder := newClient(t)
+	lease, err := holder.TryLock(ctx, key, dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := redislock.NewInspector(newRDB(t, srv.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	got := make(chan error, 2)
+	for range 2 { // two processes: a Client each
+		w := newClient(t)
+		go func() {
+			l, err := w.Lock(wctx, key)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	waiters := func() (dlock.LockInfo, dlock.LockInfo, []dlock.LockInfo) {
+		t.Helper()
+		a, err := in.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := holder.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := in.List(ctx, key)
+		if err != nil || len(l) != 1 {
+			t.Fatalf("List: %+v, %v", l, err)
+		}
+		return a, b, l
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, b, l := waiters()
+		if a.Waiters == 2 && b.Waiters == 2 && l[0].Waiters == 2 {
+			if a.Kind != dlock.KindMutex || l[0].Kind != dlock.KindMutex {
+				t.Errorf("a plain lock with waiters is named %q (List %q), want %q", a.Kind, l[0].Kind, dlock.KindMutex)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters: Inspector %d, Client %d, List %d; want 2 waiting processes", a.Waiters, b.Waiters, l[0].Waiters)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server: the waiters join when subscribed
+	}
+	stop()
+	for range 2 {
+		if err := <-got; !errors.Is(err, context.Canceled) {
+			t.Errorf("waiter: %v, want context.Canceled", err)
+		}
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, err = holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	if a, _, l := waiters(); a.Waiters != 0 || l[0].Waiters != 0 {
+		t.Errorf("nobody waits: Inspector %d, List %d waiters, want 0", a.Waiters, l[0].Waiters)
+	}
+}

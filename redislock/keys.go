@@ -86,7 +86,7 @@ func fairKeys(key, owner, entry string) []string {
 }
 
 func inspectKeys(key string) []string {
-	return []string{LockKey(key), FenceKey(key), queueKey(key)}
+	return []string{LockKey(key), FenceKey(key), queueKey(key), waitingKey(key)}
 }
 
 // lockRecord is a plain mutex's lock record as parseRecord reads it (see

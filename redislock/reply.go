@@ -99,10 +99,13 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, mapErr(err)
 	}
-	if len(res) != 6 {
+	if len(res) != 7 {
 		return LockInfo{}, fmt.Errorf("redislock: unexpected inspect reply %v", res)
 	}
 	info := LockInfo{Key: key}
+	if res[6] == int64(1) {
+		info.Kind = dlock.KindMutex // a plain lock's record: its waiters are no fair queue
+	}
 	info.LastToken = replyUint(res[4])
 	info.Waiters = int(replyUint(res[5]))
 	pttl, _ := res[3].(int64)

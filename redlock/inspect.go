@@ -65,7 +65,8 @@ func (d *Driver) unanswered(got []reply[dlock.LockInfo]) error {
 // nothing may be left out) into the majority's view, and reports whether a
 // majority holds it.
 func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, bool) {
-	out := dlock.LockInfo{Key: key}
+	// Waiters wait in their own processes, unseen by the masters.
+	out := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
 	byOwner := map[string][]dlock.LockInfo{}
 	for _, in := range infos {
 		out.LastToken = max(out.LastToken, in.LastToken)

@@ -29,6 +29,7 @@ type backend struct {
 	metavar string   // what the flag takes, for messages
 	env     []string // consulted in order when no server flag is given at all
 	usage   string
+	brief   string                                                                // what the flag takes, for "dlock --help"
 	one     func(ctx context.Context, url string, tf *tlsFiles) (store, error)    // one server; nil: not available yet
 	many    func(ctx context.Context, urls []string, tf *tlsFiles) (store, error) // several servers; nil: not available yet
 	multi   string                                                                // what several servers mean, for errors
@@ -39,11 +40,13 @@ func backends() []backend {
 		{
 			flag: "redis", metavar: "URL", env: []string{"DLOCK_REDIS", "REDIS_URL"},
 			usage: "Redis server `URL`: redis://[user:pass@]host:port/db, rediss:// for TLS, unix:///path; a Cluster node is detected; several (an odd number of independent masters) mean Redlock",
+			brief: "redis://[user:pass@]host:port/db, rediss:// for TLS",
 			one:   openRedis, many: openRedlock, multi: "Redlock over several Redis masters",
 		},
 		{
 			flag: "etcd", metavar: "URL", env: []string{"DLOCK_ETCD"},
 			usage: "etcd client endpoint `URL`: http://host:port or host:port, https://host:port for TLS; repeat it for a cluster",
+			brief: "http://host:2379, https:// for TLS",
 			one: func(ctx context.Context, u string, tf *tlsFiles) (store, error) {
 				return openEtcd(ctx, []string{u}, tf)
 			},
@@ -52,12 +55,14 @@ func backends() []backend {
 		{
 			flag: "zk", metavar: "HOST:PORT", env: []string{"DLOCK_ZK"},
 			usage: "ZooKeeper server `host:port` (or zk://host:port), its secure client port with --tls-*; repeat it for an ensemble",
+			brief: "a ZooKeeper server",
 			one:   func(ctx context.Context, u string, tf *tlsFiles) (store, error) { return openZK(ctx, []string{u}, tf) },
 			many:  openZK,
 		},
 		{
-			flag: "postgres", env: []string{"DLOCK_POSTGRES"},
-			usage: "PostgreSQL `URL`: postgres://[user:pass@]host:port/db (or host:port); the lock table is created when missing",
+			flag: "postgres", metavar: "URL", env: []string{"DLOCK_POSTGRES"},
+			usage: "PostgreSQL `URL`: postgres://[user:pass@]host:port/db (or host:port); run creates the lock table when missing, the other commands never",
+			brief: "postgres://[user:pass@]host:port/db",
 			one:   openPostgres, multi: "one PostgreSQL database",
 		},
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dashboard"
 )
 
 // holderMeta is what dlock run stores with its lock (dlock.WithMetadata, JSON).
@@ -34,24 +35,13 @@ type lockInfo struct {
 	Holder    *holderMeta `json:"holder,omitempty"`
 	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
 	LastToken uint64      `json:"last_token,omitempty"`
-	Waiters   int         `json:"waiters,omitempty"` // queued fair-lock and semaphore waiters, or 1 for a writer waiting
+	Waiters   int         `json:"waiters"`           // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
 	Holders   int         `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
 	Limit     int         `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
 }
 
-// holders says how the lock is held, in a few words: "1" for an exclusive lock,
-// "2 of 3" for a semaphore's permits, "4 shared" for readers.
-func (li lockInfo) holders() string {
-	switch {
-	case !li.Held:
-		return "-"
-	case li.Limit == 0:
-		return strconv.Itoa(li.Holders) + " shared"
-	case li.Limit > 1:
-		return fmt.Sprintf("%d of %d", li.Holders, li.Limit)
-	}
-	return "1"
-}
+// holders says how the lock is held, in a few words (see holdersText).
+func (li lockInfo) holders() string { return holdersText(li.Held, li.Holders, li.Limit) }
 
 // parseMeta reads the metadata of a lock: a holderMeta when dlock run wrote it,
 // and otherwise the raw text. The acquisition time is taken from the fencing
@@ -159,8 +149,10 @@ func listCommand() command {
 		name: "list", summary: "list held locks whose names match a pattern",
 		synopsis: "dlock list [flags] [PATTERN]",
 		help: `Lists the held locks whose names match PATTERN (a Redis glob: * ? [abc];
-default *), with holder, TTL left and fencing token. On a Redis Cluster every
-master is scanned.
+default *): key, kind, holders, host, pid, since when, TTL left, fencing token,
+waiters (? where the store cannot know them), and the holder's description, in
+the columns of --watch (whose acquisitions/s and marks need several reads: "-"
+here). On a Redis Cluster every master is scanned.
 
 examples:
   dlock list
@@ -281,8 +273,11 @@ func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	}
 	fmt.Fprintf(tw, "ttl\t%s\n", ttlString(li.TTLms))
 	fmt.Fprintf(tw, "token\t%d\n", li.Token)
-	if li.Waiters > 0 {
-		fmt.Fprintf(tw, "waiters\t%d (queued)\n", li.Waiters)
+	switch {
+	case li.Waiters > 0:
+		fmt.Fprintf(tw, "waiters\t%d\n", li.Waiters)
+	case li.Waiters < 0:
+		fmt.Fprintf(tw, "waiters\t? (not known to this store: they wait in their own processes)\n")
 	}
 	tw.Flush()
 }
@@ -293,40 +288,32 @@ func runList(ctx context.Context, e *env, args []string) int {
 		if o.watch.on {
 			return runWatch(ctx, e, st, pattern, o.watch.interval.d)
 		}
+		if !o.json && !o.names {
+			// The table: the rows of list --watch, from one read.
+			w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern})
+			if err != nil {
+				return fail(e, c.name, err)
+			}
+			s, err := w.Refresh(ctx)
+			if err != nil {
+				return fail(e, c.name, err)
+			}
+			writeRows(e.stdout, s.Rows, s.Time, false)
+			return exitOK
+		}
 		infos, err := listLocks(ctx, st, pattern)
 		switch {
 		case err != nil:
 			return fail(e, c.name, err)
 		case o.json:
 			writeJSON(e.stdout, infos)
-		case o.names:
+		default:
 			for _, li := range infos {
 				fmt.Fprintln(e.stdout, li.Key)
 			}
-		default:
-			writeList(e.stdout, infos, time.Now())
 		}
 		return exitOK
 	})
-}
-
-// writeList prints locks as a table, one row each, holder-supplied text
-// escaped (see printable) so that it cannot add rows or columns.
-func writeList(w io.Writer, infos []lockInfo, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOLDERS\tHOST\tPID\tSINCE\tTTL\tTOKEN\tWAITERS\tDESCRIPTION")
-	for _, li := range infos {
-		host, pid, since, desc := "-", "-", "-", li.Metadata
-		if h := li.Holder; h != nil {
-			host, pid, since, desc = h.Host, strconv.Itoa(h.PID), ago(now, h.Since)+" ago", h.Description
-		}
-		waiters := "-" // plain-lock waiters wait in their own processes, unseen
-		if li.Waiters > 0 {
-			waiters = strconv.Itoa(li.Waiters)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", printable(li.Key), li.holders(), printable(host), pid, since, ttlString(li.TTLms), li.Token, waiters, printable(desc))
-	}
-	tw.Flush()
 }
 
 func runUnlock(ctx context.Context, e *env, args []string) int {

@@ -215,9 +215,9 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nservers (one backend; repeat the flag for several servers):")
-	fmt.Fprintln(w, "  --redis URL        or $DLOCK_REDIS, else $REDIS_URL: redis://[user:pass@]host:port/db, rediss:// for TLS")
-	fmt.Fprintln(w, "  --etcd URL         or $DLOCK_ETCD: http://host:2379, https:// for TLS")
-	fmt.Fprintln(w, "  --zk HOST:PORT     or $DLOCK_ZK: a ZooKeeper server")
+	for _, b := range backends() {
+		fmt.Fprintf(w, "  %-18s or $%s: %s\n", "--"+b.flag+" "+b.metavar, strings.Join(b.env, ", else $"), b.brief)
+	}
 	fmt.Fprintln(w, "  --tls-ca, --tls-cert, --tls-key FILE   or $DLOCK_TLS_CA, $DLOCK_TLS_CERT, $DLOCK_TLS_KEY")
 	fmt.Fprintln(w, "\nexamples:")
 	fmt.Fprintln(w, "  dlock run --redis redis://127.0.0.1:6379/0 nightly-report -- ./report.sh")

@@ -432,6 +432,11 @@ func TestRunLockLostStopsChild(t *testing.T) {
 			if !strings.Contains(r.stderr, "lost the lock") {
 				t.Errorf("stderr %q does not say the lock was lost", r.stderr)
 			}
+			// Once: no "lock lost" after "lost the lock", no "not held" after
+			// "no longer holds it".
+			if strings.Contains(r.stderr, "lock lost") || strings.Contains(r.stderr, "not held") {
+				t.Errorf("stderr %q says the loss more than once", r.stderr)
+			}
 			// Renewal every ttl/3, then at most the grace period (plus slack
 			// for a loaded machine).
 			if r.elapsed > 4*time.Second {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"slices"
@@ -15,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// pgStore is a store in a PostgreSQL database (pglock's lease table, created
-// when missing): exclusive locks only.
+// pgStore is a store in a PostgreSQL database (pglock's lease table, which
+// run creates when missing and inspection never does): exclusive locks only.
 type pgStore struct{ *consensusStore }
 
 func (s pgStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
@@ -76,7 +77,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 	return pgStore{&consensusStore{
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return d.Client(opts...) },
-		insp:   c,
+		insp:   pgInspector{c, where},
 		closer: pool.Close,
 	}}, nil
 }
@@ -123,6 +124,35 @@ func pgConnectError(where, raw string, err error) error {
 		return unavailableErrorf("cannot reach %s: %s", where, redactPG(oneLine(err), raw))
 	}
 	return unavailableErrorf("cannot reach %s: %s", where, redactPG(strings.Join(kept, "; "), raw))
+}
+
+// pgInspector is the inspector of a pgStore: an inspection in a database
+// without the lock table (which it does not create) says so, exit 1.
+type pgInspector struct {
+	in    dlock.Inspector
+	where string
+}
+
+func (p pgInspector) noTable(err error) error {
+	if errors.Is(err, pglock.ErrNoTable) {
+		return &exitError{code: exitFailure, msg: fmt.Sprintf("no dlock table in %s: nothing has been locked there (dlock run creates the table; status, list, unlock, top and serve create nothing)", p.where)}
+	}
+	return err
+}
+
+func (p pgInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info, err := p.in.Inspect(ctx, key)
+	return info, p.noTable(err)
+}
+
+func (p pgInspector) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+	infos, err := p.in.List(ctx, pattern)
+	return infos, p.noTable(err)
+}
+
+func (p pgInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	info, err := p.in.ForceUnlock(ctx, key)
+	return info, p.noTable(err)
 }
 
 // redactPG removes the password of the connection string raw (a URL's, a

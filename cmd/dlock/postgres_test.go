@@ -1,55 +1,102 @@
 package main
 
 import (
-	"net"
-	"strconv"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/jackc/pgx/v5"
 )
 
-// TestPostgresConnectErrors: what dlock says when PostgreSQL does not let it
-// in: the server's own reason when it answered (not "cannot reach"), the user
-// and database names as given with only the password hidden, and no word of
-// the TLS attempt that sslmode=prefer makes first.
-func TestPostgresConnectErrors(t *testing.T) {
+// TestPostgresInspectionCreatesNothing runs the inspecting commands (status,
+// list, unlock, list --watch) on a database without the lock table: each says
+// "no dlock table" and creates nothing; run then creates the lock table and
+// its sequence only; and the views show a plain lock's waiters, which
+// PostgreSQL does not know, as "?".
+func TestPostgresInspectionCreatesNothing(t *testing.T) {
 	pg := testserver.StartPostgres(t)
-	port, err := testserver.FreePort()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for _, c := range []struct {
-		name, url string
-		want      []string
-		not       []string
-	}{
-		{"role missing, database named as the user", "postgres://nobody:s3cretpw@" + pg.Addr + "/nobody",
-			[]string{"PostgreSQL at " + pg.Addr + "/nobody refused", `role "nobody" does not exist`}, []string{"xxxxx", "tls", "TLS", "cannot reach"}},
-		{"database missing", "postgres://postgres@" + pg.Addr + "/nope",
-			[]string{"PostgreSQL at " + pg.Addr + "/nope refused", `database "nope" does not exist`, "3D000"}, []string{"xxxxx", "tls", "TLS", "cannot reach"}},
-		{"key=value string", "host=127.0.0.1 port=" + strconv.Itoa(pg.Port) + " user=postgres password=s3cretpw dbname=nope",
-			[]string{`database "nope" does not exist`}, []string{"tls", "cannot reach"}},
-		{"server down", "postgres://postgres:s3cretpw@" + down + "/postgres",
-			[]string{"cannot reach PostgreSQL at " + down + "/postgres", "connection refused"}, []string{"failed to connect to `user=", "refused; "}},
-		{"TLS required, server without", "postgres://postgres@" + pg.Addr + "/postgres?sslmode=require",
-			[]string{"cannot reach PostgreSQL", "refused TLS"}, []string{"xxxxx"}},
-	} {
-		r := dlockRun(t, "status", "--postgres", c.url, "k")
-		t.Logf("%s: exit %d: %s", c.name, r.code, r.stderr)
-		if r.code != exitUnavailable || strings.Count(r.stderr, "\n") != 1 {
-			t.Errorf("%s: exit %d, want %d and one line", c.name, r.code, exitUnavailable)
+	defer conn.Close(ctx)
+	tables := func() string {
+		t.Helper()
+		rows, err := conn.Query(ctx, `SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE nspname = 'public' AND relkind IN ('r', 'S') ORDER BY relname`)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, w := range c.want {
-			if !strings.Contains(r.stderr, w) {
-				t.Errorf("%s: stderr lacks %q", c.name, w)
-			}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, n := range append(c.not, "s3cretpw") {
-			if strings.Contains(r.stderr, n) {
-				t.Errorf("%s: stderr has %q", c.name, n)
-			}
+		return strings.Join(names, " ")
+	}
+	key := dlocktest.Key(t)
+	for _, args := range [][]string{{"list"}, {"status", key}, {"unlock", "--force", key}} {
+		r := dlockRun(t, append(args, "--postgres", pg.URL)...)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "no dlock table in PostgreSQL at ") {
+			t.Errorf("%s on an empty database: exit %d, want %d saying no dlock table; %q", args[0], r.code, exitFailure, r.stderr)
 		}
+	}
+	watch := dlockCmd(t, "list", "--watch", "--interval", "200ms", "--postgres", pg.URL)
+	var out string
+	watch.Stdout = outFile(t, &out)
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "list --watch to say there is no table", func() bool { return strings.Contains(readFile(out), "read failed: no dlock table") })
+	_ = watch.Process.Signal(syscall.SIGINT)
+	wait(t, watch, time.Now(), new(bytes.Buffer), new(bytes.Buffer))
+	if got := tables(); got != "" {
+		t.Fatalf("inspection created %s", got)
+	}
+
+	if r := dlockRun(t, "run", "--postgres", pg.URL, key, "--", "true"); r.code != 0 {
+		t.Fatalf("run: exit %d %s", r.code, r.stderr)
+	}
+	if got := tables(); got != "dlock_locks dlock_locks_token" {
+		t.Errorf("run created %q, want the lock table and its sequence only", got)
+	}
+
+	holdWith(t, key, "--postgres", pg.URL, "--description", "on postgres")
+	r := dlockRun(t, "list", "--postgres", pg.URL)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("list: %q %s", r.stdout, r.stderr)
+	}
+	if i := strings.Index(lines[0], "WAITERS"); i < 0 || len(lines[1]) <= i || strings.Fields(lines[1][i:])[0] != "?" {
+		t.Errorf("list does not show the waiters PostgreSQL does not know as \"?\":\n%s", r.stdout)
+	}
+	r = dlockRun(t, "status", "--postgres", pg.URL, key)
+	if !strings.Contains(r.stdout, "waiters") || !strings.Contains(r.stdout, "? (not known") {
+		t.Errorf("status does not say the waiters are unknown:\n%s", r.stdout)
+	}
+	url, _ := startServe(t, "--postgres", pg.URL)
+	var j struct {
+		Locks []struct {
+			Waiters int `json:"waiters"`
+		} `json:"locks"`
+		WaitersUnknown int `json:"waiters_unknown"`
+	}
+	waitFor(t, "serve to show the lock", func() bool {
+		resp, err := http.Get(url + "api/locks")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(&j) == nil && len(j.Locks) == 1
+	})
+	if j.Locks[0].Waiters != -1 || j.WaitersUnknown != 1 {
+		t.Errorf("serve: waiters %d (unknown locks %d), want -1 (1)", j.Locks[0].Waiters, j.WaitersUnknown)
 	}
 }

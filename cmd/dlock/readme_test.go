@@ -62,3 +62,56 @@ func shapeOf(out string) []string {
 }
 
 var figures = regexp.MustCompile(`[0-9][0-9.:]*(µs|ms|s|m)?`)
+
+// TestReadmeNamesEveryBackend checks that the README's CLI section and its
+// Layout row of the CLI name the flag of every backend.
+func TestReadmeNamesEveryBackend(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cli, _ := strings.Cut(string(readme), "\n## CLI")
+	cli, _, _ = strings.Cut(cli, "\n## ")
+	_, row, _ := strings.Cut(string(readme), "\n| `cmd/dlock/` |")
+	row, _, _ = strings.Cut(row, "\n")
+	for _, b := range backends() {
+		if !strings.Contains(cli, "--"+b.flag) {
+			t.Errorf("README's CLI section does not name --%s", b.flag)
+		}
+		if !strings.Contains(row, "--"+b.flag) {
+			t.Errorf("README's Layout row of cmd/dlock does not name --%s: %s", b.flag, row)
+		}
+	}
+}
+
+// TestReadmeTestSuiteAndModules checks what the README says of the test suite
+// and of dlockprom: a range of minutes for ./test.sh, test.sh showing
+// redislock's tests one by one as they end, and dlockprom named as a package of
+// the dlockotel module, imported by its path.
+func TestReadmeTestSuiteAndModules(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, two, _ := strings.Cut(string(readme), "## Two commands")
+	two, _, _ = strings.Cut(two, "\n## ")
+	if !regexp.MustCompile(`\d+ to \d+ minutes`).MatchString(two) || !strings.Contains(two, "Most of it") {
+		t.Errorf("README's Two commands gives no range of minutes for ./test.sh, or not what takes most of it")
+	}
+	script, err := os.ReadFile("../../test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`go test [^\n]*-v [^\n]*\./redislock/[^\n]*\|`).Match(script) ||
+		!regexp.MustCompile(`grep --line-buffered -E '\^\(--- \(PASS\|FAIL`).Match(script) {
+		t.Errorf("test.sh does not show redislock's tests as they end (go test -v, filtered to their results)")
+	}
+	_, row, _ := strings.Cut(string(readme), "\n| `dlockotel/` |")
+	row, _, _ = strings.Cut(row, "\n")
+	if !strings.Contains(row, "`dlockotel/dlockprom`") || strings.HasSuffix(strings.TrimSpace(row), "(its own module) |") {
+		t.Errorf("README's Layout row of dlockotel does not say that dlockprom is a package of the dlockotel module: %s", row)
+	}
+	if !strings.Contains(string(readme), `"github.com/dlock-go/dlock/dlockotel/dlockprom"`) {
+		t.Errorf("README's dlockprom snippet has no import path")
+	}
+}

@@ -405,10 +405,10 @@ wait:
 		case <-lost:
 			lost, wasLost = nil, true
 			if r.flags.onLost == onLostWarn {
-				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): the command keeps running (--on-lost warn)\n", r.key, oneLine(lease.Err()))
+				fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q: %s; the command keeps running (--on-lost warn)\n", r.key, lossReason(lease.Err()))
 				continue
 			}
-			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q (%s): stopping the command\n", r.key, oneLine(lease.Err()))
+			fmt.Fprintf(e.stderr, "dlock run: lost the lock on %q: %s; stopping the command\n", r.key, lossReason(lease.Err()))
 			j.terminate()
 			t := time.NewTimer(r.flags.grace.d)
 			defer t.Stop()
@@ -503,4 +503,14 @@ func release(e *env, lease *dlock.Lease) error {
 		fmt.Fprintf(e.stderr, "dlock run: releasing %q: %s (it expires in at most %v)\n", lease.Key(), oneLine(err), time.Until(lease.Deadline()).Round(time.Millisecond))
 	}
 	return err
+}
+
+// lossReason is why a lease was lost, on one line, without the "lock lost"
+// that the message around it says already.
+func lossReason(err error) string {
+	msg := oneLine(err)
+	for _, p := range []string{"dlock: ", "lock lost: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
 }

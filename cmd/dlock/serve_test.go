@@ -206,7 +206,7 @@ func TestServeConsensus(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "list --watch to show the lock", func() bool {
-				return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` +\S+ +\S+@\S+ pid \d+ "on ` + b.name + `"`).MatchString(readFile(out))
+				return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` +\S+ +1 +\S+ +\d+ .* on ` + b.name + `$`).MatchString(readFile(out))
 			})
 			_ = cmd.Process.Signal(syscall.SIGINT)
 			if r := wait(t, cmd, time.Now(), new(bytes.Buffer), new(bytes.Buffer)); r.code != 0 {

@@ -66,7 +66,7 @@ func TestOneOutputShapeOnEveryBackend(t *testing.T) {
 			}
 			r = dlockRun(t, args("list", key)...)
 			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-			if len(lines) != 2 || strings.Contains(r.stdout, "shared") || strings.Fields(lines[1])[1] != "1" {
+			if len(lines) != 2 || strings.Contains(r.stdout, "shared") || cells(lines[0], lines[1])["HOLDERS"] != "1" || cells(lines[0], lines[1])["KIND"] == "lock" {
 				t.Errorf("list of an exclusive lock:\n%s", r.stdout)
 			}
 		})

@@ -47,6 +47,8 @@ is escaped. On narrow terminals the less needed columns go first.
 
 keys:
   up/down, j/k   select a lock
+  Enter          show the selected lock whole (key, holder, owner, every
+                 field) under the table; Enter or Esc hides it
   s              sort by waiters, age, churn, key in turn
   /              filter by a text in the key or holder (Enter applies, Esc clears)
   u              force-unlock the selected lock, after a confirmation naming
@@ -103,6 +105,7 @@ type topState struct {
 	editing  bool   // typing a filter
 	draft    string // the filter being typed
 	selected string // the key of the selected row
+	detail   bool   // the selected row is shown whole
 	confirm  *dashboard.Row
 	message  string
 }
@@ -304,8 +307,10 @@ func (v *topView) key1(ctx context.Context, k string) bool {
 		s.message = "sorted by " + string(s.sort)
 	case "/":
 		s.editing, s.draft = true, s.filter
+	case "\r", "\n":
+		s.detail = !s.detail
 	case "\x1b":
-		s.filter, s.message = "", ""
+		s.filter, s.message, s.detail = "", "", false
 	case "j", "\x1b[B", "\x1bOB":
 		v.move(1)
 	case "k", "\x1b[A", "\x1bOA":
@@ -412,8 +417,8 @@ func topColumns(width int, rows []dashboard.Row) []topColumn {
 		{topColumn{title: "HOLDER", width: 12, cell: func(r dashboard.Row, _ int) string { return r.Holder }}, 8},
 		{topColumn{title: "HELD", width: 6, right: true, cell: func(r dashboard.Row, _ int) string { return heldText(r) }}, 4},
 		{topColumn{title: "TTL", width: max(barW+6, 5), cell: func(r dashboard.Row, w int) string { return ttlCell(r, w-6) }}, 5},
-		{topColumn{title: "WAIT", width: 4, right: true, cell: func(r dashboard.Row, _ int) string { return strconv.Itoa(r.Waiters) }}, 7},
-		{topColumn{title: "HOLD", width: 5, right: true, cell: func(r dashboard.Row, _ int) string { return holdText(r) }}, 3},
+		{topColumn{title: "WAIT", width: 4, right: true, cell: func(r dashboard.Row, _ int) string { return waitersText(r.Waiters) }}, 7},
+		{topColumn{title: "HOLDERS", width: 8, right: true, cell: func(r dashboard.Row, _ int) string { return holdersText(r.Held, r.Holders, r.Limit) }}, 3},
 		{topColumn{title: "ACQ/S", width: 5, right: true, cell: func(r dashboard.Row, _ int) string { return rateText(r.Rate) }}, 1},
 	}
 	keep := make([]bool, len(all))
@@ -498,18 +503,6 @@ func heldText(r dashboard.Row) string {
 		return "-"
 	}
 	return shortDur(r.HeldFor)
-}
-
-func holdText(r dashboard.Row) string {
-	switch {
-	case !r.Held:
-		return "-"
-	case r.Limit == 0:
-		return strconv.Itoa(r.Holders) + "sh"
-	case r.Limit > 1:
-		return strconv.Itoa(r.Holders) + "/" + strconv.Itoa(r.Limit)
-	}
-	return strconv.Itoa(r.Holders)
 }
 
 func rateText(r float64) string {
@@ -598,7 +591,7 @@ func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height
 	width, height = max(width, 20), max(height, 5)
 	rows := visibleRows(snap, s)
 	sel, hasSel := selectedRow(rows, s)
-	head := fmt.Sprintf("dlock top · %s · %s · %d held, %d waiting", where, printable(snap.Pattern), snap.Held, snap.Waiters)
+	head := fmt.Sprintf("dlock top · %s · %s · %d held, %s", where, printable(snap.Pattern), snap.Held, waitingText(snap))
 	if !snap.Time.IsZero() {
 		head += " · " + snap.Time.Local().Format("15:04:05")
 	}
@@ -628,7 +621,12 @@ func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height
 	}
 	lines = append(lines, sgrReverse+cell(hb.String(), width, false)+sgrReset)
 
-	room := height - len(lines) - 2
+	var detail []string
+	if s.detail && hasSel {
+		detail = detailLines(sel, width)
+		detail = detail[:min(len(detail), max(height-len(lines)-3, 0))] // a row of the table stays
+	}
+	room := max(height-len(lines)-2-len(detail), 1)
 	first := 0
 	for i, r := range rows { // keep the selection on the screen
 		if hasSel && r.Key == sel.Key && i >= room {
@@ -663,9 +661,10 @@ func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height
 	if len(rows) == 0 {
 		lines = append(lines, cell("  no held lock matches", width, false))
 	}
-	for len(lines) < height-2 {
+	for len(lines) < height-2-len(detail) {
 		lines = append(lines, "")
 	}
+	lines = append(lines, detail...)
 	if c := s.confirm; c != nil {
 		lines = append(lines,
 			sgrWarn+cell(fmt.Sprintf("Force-unlock %q? y removes it, any other key cancels", c.Key), width, false)+sgrReset,
@@ -673,6 +672,36 @@ func renderTop(where string, snap dashboard.Snapshot, s *topState, width, height
 		return lines
 	}
 	lines = append(lines, cell(s.message, width, false))
-	lines = append(lines, sgrDim+cell("q quit  ↑↓ select  s sort  / filter  u force-unlock", width, false)+sgrReset)
+	lines = append(lines, sgrDim+cell("q quit  ↑↓ select  Enter whole row  s sort  / filter  u force-unlock", width, false)+sgrReset)
+	return lines
+}
+
+// detailLines shows row r whole, one field a line, long values wrapped to
+// width: what the table's columns cut.
+func detailLines(r dashboard.Row, width int) []string {
+	token := "-"
+	if r.Token != 0 {
+		token = strconv.FormatUint(r.Token, 10)
+	}
+	fields := [][2]string{
+		{"key", r.Key}, {"kind", r.Kind}, {"holder", r.Holder}, {"owner", r.Owner},
+		{"held for", heldText(r)}, {"ttl left", ttlCell(r, 0)}, {"token", token},
+		{"waiters", waitersText(r.Waiters)}, {"holders", holdersText(r.Held, r.Holders, r.Limit)}, {"acq/s", rateText(r.Rate)},
+	}
+	const indent = 10
+	lines := []string{sgrReverse + cell(" the selected lock whole (Enter hides it)", width, false) + sgrReset}
+	for _, f := range fields {
+		if f[1] == "" {
+			continue
+		}
+		v := []rune(f[1])
+		room := max(width-indent, 1)
+		label := fmt.Sprintf("%-*s", indent, f[0])
+		for len(v) > 0 {
+			n := min(len(v), room)
+			lines = append(lines, label+string(v[:n]))
+			v, label = v[n:], strings.Repeat(" ", indent)
+		}
+	}
 	return lines
 }

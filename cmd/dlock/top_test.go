@@ -136,7 +136,7 @@ func tableRows(screen, prefix string) []string {
 }
 
 // column returns the text of row under the column titled title on a screen
-// of dlock top: for a right-aligned column (WAIT, HOLD, ACQ/S, HELD) the last
+// of dlock top: for a right-aligned column (WAIT, HOLDERS, ACQ/S, HELD) the last
 // word ending under the title's end, for the others the text up to the next
 // title.
 func column(screen, row, title string) string {
@@ -161,6 +161,9 @@ func column(screen, row, title string) string {
 			return ""
 		}
 		return strings.TrimSpace(string(r[start:end]))
+	}
+	if title == "HOLDERS" && len(r) >= end { // "2 of 3": several words
+		return strings.TrimSpace(string(r[end-len(title) : end]))
 	}
 	if end = min(end, len(r)); end-6 < 0 {
 		return ""
@@ -250,7 +253,7 @@ func TestTopInTmux(t *testing.T) {
 	// 80 columns: every field, kinds abridged, TTL bars of 6.
 	tm, screen := check(80)
 	head := strings.Split(screen, "\n")[2]
-	for _, f := range []string{"KEY", "KIND", "HOLDER", "HELD", "TTL", "WAIT", "HOLD", "ACQ/S"} {
+	for _, f := range []string{"KEY", "KIND", "HOLDER", "HELD", "TTL", "WAIT", "HOLDERS", "ACQ/S"} {
 		if !strings.Contains(head, f) {
 			t.Errorf("80 columns: no %s column: %q", f, head)
 		}
@@ -264,8 +267,8 @@ func TestTopInTmux(t *testing.T) {
 	if !strings.Contains(screen, "2 waiting") {
 		t.Errorf("80 columns: the header does not count the 2 waiters:\n%s", screen)
 	}
-	if r := rowFor(t, screen, p+":pool"); column(screen, r, "HOLD") != "2/3" || column(screen, r, "KIND") != "sem3" {
-		t.Errorf("80 columns: pool row %q: want sem3 and 2/3", r)
+	if r := rowFor(t, screen, p+":pool"); column(screen, r, "HOLDERS") != "2 of 3" || column(screen, r, "KIND") != "sem3" {
+		t.Errorf("80 columns: pool row %q: want sem3 and 2 of 3", r)
 	}
 
 	// The confirmation names the holder; anything but y cancels.
@@ -361,7 +364,7 @@ func TestListWatch(t *testing.T) {
 		}
 	}
 	lines := strings.Split(block, "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[1], "KEY") || !regexp.MustCompile(`^`+p+`:a +(exclusive|fair) +\S+ pid \d+ "line\\nbreak\\x1b\[31m" .* 1 +1 `).MatchString(lines[2]) {
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], "KEY") || !regexp.MustCompile(`^`+p+`:a +(exclusive|fair) +1 +\S+ +\d+ +.+ +1 +[\d.]+ +- +line\\nbreak\\x1b\[31m$`).MatchString(lines[2]) {
 		t.Errorf("list --watch block:\n%s", block)
 	}
 }
@@ -442,4 +445,47 @@ func paneHTML(pane string) string {
 	}
 	b.WriteString("</pre>")
 	return b.String()
+}
+
+// TestTopShowsRowWhole runs dlock top at 80 columns on a plain lock with a
+// 50-character key, a long description and a dlock run waiting for it: the
+// waiter is counted, the table cuts the key and the holder, and Enter shows
+// the selected row whole (Enter again hides it).
+func TestTopShowsRowWhole(t *testing.T) {
+	tmuxBinary(t)
+	p := shortPrefix()
+	key := p + ":" + strings.Repeat("nightly-report-", 2)
+	key += strings.Repeat("x", 50-len(key))
+	desc := "rebuilding the search index of every region, then the caches, then the sitemaps"
+	holdWith(t, key, "--description", desc)
+	if err := dlockCmd(t, "run", "--wait", "60s", key, "--", "true").Start(); err != nil {
+		t.Fatal(err)
+	}
+	tm := startTmux(t, 80, 24, topCommandLine(filepath.Join(t.TempDir(), "audit.log"), "--interval", "300ms", p+":*"))
+	screen := tm.waitScreen("the row with its waiter", func(s string) bool {
+		rows := tableRows(s, p+":")
+		return len(rows) == 1 && column(s, rows[0], "WAIT") == "1"
+	})
+	if strings.Contains(screen, key) || strings.Contains(screen, desc) {
+		t.Fatalf("80 columns: the key and the holder fit already; the test needs them cut:\n%s", screen)
+	}
+	if !strings.Contains(screen, "1 held, 1 waiting") {
+		t.Errorf("the header does not count the waiter:\n%s", screen)
+	}
+	tm.send("Enter")
+	screen = tm.waitScreen("the row whole", func(s string) bool { return strings.Contains(s, key) })
+	joined := strings.Join(strings.Fields(strings.ReplaceAll(screen, "\n          ", "")), " ")
+	for _, want := range []string{"key " + key, desc, "waiters 1", "holders 1", "owner "} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the row whole lacks %q:\n%s", want, screen)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimRight(screen, "\n"), "\n") {
+		if n := len([]rune(l)); n > 80 {
+			t.Errorf("a line of %d columns: %q", n, l)
+		}
+	}
+	tm.send("Enter")
+	tm.waitScreen("the row hidden again", func(s string) bool { return !strings.Contains(s, key) })
+	tm.send("q")
 }

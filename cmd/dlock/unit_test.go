@@ -156,3 +156,20 @@ func TestFit(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpNamesEveryBackend checks that "dlock --help" and the error of a run
+// without a server name every backend's flag with what it takes.
+func TestHelpNamesEveryBackend(t *testing.T) {
+	var help bytes.Buffer
+	usage(&help)
+	choices := serverChoices()
+	for _, b := range backends() {
+		flag := "--" + b.flag + " " + b.metavar
+		if b.metavar == "" || !strings.Contains(help.String(), flag) || !strings.Contains(help.String(), "$"+b.env[0]) {
+			t.Errorf("dlock --help does not show %q with $%s:\n%s", flag, b.env[0], help.String())
+		}
+		if b.metavar == "" || !strings.Contains(choices, flag+",") && !strings.HasSuffix(strings.Split(choices, ", or set")[0], flag) {
+			t.Errorf("the no-server error does not name %q: %s", flag, choices)
+		}
+	}
+}

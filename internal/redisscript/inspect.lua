@@ -1,21 +1,27 @@
 -- Read a dlock mutex without changing it.
--- KEYS[1] lock key   KEYS[2] fence counter   KEYS[3] fair-lock queue (same hash slot)
--- Returns {owner, token, metadata, pttl, last token, queued}; owner, token,
+-- KEYS[1] lock key   KEYS[2] fence counter   KEYS[3] fair-lock queue
+-- KEYS[4] the plain lock's waiting processes (see acquire.lua) (same hash slot)
+-- Returns {owner, token, metadata, pttl, last token, queued, record}; owner, token,
 -- metadata and last token are nil when absent, pttl is -2 when the lock is free,
--- queued is the length of the fair-lock queue. A plain mutex's lock record (a
--- string, see lib.lua) is read as well as a lock hash; its last token is the
--- record's.
+-- queued is the length of the fair-lock queue, or for a plain mutex the number
+-- of processes on its waiting set. A plain mutex's lock record (a string, see
+-- lib.lua) is read as well as a lock hash (record is then 1, else 0); its last
+-- token is the record's.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
   local t, owner, _, meta = record(redis.call('GET', KEYS[1]))
   if not t then
     return not_record()
   end
+  local waiting = 0
+  if redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
+    waiting = redis.call('ZCARD', KEYS[4])
+  end
   local last = string.format('%.0f', t)
   if not owner then
-    return {false, false, false, -2, last, 0}
+    return {false, false, false, -2, last, waiting, 1}
   end
-  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, 0}
+  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, waiting, 1}
 end
 local v = {false, false, false}
 if kind == 'hash' then
@@ -28,4 +34,4 @@ local queued = 0
 if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
   queued = redis.call('LLEN', KEYS[3])
 end
-return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), queued}
+return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), queued, 0}
