@@ -366,6 +366,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return l.release(ctx)
 	}
 	err := l.release(ctx)
+	l.c.rn.settled(ctx, l) // a renewal being told is told first
 	l.observeRelease(err)
 	return err
 }

@@ -20,8 +20,19 @@ import (
 // Client's operations (Unlock, Extend, TryLock...; reading Key and Token is
 // fine), and must be safe for concurrent use. dlock does not guard against a
 // slow Observer: one that blocks delays the acquisition, or the renewals that
-// keep leases alive. Without an Observer
-// (the default) no event is built and nothing is called.
+// keep leases alive; Unlock waits for a Renewal being told of its lease only
+// until Unlock's context ends. Without an Observer (the default) no event is
+// built and nothing is called.
+//
+// A hook that panics leaves no lock held. The panic goes on up the goroutine of
+// the event, after dlock has undone what the caller will never see: a lease
+// whose AcquireEnd (or, in Campaign, whose Leadership) panicked is unlocked
+// (its Release is told, and renewal stops), an acquisition whose Wake or
+// Abandon panicked is abandoned, and the release that follows a Loss runs. On
+// the caller's goroutine a recovering caller (net/http's server does) goes on
+// with the lock free; on dlock's own goroutines (the renewer, a lease's
+// timers) a panic ends the program, as any unrecovered panic does, and its
+// locks end at their TTL.
 //
 // Embed NopObserver to implement only the methods of interest: methods added to
 // Observer later will come with a no-op in NopObserver.
@@ -322,14 +333,30 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 			l, err = c.lock(ctx, key, cfg, ob)
 		}
 	}
+	told := false
+	defer l.unlockUnless(&told)
 	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
 		Attempts: ob.attempts, Wait: time.Since(start), Err: err, Lease: l})
+	told = true
 	if l != nil && l.obs != nil && lctx != nil {
 		l.mu.Lock()
 		l.obs.ctx = lctx
 		l.mu.Unlock()
 	}
 	return l, err
+}
+
+// unlockUnless unlocks l, when it is not nil, unless *told: deferred around
+// the Observer call that ends an acquisition, it keeps a lease whose caller
+// never gets it, because the hook panicked, from staying held and renewed.
+// The panic goes on once the lock is released.
+func (l *Lease) unlockUnless(told *bool) {
+	if *told || l == nil {
+		return
+	}
+	ctx, cancel := CleanupContext(context.Background())
+	defer cancel()
+	_ = l.Unlock(ctx)
 }
 
 // expiryCause names why a lease past its local deadline is lost (see expiry).

@@ -31,8 +31,8 @@ func (l *Lease) watchLost(lost context.Context) {
 
 // stopTimers stops the timer and the renewals of a lease that is being
 // discarded. A renewal round trip in flight is not waited for (its outcome is
-// dropped), but one whose outcome is being applied is, so that nothing is told
-// of the lease after this returns.
+// dropped), nor one whose outcome is being applied (Unlock waits for that one
+// before it tells the release, as long as its context allows; see settled).
 func (l *Lease) stopTimers() {
 	l.mu.Lock()
 	if l.timer != nil {
@@ -76,19 +76,22 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 	if l.renewEvery > 0 {
 		l.c.rn.remove(l, false)
 	}
+	if release {
+		// Started once the loss is told, and also when the Observer panics.
+		defer func() {
+			go func() {
+				defer close(done)
+				ctx, cancel := CleanupContext(context.Background())
+				defer cancel()
+				_ = l.c.d.Release(ctx, h)
+			}()
+		}()
+	}
 	if l.obs != nil {
 		l.observeEnd(octx, why, cause)
 	}
 	if hook := lostHook.Load(); hook != nil {
 		(*hook)(l)
-	}
-	if release {
-		go func() {
-			defer close(done)
-			ctx, cancel := CleanupContext(context.Background())
-			defer cancel()
-			_ = l.c.d.Release(ctx, h)
-		}()
 	}
 	return cause
 }
