@@ -3,8 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strings"
 	"time"
 )
 
@@ -122,13 +120,12 @@ func WithObserver(o Observer) Option {
 // Target names the lock an event is about.
 type Target struct {
 	Key string
-	// Backend names the store: the driver's Backend() when it has that method,
-	// otherwise the last element of the driver type's package path
-	// ("redislock", "memlock"...), "unknown" when there is none.
+	// Backend names the store: the driver's DriverInfo.Backend ("redislock",
+	// "pglock"...), or "unknown" for a call on a nil Client.
 	Backend string
-	// Kind is the primitive: the driver's Kind() when it has that method
-	// (KindMutex, KindFair, KindReentrant, KindReadWrite, KindSemaphore, or a
-	// finer name such as "read" and "write"), otherwise KindMutex.
+	// Kind is the primitive: the driver's DriverInfo.Kind (KindMutex,
+	// KindFair, KindReentrant, KindSemaphore, KindRead, KindWrite...), or
+	// "unknown" for a call on a nil Client.
 	Kind string
 }
 
@@ -270,33 +267,7 @@ type LeadershipEvent struct {
 
 // target names key on the Client's backend.
 func (c *Client) target(key string) Target {
-	return Target{Key: key, Backend: backendOf(c.d), Kind: kindOf(c.d)}
-}
-
-func backendOf(d Driver) string {
-	if b, ok := d.(interface{ Backend() string }); ok {
-		if s := b.Backend(); s != "" {
-			return s
-		}
-	}
-	t := reflect.TypeOf(d)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.PkgPath() == "" {
-		return "unknown"
-	}
-	p := t.PkgPath()
-	return p[strings.LastIndexByte(p, '/')+1:]
-}
-
-func kindOf(d Driver) string {
-	if k, ok := d.(interface{ Kind() string }); ok {
-		if s := k.Kind(); s != "" {
-			return s
-		}
-	}
-	return KindMutex
+	return Target{Key: key, Backend: c.info.Backend, Kind: c.info.Kind}
 }
 
 // observing is what an acquisition with an Observer tells it.
@@ -316,7 +287,7 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 	if octx == nil {
 		octx = context.Background()
 	}
-	t := Target{Key: key, Backend: "unknown", Kind: KindMutex}
+	t := Target{Key: key, Backend: "unknown", Kind: "unknown"}
 	if c != nil {
 		t = c.target(key)
 	}

@@ -144,6 +144,7 @@ func TestConformance(t *testing.T) {
 				return true
 			}
 		},
+		Info: dlock.DriverInfo{Backend: "redlock", Kind: dlock.KindMutex},
 	})
 }
 
