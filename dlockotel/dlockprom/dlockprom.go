@@ -4,8 +4,9 @@
 package dlockprom
 
 import (
-	"errors"
+	"fmt"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
 	"github.com/prometheus/client_golang/prometheus"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -18,11 +19,11 @@ import (
 // are dlockotel's (WithKeyGroup, WithRawKey, WithTracerProvider);
 // WithMeterProvider is overridden. The metric names follow the exporter's
 // translation: dlock.acquire.duration becomes dlock_acquire_duration_seconds.
-// It returns an error for a nil reg, or when the collector cannot register
+// It returns an error matching dlock.ErrInvalid for a nil reg, or an error when the collector cannot register
 // (a second New on the same reg).
 func New(reg prometheus.Registerer, opts ...dlockotel.Option) (*dlockotel.Observer, *sdkmetric.MeterProvider, error) {
 	if reg == nil {
-		return nil, nil, errors.New("dlockprom: nil Registerer")
+		return nil, nil, fmt.Errorf("%w: dlockprom: nil Registerer", dlock.ErrInvalid)
 	}
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {

@@ -2,6 +2,7 @@ package dlockprom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,8 +38,8 @@ func TestMain(m *testing.M) {
 }
 
 func TestNilRegisterer(t *testing.T) {
-	if _, _, err := dlockprom.New(nil); err == nil {
-		t.Fatal("New(nil) returned no error")
+	if _, _, err := dlockprom.New(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("New(nil): %v, want ErrInvalid", err)
 	}
 }
 
