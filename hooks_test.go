@@ -3,6 +3,10 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +18,12 @@ import (
 )
 
 // panicking is an Observer whose hooks named in panics panic, once armed is
-// closed when it is not nil.
+// closed when it is not nil, and for key only when it is set.
 type panicking struct {
 	dlock.NopObserver
 	panics map[string]bool
 	armed  chan struct{}
+	key    string
 }
 
 type hookPanic string
@@ -37,11 +42,13 @@ func (p panicking) hook(name string) {
 }
 
 func (p panicking) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) context.Context {
-	if e.Lease != nil {
+	if e.Lease != nil && (p.key == "" || e.Key == p.key) {
 		p.hook("AcquireEnd")
 	}
 	return ctx
 }
+
+func (p panicking) Renewal(context.Context, dlock.RenewalEvent) { p.hook("Renewal") }
 
 func (p panicking) Loss(context.Context, dlock.LossEvent)       { p.hook("Loss") }
 func (p panicking) Abandon(context.Context, dlock.AbandonEvent) { p.hook("Abandon") }
@@ -118,6 +125,19 @@ func TestPanickingHookLeavesNoLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustBeFree(t, other, key)
+	})
+
+	t.Run("AcquireEnd of the second key of a LockAll", func(t *testing.T) {
+		c := newRedisLocker(t, renewed...)
+		first, second := dlocktest.Key(t)+".a", dlocktest.Key(t)+".b"
+		if hook := recovered(func() {
+			_, _ = dlock.LockAll(ctx, c, []string{first, second},
+				dlock.WithObserver(panicking{panics: map[string]bool{"AcquireEnd": true}, key: second}))
+		}); hook != "AcquireEnd" {
+			t.Fatalf("recovered %q, want the AcquireEnd panic", hook)
+		}
+		mustBeFree(t, newRedisLocker(t), first)
+		mustBeFree(t, newRedisLocker(t), second)
 	})
 
 	t.Run("Leadership of a Campaign", func(t *testing.T) {
@@ -271,4 +291,38 @@ func TestUnlockHonoursContextWhileRenewalIsTold(t *testing.T) {
 	}
 	mustBeFree(t, newRedisLocker(t), key)
 	t.Logf("Unlock returned after %v", took.Round(time.Millisecond))
+}
+
+// TestPanickingRenewalHookFreesTheLock: a Renewal hook that panics ends the
+// program (nothing recovers on the renewer's goroutine), and the lock is
+// released before the program ends, instead of staying held until its TTL.
+func TestPanickingRenewalHookFreesTheLock(t *testing.T) {
+	if addr := os.Getenv("DLOCK_TEST_RENEWAL_PANIC"); addr != "" {
+		holdUntilRenewalPanics(addr, os.Getenv("DLOCK_TEST_KEY"))
+		return
+	}
+	key := dlocktest.Key(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPanickingRenewalHookFreesTheLock$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DLOCK_TEST_RENEWAL_PANIC="+redisAddr, "DLOCK_TEST_KEY="+key)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "held "+key) || !strings.Contains(string(out), `hookPanic("Renewal")`) {
+		t.Fatalf("the holding process did not end with the Renewal panic (%v):\n%s", err, out)
+	}
+	mustBeFree(t, newRedisLocker(t), key)
+}
+
+// holdUntilRenewalPanics takes key on the Redis at addr with a lease of 10s
+// renewed every 200ms, whose Observer panics at the first renewal, and waits.
+func holdUntilRenewalPanics(addr, key string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	c, err := redislock.New(rdb, dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(true),
+		dlock.WithRenewEvery(200*time.Millisecond), dlock.WithObserver(panicking{panics: map[string]bool{"Renewal": true}}))
+	if err != nil {
+		panic(err)
+	}
+	if _, err := c.TryLock(context.Background(), key); err != nil {
+		panic(err)
+	}
+	fmt.Println("held " + key)
+	time.Sleep(10 * time.Second) // the panic ends the process before
 }

@@ -25,12 +25,13 @@ import (
 // A hook that panics leaves no lock held. The panic goes on up the goroutine of
 // the event, after dlock has undone what the caller will never see: a lease
 // whose AcquireEnd (or, in Campaign, whose Leadership) panicked is unlocked
-// (its Release is told, and renewal stops), an acquisition whose Wake or
-// Abandon panicked is abandoned, and the release that follows a Loss runs. On
-// the caller's goroutine a recovering caller (net/http's server does) goes on
-// with the lock free; on dlock's own goroutines (the renewer, a lease's
-// timers) a panic ends the program, as any unrecovered panic does, and its
-// locks end at their TTL.
+// (its Release is told, and renewal stops), with the keys LockAll took before
+// it, an acquisition whose Wake or Abandon panicked is abandoned, and the
+// release that follows a Loss runs. On the caller's goroutine a recovering
+// caller (net/http's server does) goes on with the lock free. On dlock's own
+// goroutines (the renewer, a lease's timers) nothing recovers and the program
+// ends, as with any unrecovered panic; a lease whose Renewal panicked is
+// released first, and the others end at their TTL.
 //
 // Embed NopObserver to implement only the methods of interest: methods added to
 // Observer later will come with a no-op in NopObserver.

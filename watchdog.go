@@ -171,7 +171,12 @@ func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline ti
 	}
 	l.mu.Unlock()
 	if told {
+		// A panic here ends the program (nothing recovers on the renewer's
+		// goroutine): the lock is released first, not left until its TTL.
+		ok := false
+		defer l.dropUnless(&ok)
 		l.observeRenewal(started, deadline, err)
+		ok = true
 	}
 	switch {
 	case err == nil:
@@ -191,4 +196,25 @@ func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
 		return 0, true
 	}
 	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
+}
+
+// dropUnless, unless *ok, ends the lease as released and releases its lock on
+// a detached, bounded context, telling the Observer nothing: deferred around a
+// hook called on dlock's own goroutine, where a panic ends the program, it
+// frees the lock before the program ends.
+func (l *Lease) dropUnless(ok *bool) {
+	if *ok {
+		return
+	}
+	l.mu.Lock()
+	st := l.state
+	l.state = released
+	l.mu.Unlock()
+	l.stopTimers()
+	if st != held {
+		return
+	}
+	ctx, cancel := CleanupContext(context.Background())
+	defer cancel()
+	_ = l.c.d.Release(ctx, l.holding(l.currentTTL()))
 }
