@@ -223,8 +223,9 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	for i, p := range ps {
 		rn.mu.Lock()
 		drop := p.l.re.unlocked
-		applied := make(chan struct{})
-		if !drop {
+		var applied chan struct{} // only an Observer's events are waited for
+		if !drop && p.l.obs != nil {
+			applied = make(chan struct{})
 			p.l.re.applying = applied
 		}
 		p.l.re.cancel = nil
@@ -235,8 +236,10 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 		}
 		next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, res[i])
 		rn.mu.Lock()
-		p.l.re.applying = nil
-		close(applied)
+		if applied != nil {
+			p.l.re.applying = nil
+			close(applied)
+		}
 		rn.mu.Unlock()
 		rn.done(p.l, rd, next, stop)
 	}
