@@ -246,14 +246,18 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	cctx, cancel := CleanupContext(ctx)
 	defer cancel()
 	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+	// Deferred: the clean-up runs after the Abandon event, and also when the
+	// Observer panics.
+	defer func() {
+		if ab, ok := a.c.d.(Abandoner); ok {
+			_ = ab.Abandon(cctx, h)
+			return
+		}
+		_ = a.c.d.Release(cctx, h)
+	}()
 	if a.ob != nil {
 		a.cfg.observer.Abandon(a.ob.ctx, AbandonEvent{Target: a.ob.t})
 	}
-	if ab, ok := a.c.d.(Abandoner); ok {
-		_ = ab.Abandon(cctx, h)
-		return
-	}
-	_ = a.c.d.Release(cctx, h)
 }
 
 // cutSlack is how close to its context's deadline a network timeout must come to

@@ -45,6 +45,7 @@ func CleanupContext(ctx context.Context) (cctx context.Context, cancel context.C
 // safe for concurrent use; create one per backend connection and share it.
 type Client struct {
 	d    Driver
+	info DriverInfo // d.Info(), as the Observer's events name it
 	lim  TTLLimits
 	base config
 	rn   *renewer // renews the Client's renewing leases, from one goroutine
@@ -54,10 +55,14 @@ var _ Locker = (*Client)(nil)
 
 // NewClient returns a Client over d, with opts as defaults for every call. It
 // returns an error matching ErrInvalid for a nil driver, a driver whose TTLLimits
-// make no sense, or a bad option.
+// make no sense or whose Info names are malformed, or a bad option.
 func NewClient(d Driver, opts ...Option) (*Client, error) {
 	if isNil(d) {
 		return nil, invalidf("nil driver")
+	}
+	info := d.Info()
+	if err := info.Check(); err != nil {
+		return nil, err
 	}
 	lim := DefaultTTLLimits
 	if tl, ok := d.(TTLLimiter); ok {
@@ -66,7 +71,7 @@ func NewClient(d Driver, opts ...Option) (*Client, error) {
 			return nil, invalidf("driver TTL limits %+v", lim)
 		}
 	}
-	c := &Client{d: d, lim: lim, base: defaultConfig()}
+	c := &Client{d: d, info: info, lim: lim, base: defaultConfig()}
 	c.rn = newRenewer(c)
 	if lim.Min > DefaultTTL/3 || lim.Max < DefaultTTL {
 		// Keep the default usable: the shortest TTL that leaves room to renew.

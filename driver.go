@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,50 @@ type Driver interface {
 
 	// TTL returns the time the holding has left as the store sees it.
 	TTL(ctx context.Context, h Holding) (time.Duration, error)
+
+	// Info names the driver's store and the kind of lock it takes: the Backend
+	// and Kind of the Observer's events about its locks (dlockotel's
+	// dlock.backend and dlock.primitive). It does no I/O, and returns the same
+	// names for the driver's whole life. NewClient refuses a driver whose names
+	// are empty or malformed (see DriverInfo), and dlocktest checks them.
+	Info() DriverInfo
+}
+
+// DriverInfo names a Driver's store and the kind of lock it takes. Each name
+// is 1 to 64 characters among lower-case ASCII letters, digits, '-', '_' and
+// '.'.
+type DriverInfo struct {
+	// Backend names the store, by convention the backend package's name:
+	// "redislock", "redlock", "etcdlock", "zklock", "pglock", "memlock",
+	// "legacy".
+	Backend string
+
+	// Kind names the primitive: KindMutex, KindFair (granted in arrival
+	// order: also etcdlock's and zklock's locks), KindReentrant,
+	// KindSemaphore, or KindRead and KindWrite (the two sides of a read-write
+	// lock, which Inspect reports as KindReadWrite).
+	Kind string
+}
+
+// The sides of a read-write lock, as its drivers name their Kind in DriverInfo.
+const (
+	KindRead  = "read"  // the shared side of a read-write lock
+	KindWrite = "write" // the exclusive side of a read-write lock
+)
+
+// Check returns an error matching ErrInvalid unless both names are well formed.
+func (i DriverInfo) Check() error {
+	for _, f := range []struct{ what, name string }{{"backend", i.Backend}, {"kind", i.Kind}} {
+		if f.name == "" || len(f.name) > 64 || strings.TrimFunc(f.name, nameChar) != "" {
+			return invalidf("driver %s name %q: want 1 to 64 of a-z, 0-9, '-', '_', '.'", f.what, f.name)
+		}
+	}
+	return nil
+}
+
+// nameChar reports whether r may appear in a DriverInfo name.
+func nameChar(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 }
 
 // AcquireRequest is one acquisition attempt passed to a Driver.

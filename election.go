@@ -48,7 +48,10 @@ func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Lead
 	if err != nil {
 		return nil, err
 	}
+	told := false
+	defer lease.unlockUnless(&told)
 	lease.observeLeader()
+	told = true
 	return &Leadership{role: role, lease: lease}, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 )
 
-// A driver that only locks: the four Driver methods of a Store, without its
+// A driver that only locks: the Driver methods of a Store, without its
 // Inspector.
 type lockOnly struct{ s *memlock.Store }
 
@@ -24,6 +24,7 @@ func (d lockOnly) Release(ctx context.Context, h dlock.Holding) error { return d
 func (d lockOnly) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
 	return d.s.TTL(ctx, h)
 }
+func (d lockOnly) Info() dlock.DriverInfo { return d.s.Info() }
 
 func TestClientInspectsThroughItsDriver(t *testing.T) {
 	ctx := context.Background()

@@ -354,6 +354,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // attempted on a detached context bounded by a short timeout, so that a cancelled
 // caller does not leave the lock behind until its TTL. After a loss, Unlock
 // returns the loss (ErrLockLost) once the release that followed it has returned.
+// With an Observer, Unlock tells the release after the renewal of the lease that
+// is being told, if any, but waits for that hook only until ctx ends: the lock
+// is released in the store first.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l.zero() {
 		return ErrNotHeld
@@ -381,12 +384,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 			case <-ctx.Done():
 			}
 		}
+		l.c.rn.settled(ctx, l) // a loss a renewal found is told first
 		return context.Cause(l.ctx)
 	}
 	if l.obs == nil {
 		return l.release(ctx)
 	}
 	err := l.release(ctx)
+	l.c.rn.settled(ctx, l) // a renewal being told is told first
 	l.observeRelease(err)
 	return err
 }

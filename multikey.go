@@ -82,14 +82,22 @@ func lockAll(ctx context.Context, locker Locker, keys []string, opts []Option, t
 		defer cancel()
 	}
 	g := &Group{keys: sorted, leases: make([]*Lease, 0, len(sorted))}
+	taken := false
+	defer func() {
+		// A failed Lock, or one that panicked (its Observer's), leaves no
+		// key of the group taken.
+		if !taken {
+			g.unlockTaken(ctx)
+		}
+	}()
 	for _, k := range sorted {
 		l, err := lock(ctx, k, opts...)
 		if err != nil {
-			g.unlockTaken(ctx)
 			return nil, err
 		}
 		g.leases = append(g.leases, l)
 	}
+	taken = true
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	for _, l := range g.leases {
 		lctx := l.Context()

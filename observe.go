@@ -3,8 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strings"
 	"time"
 )
 
@@ -20,8 +18,20 @@ import (
 // Client's operations (Unlock, Extend, TryLock...; reading Key and Token is
 // fine), and must be safe for concurrent use. dlock does not guard against a
 // slow Observer: one that blocks delays the acquisition, or the renewals that
-// keep leases alive. Without an Observer
-// (the default) no event is built and nothing is called.
+// keep leases alive; Unlock waits for a Renewal being told of its lease only
+// until Unlock's context ends. Without an Observer (the default) no event is
+// built and nothing is called.
+//
+// A hook that panics leaves no lock held. The panic goes on up the goroutine of
+// the event, after dlock has undone what the caller will never see: a lease
+// whose AcquireEnd (or, in Campaign, whose Leadership) panicked is unlocked
+// (its Release is told, and renewal stops), with the keys LockAll took before
+// it, an acquisition whose Wake or Abandon panicked is abandoned, and the
+// release that follows a Loss runs. On the caller's goroutine a recovering
+// caller (net/http's server does) goes on with the lock free. On dlock's own
+// goroutines (the renewer, a lease's timers) nothing recovers and the program
+// ends, as with any unrecovered panic; a lease whose Renewal panicked is
+// released first, and the others end at their TTL.
 //
 // Embed NopObserver to implement only the methods of interest: methods added to
 // Observer later will come with a no-op in NopObserver.
@@ -111,13 +121,12 @@ func WithObserver(o Observer) Option {
 // Target names the lock an event is about.
 type Target struct {
 	Key string
-	// Backend names the store: the driver's Backend() when it has that method,
-	// otherwise the last element of the driver type's package path
-	// ("redislock", "memlock"...), "unknown" when there is none.
+	// Backend names the store: the driver's DriverInfo.Backend ("redislock",
+	// "pglock"...), or "unknown" for a call on a nil Client.
 	Backend string
-	// Kind is the primitive: the driver's Kind() when it has that method
-	// (KindMutex, KindFair, KindReentrant, KindReadWrite, KindSemaphore, or a
-	// finer name such as "read" and "write"), otherwise KindMutex.
+	// Kind is the primitive: the driver's DriverInfo.Kind (KindMutex,
+	// KindFair, KindReentrant, KindSemaphore, KindRead, KindWrite...), or
+	// "unknown" for a call on a nil Client.
 	Kind string
 }
 
@@ -259,33 +268,7 @@ type LeadershipEvent struct {
 
 // target names key on the Client's backend.
 func (c *Client) target(key string) Target {
-	return Target{Key: key, Backend: backendOf(c.d), Kind: kindOf(c.d)}
-}
-
-func backendOf(d Driver) string {
-	if b, ok := d.(interface{ Backend() string }); ok {
-		if s := b.Backend(); s != "" {
-			return s
-		}
-	}
-	t := reflect.TypeOf(d)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.PkgPath() == "" {
-		return "unknown"
-	}
-	p := t.PkgPath()
-	return p[strings.LastIndexByte(p, '/')+1:]
-}
-
-func kindOf(d Driver) string {
-	if k, ok := d.(interface{ Kind() string }); ok {
-		if s := k.Kind(); s != "" {
-			return s
-		}
-	}
-	return KindMutex
+	return Target{Key: key, Backend: c.info.Backend, Kind: c.info.Kind}
 }
 
 // observing is what an acquisition with an Observer tells it.
@@ -305,7 +288,7 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 	if octx == nil {
 		octx = context.Background()
 	}
-	t := Target{Key: key, Backend: "unknown", Kind: KindMutex}
+	t := Target{Key: key, Backend: "unknown", Kind: "unknown"}
 	if c != nil {
 		t = c.target(key)
 	}
@@ -322,14 +305,30 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 			l, err = c.lock(ctx, key, cfg, ob)
 		}
 	}
+	told := false
+	defer l.unlockUnless(&told)
 	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
 		Attempts: ob.attempts, Wait: time.Since(start), Err: err, Lease: l})
+	told = true
 	if l != nil && l.obs != nil && lctx != nil {
 		l.mu.Lock()
 		l.obs.ctx = lctx
 		l.mu.Unlock()
 	}
 	return l, err
+}
+
+// unlockUnless unlocks l, when it is not nil, unless *told: deferred around
+// the Observer call that ends an acquisition, it keeps a lease whose caller
+// never gets it, because the hook panicked, from staying held and renewed.
+// The panic goes on once the lock is released.
+func (l *Lease) unlockUnless(told *bool) {
+	if *told || l == nil {
+		return
+	}
+	ctx, cancel := CleanupContext(context.Background())
+	defer cancel()
+	_ = l.Unlock(ctx)
 }
 
 // expiryCause names why a lease past its local deadline is lost (see expiry).

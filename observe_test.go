@@ -161,8 +161,9 @@ func (s subscribing) Subscribe(ctx context.Context, h dlock.Holding) (<-chan str
 	return s.Store.Subscribe(ctx, h)
 }
 
-func (subscribing) Kind() string    { return dlock.KindFair }
-func (subscribing) Backend() string { return "mem" }
+func (subscribing) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "mem", Kind: dlock.KindFair}
+}
 
 func TestObserverWaitWakesAndAcquires(t *testing.T) {
 	store := memlock.NewStore()
@@ -349,5 +350,37 @@ func BenchmarkObserverUncontended(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// named is a memlock Store that names itself info.
+type named struct {
+	*memlock.Store
+	info dlock.DriverInfo
+}
+
+func (n named) Info() dlock.DriverInfo { return n.info }
+
+// TestNewClientChecksDriverInfo: a driver must name its backend and kind; the
+// Observer's events carry the names it gives.
+func TestNewClientChecksDriverInfo(t *testing.T) {
+	for _, bad := range []dlock.DriverInfo{{}, {Backend: "mem"}, {Kind: dlock.KindMutex}, {Backend: "Mem", Kind: dlock.KindMutex},
+		{Backend: "mem", Kind: "a kind"}, {Backend: strings.Repeat("m", 65), Kind: dlock.KindMutex}} {
+		if _, err := dlock.NewClient(named{memlock.NewStore(), bad}); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewClient with names %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	r := &recorder{}
+	c, err := dlock.NewClient(named{memlock.NewStore(), dlock.DriverInfo{Backend: "my-store.v2", Kind: dlock.KindSemaphore}}, dlock.WithObserver(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryLock(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	if ev := r.take(); len(ev) == 0 || ev[0] != "start k my-store.v2 semaphore try" {
+		t.Fatalf("events %q, want the driver's names in the first", ev)
 	}
 }

@@ -35,7 +35,7 @@ type renewEntry struct {
 	idx      int                // position in the queue; -1 when not queued
 	ended    bool               // removed: never queued again
 	unlocked bool               // removed by Unlock: the outcome of a round in flight is dropped
-	applying bool               // the outcome of its round is being applied
+	applying chan struct{}      // closed once the outcome of its round being applied is; nil when none
 	rd       *round             // the round in flight that carries it; nil when none
 	cancel   context.CancelFunc // cancels its own Extend in flight (drivers without ExtendMany)
 }
@@ -55,14 +55,11 @@ type renewer struct {
 	q       renewQueue
 	timer   *time.Timer   // runs run when the first lease is due; nil until needed
 	rounds  int           // rounds in flight
-	applied *sync.Cond    // signalled when an outcome has been applied
 	extends chan struct{} // one token per Extend in flight (drivers without ExtendMany)
 }
 
 func newRenewer(c *Client) *renewer {
-	rn := &renewer{c: c, extends: make(chan struct{}, extendWorkers)}
-	rn.applied = sync.NewCond(&rn.mu)
-	return rn
+	return &renewer{c: c, extends: make(chan struct{}, extendWorkers)}
 }
 
 // schedule arms the timer for the first lease in the queue, or stops it when
@@ -99,16 +96,13 @@ func (rn *renewer) add(l *Lease, due time.Time) {
 
 // remove takes l out of the renewer for good: out of the queue, and out of a
 // round in flight (which is cancelled once none of its leases is left). With
-// unlock (Unlock), the outcome of a round in flight is dropped, and remove waits
-// while one is being applied.
+// unlock (Unlock), the outcome of a round in flight is dropped, unless it is
+// being applied already (see settled).
 func (rn *renewer) remove(l *Lease, unlock bool) {
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	if unlock {
 		l.re.unlocked = true
-		for l.re.applying {
-			rn.applied.Wait()
-		}
 	}
 	if l.re.ended {
 		return
@@ -230,7 +224,11 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 func (rn *renewer) apply(rd *round, started time.Time, p pending, r ExtendResult) {
 	rn.mu.Lock()
 	drop := p.l.re.unlocked
-	p.l.re.applying = !drop
+	var applied chan struct{} // only an Observer's events are waited for
+	if !drop && p.l.obs != nil {
+		applied = make(chan struct{})
+		p.l.re.applying = applied
+	}
 	p.l.re.cancel = nil
 	rn.mu.Unlock()
 	if drop {
@@ -239,10 +237,29 @@ func (rn *renewer) apply(rd *round, started time.Time, p pending, r ExtendResult
 	}
 	next, stop := p.l.renewEnd(started, p.bootStart, p.deadline, p.ttl, r)
 	rn.mu.Lock()
-	p.l.re.applying = false
-	rn.applied.Broadcast()
+	if applied != nil {
+		p.l.re.applying = nil
+		close(applied)
+	}
 	rn.mu.Unlock()
 	rn.done(p.l, rd, next, stop)
+}
+
+// settled waits until the outcome of a renewal of l that is being applied, and
+// told to l's Observer, has been, or until ctx ends: an Unlock that tells the
+// release waits for the renewal told before it, but no longer than its caller
+// allows (a Renewal hook that blocks must not hold up Unlock).
+func (rn *renewer) settled(ctx context.Context, l *Lease) {
+	rn.mu.Lock()
+	applying := l.re.applying
+	rn.mu.Unlock()
+	if applying == nil {
+		return
+	}
+	select {
+	case <-applying:
+	case <-ctx.Done():
+	}
 }
 
 // done ends l's part in round rd, and queues its next renewal in next unless stop.

@@ -80,6 +80,11 @@ type sweepCall struct {
 
 func (d *sweepDriver) TTLLimits() dlock.TTLLimits { return d.lim }
 
+// Info implements dlock.Driver.
+func (d *sweepDriver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "sweep", Kind: dlock.KindMutex}
+}
+
 // expiry is when a holding given ttl at now expires; d.mu is held.
 func (d *sweepDriver) expiry(now time.Time, ttl time.Duration) time.Time {
 	return now.Truncate(d.prec).Add(time.Duration(float64(ttl) / d.rate))

@@ -31,8 +31,8 @@ func (l *Lease) watchLost(lost context.Context) {
 
 // stopTimers stops the timer and the renewals of a lease that is being
 // discarded. A renewal round trip in flight is not waited for (its outcome is
-// dropped), but one whose outcome is being applied is, so that nothing is told
-// of the lease after this returns.
+// dropped), nor one whose outcome is being applied (Unlock waits for that one
+// before it tells the release, as long as its context allows; see settled).
 func (l *Lease) stopTimers() {
 	l.mu.Lock()
 	if l.timer != nil {
@@ -76,19 +76,22 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 	if l.renewEvery > 0 {
 		l.c.rn.remove(l, false)
 	}
+	if release {
+		// Started once the loss is told, and also when the Observer panics.
+		defer func() {
+			go func() {
+				defer close(done)
+				ctx, cancel := CleanupContext(context.Background())
+				defer cancel()
+				_ = l.c.d.Release(ctx, h)
+			}()
+		}()
+	}
 	if l.obs != nil {
 		l.observeEnd(octx, why, cause)
 	}
 	if hook := lostHook.Load(); hook != nil {
 		(*hook)(l)
-	}
-	if release {
-		go func() {
-			defer close(done)
-			ctx, cancel := CleanupContext(context.Background())
-			defer cancel()
-			_ = l.c.d.Release(ctx, h)
-		}()
 	}
 	return cause
 }
@@ -173,7 +176,12 @@ func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline ti
 	}
 	l.mu.Unlock()
 	if told {
+		// A panic here ends the program (nothing recovers on the renewer's
+		// goroutine): the lock is released first, not left until its TTL.
+		ok := false
+		defer l.dropUnless(&ok)
 		l.observeRenewal(started, deadline, err)
+		ok = true
 	}
 	switch {
 	case err == nil:
@@ -193,4 +201,25 @@ func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
 		return 0, true
 	}
 	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
+}
+
+// dropUnless, unless *ok, ends the lease as released and releases its lock on
+// a detached, bounded context, telling the Observer nothing: deferred around a
+// hook called on dlock's own goroutine, where a panic ends the program, it
+// frees the lock before the program ends.
+func (l *Lease) dropUnless(ok *bool) {
+	if *ok {
+		return
+	}
+	l.mu.Lock()
+	st := l.state
+	l.state = released
+	l.mu.Unlock()
+	l.stopTimers()
+	if st != held {
+		return
+	}
+	ctx, cancel := CleanupContext(context.Background())
+	defer cancel()
+	_ = l.c.d.Release(ctx, l.holding(l.currentTTL()))
 }

@@ -68,6 +68,8 @@ func (s singleExtends) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlo
 	return s.d.Acquire(ctx, r)
 }
 
+func (s singleExtends) Info() dlock.DriverInfo { return s.d.Info() }
+
 func (s singleExtends) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	return s.d.Extend(ctx, h, ttl)
 }

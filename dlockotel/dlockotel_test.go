@@ -445,3 +445,50 @@ func TestStaleTokens(t *testing.T) {
 		t.Errorf("%d dlock.fence.stale_token span events, want 1", events)
 	}
 }
+
+// TestPrimitiveOfEveryRedisKind: every kind of Redis lock reaches the metrics
+// with its own dlock.primitive, and dlock.backend is the driver's name.
+func TestPrimitiveOfEveryRedisKind(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t, redisAddr)
+	e := newEnv(t)
+	opts := []dlock.Option{dlock.WithObserver(e.obs)}
+	fair, err := redislock.NewFair(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reentrant, err := redislock.NewReentrant(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := redislock.NewRWMutex(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := redislock.NewSemaphore(rdb, 2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockers := map[string]dlock.Locker{
+		dlock.KindMutex:     newClient(t, redisAddr, opts...),
+		dlock.KindFair:      fair,
+		dlock.KindReentrant: reentrant,
+		dlock.KindWrite:     rw,
+		dlock.KindRead:      rw.RLocker(),
+		dlock.KindSemaphore: sem,
+	}
+	for kind, l := range lockers {
+		lease, err := l.TryLock(ctx, "kinds:"+kind)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+	}
+	for kind := range lockers {
+		if n := e.value(t, "dlock.acquire.duration", dlockotel.AttrBackend.String("redislock"), dlockotel.AttrPrimitive.String(kind)); n != 1 {
+			t.Errorf("%v acquisitions of a %s lock recorded with dlock.primitive=%s, want 1", n, kind, kind)
+		}
+	}
+}

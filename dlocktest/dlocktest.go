@@ -43,6 +43,11 @@ type Backend struct {
 	// it gives when skipped (for example a storage format that cannot express
 	// what the subtest checks).
 	Skip map[string]string
+
+	// Info, when set, is what the driver must name itself (dlock.Driver.Info).
+	// Whether set or not, the suite checks that the Locker's driver gives well
+	// formed names, and that its Observer events carry them.
+	Info dlock.DriverInfo
 }
 
 // Run runs the whole suite as subtests of t.
@@ -71,6 +76,7 @@ func Run(t *testing.T, b Backend) {
 		{"BadInput", testBadInput},
 		{"ForeignDataIsConflict", testConflict},
 		{"InspectorShowsAndForcesLocks", testInspector},
+		{"DriverNamesBackendAndKind", testDriverInfo},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -680,4 +686,57 @@ func testInspector(t *testing.T, b Backend) {
 		t.Errorf("token %d after ForceUnlock, not above %d", next.Token(), lease.Token())
 	}
 	unlock(t, next)
+}
+
+// targets is an Observer that keeps the Target of every event.
+type targets struct {
+	dlock.NopObserver
+	mu  sync.Mutex
+	got []dlock.Target
+}
+
+func (o *targets) add(t dlock.Target) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, t)
+}
+
+func (o *targets) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
+	o.add(e.Target)
+	return ctx
+}
+
+func (o *targets) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) context.Context {
+	o.add(e.Target)
+	return ctx
+}
+
+func (o *targets) Release(_ context.Context, e dlock.ReleaseEvent) { o.add(e.Target) }
+
+func testDriverInfo(t *testing.T, b Backend) {
+	l := b.New(t)
+	dl, ok := l.(interface{ Driver() dlock.Driver })
+	if !ok {
+		t.Fatalf("the Locker %T has no Driver method: the suite cannot read the driver's names", l)
+	}
+	info := dl.Driver().Info()
+	if err := info.Check(); err != nil {
+		t.Fatalf("the driver's Info: %v", err)
+	}
+	if b.Info != (dlock.DriverInfo{}) && info != b.Info {
+		t.Fatalf("the driver names itself %+v, want %+v", info, b.Info)
+	}
+	o := &targets{}
+	key := Key(t)
+	unlock(t, mustLock(t, l, key, dlock.WithObserver(o)))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.got) < 3 { // more when the set-up tried again
+		t.Fatalf("%d events told of a TryLock and Unlock, want 3 (start, end, release)", len(o.got))
+	}
+	for _, got := range o.got {
+		if want := (dlock.Target{Key: key, Backend: info.Backend, Kind: info.Kind}); got != want {
+			t.Errorf("an event's Target is %+v, want %+v", got, want)
+		}
+	}
 }

@@ -26,6 +26,12 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	return g, done(err)
 }
 
+// Info implements dlock.Driver: etcd's locks are granted in the order their
+// entries were created (dlock.KindFair).
+func (d *Driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "etcdlock", Kind: dlock.KindFair}
+}
+
 // attemptResult is what one attempt wrote and read: the entry (nil when a
 // TryLock found the queue taken), the oldest entry of the queue, and the entry
 // just older than the attempt's own (nil when unknown).

@@ -21,7 +21,8 @@ func newClient(t testing.TB, opts ...dlock.Option) *Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
+		Info: dlock.DriverInfo{Backend: "etcdlock", Kind: dlock.KindFair},
+		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
 		Occupy: func(t testing.TB, key string) func() bool {
 			cli := newEtcd(t)
 			k := QueuePrefix(key) + "not-a-lock"

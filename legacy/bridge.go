@@ -88,6 +88,11 @@ func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlo
 	return g, nil
 }
 
+// Info implements dlock.Driver: a Bridge is a mutex of the legacy backend.
+func (b *BridgeDriver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex}
+}
+
 // Extend implements dlock.Driver: both halves, at the same time (a renewal has
 // to fit in what is left of the lease). Losing either loses the lease.
 func (b *BridgeDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {

@@ -35,6 +35,7 @@ func newSafe(t testing.TB, opts ...dlock.Option) *redislock.Client {
 func TestBridgeConformance(t *testing.T) {
 	f := legacy.Format{Key: legacy.Prefix("lock."), Expire: true}
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newBridge(t, f, opts...)
 		},

@@ -162,6 +162,11 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	return dlock.Grant{Token: uint64(v), TTL: r.TTL}, nil
 }
 
+// Info implements dlock.Driver: a mutex in the legacy protocol.
+func (d *Driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex}
+}
+
 // Extend implements dlock.Driver.
 func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	keys, err := d.keys(h.Key)

@@ -79,6 +79,7 @@ func TestConformance(t *testing.T) {
 	for _, tc := range formats {
 		t.Run(tc.name, func(t *testing.T) {
 			dlocktest.Run(t, dlocktest.Backend{
+				Info: dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex},
 				New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 					return newLegacy(t, tc.f, opts...)
 				},

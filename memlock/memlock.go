@@ -118,6 +118,11 @@ func (s *Store) Acquire(_ context.Context, r dlock.AcquireRequest) (dlock.Grant,
 	return dlock.Grant{Token: token, TTL: r.TTL}, nil
 }
 
+// Info implements dlock.Driver: a mutex in this process's memory.
+func (s *Store) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "memlock", Kind: dlock.KindMutex}
+}
+
 // Extend implements dlock.Driver.
 func (s *Store) Extend(_ context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	s.mu.Lock()

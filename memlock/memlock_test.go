@@ -17,6 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	store := memlock.NewStore()
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "memlock", Kind: dlock.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, err := memlock.New(store, opts...)
 			if err != nil {

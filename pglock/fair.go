@@ -178,6 +178,11 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	return dlock.Grant{}, busy
 }
 
+// Info implements dlock.Driver: the fair mutex of PostgreSQL.
+func (f *FairDriver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindFair}
+}
+
 // Extend implements dlock.Driver, as Driver.Extend.
 func (f *FairDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	if f == nil {

@@ -23,6 +23,7 @@ func newFair(t testing.TB, opts ...dlock.Option) (*Client, *FairDriver) {
 
 func TestFairConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := newFair(t, opts...)
 			return c

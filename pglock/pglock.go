@@ -283,6 +283,11 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
 }
 
+// Info implements dlock.Driver: the mutex of PostgreSQL.
+func (d *Driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex}
+}
+
 // acquire runs the acquisition statement and passes its row, if any, to row.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
 	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds())

@@ -85,7 +85,8 @@ func newClient(t testing.TB, cfg Config, opts ...dlock.Option) *Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, Config{}, opts...) },
+		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex},
+		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, Config{}, opts...) },
 		Skip: map[string]string{
 			"ForeignDataIsConflict": "a table row is always a lock; a table of another shape is ErrConflict (TestForeignTableIsConflict)",
 		},
@@ -94,6 +95,7 @@ func TestConformance(t *testing.T) {
 
 func TestConformancePolling(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newClient(t, Config{Poll: true}, opts...)
 		},

@@ -253,6 +253,11 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(soonest) * time.Microsecond}
 }
 
+// Info implements dlock.Driver: the counting semaphore of PostgreSQL.
+func (s *SemaphoreDriver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindSemaphore}
+}
+
 // stateMismatch is the outcome of a semaphore acquisition with another
 // number of permits than the key's holders.
 const stateMismatch = 3

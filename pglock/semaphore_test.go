@@ -28,6 +28,7 @@ func newSemaphore(t testing.TB, n int, opts ...dlock.Option) (*Client, *Semaphor
 
 func TestSemaphoreOfOneConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindSemaphore},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := newSemaphore(t, 1, opts...)
 			return c

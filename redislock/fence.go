@@ -16,8 +16,16 @@ import (
 // ErrForeignFence reports a fenced write refused because the resource is fenced
 // by another lock key: tokens of different locks are not comparable, so a token
 // of lock A says nothing about writes made under lock B. It also matches
-// dlock.ErrConflict. Nothing was changed.
-var ErrForeignFence = errors.New("redislock: resource is fenced by another lock")
+// dlock.ErrConflict (errors.Is(ErrForeignFence, dlock.ErrConflict) is true).
+// Nothing was changed.
+var ErrForeignFence error = &foreignFenceError{}
+
+type foreignFenceError struct{}
+
+func (*foreignFenceError) Error() string { return "redislock: resource is fenced by another lock" }
+
+// Is makes ErrForeignFence match dlock.ErrConflict.
+func (*foreignFenceError) Is(target error) bool { return target == dlock.ErrConflict }
 
 // FenceToken is what a fenced write needs from the lock that protects it: the lock
 // key and the fencing token of the holding. *dlock.Lease implements it; a worker
@@ -123,7 +131,7 @@ func (f *Fence) Newest(ctx context.Context, resource string) (lock string, token
 	lock, _ = v[0].(string)
 	if s, ok := v[1].(string); ok {
 		if token, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return "", 0, fmt.Errorf("redislock: fence record %q: bad token %q", rk, s)
+			return "", 0, fmt.Errorf("%w: redislock: fence record %q: bad token %q", dlock.ErrConflict, rk, s)
 		}
 	}
 	return lock, token, nil
@@ -159,7 +167,7 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 		return 0, mapErr(err)
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("redislock: unexpected fenced-write reply %v", res)
+		return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", dlock.ErrRefused, res)
 	}
 	code, _ := res[0].(int64)
 	switch code {
@@ -172,8 +180,7 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 		return 0, fmt.Errorf("%w: %s on %q with token %d of %q, but token %v already wrote it",
 			dlock.ErrStaleToken, op, resource, token, lock, res[1])
 	case 2:
-		return 0, fmt.Errorf("%w (%w): %q is fenced by lock %q, not %q",
-			ErrForeignFence, dlock.ErrConflict, resource, res[1], lock)
+		return 0, fmt.Errorf("%w: %q is fenced by lock %q, not %q", ErrForeignFence, resource, res[1], lock)
 	}
-	return 0, fmt.Errorf("redislock: unexpected fenced-write reply %v", res)
+	return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", dlock.ErrRefused, res)
 }

@@ -178,7 +178,7 @@ func (h *hub) node(ctx context.Context, channel string) (addr string, node redis
 	if _, ok := h.rdb.(*redis.Ring); ok {
 		// A Ring picks a shard per channel, and go-redis panics on a PubSub
 		// without one: waiters on a Ring poll.
-		return "", nil, errors.New("redislock: no notifications through a redis.Ring")
+		return "", nil, fmt.Errorf("redislock: no notifications through a redis.Ring: %w", errors.ErrUnsupported)
 	}
 	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, channel)

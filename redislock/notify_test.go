@@ -125,6 +125,7 @@ func bothKinds(t *testing.T, f func(t *testing.T, fair bool)) {
 
 func TestFairConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := counted(t, true, opts...)
 			return c
@@ -538,6 +539,7 @@ func TestClusterNotifiedWaiting(t *testing.T) {
 	}
 	t.Run("FairConformance", func(t *testing.T) {
 		dlocktest.Run(t, dlocktest.Backend{
+			Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindFair},
 			New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 				c, err := redislock.NewFair(newCC(t), opts...)
 				if err != nil {

@@ -34,7 +34,8 @@ func newClient(t testing.TB, opts ...dlock.Option) *redislock.Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
+		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
 		Occupy: func(t testing.TB, key string) func() bool {
 			rdb := newRDB(t, srv.Addr)
 			k := redislock.LockKey(key)

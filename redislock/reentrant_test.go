@@ -35,7 +35,8 @@ func holds(t *testing.T, c *redislock.Client, key string) (int, string) {
 // Without an owner ID every acquisition is its own owner: a plain mutex.
 func TestReentrantConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newReentrant(t, opts...) },
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindReentrant},
+		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newReentrant(t, opts...) },
 	})
 }
 

@@ -100,7 +100,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 		return LockInfo{}, mapErr(err)
 	}
 	if len(res) != 7 {
-		return LockInfo{}, fmt.Errorf("redislock: unexpected inspect reply %v", res)
+		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
 	}
 	info := LockInfo{Key: key}
 	if res[6] == int64(1) {

@@ -28,6 +28,7 @@ func newRWMutex(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *
 // TestRWMutexWriteConformance: the write side is a mutex.
 func TestRWMutexWriteConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindWrite},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newRWMutex(t, newRDB(t, srv.Addr), opts...)
 		},

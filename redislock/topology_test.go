@@ -18,6 +18,7 @@ import (
 func TestClusterConformance(t *testing.T) {
 	cluster := testserver.StartCluster(t, 3)
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
@@ -43,6 +44,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	master := testserver.StartRedis(t)
 	s := testserver.StartSentinel(t, master)
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 				MasterName: s.MasterName, SentinelAddrs: []string{s.Addr}, ContextTimeoutEnabled: true,

@@ -126,6 +126,11 @@ func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply
 	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
 }
 
+// Info implements dlock.Driver: a mutex on a quorum of Redis masters.
+func (d *Driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "redlock", Kind: dlock.KindMutex}
+}
+
 // raise records top, the largest token the granting majority drew, on that
 // majority: on each granting node that drew less (the ones that drew top have it
 // already). It fails unless a majority then holds the lock with a counter at

@@ -147,6 +147,7 @@ func TestConformance(t *testing.T) {
 				return true
 			}
 		},
+		Info: dlock.DriverInfo{Backend: "redlock", Kind: dlock.KindMutex},
 	})
 }
 

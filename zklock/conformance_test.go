@@ -12,6 +12,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
+		Info: dlock.DriverInfo{Backend: "zklock", Kind: dlock.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, err := New(newDriver(t), opts...)
 			if err != nil {

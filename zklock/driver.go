@@ -258,6 +258,12 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		Lost: d.sess.lost(g.session, d.conn.SessionID())}, nil
 }
 
+// Info implements dlock.Driver: ZooKeeper's locks are granted in the order
+// their nodes were created (dlock.KindFair).
+func (d *Driver) Info() dlock.DriverInfo {
+	return dlock.DriverInfo{Backend: "zklock", Kind: dlock.KindFair}
+}
+
 // Extend implements dlock.Driver: it rewrites the holder's node with ttl, which
 // must not exceed the session timeout. It fails with dlock.ErrNotHeld when the
 // node is gone (released, forced, or deleted with its expired session).
