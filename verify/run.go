@@ -1,0 +1,380 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Faults the nemesis injects.
+const (
+	FaultStop     = "stop"     // SIGSTOP a worker, SIGCONT it later
+	FaultKill     = "kill"     // SIGKILL a worker (it is started again)
+	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
+	FaultSnapshot = "snapshot" // BGSAVE on the lock store (RDB: a crash goes back to it)
+	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
+)
+
+// Config is one run: a workload on one backend under a seeded nemesis.
+type Config struct {
+	Spec     Spec // the workers' template (Lock, Resource, Dir, Proc, Seed are set by Run)
+	Workers  int
+	Duration time.Duration
+	Seed     uint64
+	Faults   []string // the nemesis's repertoire (none: no faults)
+	Persist  string   // the lock store's persistence: "" (none), rdb, aof
+	Replica  bool     // a primary and a replica, and failover through a proxy
+	Masters  int      // Redlock: the number of masters
+	Bound    time.Duration
+}
+
+// Result is what a run found.
+type Result struct {
+	History    []Event
+	Violations []Violation
+	Stats      Stats
+	Leftover   []string // keys left on the lock store after everything ended
+	Dir        string
+	Elapsed    time.Duration
+}
+
+// unsafeFaults are the faults the docs name as breaking exclusion on Redis.
+var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true}
+
+// store is the lock store of a run: its servers and the addresses workers dial.
+type store struct {
+	servers []*testserver.Redis
+	replica *testserver.Redis
+	proxy   *Proxy
+	addrs   []string
+}
+
+func startStore(t testing.TB, c Config) *store {
+	st := &store{}
+	var extra []string
+	switch c.Persist {
+	case "rdb":
+		extra = []string{"--save", "3600 1"}
+	case "aof":
+		extra = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+	}
+	if c.Replica {
+		auth := []string{"--user", "repl on >replpw ~* &* +@all", "--masteruser", "repl", "--masterauth", "replpw"}
+		p := testserver.StartRedis(t, append(extra, auth...)...)
+		r := testserver.StartRedis(t, append(append(extra, auth...), "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))...)
+		st.servers, st.replica = []*testserver.Redis{p}, r
+		px, err := NewProxy(p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		st.proxy, st.addrs = px, []string{px.Addr()}
+		waitReplica(t, p.Addr)
+		return st
+	}
+	n := max(c.Masters, 1)
+	for range n {
+		s := testserver.StartRedis(t, extra...)
+		st.servers = append(st.servers, s)
+		st.addrs = append(st.addrs, s.Addr)
+	}
+	return st
+}
+
+// waitReplica waits until the primary at addr has a replica online.
+func waitReplica(t testing.TB, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	testserver.Eventually(t, 10*time.Second, "the replica is in sync", func() bool {
+		s, _ := rdb.Info(context.Background(), "replication").Result()
+		return strings.Contains(s, "state=online")
+	})
+}
+
+// Run runs c: it starts the servers, the workers and the nemesis, stops them
+// after c.Duration, and checks the history. A failing run logs its seed.
+func Run(t testing.TB, c Config) *Result {
+	t.Helper()
+	start := time.Now()
+	dir := t.TempDir()
+	res := &Result{Dir: dir}
+	resource := testserver.StartRedis(t)
+	st := startStore(t, c)
+	spec := c.Spec
+	spec.Lock, spec.Resource, spec.Dir, spec.Seed = st.addrs, resource.Addr, dir, c.Seed
+	rec, err := NewRecorder(filepath.Join(dir, "nemesis.jsonl"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ws := &workers{spec: spec, pids: make([]int, c.Workers)}
+	var wg sync.WaitGroup
+	for i := range c.Workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); ws.keep(ctx, t, i) }()
+	}
+	nctx, ncancel := context.WithCancel(context.Background())
+	var nwg sync.WaitGroup
+	if len(c.Faults) > 0 {
+		nwg.Add(1)
+		go func() { defer nwg.Done(); nemesis(nctx, t, c, st, ws, rec) }()
+	}
+	time.Sleep(c.Duration) // the workload runs; everything is awaited below
+	ncancel()
+	nwg.Wait()
+	cancel()
+	ws.stopAll()
+	wg.Wait()
+
+	// Liveness: once everything has ended and a TTL has passed, nothing of the
+	// locks is left on the store but the fence counters, which outlive them
+	// by design.
+	time.Sleep(c.Spec.TTL + 500*time.Millisecond)
+	for _, a := range st.addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		keys, err := rdb.Keys(context.Background(), "*").Result()
+		rdb.Close()
+		if err != nil {
+			t.Errorf("verify: scanning the lock store: %v", err)
+		}
+		for _, k := range keys {
+			if !strings.HasSuffix(k, ":fence") {
+				res.Leftover = append(res.Leftover, k)
+			}
+		}
+	}
+
+	h, err := ReadHistory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.History = h
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafeFaults})
+	res.Stats = a.Stats
+	res.Violations = a.Check()
+	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {
+		res.Violations = append(res.Violations, *v)
+	}
+	if len(res.Leftover) > 0 {
+		slices.Sort(res.Leftover)
+		res.Violations = append(res.Violations, Violation{Checker: "liveness",
+			Msg: fmt.Sprintf("keys left on the lock store after every holder ended and a TTL passed: %v", res.Leftover)})
+	}
+	res.Elapsed = time.Since(start)
+	return res
+}
+
+// Report fails t with every violation (and the seed that replays the run)
+// unless there is none.
+func (r *Result) Report(t testing.TB, seed uint64) {
+	t.Helper()
+	if len(r.Violations) == 0 {
+		return
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("dlock-verify-%s-seed%d.jsonl", strings.ReplaceAll(t.Name(), "/", "_"), seed))
+	_ = WriteHistory(path, r.History)
+	for _, v := range r.Violations {
+		t.Error(v.Format(r.History))
+	}
+	t.Errorf("history: %s (replay: go test -run '^%s$' -seed %d)", path, t.Name(), seed)
+}
+
+// workers keeps c.Workers worker processes running, starting one again when it
+// exits (a holder that exited without releasing, or one killed).
+type workers struct {
+	spec Spec
+	mu   sync.Mutex
+	pids []int
+	cmds []*exec.Cmd
+	stop bool
+}
+
+func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
+	for life := 0; ctx.Err() == nil; life++ {
+		s := ws.spec
+		s.Proc, s.Life = i, life
+		b, _ := json.Marshal(s)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
+		logs, err := os.OpenFile(filepath.Join(s.Dir, fmt.Sprintf("w%02d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		ws.mu.Lock()
+		if ws.stop {
+			ws.mu.Unlock()
+			logs.Close()
+			return
+		}
+		err = cmd.Start()
+		if err == nil {
+			ws.pids[i] = cmd.Process.Pid
+		}
+		ws.mu.Unlock()
+		if err != nil {
+			logs.Close()
+			t.Error(err)
+			return
+		}
+		_ = cmd.Wait()
+		logs.Close()
+		ws.mu.Lock()
+		ws.pids[i] = 0
+		ws.mu.Unlock()
+	}
+}
+
+// signal sends sig to worker i; it reports whether the worker was running.
+func (ws *workers) signal(i int, sig syscall.Signal) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.pids[i] == 0 {
+		return false
+	}
+	return syscall.Kill(ws.pids[i], sig) == nil
+}
+
+// stopAll asks every worker to finish its round and exit (SIGCONT first: one
+// may be stopped), and kills those still running 10 s later.
+func (ws *workers) stopAll() {
+	ws.mu.Lock()
+	ws.stop = true
+	pids := slices.Clone(ws.pids)
+	ws.mu.Unlock()
+	for _, p := range pids {
+		if p != 0 {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+			_ = syscall.Kill(p, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ws.mu.Lock()
+		running := slices.ContainsFunc(ws.pids, func(p int) bool { return p != 0 })
+		ws.mu.Unlock()
+		if !running {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling the exits the keep loops record
+	}
+	for i := range ws.pids {
+		ws.signal(i, syscall.SIGKILL)
+	}
+}
+
+// nemesis injects c.Faults at random, from c.Seed, until ctx ends; every fault
+// is healed before it returns.
+func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers, rec *Recorder) {
+	rng := rand.New(rand.NewPCG(c.Seed, 0x6e656d))
+	ttl := c.Spec.TTL
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for sleep(between(ttl/2, 2*ttl)) {
+		f := c.Faults[rng.IntN(len(c.Faults))]
+		target := rng.IntN(c.Workers)
+		switch f {
+		case FaultStop:
+			if !ws.signal(target, syscall.SIGSTOP) {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
+			time.Sleep(between(ttl/2, 2*ttl)) // a pause past the TTL, or not
+			ws.signal(target, syscall.SIGCONT)
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultKill:
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
+			ws.signal(target, syscall.SIGKILL)
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultSnapshot:
+			rdb := redis.NewClient(&redis.Options{Addr: st.servers[0].Addr})
+			_ = rdb.BgSave(context.Background()).Err()
+			rdb.Close()
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultCrash:
+			s := st.servers[rng.IntN(len(st.servers))]
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			s.Stop()
+			time.Sleep(between(0, ttl/2))
+			if err := s.Start(); err != nil {
+				t.Errorf("verify: restarting the lock store: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultFailover:
+			if st.replica == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			if err := failover(ctx, st, between(ttl/4, ttl)); err != nil {
+				t.Errorf("verify: failover: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		}
+	}
+}
+
+// failover cuts the replica's link (its replication user switched off and its
+// connections killed), lets the primary take writes for lag, kills the primary,
+// promotes the replica and points the proxy at it; the old primary comes back
+// empty as the new primary's replica.
+func failover(ctx context.Context, st *store, lag time.Duration) error {
+	p, r := st.servers[0], st.replica
+	bg := context.Background()
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer prdb.Close()
+	if err := prdb.Do(bg, "ACL", "SETUSER", "repl", "off").Err(); err != nil {
+		return err
+	}
+	if err := prdb.Do(bg, "CLIENT", "KILL", "USER", "repl").Err(); err != nil {
+		return err
+	}
+	time.Sleep(lag) // the primary grants what the replica will never see
+	p.Stop()
+	rrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rrdb.Close()
+	if err := rrdb.Do(bg, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return err
+	}
+	st.proxy.SetTarget(r.Addr)
+	if err := p.Start(); err != nil {
+		return err
+	}
+	if err := prdb.Do(bg, "REPLICAOF", "127.0.0.1", fmt.Sprint(r.Port)).Err(); err != nil {
+		return err
+	}
+	st.servers[0], st.replica = r, p
+	for range 200 { // the new replica syncs, so that the next failover has one
+		s, _ := rrdb.Info(bg, "replication").Result()
+		if strings.Contains(s, "state=online") || ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return fmt.Errorf("the new replica did not sync")
+}
