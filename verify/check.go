@@ -59,6 +59,7 @@ type grant struct {
 	relInv   int64 // when its release was invoked (0: never)
 	released int64 // completion of an owner-checked release that succeeded (0: none)
 	done     int64 // when Done fired (0: never seen)
+	doneLine int
 	deadline int64 // the last local deadline seen (0: none)
 	death    int64 // when its process exited or was killed (0: it did not)
 }
@@ -135,7 +136,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		case OpDone, OpExtend:
 			if g := byToken[tk(e.Proc, e.Token)]; g != nil {
 				if e.Op == OpDone && g.done == 0 {
-					g.done = e.T
+					g.done, g.doneLine = e.T, e.Line
 				}
 				if e.Op == OpExtend {
 					g.deadline = e.Deadline
@@ -244,7 +245,7 @@ func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.ToldFirst, a.Handover, a.Fairness} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -319,6 +320,25 @@ func (a *Analysis) Exclusion() *Violation {
 					Msg: fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
 						key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))}
 			}
+		}
+	}
+	return nil
+}
+
+// SpuriousLoss: a holding is not lost before its local deadline (its Done
+// firing early, from a renewal the store refused) unless a fault hit its
+// worker or the store: nobody else may end it (an Unlock of another owner, a
+// release without the owner check).
+func (a *Analysis) SpuriousLoss() *Violation {
+	margin := int64(a.P.TTL / 4)
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			if g.done == 0 || g.relInv != 0 && g.relInv <= g.done || g.deadline != 0 && g.done > g.deadline-margin ||
+				g.death != 0 && g.death <= g.done || a.faultNear(g.inv.T-int64(a.P.TTL), g.done, g.ok.Proc) {
+				continue
+			}
+			return &Violation{Checker: "spurious-loss", Lines: []int{g.ok.Line, g.doneLine},
+				Msg: fmt.Sprintf("key %s: worker %d lost token %d %v before its deadline, with no fault near", key, g.ok.Proc, g.ok.Token, time.Duration(g.deadline-g.done))}
 		}
 	}
 	return nil
