@@ -153,7 +153,7 @@ func Run(t testing.TB, c Config) *Result {
 			t.Errorf("verify: scanning the lock store: %v", err)
 		}
 		for _, k := range keys {
-			if !strings.HasSuffix(k, ":fence") {
+			if !retained(k) {
 				res.Leftover = append(res.Leftover, k)
 			}
 		}
@@ -177,6 +177,13 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	res.Elapsed = time.Since(start)
 	return res
+}
+
+// retained reports whether key is one that outlives its locks by design: a
+// fence counter (redislock, Redlock) or a legacy lock's companion hash, which
+// keeps the fencing counter for FenceRetention.
+func retained(key string) bool {
+	return strings.HasSuffix(key, ":fence") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}:dlock")
 }
 
 // Report fails t with every violation (and the seed that replays the run)

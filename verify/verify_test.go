@@ -17,7 +17,14 @@ var (
 func TestMain(m *testing.M) {
 	MaybeWorker() // a worker process exits here
 	flag.Parse()
-	os.Exit(m.Run())
+	code := m.Run()
+	if *tableFlag != "" {
+		if err := writeTable(*tableFlag); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // seeds returns the seeds to run: -seed alone, else -seeds of them from
@@ -50,14 +57,47 @@ func quickSpec(kind string) Spec {
 		Hold: 250 * time.Millisecond, Wait: 1500 * time.Millisecond, ExitProb: 0.05, N: 2}
 }
 
-func TestRedisPlainHolderFaults(t *testing.T) {
-	for _, seed := range seeds(1, 1) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			c := Config{Spec: quickSpec("plain"), Workers: 4, Duration: duration(6 * time.Second), Seed: seed,
-				Faults: []string{FaultStop, FaultKill}, Bound: time.Second}
-			r := Run(t, c)
-			t.Logf("stats %+v, %v", r.Stats, r.Elapsed)
-			r.Report(t, seed)
+// scenario is one backend and primitive with the faults it runs under.
+type scenario struct {
+	name    string
+	backend string
+	kind    string
+	faults  []string
+	persist string
+	replica bool
+	masters int
+	props   string // the properties checked, for the table
+}
+
+var holderFaults = []string{FaultStop, FaultKill}
+
+var scenarios = []scenario{
+	{"redis-plain", "redis", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
+	{"redis-plain-aof", "redis", "plain", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)"},
+	{"redis-fair", "redis", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order"},
+	{"redis-reentrant", "redis", "reentrant", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
+	{"redis-rw-writers", "redis", "rw", holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone), told-first, linearizable, liveness"},
+	{"redis-semaphore-2", "redis", "sem", holderFaults, "", false, 0, "fencing, at most 2 holders, liveness"},
+	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)"},
+	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused), told-first, linearizable, liveness"},
+	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
+}
+
+// TestScenarios is every backend's quick run: a few seeds of a short workload
+// under its faults, every checker on the history.
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, seed := range seeds(1, 1) {
+				spec := quickSpec(sc.kind)
+				spec.Backend = sc.backend
+				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
+					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second}
+				r := Run(t, c)
+				t.Logf("seed %d: %+v in %v", seed, r.Stats, r.Elapsed.Round(time.Millisecond))
+				record(sc, seed, r)
+				r.Report(t, seed)
+			}
 		})
 	}
 }
