@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/legacy"
+	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,10 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		for _, c := range rdbs {
 			c.Close()
 		}
+	}
+	if s.Backend == "memlock" {
+		lk, err := memlock.New(s.mem)
+		return lk, closeAll, err
 	}
 	for _, a := range s.Lock {
 		rdbs = append(rdbs, redis.NewClient(redisOptions(a)))

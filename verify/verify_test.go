@@ -80,6 +80,7 @@ var scenarios = []scenario{
 	{"redis-semaphore-2", "redis", "sem", holderFaults, "", false, 0, "fencing, at most 2 holders, liveness"},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)"},
 	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused), told-first, linearizable, liveness"},
+	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)"},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
 }
 

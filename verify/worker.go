@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -40,6 +41,8 @@ type Spec struct {
 	Dir      string // the history's directory
 	Proc     int    // this worker's number
 	Life     int    // how many times the worker was started before
+
+	mem *memlock.Store // memlock: the store the in-process workers share
 }
 
 // MaybeWorker runs the worker described by $DLOCK_VERIFY_WORKER and exits when
@@ -249,7 +252,7 @@ func (w *worker) hold(ctx context.Context, l *dlock.Lease, id int64) {
 	if w.s.Kind != "sem" { // semaphore holders are concurrent: they write nothing
 		w.modify(wctx, l)
 	}
-	if w.rng.Float64() < w.s.ExitProb {
+	if w.s.mem == nil && w.rng.Float64() < w.s.ExitProb {
 		w.rec.Record(Event{Op: "exit", Key: l.Key(), Token: l.Token()})
 		os.Exit(0)
 	}
