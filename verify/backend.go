@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Variants are the deliberately broken lock variants the checkers must catch:
@@ -38,9 +41,17 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 			c.Close()
 		}
 	}
-	if s.Backend == "memlock" {
+	switch s.Backend {
+	case "memlock":
 		lk, err := memlock.New(s.mem)
 		return lk, closeAll, err
+	case "etcd":
+		cli, err := clientv3.New(clientv3.Config{Endpoints: s.Lock, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, closeAll, err
+		}
+		lk, err := etcdlock.New(cli)
+		return lk, func() { cli.Close() }, err
 	}
 	for _, a := range s.Lock {
 		rdbs = append(rdbs, redis.NewClient(redisOptions(a)))

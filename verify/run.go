@@ -19,6 +19,8 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Faults the nemesis injects.
@@ -61,12 +63,18 @@ type store struct {
 	servers []*testserver.Redis
 	replica *testserver.Redis
 	proxy   *Proxy
+	etcd    *testserver.EtcdCluster
 	addrs   []string
 }
 
 func startStore(t testing.TB, c Config) *store {
 	st := &store{}
-	if c.Spec.Backend == "memlock" {
+	switch c.Spec.Backend {
+	case "memlock":
+		return st
+	case "etcd":
+		st.etcd = testserver.StartEtcdCluster(t, 3)
+		st.addrs = st.etcd.Endpoints()
 		return st
 	}
 	var extra []string
@@ -153,20 +161,7 @@ func Run(t testing.TB, c Config) *Result {
 	// locks is left on the store but the fence counters, which outlive them
 	// by design.
 	time.Sleep(c.Spec.TTL + 500*time.Millisecond)
-	for _, a := range st.addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: a})
-		keys, err := rdb.Keys(context.Background(), "*").Result()
-		rdb.Close()
-		if err != nil {
-			t.Errorf("verify: scanning the lock store: %v", err)
-		}
-		for _, k := range keys {
-			if !retained(k) {
-				res.Leftover = append(res.Leftover, k)
-			}
-		}
-	}
-
+	res.Leftover = st.leftover(t)
 	if spec.mem != nil {
 		infos, err := spec.mem.List(context.Background(), "*")
 		if err != nil {
@@ -181,7 +176,11 @@ func Run(t testing.TB, c Config) *Result {
 		t.Fatal(err)
 	}
 	res.History = h
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafeFaults})
+	unsafe := unsafeFaults
+	if spec.Backend == "etcd" {
+		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
+	}
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafe})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {
@@ -194,6 +193,71 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	res.Elapsed = time.Since(start)
 	return res
+}
+
+// leftover returns what is left of the locks on the store: keys (but those
+// retained by design) and, on etcd, leases.
+func (st *store) leftover(t testing.TB) []string {
+	var left []string
+	bg := context.Background()
+	if st.etcd != nil {
+		// A leader change renews every lease (etcd refreshes them on
+		// election), and etcd has a minimum lease TTL: leftovers get a few
+		// seconds more to go.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			left = st.etcdLeftover(t)
+			if len(left) == 0 || time.Now().After(deadline) {
+				return left
+			}
+			time.Sleep(200 * time.Millisecond) // polling the server's expiry
+		}
+	}
+	for _, a := range st.addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		keys, err := rdb.Keys(bg, "*").Result()
+		rdb.Close()
+		if err != nil {
+			t.Errorf("verify: scanning the lock store: %v", err)
+		}
+		for _, k := range keys {
+			if !retained(k) {
+				left = append(left, k)
+			}
+		}
+	}
+	return left
+}
+
+// etcdLeftover lists the keys and leases on the etcd cluster.
+func (st *store) etcdLeftover(t testing.TB) []string {
+	var left []string
+	bg := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: st.addrs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Errorf("verify: etcd client: %v", err)
+		return nil
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Errorf("verify: listing etcd: %v", err)
+		return nil
+	}
+	for _, kv := range resp.Kvs {
+		left = append(left, string(kv.Key))
+	}
+	ls, err := cli.Leases(ctx)
+	if err != nil {
+		t.Errorf("verify: listing etcd leases: %v", err)
+		return left
+	}
+	for _, l := range ls.Leases {
+		left = append(left, fmt.Sprintf("lease %x", l.ID))
+	}
+	return left
 }
 
 // retained reports whether key is one that outlives its locks by design: a
@@ -348,6 +412,25 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			rdb.Close()
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultCrash:
+			if st.etcd != nil {
+				// The leader killed and started again: the others elect
+				// one meanwhile, and it rejoins from its WAL.
+				lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+				l, err := st.etcd.Leader(lctx)
+				lcancel()
+				if err != nil {
+					continue
+				}
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				l.Stop()
+				time.Sleep(between(ttl/2, 2*ttl))
+				if err := l.Restart(); err != nil {
+					t.Errorf("verify: restarting the etcd leader: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
 			s := st.servers[rng.IntN(len(st.servers))]
 			if c.Persist == "rdb" {
 				// A snapshot shortly before the crash: the restart goes

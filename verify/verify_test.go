@@ -81,6 +81,7 @@ var scenarios = []scenario{
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)"},
 	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused), told-first, linearizable, liveness"},
 	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)"},
+	{"etcd-3", "etcd", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)"},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
 }
 
@@ -92,6 +93,9 @@ func TestScenarios(t *testing.T) {
 			for _, seed := range seeds(1, 1) {
 				spec := quickSpec(sc.kind)
 				spec.Backend = sc.backend
+				if sc.backend == "etcd" { // whole seconds
+					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
+				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second}
 				r := Run(t, c)
