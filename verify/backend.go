@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
+	"github.com/dlock-go/dlock/zklock"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -52,6 +53,15 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		}
 		lk, err := etcdlock.New(cli)
 		return lk, func() { cli.Close() }, err
+	case "zookeeper":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d, err := zklock.NewDriver(ctx, s.Lock, zklock.WithSessionTimeout(s.TTL), zklock.WithLogger(func(string, ...any) {}))
+		if err != nil {
+			return nil, closeAll, err
+		}
+		lk, err := zklock.New(d)
+		return lk, func() { d.Close() }, err
 	}
 	for _, a := range s.Lock {
 		rdbs = append(rdbs, redis.NewClient(redisOptions(a)))

@@ -6,6 +6,8 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dlock-go/dlock v0.0.0
 	github.com/dlock-go/dlock/etcdlock v0.0.0
+	github.com/dlock-go/dlock/zklock v0.0.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
@@ -34,3 +36,5 @@ require (
 replace github.com/dlock-go/dlock => ../
 
 replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
+
+replace github.com/dlock-go/dlock/zklock => ../zklock

@@ -18,6 +18,8 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/zklock"
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -64,6 +66,7 @@ type store struct {
 	replica *testserver.Redis
 	proxy   *Proxy
 	etcd    *testserver.EtcdCluster
+	zk      *testserver.ZooKeeper
 	addrs   []string
 }
 
@@ -71,6 +74,10 @@ func startStore(t testing.TB, c Config) *store {
 	st := &store{}
 	switch c.Spec.Backend {
 	case "memlock":
+		return st
+	case "zookeeper":
+		st.zk = testserver.StartZooKeeper(t)
+		st.addrs = []string{st.zk.Addr}
 		return st
 	case "etcd":
 		st.etcd = testserver.StartEtcdCluster(t, 3)
@@ -177,7 +184,7 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	res.History = h
 	unsafe := unsafeFaults
-	if spec.Backend == "etcd" {
+	if spec.Backend == "etcd" || spec.Backend == "zookeeper" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafe})
@@ -212,6 +219,9 @@ func (st *store) leftover(t testing.TB) []string {
 			}
 			time.Sleep(200 * time.Millisecond) // polling the server's expiry
 		}
+	}
+	if st.zk != nil {
+		return st.zkLeftover(t)
 	}
 	for _, a := range st.addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: a})
@@ -257,6 +267,34 @@ func (st *store) etcdLeftover(t testing.TB) []string {
 	for _, l := range ls.Leases {
 		left = append(left, fmt.Sprintf("lease %x", l.ID))
 	}
+	return left
+}
+
+// zkLeftover lists the ephemeral znodes (holdings and queue entries) left under
+// the locks' root.
+func (st *store) zkLeftover(t testing.TB) []string {
+	conn, _, err := zk.Connect(st.addrs, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Errorf("verify: connecting to ZooKeeper: %v", err)
+		return nil
+	}
+	defer conn.Close()
+	var left []string
+	var walk func(path string)
+	walk = func(path string) {
+		kids, _, err := conn.Children(path)
+		if err != nil {
+			return
+		}
+		for _, k := range kids {
+			p := path + "/" + k
+			if _, stat, err := conn.Get(p); err == nil && stat.EphemeralOwner != 0 {
+				left = append(left, p)
+			}
+			walk(p)
+		}
+	}
+	walk(zklock.DefaultRoot)
 	return left
 }
 
@@ -412,6 +450,17 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			rdb.Close()
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultCrash:
+			if st.zk != nil {
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				st.zk.Stop()
+				time.Sleep(between(0, ttl/2))
+				if err := st.zk.Start(); err != nil {
+					t.Errorf("verify: restarting ZooKeeper: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
 			if st.etcd != nil {
 				// The leader killed and started again: the others elect
 				// one meanwhile, and it rejoins from its WAL.

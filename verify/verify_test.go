@@ -82,6 +82,7 @@ var scenarios = []scenario{
 	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused), told-first, linearizable, liveness"},
 	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)"},
 	{"etcd-3", "etcd", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)"},
+	{"zookeeper", "zookeeper", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)"},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
 }
 
@@ -93,6 +94,9 @@ func TestScenarios(t *testing.T) {
 			for _, seed := range seeds(1, 1) {
 				spec := quickSpec(sc.kind)
 				spec.Backend = sc.backend
+				if sc.backend == "zookeeper" { // the TTL is the session timeout
+					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
+				}
 				if sc.backend == "etcd" { // whole seconds
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
