@@ -11,9 +11,11 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/zklock"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -53,6 +55,25 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		}
 		lk, err := etcdlock.New(cli)
 		return lk, func() { cli.Close() }, err
+	case "postgres":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cfg, err := pgxpool.ParseConfig(s.Lock[0])
+		if err != nil {
+			return nil, closeAll, err
+		}
+		cfg.ConnConfig.ConnectTimeout = time.Second
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true, RequestTimeout: 500 * time.Millisecond})
+		if err != nil {
+			pool.Close()
+			return nil, closeAll, err
+		}
+		lk, err := d.Client()
+		return lk, pool.Close, err
 	case "zookeeper":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

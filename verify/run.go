@@ -18,8 +18,10 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/zklock"
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -32,6 +34,8 @@ const (
 	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
 	FaultSnapshot = "snapshot" // BGSAVE on the lock store (RDB: a crash goes back to it)
 	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
+	// FaultTerminate ends every client connection of PostgreSQL (pg_terminate_backend).
+	FaultTerminate = "terminate"
 )
 
 // Config is one run: a workload on one backend under a seeded nemesis.
@@ -67,6 +71,7 @@ type store struct {
 	proxy   *Proxy
 	etcd    *testserver.EtcdCluster
 	zk      *testserver.ZooKeeper
+	pg      *testserver.Postgres
 	addrs   []string
 }
 
@@ -74,6 +79,10 @@ func startStore(t testing.TB, c Config) *store {
 	st := &store{}
 	switch c.Spec.Backend {
 	case "memlock":
+		return st
+	case "postgres":
+		st.pg = testserver.StartPostgres(t)
+		st.addrs = []string{st.pg.URL}
 		return st
 	case "zookeeper":
 		st.zk = testserver.StartZooKeeper(t)
@@ -184,7 +193,7 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	res.History = h
 	unsafe := unsafeFaults
-	if spec.Backend == "etcd" || spec.Backend == "zookeeper" {
+	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafe})
@@ -222,6 +231,9 @@ func (st *store) leftover(t testing.TB) []string {
 	}
 	if st.zk != nil {
 		return st.zkLeftover(t)
+	}
+	if st.pg != nil {
+		return st.pgLeftover(t)
 	}
 	for _, a := range st.addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: a})
@@ -296,6 +308,29 @@ func (st *store) zkLeftover(t testing.TB) []string {
 	}
 	walk(zklock.DefaultRoot)
 	return left
+}
+
+// pgLeftover lists the rows of locks still held (expired rows stay until the
+// next acquisition of their key takes them over: they hold nothing).
+func (st *store) pgLeftover(t testing.TB) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, st.pg.URL)
+	if err != nil {
+		t.Errorf("verify: connecting to PostgreSQL: %v", err)
+		return nil
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT key FROM "+pglock.DefaultTable+" WHERE owner <> '' AND expires_at > clock_timestamp()")
+	if err != nil {
+		t.Errorf("verify: reading the locks' table: %v", err)
+		return nil
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("verify: reading the locks' table: %v", err)
+	}
+	return keys
 }
 
 // retained reports whether key is one that outlives its locks by design: a
@@ -440,6 +475,16 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			time.Sleep(between(ttl/2, 2*ttl)) // a pause past the TTL, or not
 			ws.signal(target, syscall.SIGCONT)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultTerminate:
+			if st.pg == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			if err := terminateBackends(st.pg.URL); err != nil {
+				t.Errorf("verify: pg_terminate_backend: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultKill:
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
 			ws.signal(target, syscall.SIGKILL)
@@ -450,6 +495,15 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			rdb.Close()
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultCrash:
+			if st.pg != nil {
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				if err := st.pg.Restart(); err != nil {
+					t.Errorf("verify: restarting PostgreSQL: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
 			if st.zk != nil {
 				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
 				st.zk.Stop()
@@ -516,6 +570,19 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		}
 	}
+}
+
+// terminateBackends ends every other connection to the PostgreSQL at url.
+func terminateBackends(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'")
+	return err
 }
 
 // snapshot saves an RDB snapshot of the server at addr and waits until it is

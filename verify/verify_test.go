@@ -83,6 +83,7 @@ var scenarios = []scenario{
 	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)"},
 	{"etcd-3", "etcd", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)"},
 	{"zookeeper", "zookeeper", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)"},
+	{"postgres", "postgres", "plain", []string{FaultStop, FaultKill, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)"},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness"},
 }
 
@@ -94,7 +95,7 @@ func TestScenarios(t *testing.T) {
 			for _, seed := range seeds(1, 1) {
 				spec := quickSpec(sc.kind)
 				spec.Backend = sc.backend
-				if sc.backend == "zookeeper" { // the TTL is the session timeout
+				if sc.backend == "zookeeper" || sc.backend == "postgres" { // the TTL is the session timeout; PostgreSQL is slower
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				if sc.backend == "etcd" { // whole seconds
