@@ -245,7 +245,7 @@ func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -405,6 +405,16 @@ func (a *Analysis) Handover() *Violation {
 		}
 	}
 	return nil
+}
+
+// Starvation: no worker starves while the others are served: Jain's index of
+// the grants per worker stays at 0.5 or more (one half of the workers getting
+// everything) once there are grants enough to tell.
+func (a *Analysis) Starvation() *Violation {
+	if a.Stats.Grants < 20 || a.Stats.Jain >= 0.5 {
+		return nil
+	}
+	return &Violation{Checker: "fairness", Msg: fmt.Sprintf("grants spread unfairly over the workers: Jain's index %.2f over %d grants", a.Stats.Jain, a.Stats.Grants)}
 }
 
 // Fairness: on the fair lock, waiters of a key are served in arrival order

@@ -19,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/zklock"
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
@@ -176,8 +177,25 @@ func Run(t testing.TB, c Config) *Result {
 	// Liveness: once everything has ended and a TTL has passed, nothing of the
 	// locks is left on the store but the fence counters, which outlive them
 	// by design.
-	time.Sleep(c.Spec.TTL + 500*time.Millisecond)
-	res.Leftover = st.leftover(t)
+	time.Sleep(c.Spec.TTL)
+	grace := time.Second
+	switch {
+	case st.etcd != nil:
+		// A leader change renews every lease (etcd refreshes them on
+		// election), and etcd has a minimum lease TTL.
+		grace = 5 * time.Second
+	case spec.Backend == "redis" && spec.Kind != "plain":
+		// A queue entry of a waiter that died, and a lock handed over to
+		// one, stay FairWaiterTTL.
+		grace += redislock.FairWaiterTTL
+	}
+	for deadline := time.Now().Add(grace); ; {
+		res.Leftover = st.leftover(t)
+		if len(res.Leftover) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the store's expiry
+	}
 	if spec.mem != nil {
 		infos, err := spec.mem.List(context.Background(), "*")
 		if err != nil {
@@ -217,17 +235,7 @@ func (st *store) leftover(t testing.TB) []string {
 	var left []string
 	bg := context.Background()
 	if st.etcd != nil {
-		// A leader change renews every lease (etcd refreshes them on
-		// election), and etcd has a minimum lease TTL: leftovers get a few
-		// seconds more to go.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			left = st.etcdLeftover(t)
-			if len(left) == 0 || time.Now().After(deadline) {
-				return left
-			}
-			time.Sleep(200 * time.Millisecond) // polling the server's expiry
-		}
+		return st.etcdLeftover(t)
 	}
 	if st.zk != nil {
 		return st.zkLeftover(t)
