@@ -222,14 +222,13 @@ func (b *broken) Release(ctx context.Context, h dlock.Holding) error {
 	case "rawdel":
 		return b.rdb.Del(ctx, redislock.LockKey(h.Key)).Err()
 	case "renewafter":
-		// Unlock returns at once; a renewal goes on holding the lock for
-		// three TTLs more and only then releases it.
+		// Unlock returns at once, and a renewal goes on holding the lock
+		// for as long as the process lives.
 		go func() {
-			for range 9 {
+			for {
 				time.Sleep(h.TTL / 3)
 				_, _ = b.Driver.Extend(context.Background(), h, h.TTL)
 			}
-			_ = b.Driver.Release(context.Background(), h)
 		}()
 		return nil
 	}

@@ -53,7 +53,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					spec.Hold = time.Second
 				}
 				if bc.variant == "renewafter" {
-					spec.Wait = 3 * spec.TTL // waiters outlast the release's bound
+					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Bound: time.Second}
