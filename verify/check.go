@@ -66,13 +66,12 @@ type grant struct {
 
 // Analysis is a history split into what the checkers use.
 type Analysis struct {
-	H       []Event
-	P       Params
-	grants  map[string][]*grant // per key, by grant completion
-	acqs    []acq               // every acquisition, with its completion
-	faults  []fault
-	Stats   Stats
-	writesH []Event
+	H      []Event
+	P      Params
+	grants map[string][]*grant // per key, by grant completion
+	acqs   []acq               // every acquisition, with its completion
+	faults []fault
+	Stats  Stats
 }
 
 type acq struct{ inv, end Event }

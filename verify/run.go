@@ -369,7 +369,6 @@ type workers struct {
 	spec Spec
 	mu   sync.Mutex
 	pids []int
-	cmds []*exec.Cmd
 	stop bool
 }
 
