@@ -155,6 +155,7 @@ var (
 	prefixScript = redis.NewScript(prefixLib + prefixAcquire)
 )
 
+// Acquire takes the plain lock, broken as b.variant says.
 func (b *broken) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if b.variant == "prefix" {
 		return b.prefixAcquire(ctx, r)
@@ -210,6 +211,7 @@ func toUint(v any) (uint64, error) {
 	return 0, fmt.Errorf("%w: verify: token %v", dlock.ErrRefused, v)
 }
 
+// Extend extends the holding (noexpiry: nothing to extend).
 func (b *broken) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
 	if b.variant == "noexpiry" {
 		return ttl, nil // nothing expires: nothing to extend
@@ -217,6 +219,7 @@ func (b *broken) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	return b.Driver.Extend(ctx, h, ttl)
 }
 
+// Release releases the holding, broken as b.variant says.
 func (b *broken) Release(ctx context.Context, h dlock.Holding) error {
 	switch b.variant {
 	case "rawdel":

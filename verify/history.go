@@ -68,6 +68,7 @@ type Event struct {
 	Line     int    `json:"-"`                // position in the merged history
 }
 
+// String is the event as a history line, after its position.
 func (e Event) String() string {
 	b, _ := json.Marshal(e)
 	return fmt.Sprintf("%5d %s", e.Line, b)

@@ -58,6 +58,7 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
+// accept forwards each connection to the target of the moment.
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -82,6 +83,7 @@ func (p *Proxy) accept() {
 	}
 }
 
+// pipe copies src to dst until either ends, then closes both.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	_, _ = io.Copy(dst, src)

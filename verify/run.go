@@ -372,6 +372,7 @@ type workers struct {
 	stop bool
 }
 
+// keep runs worker i, again each time it exits, until ctx ends.
 func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 	if ws.spec.mem != nil { // memlock: a goroutine, sharing the store
 		s := ws.spec

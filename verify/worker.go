@@ -168,10 +168,12 @@ type recordingLocker struct {
 	mode string
 }
 
+// TryLock is Lock: Do only calls Lock.
 func (r *recordingLocker) TryLock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error) {
 	return r.Lock(ctx, key, opts...)
 }
 
+// Lock takes the lock with the worker's Locker and records the outcome.
 func (r *recordingLocker) Lock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error) {
 	l, err := r.w.lk.Lock(ctx, key, opts...)
 	r.w.acquired(r.id, key, r.mode, l, err)
@@ -188,6 +190,7 @@ func (w *worker) deadline(l *dlock.Lease) int64 {
 	return Now() + int64(time.Until(l.Deadline()))
 }
 
+// acquired records the outcome of acquisition id and watches a lease it got.
 func (w *worker) acquired(id int64, key, mode string, l *dlock.Lease, err error) {
 	if err != nil {
 		typ := Fail
@@ -295,9 +298,13 @@ type fenceToken struct {
 	token uint64
 }
 
-func (f fenceToken) Key() string   { return f.key }
+// Key is the lock key.
+func (f fenceToken) Key() string { return f.key }
+
+// Token is the fencing token.
 func (f fenceToken) Token() uint64 { return f.token }
 
+// release unlocks l and records the release.
 func (w *worker) release(l *dlock.Lease, key string) {
 	id := w.rec.NextID()
 	w.rec.Record(Event{Op: OpRelease, Type: Invoke, ID: id, Key: key, Token: l.Token(), Deadline: w.deadline(l)})
