@@ -241,6 +241,17 @@ func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
 	return false
 }
 
+// faultNearBut reports whether a fault overlapped [t0, t1], other than the
+// kill of worker proc.
+func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
+	for _, f := range a.faults {
+		if f.start <= t1 && f.end >= t0 && (f.name != FaultKill || f.target != proc) {
+			return true
+		}
+	}
+	return false
+}
+
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
@@ -370,14 +381,20 @@ func (a *Analysis) ToldFirst() *Violation {
 	return nil
 }
 
-// Handover (liveness): after a clean release, a waiter that goes on waiting gets
-// the lock within TTL plus Bound, but across a fault.
+// Handover (liveness): after a clean release, or the expiry of a holder that
+// died holding, a waiter that goes on waiting gets the lock within TTL plus
+// Bound, but across another fault.
 func (a *Analysis) Handover() *Violation {
 	bound := int64(a.P.TTL + a.P.Bound)
 	for key, gs := range a.grants {
 		for _, g := range gs {
-			r := g.released
-			if r == 0 || a.faultNear(r-int64(a.P.TTL)-int64(6*time.Second), r+bound, -2) {
+			r, what := g.released, "released"
+			if r == 0 && g.relInv == 0 && g.death != 0 && g.deadline != 0 {
+				// A holder that died holding: the lock frees at its expiry,
+				// which its local deadline precedes.
+				r, what = max(g.death, g.deadline), "its holder died; it expired"
+			}
+			if r == 0 || a.faultNearBut(r-int64(a.P.TTL)-int64(6*time.Second), r+bound, g.ok.Proc) {
 				continue
 			}
 			var waiter *acq
@@ -399,7 +416,7 @@ func (a *Analysis) Handover() *Violation {
 			}
 			if !next {
 				return &Violation{Checker: "liveness", Lines: []int{g.ok.Line, waiter.inv.Line, waiter.end.Line},
-					Msg: fmt.Sprintf("key %s: released at line %d, but worker %d waited %v more without a grant", key, g.ok.Line, waiter.inv.Proc, time.Duration(waiter.end.T-r))}
+					Msg: fmt.Sprintf("key %s: granted at line %d, %s, but worker %d waited %v more without a grant", key, g.ok.Line, what, waiter.inv.Proc, time.Duration(waiter.end.T-r))}
 			}
 		}
 	}

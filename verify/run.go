@@ -33,8 +33,11 @@ const (
 	FaultStop     = "stop"     // SIGSTOP a worker, SIGCONT it later
 	FaultKill     = "kill"     // SIGKILL a worker (it is started again)
 	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
-	FaultSnapshot = "snapshot" // BGSAVE on the lock store (RDB: a crash goes back to it)
+	FaultSnapshot = "snapshot" // with RDB, a crash's snapshot shortly before it
 	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
+	// FaultReset cuts every connection between the workers and the Redis
+	// store (through the proxy they dial).
+	FaultReset = "reset"
 	// FaultTerminate ends every client connection of PostgreSQL (pg_terminate_backend).
 	FaultTerminate = "terminate"
 )
@@ -120,6 +123,14 @@ func startStore(t testing.TB, c Config) *store {
 		s := testserver.StartRedis(t, extra...)
 		st.servers = append(st.servers, s)
 		st.addrs = append(st.addrs, s.Addr)
+	}
+	if n == 1 { // the workers dial through a proxy that can cut their connections
+		px, err := NewProxy(st.addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		st.proxy, st.addrs = px, []string{px.Addr()}
 	}
 	return st
 }
@@ -483,6 +494,13 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			time.Sleep(between(ttl/2, 2*ttl)) // a pause past the TTL, or not
 			ws.signal(target, syscall.SIGCONT)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultReset:
+			if st.proxy == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			st.proxy.Reset()
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultTerminate:
 			if st.pg == nil {
 				continue
@@ -497,11 +515,6 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
 			ws.signal(target, syscall.SIGKILL)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
-		case FaultSnapshot:
-			rdb := redis.NewClient(&redis.Options{Addr: st.servers[0].Addr})
-			_ = rdb.BgSave(context.Background()).Err()
-			rdb.Close()
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		case FaultCrash:
 			if st.pg != nil {
 				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
@@ -551,6 +564,7 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 					t.Errorf("verify: snapshot: %v", err)
 					return
 				}
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
 				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
 				time.Sleep(between(ttl/8, ttl/2))
 			}

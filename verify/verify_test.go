@@ -73,7 +73,7 @@ type scenario struct {
 	clockToken bool
 }
 
-var holderFaults = []string{FaultStop, FaultKill}
+var holderFaults = []string{FaultStop, FaultKill, FaultReset}
 
 var scenarios = []scenario{
 	{"redis-plain", "redis", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
