@@ -39,12 +39,13 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			for seed := uint64(1); seed <= 6; seed++ {
+			for seed := uint64(1); seed <= 8; seed++ {
 				spec := quickSpec("plain")
 				spec.Variant = bc.variant
 				if bc.variant == "prefix" {
 					// Records that outlive the restart or the promotion.
 					spec.TTL, spec.Hold = time.Second, 150*time.Millisecond
+					spec.Keys = []string{"a", "b", "c", "d", "e", "f"} // idle keys: released records at a cut
 				}
 				if bc.variant == "rawdel" {
 					// Holders hold long (renewed), so that a stop likely

@@ -483,15 +483,19 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 	}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	for sleep(between(ttl/2, 2*ttl)) {
+		// Every draw is made each round, used or not, so that a seed
+		// replays the same choices whatever the processes did.
 		f := c.Faults[rng.IntN(len(c.Faults))]
 		target := rng.IntN(c.Workers)
+		long, short, lag := between(ttl/2, 2*ttl), between(0, ttl/2), between(ttl/8, ttl/3)
+		pick := rng.IntN(max(len(st.servers), 1))
 		switch f {
 		case FaultStop:
 			if !ws.signal(target, syscall.SIGSTOP) {
 				continue
 			}
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
-			time.Sleep(between(ttl/2, 2*ttl)) // a pause past the TTL, or not
+			time.Sleep(long) // a pause past the TTL, or not
 			ws.signal(target, syscall.SIGCONT)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
 		case FaultReset:
@@ -528,7 +532,7 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			if st.zk != nil {
 				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
 				st.zk.Stop()
-				time.Sleep(between(0, ttl/2))
+				time.Sleep(short)
 				if err := st.zk.Start(); err != nil {
 					t.Errorf("verify: restarting ZooKeeper: %v", err)
 					return
@@ -547,7 +551,7 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 				}
 				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
 				l.Stop()
-				time.Sleep(between(ttl/2, 2*ttl))
+				time.Sleep(long)
 				if err := l.Restart(); err != nil {
 					t.Errorf("verify: restarting the etcd leader: %v", err)
 					return
@@ -555,7 +559,7 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 				continue
 			}
-			s := st.servers[rng.IntN(len(st.servers))]
+			s := st.servers[pick]
 			if c.Persist == "rdb" {
 				// A snapshot shortly before the crash: the restart goes
 				// back to a state some grants ago, whose records are still
@@ -566,11 +570,11 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 				}
 				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
 				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
-				time.Sleep(between(ttl/8, ttl/2))
+				time.Sleep(lag)
 			}
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
 			s.Stop()
-			time.Sleep(between(0, ttl/2))
+			time.Sleep(short)
 			if err := s.Start(); err != nil {
 				t.Errorf("verify: restarting the lock store: %v", err)
 				return
@@ -580,7 +584,6 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			if st.replica == nil {
 				continue
 			}
-			lag := between(ttl/8, ttl/3)
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
 			if err := failover(st, lag); errors.Is(err, errNoReplica) {
 				rec.Record(Event{Op: OpNemesis, Type: Fail, Fault: f, Target: -1})
