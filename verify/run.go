@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/pglock"
@@ -192,9 +193,10 @@ func Run(t testing.TB, c Config) *Result {
 	grace := time.Second
 	switch {
 	case st.etcd != nil:
-		// A leader change renews every lease (etcd refreshes them on
-		// election), and etcd has a minimum lease TTL.
-		grace = 5 * time.Second
+		// The mark of an abandoned acquisition lives its TTL plus the
+		// request timeout (in whole seconds), and a leader change renews
+		// every lease (etcd refreshes them on election).
+		grace = etcdlock.DefaultRequestTimeout + 2*time.Second
 	case spec.Backend == "redis" && spec.Kind != "plain":
 		// A queue entry of a waiter that died, and a lock handed over to
 		// one, stay FairWaiterTTL.
