@@ -99,5 +99,6 @@ module dlockgocron "gocron Locker and Elector, schedulers in one process and in 
 module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
 module dlockk8s "client-go's leader election with the record in redis-server"
 module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
+module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" ""
 
 say "all green"

@@ -1,0 +1,577 @@
+package verify
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Violation is the first breach of one property found in a history.
+type Violation struct {
+	Checker string // fencing, resource, exclusion, linearizable, told-first, liveness, fairness
+	Msg     string
+	Lines   []int // the events involved (Event.Line)
+}
+
+// Format prints the violation with the history around the events involved.
+func (v Violation) Format(h []Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n", v.Checker, v.Msg)
+	shown := map[int]bool{}
+	for _, l := range v.Lines {
+		for i := max(0, l-4); i <= min(len(h)-1, l+4); i++ {
+			if !shown[i] {
+				shown[i] = true
+				mark := "  "
+				for _, m := range v.Lines {
+					if m == i {
+						mark = "=>"
+					}
+				}
+				fmt.Fprintf(&b, "  %s %s\n", mark, h[i])
+			}
+		}
+	}
+	return b.String()
+}
+
+// Params are what the checkers need to know about the run.
+type Params struct {
+	Kind  string        // the lock kind (sem: at most N holders)
+	N     int           // the semaphore's permits
+	TTL   time.Duration // the locks' TTL
+	Bound time.Duration // liveness: how long after TTL a waiter may wait for a free lock
+	// Unsafe names the faults the docs name as breaking exclusion (a crash
+	// of the store without durable state, a failover to a lagging replica):
+	// two holders at once are excused across one of them, but their tokens
+	// must still order them.
+	Unsafe map[string]bool
+}
+
+// grant is one successful acquisition with its validity window.
+type grant struct {
+	inv, ok  Event
+	end      int64 // the end of its validity window
+	relInv   int64 // when its release was invoked (0: never)
+	released int64 // completion of an owner-checked release that succeeded (0: none)
+	done     int64 // when Done fired (0: never seen)
+	doneLine int
+	deadline int64 // the last local deadline seen (0: none)
+	death    int64 // when its process exited or was killed (0: it did not)
+}
+
+// Analysis is a history split into what the checkers use.
+type Analysis struct {
+	H      []Event
+	P      Params
+	grants map[string][]*grant // per key, by grant completion
+	acqs   []acq               // every acquisition, with its completion
+	faults []fault
+	Stats  Stats
+}
+
+type acq struct{ inv, end Event }
+
+type fault struct {
+	name       string
+	target     int
+	start, end int64
+	line       int
+}
+
+// Stats count what a history holds.
+type Stats struct {
+	Ops, Grants, Writes, Refused, Faults int
+	Jain                                 float64       // Jain's fairness index of grants per worker
+	MaxWait                              time.Duration // the longest successful wait
+}
+
+// Analyze pairs the events of h and computes the holders' validity windows.
+func Analyze(h []Event, p Params) *Analysis {
+	a := &Analysis{H: h, P: p, grants: map[string][]*grant{}}
+	type pk struct {
+		proc int
+		id   int64
+	}
+	inv := map[pk]Event{}
+	holding := map[int]*grant{} // per process: its current grant
+	byToken := map[string]*grant{}
+	tk := func(proc int, tok uint64) string { return fmt.Sprint(proc, "/", tok) }
+	perProc := map[int]int{}
+	openFault := map[string]*fault{}
+	death := func(proc int, t int64) {
+		if g := holding[proc]; g != nil && g.death == 0 {
+			g.death = t
+		}
+		delete(holding, proc)
+	}
+	for _, e := range h {
+		switch e.Op {
+		case OpNemesis:
+			k := fmt.Sprint(e.Fault, e.Target)
+			switch e.Type {
+			case Invoke:
+				f := &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line}
+				openFault[k] = f
+				a.Stats.Faults++
+				if e.Fault == "kill" {
+					death(e.Target, e.T)
+				}
+			default:
+				if f := openFault[k]; f != nil {
+					f.end = e.T
+					a.faults = append(a.faults, *f)
+					delete(openFault, k)
+				}
+			}
+			continue
+		case OpStart, "exit":
+			death(e.Proc, e.T)
+			continue
+		case OpDone, OpExtend:
+			if g := byToken[tk(e.Proc, e.Token)]; g != nil {
+				if e.Op == OpDone && g.done == 0 {
+					g.done, g.doneLine = e.T, e.Line
+				}
+				if e.Op == OpExtend {
+					g.deadline = e.Deadline
+				}
+			}
+			continue
+		}
+		k := pk{e.Proc, e.ID}
+		if e.Type == Invoke {
+			inv[k] = e
+			if e.Op == OpRelease {
+				if g := holding[e.Proc]; g != nil {
+					if e.Deadline != 0 {
+						g.deadline = e.Deadline
+					}
+					g.relInv = e.T
+				}
+			}
+			continue
+		}
+		in, ok := inv[k]
+		if !ok {
+			continue
+		}
+		delete(inv, k)
+		a.Stats.Ops++
+		switch e.Op {
+		case OpAcquire:
+			a.acqs = append(a.acqs, acq{in, e})
+			if e.Type == OK {
+				g := &grant{inv: in, ok: e, deadline: e.Deadline}
+				a.grants[e.Key] = append(a.grants[e.Key], g)
+				holding[e.Proc] = g
+				byToken[tk(e.Proc, e.Token)] = g
+				perProc[e.Proc]++
+				a.Stats.Grants++
+				if in.Mode != "try" {
+					a.Stats.MaxWait = max(a.Stats.MaxWait, time.Duration(e.T-in.T))
+				}
+			}
+		case OpRelease:
+			if g := holding[e.Proc]; g != nil {
+				if e.Type == OK {
+					g.released = e.T
+				}
+				delete(holding, e.Proc)
+			}
+		case OpRead, OpWrite:
+			if e.Op == OpWrite {
+				a.Stats.Writes++
+				if e.Type == Fail {
+					a.Stats.Refused++
+				}
+			}
+		}
+	}
+	for _, f := range openFault {
+		a.faults = append(a.faults, *f)
+	}
+	// Each window ends at the first of: the release's invocation, Done, the
+	// local deadline, the holder's death.
+	for _, gs := range a.grants {
+		for _, g := range gs {
+			end := int64(math.MaxInt64)
+			for _, t := range []int64{g.relInv, g.done, g.deadline, g.death} {
+				if t != 0 && t < end {
+					end = t
+				}
+			}
+			g.end = end
+		}
+	}
+	var sum, sq float64
+	for _, n := range perProc {
+		sum += float64(n)
+		sq += float64(n) * float64(n)
+	}
+	if len(perProc) > 0 && sq > 0 {
+		a.Stats.Jain = sum * sum / (float64(len(perProc)) * sq)
+	}
+	return a
+}
+
+// unsafeBetween reports whether a fault the docs name as unsafe for exclusion
+// began between t0 and t1.
+func (a *Analysis) unsafeBetween(t0, t1 int64) bool {
+	for _, f := range a.faults {
+		if a.P.Unsafe[f.name] && f.start <= t1 && f.end >= t0 {
+			return true
+		}
+	}
+	return false
+}
+
+// faultNear reports whether any fault overlapped [t0, t1] (optionally only
+// those hitting proc; -2 for any).
+func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
+	for _, f := range a.faults {
+		if f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// faultNearBut reports whether a fault overlapped [t0, t1], other than the
+// kill of worker proc.
+func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
+	for _, f := range a.faults {
+		if f.start <= t1 && f.end >= t0 && (f.name != FaultKill || f.target != proc) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check runs every checker and returns the first violation of each.
+func (a *Analysis) Check() []Violation {
+	var vs []Violation
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
+		if v := c(); v != nil {
+			vs = append(vs, *v)
+		}
+	}
+	return vs
+}
+
+// Fencing: per key, a grant that completed before another was invoked has the
+// smaller token.
+func (a *Analysis) Fencing() *Violation {
+	for key, gs := range a.grants {
+		for i, b := range gs {
+			for _, g := range gs[:i] {
+				if g.ok.T < b.inv.T && g.ok.Token >= b.ok.Token {
+					return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.inv.Line, b.ok.Line},
+						Msg: fmt.Sprintf("key %s: grant of token %d completed before the grant of token %d was invoked", key, g.ok.Token, b.ok.Token)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Resource: the resource never accepts a write whose token is below one it
+// accepted before the write was invoked.
+func (a *Analysis) Resource() *Violation {
+	type w struct{ inv, end Event }
+	inv := map[string]Event{}
+	acc := map[string][]w{}
+	for _, e := range a.H {
+		if e.Op != OpWrite {
+			continue
+		}
+		k := fmt.Sprint(e.Proc, "/", e.ID)
+		if e.Type == Invoke {
+			inv[k] = e
+			continue
+		}
+		in := inv[k]
+		if e.Type != OK {
+			continue
+		}
+		for _, p := range acc[e.Key] {
+			if p.end.T < in.T && e.Token < p.end.Token {
+				return &Violation{Checker: "resource", Lines: []int{p.end.Line, in.Line, e.Line},
+					Msg: fmt.Sprintf("key %s: write with token %d accepted after one with token %d", e.Key, e.Token, p.end.Token)}
+			}
+		}
+		acc[e.Key] = append(acc[e.Key], w{in, e})
+	}
+	return nil
+}
+
+// Exclusion: no two validity windows of a key overlap (at most N for a
+// semaphore), but across a fault the docs name as unsafe.
+func (a *Analysis) Exclusion() *Violation {
+	limit := 1
+	if a.P.Kind == "sem" {
+		limit = a.P.N
+	}
+	for key, gs := range a.grants {
+		for i, b := range gs {
+			var over []*grant
+			for _, g := range gs[:i] {
+				if g.ok.T < b.ok.T && g.end > b.ok.T && !a.unsafeBetween(g.ok.T, b.ok.T) {
+					over = append(over, g)
+				}
+			}
+			if len(over) >= limit {
+				g := over[0]
+				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line},
+					Msg: fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
+						key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))}
+			}
+		}
+	}
+	return nil
+}
+
+// SpuriousLoss: a holding is not lost before its local deadline (its Done
+// firing early, from a renewal the store refused) unless a fault hit its
+// worker or the store: nobody else may end it (an Unlock of another owner, a
+// release without the owner check).
+func (a *Analysis) SpuriousLoss() *Violation {
+	margin := int64(a.P.TTL / 4)
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			if g.done == 0 || g.relInv != 0 && g.relInv <= g.done || g.deadline != 0 && g.done > g.deadline-margin ||
+				g.death != 0 && g.death <= g.done || a.faultNear(g.inv.T-int64(a.P.TTL), g.done, g.ok.Proc) {
+				continue
+			}
+			return &Violation{Checker: "spurious-loss", Lines: []int{g.ok.Line, g.doneLine},
+				Msg: fmt.Sprintf("key %s: worker %d lost token %d %v before its deadline, with no fault near", key, g.ok.Proc, g.ok.Token, time.Duration(g.deadline-g.done))}
+		}
+	}
+	return nil
+}
+
+// ToldFirst: a holder that had not released is told (its Done fires) before
+// another grant of the key completes, within the drift margin, unless it was
+// stopped or dead, or an unsafe fault came between.
+func (a *Analysis) ToldFirst() *Violation {
+	if a.P.Kind == "sem" {
+		return nil
+	}
+	margin := int64(100 * time.Millisecond) // scheduling on a loaded host
+	for key, gs := range a.grants {
+		for i, b := range gs {
+			for _, g := range gs[:i] {
+				if g.ok.T >= b.ok.T || g.relInv != 0 && g.relInv < b.ok.T {
+					continue // released before
+				}
+				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNear(g.ok.T, b.ok.T, g.ok.Proc) {
+					continue
+				}
+				if g.done == 0 || g.done > b.ok.T+margin {
+					return &Violation{Checker: "told-first", Lines: []int{g.ok.Line, b.ok.Line},
+						Msg: fmt.Sprintf("key %s: worker %d (token %d) was not told before worker %d got token %d", key, g.ok.Proc, g.ok.Token, b.ok.Proc, b.ok.Token)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Handover (liveness): after a clean release, or the expiry of a holder that
+// died holding, a waiter that goes on waiting gets the lock within TTL plus
+// Bound, but across another fault.
+func (a *Analysis) Handover() *Violation {
+	bound := int64(a.P.TTL + a.P.Bound)
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			r, what := g.released, "released"
+			if r == 0 && g.relInv == 0 && g.death != 0 && g.deadline != 0 {
+				// A holder that died holding: the lock frees at its expiry,
+				// which its local deadline precedes.
+				r, what = max(g.death, g.deadline), "its holder died; it expired"
+			}
+			if r == 0 || a.faultNearBut(r-int64(a.P.TTL)-int64(6*time.Second), r+bound, g.ok.Proc) {
+				continue
+			}
+			var waiter *acq
+			for i := range a.acqs {
+				w := &a.acqs[i]
+				if w.inv.Key == key && w.inv.Mode != "try" && w.inv.T < r && w.end.T > r+bound {
+					waiter = w
+					break
+				}
+			}
+			if waiter == nil {
+				continue
+			}
+			next := false
+			for _, o := range gs {
+				if o.ok.T > g.ok.T && o.ok.T <= r+bound {
+					next = true
+				}
+			}
+			if !next {
+				return &Violation{Checker: "liveness", Lines: []int{g.ok.Line, waiter.inv.Line, waiter.end.Line},
+					Msg: fmt.Sprintf("key %s: granted at line %d, %s, but worker %d waited %v more without a grant", key, g.ok.Line, what, waiter.inv.Proc, time.Duration(waiter.end.T-r))}
+			}
+		}
+	}
+	return nil
+}
+
+// Starvation: no worker starves while the others are served: Jain's index of
+// the grants per worker stays at 0.5 or more (one half of the workers getting
+// everything) once there are grants enough to tell.
+func (a *Analysis) Starvation() *Violation {
+	if a.Stats.Grants < 20 || a.Stats.Jain >= 0.5 {
+		return nil
+	}
+	return &Violation{Checker: "fairness", Msg: fmt.Sprintf("grants spread unfairly over the workers: Jain's index %.2f over %d grants", a.Stats.Jain, a.Stats.Grants)}
+}
+
+// Fairness: on the fair lock, waiters of a key are served in arrival order
+// (with a margin for the first round trip), away from faults.
+func (a *Analysis) Fairness() *Violation {
+	if a.P.Kind != "fair" {
+		return nil
+	}
+	margin := int64(100 * time.Millisecond)
+	for i := range a.acqs {
+		x := &a.acqs[i]
+		for j := range a.acqs {
+			y := &a.acqs[j]
+			if x.inv.Key != y.inv.Key || x.inv.Mode == "try" || y.inv.Mode == "try" || x.end.Type != OK || y.end.Type != OK {
+				continue
+			}
+			// x arrived well before y, both waited (y arrived before x was served),
+			// and y was served first.
+			if x.inv.T+margin < y.inv.T && y.inv.T < x.end.T && y.end.Token < x.end.Token &&
+				!a.faultNear(x.inv.T-int64(6*time.Second), x.end.T, -2) {
+				return &Violation{Checker: "fairness", Lines: []int{x.inv.Line, y.inv.Line, y.end.Line, x.end.Line},
+					Msg: fmt.Sprintf("key %s: worker %d arrived %v after worker %d and was served first", x.inv.Key, y.inv.Proc, time.Duration(y.inv.T-x.inv.T), x.inv.Proc)}
+			}
+		}
+	}
+	return nil
+}
+
+// register is the resource as a register fenced by tokens: a write is applied
+// when its token is not below the highest applied.
+type register struct {
+	value int64
+	token uint64
+}
+
+type regInput struct {
+	write bool
+	token uint64
+	value int64
+}
+
+type regOutput struct {
+	value   int64
+	outcome string // ok, fail, info
+}
+
+// registerModel is the model porcupine checks the resource's history against.
+var registerModel = porcupine.NondeterministicModel{
+	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
+		m := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range ops {
+			k := op.Metadata.(string)
+			if _, ok := m[k]; !ok {
+				keys = append(keys, k)
+			}
+			m[k] = append(m[k], op)
+		}
+		sort.Strings(keys)
+		var out [][]porcupine.Operation
+		for _, k := range keys {
+			out = append(out, m[k])
+		}
+		return out
+	},
+	Init: func() []any { return []any{register{}} },
+	Step: func(state, input, output any) []any {
+		s, in, out := state.(register), input.(regInput), output.(regOutput)
+		if !in.write {
+			if out.outcome == Info || out.value == s.value {
+				return []any{s}
+			}
+			return nil
+		}
+		fits := in.token >= s.token
+		applied := register{value: in.value, token: in.token}
+		switch {
+		case out.outcome == Info && fits:
+			return []any{s, applied}
+		case out.outcome == Info, out.outcome == Fail && !fits:
+			return []any{s}
+		case out.outcome == OK && fits:
+			return []any{applied}
+		}
+		return nil
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(regInput), output.(regOutput)
+		if !in.write {
+			return fmt.Sprintf("read -> %d (%s)", out.value, out.outcome)
+		}
+		return fmt.Sprintf("write %d token %d -> %s", in.value, in.token, out.outcome)
+	},
+	DescribeState: func(state any) string {
+		s := state.(register)
+		return fmt.Sprintf("%d (token %d)", s.value, s.token)
+	},
+}
+
+// Linearizable checks the resource's history as a fenced register per key with
+// porcupine; on a failure it writes the visualization to htmlPath (when not
+// empty).
+func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violation {
+	var ops []porcupine.Operation
+	inv := map[string]Event{}
+	end := a.H[len(a.H)-1].T + 1
+	for _, e := range a.H {
+		if e.Op != OpRead && e.Op != OpWrite {
+			continue
+		}
+		k := fmt.Sprint(e.Proc, "/", e.ID)
+		if e.Type == Invoke {
+			inv[k] = e
+			continue
+		}
+		in := inv[k]
+		delete(inv, k)
+		ret := e.T
+		if e.Type == Info {
+			ret = end
+		}
+		ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: ret, Metadata: in.Key,
+			Input:  regInput{write: in.Op == OpWrite, token: in.Token, value: in.Value},
+			Output: regOutput{value: e.Value, outcome: e.Type}})
+	}
+	for _, in := range inv { // invoked, never completed: a killed worker
+		if in.Op == OpWrite {
+			ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: end, Metadata: in.Key,
+				Input: regInput{write: true, token: in.Token, value: in.Value}, Output: regOutput{outcome: Info}})
+		}
+	}
+	model := registerModel.ToModel()
+	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
+	if res != porcupine.Illegal {
+		return nil
+	}
+	msg := "the resource's history is not linearizable as a fenced register"
+	if htmlPath != "" {
+		if err := porcupine.VisualizePath(model, info, htmlPath); err == nil {
+			msg += " (see " + htmlPath + ")"
+		}
+	}
+	return &Violation{Checker: "linearizable", Msg: msg}
+}

@@ -1,0 +1,109 @@
+package verify
+
+import (
+	"testing"
+	"time"
+)
+
+// ms is a history time of n milliseconds.
+func ms(n int64) int64 { return n * int64(time.Millisecond) }
+
+// lined numbers the events as ReadHistory does.
+func lined(h []Event) []Event {
+	for i := range h {
+		h[i].Line = i
+	}
+	return h
+}
+
+var checkParams = Params{Kind: "plain", TTL: 400 * time.Millisecond, Bound: time.Second, Unsafe: unsafeFaults}
+
+// grantEvents is worker p's grant of token tok: invoked at t, granted 1 ms
+// later with its deadline at t+dl ms.
+func grantEvents(p int, id int64, t int64, tok uint64, dl int64) []Event {
+	return []Event{
+		{T: ms(t), Proc: p, Op: OpAcquire, Type: Invoke, ID: id, Key: "k", Mode: "try"},
+		{T: ms(t + 1), Proc: p, Op: OpAcquire, Type: OK, ID: id, Key: "k", Mode: "try", Token: tok, Deadline: ms(t + dl)},
+	}
+}
+
+func releaseEvents(p int, id int64, t int64) []Event {
+	return []Event{
+		{T: ms(t), Proc: p, Op: OpRelease, Type: Invoke, ID: id, Key: "k"},
+		{T: ms(t + 1), Proc: p, Op: OpRelease, Type: OK, ID: id, Key: "k"},
+	}
+}
+
+func cat(parts ...[]Event) []Event {
+	var h []Event
+	for _, p := range parts {
+		h = append(h, p...)
+	}
+	return lined(h)
+}
+
+func TestCheckersPassACleanHistory(t *testing.T) {
+	h := cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 100), grantEvents(1, 1, 110, 11, 400), releaseEvents(1, 2, 200))
+	if vs := Analyze(h, checkParams).Check(); len(vs) != 0 {
+		t.Fatalf("violations in a clean history: %+v", vs)
+	}
+}
+
+func TestFencingFindsARepeatedToken(t *testing.T) {
+	h := cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 100), grantEvents(1, 1, 110, 10, 400), releaseEvents(1, 2, 200))
+	if v := Analyze(h, checkParams).Fencing(); v == nil {
+		t.Fatal("the repeated token went unseen")
+	}
+}
+
+func TestExclusionFindsOverlapsButAcrossUnsafeFaults(t *testing.T) {
+	h := cat(grantEvents(0, 1, 0, 10, 400), grantEvents(1, 1, 100, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 300))
+	a := Analyze(h, checkParams)
+	if a.Exclusion() == nil {
+		t.Error("two holders at once went unseen")
+	}
+	if a.ToldFirst() == nil {
+		t.Error("a holder not told went unseen")
+	}
+	crash := []Event{{T: ms(50), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultCrash, Target: -1}, {T: ms(60), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultCrash, Target: -1}}
+	h = cat(grantEvents(0, 1, 0, 10, 400), crash, grantEvents(1, 1, 100, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 300))
+	if v := Analyze(h, checkParams).Exclusion(); v != nil {
+		t.Errorf("an overlap across a crash was not excused: %s", v.Msg)
+	}
+}
+
+func TestExclusionEndsAWindowAtTheDeadline(t *testing.T) {
+	// The first holder's deadline passed (Done fired) before the second grant.
+	done := []Event{{T: ms(95), Proc: 0, Op: OpDone, Key: "k", Token: 10}}
+	h := cat(grantEvents(0, 1, 0, 10, 90), done, grantEvents(1, 1, 100, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 300))
+	a := Analyze(h, checkParams)
+	if v := a.Exclusion(); v != nil {
+		t.Errorf("exclusion: %s", v.Msg)
+	}
+	if v := a.ToldFirst(); v != nil {
+		t.Errorf("told-first: %s", v.Msg)
+	}
+}
+
+func TestResourceFindsAStaleWriteAccepted(t *testing.T) {
+	w := func(p int, id int64, t int64, tok uint64, typ string) []Event {
+		return []Event{{T: ms(t), Proc: p, Op: OpWrite, Type: Invoke, ID: id, Key: "k", Token: tok, Value: 1},
+			{T: ms(t + 1), Proc: p, Op: OpWrite, Type: typ, ID: id, Key: "k", Token: tok, Value: 1}}
+	}
+	h := cat(w(0, 1, 0, 11, OK), w(1, 1, 10, 10, OK))
+	a := Analyze(h, checkParams)
+	if a.Resource() == nil {
+		t.Error("a write below an accepted token went unseen")
+	}
+	if a.Linearizable("", time.Second) == nil {
+		t.Error("porcupine found the stale write linearizable")
+	}
+	h = cat(w(0, 1, 0, 11, OK), w(1, 1, 10, 10, Fail))
+	a = Analyze(h, checkParams)
+	if v := a.Resource(); v != nil {
+		t.Error(v.Msg)
+	}
+	if v := a.Linearizable("", time.Second); v != nil {
+		t.Error(v.Msg)
+	}
+}

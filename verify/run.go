@@ -1,0 +1,671 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/zklock"
+	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Faults the nemesis injects.
+const (
+	FaultStop     = "stop"     // SIGSTOP a worker, SIGCONT it later
+	FaultKill     = "kill"     // SIGKILL a worker (it is started again)
+	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
+	FaultSnapshot = "snapshot" // with RDB, a crash's snapshot shortly before it
+	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
+	// FaultReset cuts every connection between the workers and the Redis
+	// store (through the proxy they dial).
+	FaultReset = "reset"
+	// FaultTerminate ends every client connection of PostgreSQL (pg_terminate_backend).
+	FaultTerminate = "terminate"
+)
+
+// Config is one run: a workload on one backend under a seeded nemesis.
+type Config struct {
+	Spec     Spec // the workers' template (Lock, Resource, Dir, Proc, Seed are set by Run)
+	Workers  int
+	Duration time.Duration
+	Seed     uint64
+	Faults   []string // the nemesis's repertoire (none: no faults)
+	Persist  string   // the lock store's persistence: "" (none), rdb, aof
+	Replica  bool     // a primary and a replica, and failover through a proxy
+	Masters  int      // Redlock: the number of masters
+	Bound    time.Duration
+}
+
+// Result is what a run found.
+type Result struct {
+	History    []Event
+	Violations []Violation
+	Stats      Stats
+	Leftover   []string // keys left on the lock store after everything ended
+	Dir        string
+	Elapsed    time.Duration
+}
+
+// unsafeFaults are the faults the docs name as breaking exclusion on Redis.
+var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true}
+
+// store is the lock store of a run: its servers and the addresses workers dial.
+type store struct {
+	servers []*testserver.Redis
+	replica *testserver.Redis
+	proxy   *Proxy
+	etcd    *testserver.EtcdCluster
+	zk      *testserver.ZooKeeper
+	pg      *testserver.Postgres
+	addrs   []string
+}
+
+func startStore(t testing.TB, c Config) *store {
+	st := &store{}
+	switch c.Spec.Backend {
+	case "memlock":
+		return st
+	case "postgres":
+		st.pg = testserver.StartPostgres(t)
+		st.addrs = []string{st.pg.URL}
+		return st
+	case "zookeeper":
+		st.zk = testserver.StartZooKeeper(t)
+		st.addrs = []string{st.zk.Addr}
+		return st
+	case "etcd":
+		st.etcd = testserver.StartEtcdCluster(t, 3)
+		st.addrs = st.etcd.Endpoints()
+		return st
+	}
+	var extra []string
+	switch c.Persist {
+	case "rdb":
+		extra = []string{"--save", "3600 1"}
+	case "aof":
+		extra = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+	}
+	if c.Replica {
+		auth := []string{"--user", "repl", "on", ">replpw", "~*", "&*", "+@all", "--masteruser", "repl", "--masterauth", "replpw"}
+		p := testserver.StartRedis(t, append(extra, auth...)...)
+		r := testserver.StartRedis(t, append(append(extra, auth...), "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))...)
+		st.servers, st.replica = []*testserver.Redis{p}, r
+		px, err := NewProxy(p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		st.proxy, st.addrs = px, []string{px.Addr()}
+		waitReplica(t, p.Addr)
+		return st
+	}
+	n := max(c.Masters, 1)
+	for range n {
+		s := testserver.StartRedis(t, extra...)
+		st.servers = append(st.servers, s)
+		st.addrs = append(st.addrs, s.Addr)
+	}
+	if n == 1 { // the workers dial through a proxy that can cut their connections
+		px, err := NewProxy(st.addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(px.Close)
+		st.proxy, st.addrs = px, []string{px.Addr()}
+	}
+	return st
+}
+
+// waitReplica waits until the primary at addr has a replica online.
+func waitReplica(t testing.TB, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	testserver.Eventually(t, 10*time.Second, "the replica is in sync", func() bool {
+		s, _ := rdb.Info(context.Background(), "replication").Result()
+		return strings.Contains(s, "state=online")
+	})
+}
+
+// Run runs c: it starts the servers, the workers and the nemesis, stops them
+// after c.Duration, and checks the history. A failing run logs its seed.
+func Run(t testing.TB, c Config) *Result {
+	t.Helper()
+	start := time.Now()
+	dir := t.TempDir()
+	res := &Result{Dir: dir}
+	resource := testserver.StartRedis(t)
+	st := startStore(t, c)
+	spec := c.Spec
+	spec.Lock, spec.Resource, spec.Dir, spec.Seed = st.addrs, resource.Addr, dir, c.Seed
+	if spec.Backend == "memlock" {
+		spec.mem = memlock.NewStore()
+	}
+	rec, err := NewRecorder(filepath.Join(dir, "nemesis.jsonl"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ws := &workers{spec: spec, pids: make([]int, c.Workers)}
+	var wg sync.WaitGroup
+	for i := range c.Workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); ws.keep(ctx, t, i) }()
+	}
+	nctx, ncancel := context.WithCancel(context.Background())
+	var nwg sync.WaitGroup
+	if len(c.Faults) > 0 {
+		nwg.Add(1)
+		go func() { defer nwg.Done(); nemesis(nctx, t, c, st, ws, rec) }()
+	}
+	time.Sleep(c.Duration) // the workload runs; everything is awaited below
+	ncancel()
+	nwg.Wait()
+	cancel()
+	ws.stopAll()
+	wg.Wait()
+
+	// Liveness: once everything has ended and a TTL has passed, nothing of the
+	// locks is left on the store but the fence counters, which outlive them
+	// by design.
+	time.Sleep(c.Spec.TTL)
+	grace := time.Second
+	switch {
+	case st.etcd != nil:
+		// The mark of an abandoned acquisition lives its TTL plus the
+		// request timeout (in whole seconds), and a leader change renews
+		// every lease (etcd refreshes them on election).
+		grace = etcdlock.DefaultRequestTimeout + 2*time.Second
+	case spec.Backend == "redis" && spec.Kind != "plain":
+		// A queue entry of a waiter that died, and a lock handed over to
+		// one, stay FairWaiterTTL.
+		grace += redislock.FairWaiterTTL
+	}
+	for deadline := time.Now().Add(grace); ; {
+		res.Leftover = st.leftover(t)
+		if len(res.Leftover) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the store's expiry
+	}
+	if spec.mem != nil {
+		infos, err := spec.mem.List(context.Background(), "*")
+		if err != nil {
+			t.Errorf("verify: listing the memlock store: %v", err)
+		}
+		for _, in := range infos {
+			res.Leftover = append(res.Leftover, in.Key)
+		}
+	}
+	h, err := ReadHistory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.History = h
+	unsafe := unsafeFaults
+	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
+		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
+	}
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafe})
+	res.Stats = a.Stats
+	res.Violations = a.Check()
+	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {
+		res.Violations = append(res.Violations, *v)
+	}
+	if len(res.Leftover) > 0 {
+		slices.Sort(res.Leftover)
+		res.Violations = append(res.Violations, Violation{Checker: "liveness",
+			Msg: fmt.Sprintf("keys left on the lock store after every holder ended and a TTL passed: %v", res.Leftover)})
+	}
+	res.Elapsed = time.Since(start)
+	return res
+}
+
+// leftover returns what is left of the locks on the store: keys (but those
+// retained by design) and, on etcd, leases.
+func (st *store) leftover(t testing.TB) []string {
+	var left []string
+	bg := context.Background()
+	if st.etcd != nil {
+		return st.etcdLeftover(t)
+	}
+	if st.zk != nil {
+		return st.zkLeftover(t)
+	}
+	if st.pg != nil {
+		return st.pgLeftover(t)
+	}
+	for _, a := range st.addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		keys, err := rdb.Keys(bg, "*").Result()
+		rdb.Close()
+		if err != nil {
+			t.Errorf("verify: scanning the lock store: %v", err)
+		}
+		for _, k := range keys {
+			if !retained(k) {
+				left = append(left, k)
+			}
+		}
+	}
+	return left
+}
+
+// etcdLeftover lists the keys and leases on the etcd cluster.
+func (st *store) etcdLeftover(t testing.TB) []string {
+	var left []string
+	bg := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: st.addrs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Errorf("verify: etcd client: %v", err)
+		return nil
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Errorf("verify: listing etcd: %v", err)
+		return nil
+	}
+	for _, kv := range resp.Kvs {
+		left = append(left, string(kv.Key))
+	}
+	ls, err := cli.Leases(ctx)
+	if err != nil {
+		t.Errorf("verify: listing etcd leases: %v", err)
+		return left
+	}
+	for _, l := range ls.Leases {
+		left = append(left, fmt.Sprintf("lease %x", l.ID))
+	}
+	return left
+}
+
+// zkLeftover lists the ephemeral znodes (holdings and queue entries) left under
+// the locks' root.
+func (st *store) zkLeftover(t testing.TB) []string {
+	conn, _, err := zk.Connect(st.addrs, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Errorf("verify: connecting to ZooKeeper: %v", err)
+		return nil
+	}
+	defer conn.Close()
+	var left []string
+	var walk func(path string)
+	walk = func(path string) {
+		kids, _, err := conn.Children(path)
+		if err != nil {
+			return
+		}
+		for _, k := range kids {
+			p := path + "/" + k
+			if _, stat, err := conn.Get(p); err == nil && stat.EphemeralOwner != 0 {
+				left = append(left, p)
+			}
+			walk(p)
+		}
+	}
+	walk(zklock.DefaultRoot)
+	return left
+}
+
+// pgLeftover lists the rows of locks still held (expired rows stay until the
+// next acquisition of their key takes them over: they hold nothing).
+func (st *store) pgLeftover(t testing.TB) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, st.pg.URL)
+	if err != nil {
+		t.Errorf("verify: connecting to PostgreSQL: %v", err)
+		return nil
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT key FROM "+pglock.DefaultTable+" WHERE owner <> '' AND expires_at > clock_timestamp()")
+	if err != nil {
+		t.Errorf("verify: reading the locks' table: %v", err)
+		return nil
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("verify: reading the locks' table: %v", err)
+	}
+	return keys
+}
+
+// retained reports whether key is one that outlives its locks by design: a
+// fence counter (redislock, Redlock) or a legacy lock's companion hash, which
+// keeps the fencing counter for FenceRetention.
+func retained(key string) bool {
+	return strings.HasSuffix(key, ":fence") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}:dlock")
+}
+
+// Report fails t with every violation (and the seed that replays the run)
+// unless there is none.
+func (r *Result) Report(t testing.TB, seed uint64) {
+	t.Helper()
+	if len(r.Violations) == 0 {
+		return
+	}
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("dlock-verify-%s-seed%d.jsonl", strings.ReplaceAll(t.Name(), "/", "_"), seed))
+	_ = WriteHistory(path, r.History)
+	for _, v := range r.Violations {
+		t.Error(v.Format(r.History))
+	}
+	t.Errorf("history: %s (replay: go test -run '^%s$' -seed %d)", path, t.Name(), seed)
+}
+
+// workers keeps c.Workers worker processes running, starting one again when it
+// exits (a holder that exited without releasing, or one killed).
+type workers struct {
+	spec Spec
+	mu   sync.Mutex
+	pids []int
+	stop bool
+}
+
+// keep runs worker i, again each time it exits, until ctx ends.
+func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
+	if ws.spec.mem != nil { // memlock: a goroutine, sharing the store
+		s := ws.spec
+		s.Proc = i
+		if err := RunWorker(ctx, s); err != nil {
+			t.Error(err)
+		}
+		return
+	}
+	for life := 0; ctx.Err() == nil; life++ {
+		s := ws.spec
+		s.Proc, s.Life = i, life
+		b, _ := json.Marshal(s)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), WorkerEnv+"="+string(b))
+		logs, err := os.OpenFile(filepath.Join(s.Dir, fmt.Sprintf("w%02d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		ws.mu.Lock()
+		if ws.stop {
+			ws.mu.Unlock()
+			logs.Close()
+			return
+		}
+		err = cmd.Start()
+		if err == nil {
+			ws.pids[i] = cmd.Process.Pid
+		}
+		ws.mu.Unlock()
+		if err != nil {
+			logs.Close()
+			t.Error(err)
+			return
+		}
+		_ = cmd.Wait()
+		logs.Close()
+		ws.mu.Lock()
+		ws.pids[i] = 0
+		ws.mu.Unlock()
+	}
+}
+
+// signal sends sig to worker i; it reports whether the worker was running.
+func (ws *workers) signal(i int, sig syscall.Signal) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.pids[i] == 0 {
+		return false
+	}
+	return syscall.Kill(ws.pids[i], sig) == nil
+}
+
+// stopAll asks every worker to finish its round and exit (SIGCONT first: one
+// may be stopped), and kills those still running 10 s later.
+func (ws *workers) stopAll() {
+	ws.mu.Lock()
+	ws.stop = true
+	pids := slices.Clone(ws.pids)
+	ws.mu.Unlock()
+	for _, p := range pids {
+		if p != 0 {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+			_ = syscall.Kill(p, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ws.mu.Lock()
+		running := slices.ContainsFunc(ws.pids, func(p int) bool { return p != 0 })
+		ws.mu.Unlock()
+		if !running {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling the exits the keep loops record
+	}
+	for i := range ws.pids {
+		ws.signal(i, syscall.SIGKILL)
+	}
+}
+
+// nemesis injects c.Faults at random, from c.Seed, until ctx ends; every fault
+// is healed before it returns.
+func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers, rec *Recorder) {
+	rng := rand.New(rand.NewPCG(c.Seed, 0x6e656d))
+	ttl := c.Spec.TTL
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	for sleep(between(ttl/2, 2*ttl)) {
+		// Every draw is made each round, used or not, so that a seed
+		// replays the same choices whatever the processes did.
+		f := c.Faults[rng.IntN(len(c.Faults))]
+		target := rng.IntN(c.Workers)
+		long, short, lag := between(ttl/2, 2*ttl), between(0, ttl/2), between(ttl/8, ttl/3)
+		pick := rng.IntN(max(len(st.servers), 1))
+		switch f {
+		case FaultStop:
+			if !ws.signal(target, syscall.SIGSTOP) {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
+			time.Sleep(long) // a pause past the TTL, or not
+			ws.signal(target, syscall.SIGCONT)
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultReset:
+			if st.proxy == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			st.proxy.Reset()
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultTerminate:
+			if st.pg == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			if err := terminateBackends(st.pg.URL); err != nil {
+				t.Errorf("verify: pg_terminate_backend: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultKill:
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
+			ws.signal(target, syscall.SIGKILL)
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
+		case FaultCrash:
+			if st.pg != nil {
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				if err := st.pg.Restart(); err != nil {
+					t.Errorf("verify: restarting PostgreSQL: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
+			if st.zk != nil {
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				st.zk.Stop()
+				time.Sleep(short)
+				if err := st.zk.Start(); err != nil {
+					t.Errorf("verify: restarting ZooKeeper: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
+			if st.etcd != nil {
+				// The leader killed and started again: the others elect
+				// one meanwhile, and it rejoins from its WAL.
+				lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+				l, err := st.etcd.Leader(lctx)
+				lcancel()
+				if err != nil {
+					continue
+				}
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+				l.Stop()
+				time.Sleep(long)
+				if err := l.Restart(); err != nil {
+					t.Errorf("verify: restarting the etcd leader: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+				continue
+			}
+			s := st.servers[pick]
+			if c.Persist == "rdb" {
+				// A snapshot shortly before the crash: the restart goes
+				// back to a state some grants ago, whose records are still
+				// within their TTL.
+				if err := snapshot(s.Addr); err != nil {
+					t.Errorf("verify: snapshot: %v", err)
+					return
+				}
+				rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
+				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
+				time.Sleep(lag)
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			s.Stop()
+			time.Sleep(short)
+			if err := s.Start(); err != nil {
+				t.Errorf("verify: restarting the lock store: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultFailover:
+			if st.replica == nil {
+				continue
+			}
+			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			if err := failover(st, lag); errors.Is(err, errNoReplica) {
+				rec.Record(Event{Op: OpNemesis, Type: Fail, Fault: f, Target: -1})
+				continue
+			} else if err != nil {
+				t.Errorf("verify: failover: %v", err)
+				return
+			}
+			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		}
+	}
+}
+
+// terminateBackends ends every other connection to the PostgreSQL at url.
+func terminateBackends(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'")
+	return err
+}
+
+// snapshot saves an RDB snapshot of the server at addr and waits until it is
+// written.
+func snapshot(addr string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	bg := context.Background()
+	before, err := rdb.LastSave(bg).Result()
+	if err != nil {
+		return err
+	}
+	if err := rdb.Save(bg).Err(); err != nil {
+		return err
+	}
+	if after, err := rdb.LastSave(bg).Result(); err != nil || after < before {
+		return fmt.Errorf("no snapshot written (%v)", err)
+	}
+	return nil
+}
+
+// errNoReplica is the error of a failover that found no replica in sync.
+var errNoReplica = errors.New("no replica in sync")
+
+// failover cuts the replica's link (its replication user switched off and its
+// connections killed), lets the primary take writes for lag, kills the primary,
+// promotes the replica and points the proxy at it; the old primary comes back
+// empty as the new primary's replica.
+func failover(st *store, lag time.Duration) error {
+	p, r := st.servers[0], st.replica
+	bg := context.Background()
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	defer prdb.Close()
+	if s, _ := prdb.Info(bg, "replication").Result(); !strings.Contains(s, "state=online") {
+		return errNoReplica // the replica of the last failover is still syncing
+	}
+	if err := prdb.Do(bg, "ACL", "SETUSER", "repl", "off").Err(); err != nil {
+		return err
+	}
+	if err := prdb.Do(bg, "CLIENT", "KILL", "USER", "repl").Err(); err != nil {
+		return err
+	}
+	time.Sleep(lag) // the primary grants what the replica will never see
+	p.Stop()
+	rrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rrdb.Close()
+	if err := rrdb.Do(bg, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		return err
+	}
+	st.proxy.SetTarget(r.Addr)
+	if err := p.Start(); err != nil {
+		return err
+	}
+	if err := prdb.Do(bg, "REPLICAOF", "127.0.0.1", fmt.Sprint(r.Port)).Err(); err != nil {
+		return err
+	}
+	st.servers[0], st.replica = r, p
+	return nil
+}

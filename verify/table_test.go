@@ -1,0 +1,60 @@
+package verify
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+)
+
+var tableFlag = flag.String("table", "", "write the markdown table of the scenarios run to this file")
+
+// tally is what the runs of one scenario add up to.
+type tally struct {
+	sc                        scenario
+	seeds                     []uint64
+	ops, grants, faults, viol int
+}
+
+var (
+	talliesMu sync.Mutex
+	tallies   = map[string]*tally{}
+)
+
+// record adds a run to its scenario's tally, for -table.
+func record(sc scenario, seed uint64, r *Result) {
+	talliesMu.Lock()
+	defer talliesMu.Unlock()
+	tl := tallies[sc.name]
+	if tl == nil {
+		tl = &tally{sc: sc}
+		tallies[sc.name] = tl
+	}
+	tl.seeds = append(tl.seeds, seed)
+	tl.ops += r.Stats.Ops
+	tl.grants += r.Stats.Grants
+	tl.faults += r.Stats.Faults
+	tl.viol += len(r.Violations)
+}
+
+// writeTable writes the tallies as the markdown table of docs/safety.md.
+func writeTable(path string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| Scenario | Properties checked | Faults injected | Seeds | Operations | Grants | Faults | Violations |\n|---|---|---|---|---|---|---|---|\n")
+	var names []string
+	for n := range tallies {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		tl := tallies[n]
+		faults := strings.Join(tl.sc.faults, ", ")
+		if tl.sc.persist != "" {
+			faults += " (" + tl.sc.persist + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %d | %d |\n", n, tl.sc.props, faults, len(tl.seeds), tl.ops, tl.grants, tl.faults, tl.viol)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}

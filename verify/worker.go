@@ -1,0 +1,337 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// WorkerEnv is the environment variable that makes a test binary a worker: it
+// holds the worker's Spec as JSON (see MaybeWorker).
+const WorkerEnv = "DLOCK_VERIFY_WORKER"
+
+// Spec is what a worker process does: the backend and primitive it locks with,
+// the keys, the resource it writes, and the timing of its loop.
+type Spec struct {
+	Backend  string   // redis, redlock, legacy
+	Kind     string   // plain, fair, reentrant, rw (writers), sem
+	N        int      // the semaphore's permits
+	Variant  string   // a deliberately broken variant ("" for none; see Variants)
+	Lock     []string // the lock store's addresses (Redlock: every master)
+	Resource string   // the protected resource's redis-server
+	Keys     []string
+	TTL      time.Duration
+	Hold     time.Duration // the longest hold
+	Wait     time.Duration // a waiting Lock's WithWait
+	ExitProb float64       // the chance that a holder exits without releasing
+	Seed     uint64
+	Dir      string // the history's directory
+	Proc     int    // this worker's number
+	Life     int    // how many times the worker was started before
+
+	mem *memlock.Store // memlock: the store the in-process workers share
+}
+
+// MaybeWorker runs the worker described by $DLOCK_VERIFY_WORKER and exits when
+// the variable is set; it returns at once otherwise. Call it first in TestMain.
+func MaybeWorker() {
+	v := os.Getenv(WorkerEnv)
+	if v == "" {
+		return
+	}
+	var s Spec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintln(os.Stderr, "verify worker:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := RunWorker(ctx, s); err != nil {
+		fmt.Fprintln(os.Stderr, "verify worker:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// redisOptions are the client options of workers: short timeouts, so that a
+// fault shows as an error rather than a long stall.
+func redisOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		MaxRetries: -1, PoolSize: 8, Protocol: 2,
+	}
+}
+
+// worker is one worker process's state.
+type worker struct {
+	s     Spec
+	rng   *rand.Rand
+	rec   *Recorder
+	lk    dlock.Locker
+	res   *redis.Client
+	fence *redislock.Fence
+
+	current *dlock.Lease // the lease of the Do in progress
+}
+
+// RunWorker runs the worker loop until ctx ends: acquire, hold, read-modify-write
+// the resource with the token, release (or exit without releasing).
+func RunWorker(ctx context.Context, s Spec) error {
+	rec, err := NewRecorder(filepath.Join(s.Dir, fmt.Sprintf("w%02d-%d.jsonl", s.Proc, s.Life)), s.Proc)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	lk, closeLock, err := NewLocker(s)
+	if err != nil {
+		return err
+	}
+	defer closeLock()
+	res := redis.NewClient(redisOptions(s.Resource))
+	defer res.Close()
+	fence, err := redislock.NewFence(res)
+	if err != nil {
+		return err
+	}
+	w := &worker{s: s, rng: rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)<<32|uint64(s.Life))), rec: rec, lk: lk, res: res, fence: fence}
+	rec.Record(Event{Op: OpStart})
+	for ctx.Err() == nil {
+		w.round(ctx)
+	}
+	return nil
+}
+
+// round is one acquisition and what follows it.
+func (w *worker) round(ctx context.Context) {
+	key := w.s.Keys[w.rng.IntN(len(w.s.Keys))]
+	mode := []string{"try", "wait", "wait", "do"}[w.rng.IntN(4)]
+	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
+	if w.s.Variant == "nodone" {
+		opts = append(opts, dlock.WithAutoRenew(false))
+	}
+	id := w.rec.NextID()
+	w.rec.Record(Event{Op: OpAcquire, Type: Invoke, ID: id, Key: key, Mode: mode})
+	actx := context.WithoutCancel(ctx) // a stop signal does not cut an operation short
+	switch mode {
+	case "try":
+		l, err := w.lk.TryLock(actx, key, opts...)
+		w.acquired(id, key, mode, l, err)
+		if err == nil {
+			w.hold(ctx, l, id)
+			w.release(l, key)
+		} else {
+			w.pause(ctx, w.s.TTL/4)
+		}
+	case "wait":
+		l, err := w.lk.Lock(actx, key, append(opts, dlock.WithWait(w.s.Wait))...)
+		w.acquired(id, key, mode, l, err)
+		if err == nil {
+			w.hold(ctx, l, id)
+			w.release(l, key)
+		}
+	case "do":
+		var rid int64
+		err := dlock.Do(actx, &recordingLocker{w: w, id: id, mode: mode}, key, func(context.Context) error {
+			// Do hands the function its lease's context only; the lease is
+			// the one recordingLocker saw.
+			l := w.current
+			w.hold(ctx, l, id)
+			rid = w.rec.NextID()
+			w.rec.Record(Event{Op: OpRelease, Type: Invoke, ID: rid, Key: key, Token: l.Token(), Deadline: w.deadline(l)})
+			return nil
+		}, append(opts, dlock.WithWait(w.s.Wait))...)
+		if rid != 0 {
+			w.rec.Record(Event{Op: OpRelease, Type: outcome(err), ID: rid, Key: key, Err: errText(err)})
+		}
+	}
+}
+
+// recordingLocker is the Locker that Do uses in a worker: it records the
+// acquisition.
+type recordingLocker struct {
+	w    *worker
+	id   int64
+	mode string
+}
+
+// TryLock is Lock: Do only calls Lock.
+func (r *recordingLocker) TryLock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error) {
+	return r.Lock(ctx, key, opts...)
+}
+
+// Lock takes the lock with the worker's Locker and records the outcome.
+func (r *recordingLocker) Lock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error) {
+	l, err := r.w.lk.Lock(ctx, key, opts...)
+	r.w.acquired(r.id, key, r.mode, l, err)
+	r.w.current = l
+	return l, err
+}
+
+// deadline is the lease's local deadline on Now's clock (0 for a variant that
+// ignores it).
+func (w *worker) deadline(l *dlock.Lease) int64 {
+	if w.s.Variant == "nodone" {
+		return 0
+	}
+	return Now() + int64(time.Until(l.Deadline()))
+}
+
+// acquired records the outcome of acquisition id and watches a lease it got.
+func (w *worker) acquired(id int64, key, mode string, l *dlock.Lease, err error) {
+	if err != nil {
+		typ := Fail
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			typ = Info // the Client abandoned what it may have taken; nobody holds it
+		}
+		w.rec.Record(Event{Op: OpAcquire, Type: typ, ID: id, Key: key, Mode: mode, Err: errText(err)})
+		return
+	}
+	w.rec.Record(Event{Op: OpAcquire, Type: OK, ID: id, Key: key, Mode: mode, Token: l.Token(), Deadline: w.deadline(l)})
+	if w.s.Variant == "nodone" {
+		return // the variant never learns that its lease ended
+	}
+	go w.watch(l, key)
+}
+
+// watch records the lease's renewals (its deadline moving) and the moment its
+// Done fires.
+func (w *worker) watch(l *dlock.Lease, key string) {
+	last := l.Deadline()
+	tick := time.NewTicker(w.s.TTL / 8)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.Done():
+			w.rec.Record(Event{Op: OpDone, Key: key, Token: l.Token(), Err: errText(context.Cause(l.Context()))})
+			return
+		case <-tick.C:
+			if d := l.Deadline(); !d.Equal(last) {
+				last = d
+				w.rec.Record(Event{Op: OpExtend, Key: key, Token: l.Token(), Deadline: w.deadline(l)})
+			}
+		}
+	}
+}
+
+// pause sleeps for up to d (a random part of it), or until ctx ends.
+func (w *worker) pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(time.Duration(w.rng.Int64N(int64(d))))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// hold holds the lease for a random time, read-modify-writes the resource with
+// its token, and, now and then, exits without releasing.
+func (w *worker) hold(ctx context.Context, l *dlock.Lease, id int64) {
+	hold := w.s.Hold
+	if w.s.Variant == "nodone" {
+		hold = 2 * w.s.TTL // it holds past its TTL, unaware
+	}
+	w.pause(ctx, hold)
+	wctx := l.Context()
+	if w.s.Variant == "nodone" {
+		wctx = context.Background()
+	}
+	if w.s.Kind != "sem" { // semaphore holders are concurrent: they write nothing
+		w.modify(wctx, l)
+	}
+	if w.s.mem == nil && w.rng.Float64() < w.s.ExitProb {
+		w.rec.Record(Event{Op: "exit", Key: l.Key(), Token: l.Token()})
+		os.Exit(0)
+	}
+}
+
+// resourceKey is the resource a lock key protects.
+func resourceKey(key string) string { return "res:" + key }
+
+// modify reads the resource's counter and writes it one higher, fenced by the
+// lease's token.
+func (w *worker) modify(ctx context.Context, l *dlock.Lease) {
+	rk := resourceKey(l.Key())
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	id := w.rec.NextID()
+	w.rec.Record(Event{Op: OpRead, Type: Invoke, ID: id, Key: l.Key(), Token: l.Token()})
+	s, err := w.res.Get(ctx, rk).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		w.rec.Record(Event{Op: OpRead, Type: Info, ID: id, Key: l.Key(), Err: errText(err)})
+		return
+	}
+	v, _ := strconv.ParseInt(s, 10, 64)
+	w.rec.Record(Event{Op: OpRead, Type: OK, ID: id, Key: l.Key(), Value: v})
+	id = w.rec.NextID()
+	w.rec.Record(Event{Op: OpWrite, Type: Invoke, ID: id, Key: l.Key(), Token: l.Token(), Value: v + 1})
+	err = w.fence.Set(ctx, fenceToken{l.Key(), l.Token()}, rk, strconv.FormatInt(v+1, 10), 0)
+	typ := OK
+	switch {
+	case errors.Is(err, dlock.ErrStaleToken):
+		typ = Fail
+	case err != nil:
+		typ = Info
+	}
+	w.rec.Record(Event{Op: OpWrite, Type: typ, ID: id, Key: l.Key(), Token: l.Token(), Value: v + 1, Err: errText(err)})
+}
+
+// fenceToken is the lock key and token a fenced write carries.
+type fenceToken struct {
+	key   string
+	token uint64
+}
+
+// Key is the lock key.
+func (f fenceToken) Key() string { return f.key }
+
+// Token is the fencing token.
+func (f fenceToken) Token() uint64 { return f.token }
+
+// release unlocks l and records the release.
+func (w *worker) release(l *dlock.Lease, key string) {
+	id := w.rec.NextID()
+	w.rec.Record(Event{Op: OpRelease, Type: Invoke, ID: id, Key: key, Token: l.Token(), Deadline: w.deadline(l)})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := l.Unlock(ctx)
+	w.rec.Record(Event{Op: OpRelease, Type: outcome(err), ID: id, Key: key, Token: l.Token(), Err: errText(err)})
+}
+
+// outcome is the event type of an operation's error.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, dlock.ErrNotHeld):
+		return Fail
+	}
+	return Info
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) > 160 {
+		s = s[:160]
+	}
+	return s
+}
