@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -142,7 +143,9 @@ type broken struct {
 	*redislock.Driver
 	rdb     *redis.Client
 	variant string
+	mu      sync.Mutex
 	n       int
+	last    map[string]uint64 // repeat: the last token handed out per key
 }
 
 var (
@@ -166,10 +169,16 @@ func (b *broken) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	}
 	switch b.variant {
 	case "repeat":
+		b.mu.Lock()
 		b.n++
-		if b.n%2 == 0 && g.Token > 1 {
-			g.Token-- // the token of an older state
+		if last, ok := b.last[r.Key]; ok && b.n%2 == 0 {
+			g.Token = last // the token of an older state, handed out again
 		}
+		if b.last == nil {
+			b.last = map[string]uint64{}
+		}
+		b.last[r.Key] = g.Token
+		b.mu.Unlock()
 	case "noexpiry":
 		if err := b.rdb.Persist(ctx, redislock.LockKey(r.Key)).Err(); err != nil {
 			return g, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
