@@ -121,7 +121,7 @@ func TestTokenAboveGrantLostInAFailover(t *testing.T) {
 			link.Blackhole(testproxy.Downstream, true) // the next grant does not replicate
 			a, end := k.take(t, rdb, key)
 			master.Stop()
-			if err := rrdb.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+			if err := rrdb.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 				t.Fatal(err)
 			}
 			b, endB := k.take(t, rrdb, key)
