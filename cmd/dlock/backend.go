@@ -81,12 +81,35 @@ func (s *servers) define(fs *flag.FlagSet) {
 
 // open connects to the servers given by flag, or else by the environment.
 func (s *servers) open(ctx context.Context, e *env) (store, error) {
+	chosen, urls, err := s.selected(e)
+	if err != nil {
+		return nil, err
+	}
+	s.tls.fromEnv(e.getenv)
+	switch {
+	case len(urls) > 1 && chosen.many == nil:
+		what := chosen.multi
+		if what == "" {
+			what = "several --" + chosen.flag + " servers"
+		}
+		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
+	case len(urls) > 1:
+		return chosen.many(ctx, urls, &s.tls)
+	case chosen.one == nil:
+		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
+	}
+	return chosen.one(ctx, urls[0], &s.tls)
+}
+
+// selected returns the backend and the servers given by flag, or else by the
+// environment.
+func (s *servers) selected(e *env) (*backend, []string, error) {
 	var chosen *backend
 	var urls []string
 	for _, b := range backends() {
 		if v := s.urls[b.flag]; v != nil && len(*v) > 0 {
 			if chosen != nil {
-				return nil, usageErrorf("--%s and --%s: give the servers of one backend only", chosen.flag, b.flag)
+				return nil, nil, usageErrorf("--%s and --%s: give the servers of one backend only", chosen.flag, b.flag)
 			}
 			chosen, urls = &b, *v
 		}
@@ -103,22 +126,9 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		}
 	}
 	if chosen == nil {
-		return nil, usageErrorf("no lock server: %s", serverChoices())
+		return nil, nil, usageErrorf("no lock server: %s", serverChoices())
 	}
-	s.tls.fromEnv(e.getenv)
-	switch {
-	case len(urls) > 1 && chosen.many == nil:
-		what := chosen.multi
-		if what == "" {
-			what = "several --" + chosen.flag + " servers"
-		}
-		return nil, usageErrorf("%s is not available yet: give one --%s URL", what, chosen.flag)
-	case len(urls) > 1:
-		return chosen.many(ctx, urls, &s.tls)
-	case chosen.one == nil:
-		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
-	}
-	return chosen.one(ctx, urls[0], &s.tls)
+	return chosen, urls, nil
 }
 
 // serverChoices names the flags and variables that give a lock server.
