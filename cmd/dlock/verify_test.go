@@ -14,9 +14,9 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"github.com/redis/go-redis/v9"
 )
 
 func TestVerifyRefusesWithoutPrefix(t *testing.T) {
