@@ -29,7 +29,7 @@ func (o *verifyFlags) define() *flag.FlagSet {
 	fs.DurationVar(&o.ttl, "ttl", 2*time.Second, "the locks' TTL (500ms..30s)")
 	fs.IntVar(&o.keys, "keys", 2, "how many lock names, PREFIX0 .. PREFIX<N-1> (1..16)")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes, each with its own connection (2..32)")
-	fs.Uint64Var(&o.seed, "seed", 0, "the seed of the workload and the faults (default: drawn, and printed)")
+	fs.Uint64Var(&o.seed, "seed", 0, "the seed of the workload and the faults; 0: one is drawn (and printed)")
 	fs.StringVar(&o.history, "history", "", "write the history (JSON lines) to `PATH` (default: dlock-verify-PREFIX-SEED.jsonl in the temporary directory)")
 	fs.StringVar(&o.faults, "faults", "stop,kill,reset,delay", "the client-side faults to inject, comma-separated, or none")
 	fs.BoolVar(&o.worker, "worker", false, "")
@@ -41,8 +41,9 @@ func verifyCommand() command {
 		name: "verify", summary: "check a lock store's safety with a faulty workload under a prefix of its own",
 		synopsis: "dlock verify --prefix PREFIX [--duration 30s] [--keys N] [--history PATH] SERVER FLAGS",
 		help: `Runs dlock's verification workload against the lock store given by the server
-flags, as it is deployed (a single Redis, Sentinel, Cluster, Redlock over
-several --redis masters, etcd, ZooKeeper, PostgreSQL): worker processes (this
+flags, as it is deployed (a single Redis or a Sentinel set-up's master, a
+Cluster through any node, Redlock over several --redis masters, etcd,
+ZooKeeper, PostgreSQL): worker processes (this
 binary, started again), each with its own connection, take the locks named
 PREFIX0.. with TryLock, Lock and Do, hold them for a while, read-modify-write a
 protected resource with their fencing tokens and release, some exiting
