@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/zklock"
+	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,17 +97,20 @@ func TestVerifyOnRedis(t *testing.T) {
 	}
 }
 
-// TestVerifyOnConsensusStores runs dlock verify on etcd and PostgreSQL (whose
-// connections go through its proxy): every property holds, and nothing is
-// left under the prefix.
+// TestVerifyOnConsensusStores runs dlock verify on etcd, PostgreSQL and
+// ZooKeeper (whose connections go through its proxy): every property holds,
+// and nothing is left under the prefix.
 func TestVerifyOnConsensusStores(t *testing.T) {
-	for _, tc := range []struct{ name, flag string }{{"etcd", "--etcd"}, {"postgres", "--postgres"}} {
+	for _, tc := range []struct{ name, flag string }{{"etcd", "--etcd"}, {"postgres", "--postgres"}, {"zookeeper", "--zk"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var url string
-			if tc.name == "etcd" {
+			switch tc.name {
+			case "etcd":
 				url = testserver.StartEtcd(t).ClientURL
-			} else {
+			case "postgres":
 				url = testserver.StartPostgres(t).URL
+			default:
+				url = testserver.StartZooKeeper(t).Addr
 			}
 			r := dlockRun(t, "verify", "--prefix", "vt-", "--duration", "4s", "--ttl", "1s", tc.flag, url)
 			if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") || !strings.Contains(r.stdout, "faults: stop,kill,reset,delay") {
@@ -116,13 +123,30 @@ func TestVerifyOnConsensusStores(t *testing.T) {
 	}
 }
 
-// consensusLeft returns the entries of the locks named vt-* on the etcd or
-// PostgreSQL at url: etcd keys, or rows of the locks' table.
+// consensusLeft returns the entries of the locks named vt-* on the etcd,
+// PostgreSQL or ZooKeeper at url: etcd keys, rows of the locks' table, znodes.
 func consensusLeft(t *testing.T, backend, url string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var left []string
+	if backend == "zookeeper" {
+		conn, _, err := zk.Connect([]string{url}, 5*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		kids, _, err := conn.Children(zklock.DefaultRoot)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			if strings.HasPrefix(k, "vt-") {
+				left = append(left, k)
+			}
+		}
+		return left
+	}
 	if backend == "etcd" {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -154,4 +178,112 @@ func consensusLeft(t *testing.T, backend, url string) []string {
 		t.Fatal(err)
 	}
 	return left
+}
+
+// TestVerifyOnClusterAndRedlock runs dlock verify on a Redis Cluster (no
+// proxy: its nodes redirect the clients) and on Redlock over three masters:
+// every property holds, and no key is left on any server.
+func TestVerifyOnClusterAndRedlock(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		c := testserver.StartCluster(t, 3)
+		r := dlockRun(t, "verify", "--prefix", "vt:", "--keys", "6", "--duration", "4s", "--ttl", "1s", "--redis", "redis://"+c.Nodes[0].Addr+"/0")
+		if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") || !strings.Contains(r.stdout, "faults: stop,kill,") {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		for _, n := range c.Nodes {
+			if left := verifyKeys(t, n.Addr); len(left) > 0 {
+				t.Errorf("left on %s: %v", n.Addr, left)
+			}
+		}
+	})
+	t.Run("redlock", func(t *testing.T) {
+		args := []string{"verify", "--prefix", "vt:", "--duration", "4s", "--ttl", "1s"}
+		var masters []*testserver.Redis
+		for range 3 {
+			m := testserver.StartRedis(t)
+			masters = append(masters, m)
+			args = append(args, "--redis", "redis://"+m.Addr+"/0")
+		}
+		r := dlockRun(t, args...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		for _, m := range masters {
+			if left := verifyKeys(t, m.Addr); len(left) > 0 {
+				t.Errorf("left on %s: %v", m.Addr, left)
+			}
+		}
+	})
+}
+
+// TestVerifyReportsViolation runs dlock verify on a Redis whose lock keys
+// somebody else deletes while they are held (as a FLUSHALL or an eviction
+// would): it exits 1 and prints the exclusion violation with its history.
+func TestVerifyReportsViolation(t *testing.T) {
+	s := testserver.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				rdb.Del(ctx, "dlock:{vt:0}")
+			}
+		}
+	}()
+	r := dlockRun(t, "verify", "--prefix", "vt:", "--keys", "1", "--duration", "5s", "--faults", "none", "--seed", "3", "--redis", "redis://"+s.Addr+"/0")
+	cancel()
+	<-done
+	t.Logf("stdout:\n%s", r.stdout)
+	if r.code != exitFailure || !strings.Contains(r.stdout, "FAIL  exclusion") || !strings.Contains(r.stdout, "=>") ||
+		!strings.Contains(r.stdout, "replay the faults with --seed 3") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if left := verifyKeys(t, s.Addr); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}
+
+// TestVerifyInterrupted interrupts dlock verify (SIGINT, as Ctrl-C): it stops
+// its workers, removes everything under the prefix and exits 130.
+func TestVerifyInterrupted(t *testing.T) {
+	s := testserver.StartRedis(t)
+	cmd := dlockCmd(t, "verify", "--prefix", "vt:", "--duration", "1m", "--ttl", "1s", "--redis", "redis://"+s.Addr+"/0")
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.Stdout = f
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	waitFor(t, "a lock under the prefix", func() bool {
+		keys, _ := rdb.Keys(context.Background(), "dlock:{vt:*").Result()
+		return len(keys) > 0
+	})
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	b, _ := os.ReadFile(out)
+	t.Logf("stdout:\n%s\nstderr:\n%s", b, stderr.String())
+	if cmd.ProcessState.ExitCode() != 130 || !strings.Contains(string(b), "removed ") {
+		t.Fatalf("exit %v; stdout:\n%s\nstderr:\n%s", err, b, stderr.String())
+	}
+	if left := verifyKeys(t, s.Addr); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
 }
