@@ -5,11 +5,11 @@ package main
 import (
 	"context"
 	"errors"
-	"syscall"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
