@@ -157,10 +157,21 @@ func (ws *opWorkers) keep(ctx context.Context, spec Spec, i int, command func(Sp
 		if err != nil {
 			return err
 		}
-		_ = cmd.Wait()
+		started := time.Now()
+		err = cmd.Wait()
 		ws.mu.Lock()
 		ws.pids[i] = 0
 		ws.mu.Unlock()
+		if err != nil && time.Since(started) < time.Second {
+			// It failed at once (the store refused it, say): not again
+			// at once.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 	}
 	return nil
 }

@@ -151,6 +151,10 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 		props[len(props)-1].Violation = &verify.Violation{Checker: "leftover", Msg: fmt.Sprintf("still held: %s", strings.Join(left, ", "))}
 	}
 	fmt.Fprintf(e.stdout, "%d operations, %d grants, %d writes (%d refused), %d faults\n\n", stats.Ops, stats.Grants, stats.Writes, stats.Refused, stats.Faults)
+	if stats.Grants == 0 {
+		// Nothing was checked: say why rather than pass.
+		return fail(e, c.name, unavailableErrorf("no lock was granted during the run; the last error: %s", lastError(h, dir, o.workers)))
+	}
 	failed := 0
 	for _, p := range props {
 		if p.Violation == nil {
@@ -342,4 +346,26 @@ func scanDelete(ctx context.Context, c redis.UniversalClient, pattern string) (i
 		n++
 	}
 	return n, iter.Err()
+}
+
+// lastError returns the last error of the history h, else the last line the
+// workers wrote on stderr (their logs in dir), else a note that there is none.
+func lastError(h []verify.Event, dir string, workers int) string {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Err != "" {
+			return h[i].Err
+		}
+	}
+	last := "none recorded"
+	for i := range workers {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%02d.log", i)))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if l := lines[len(lines)-1]; l != "" {
+			last = l
+		}
+	}
+	return last
 }

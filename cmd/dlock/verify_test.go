@@ -287,3 +287,14 @@ func TestVerifyInterrupted(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// TestVerifyNothingGranted runs dlock verify on a Redis that refuses every
+// write (out of memory): with no lock granted nothing was checked, so it exits
+// 69 with the store's error instead of passing.
+func TestVerifyNothingGranted(t *testing.T) {
+	s := testserver.StartRedis(t, "--maxmemory", "1", "--maxmemory-policy", "noeviction")
+	r := dlockRun(t, "verify", "--prefix", "vt:", "--duration", "2s", "--ttl", "1s", "--faults", "none", "--redis", "redis://"+s.Addr+"/0")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no lock was granted") || !strings.Contains(r.stderr, "OOM") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
