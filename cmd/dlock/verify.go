@@ -61,8 +61,9 @@ at the end the history is checked, each property printed with PASS or FAIL
 to --history, and everything under the prefix removed (also on Ctrl-C).
 --prefix is required, and no other key is read or written.
 
-exit status: 0 every property holds; 1 a violation; 64 usage (no --prefix);
-69 the store cannot be reached; 130 interrupted.
+exit status: 0 every property holds; 1 a violation; 64 usage (no --prefix,
+or a lock under it is held); 69 the store cannot be reached, or no lock was
+granted (nothing was checked); 130 interrupted.
 
 examples:
   dlock verify --prefix verify-test: --redis redis://10.0.0.5:6379/0
