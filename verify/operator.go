@@ -245,7 +245,7 @@ func opNemesis(ctx context.Context, c OperatorConfig, ws *opWorkers, rec *Record
 				continue
 			}
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
-			time.Sleep(long) // a pause past the TTL, or not (the run's end waits for it)
+			wait(long) // a pause past the TTL, or not; cut short at the run's end
 			ws.signal(target, syscall.SIGCONT)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
 		case FaultKill:
@@ -269,7 +269,7 @@ func opNemesis(ctx context.Context, c OperatorConfig, ws *opWorkers, rec *Record
 			for _, p := range c.Proxies {
 				p.SetDelay(lag)
 			}
-			time.Sleep(long)
+			wait(long)
 			for _, p := range c.Proxies {
 				p.SetDelay(0)
 			}
