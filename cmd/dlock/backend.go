@@ -86,29 +86,9 @@ func (s *servers) define(fs *flag.FlagSet) {
 
 // open connects to the servers given by flag, or else by the environment.
 func (s *servers) open(ctx context.Context, e *env) (store, error) {
-	var chosen *backend
-	var urls []string
-	for _, b := range backends() {
-		if v := s.urls[b.flag]; v != nil && len(*v) > 0 {
-			if chosen != nil {
-				return nil, usageErrorf("--%s and --%s: give the servers of one backend only", chosen.flag, b.flag)
-			}
-			chosen, urls = &b, *v
-		}
-	}
-	if chosen == nil {
-	search:
-		for _, b := range backends() {
-			for _, name := range b.env {
-				if v := strings.Fields(e.getenv(name)); len(v) > 0 {
-					chosen, urls = &b, v
-					break search
-				}
-			}
-		}
-	}
-	if chosen == nil {
-		return nil, usageErrorf("no lock server: %s", serverChoices())
+	chosen, urls, err := s.selected(e)
+	if err != nil {
+		return nil, err
 	}
 	s.tls.fromEnv(e.getenv)
 	switch {
@@ -128,6 +108,36 @@ func (s *servers) open(ctx context.Context, e *env) (store, error) {
 		return nil, usageErrorf("the %s backend is not available yet", chosen.flag)
 	}
 	return chosen.one(ctx, urls[0], &s.tls)
+}
+
+// selected returns the backend and the servers given by flag, or else by the
+// environment.
+func (s *servers) selected(e *env) (*backend, []string, error) {
+	var chosen *backend
+	var urls []string
+	for _, b := range backends() {
+		if v := s.urls[b.flag]; v != nil && len(*v) > 0 {
+			if chosen != nil {
+				return nil, nil, usageErrorf("--%s and --%s: give the servers of one backend only", chosen.flag, b.flag)
+			}
+			chosen, urls = &b, *v
+		}
+	}
+	if chosen == nil {
+	search:
+		for _, b := range backends() {
+			for _, name := range b.env {
+				if v := strings.Fields(e.getenv(name)); len(v) > 0 {
+					chosen, urls = &b, v
+					break search
+				}
+			}
+		}
+	}
+	if chosen == nil {
+		return nil, nil, usageErrorf("no lock server: %s", serverChoices())
+	}
+	return chosen, urls, nil
 }
 
 // serverChoices names the flags and variables that give a lock server.

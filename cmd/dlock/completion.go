@@ -50,6 +50,9 @@ func flagNames(c command) []string {
 	names := []string{"--help"}
 	if c.flags != nil {
 		c.flags().VisitAll(func(f *flag.Flag) {
+			if f.Usage == "" {
+				return // hidden
+			}
 			if len(f.Name) == 1 {
 				names = append(names, "-"+f.Name)
 			} else {

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/zklock"
+	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -25,6 +26,9 @@ type consensusStore struct {
 	newc   func(opts ...dlock.Option) (dlock.Locker, error)
 	insp   dlock.Inspector
 	closer func()
+	// purge deletes everything of the locks whose names start with prefix
+	// (dlock verify's cleanup) and returns how many entries it removed.
+	purge func(ctx context.Context, prefix string) (int, error)
 }
 
 func (s *consensusStore) String() string { return s.where }
@@ -139,6 +143,18 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 		},
 		insp:   c,
 		closer: func() { _ = cli.Close() },
+		purge: func(ctx context.Context, prefix string) (int, error) {
+			n := 0
+			for _, p := range []string{etcdlock.QueuePrefix(prefix), etcdlock.Prefix + "abandoned/{" + prefix} {
+				// QueuePrefix ends with "}/": the names that start with prefix go on.
+				resp, err := cli.Delete(ctx, strings.TrimSuffix(p, "}/"), clientv3.WithPrefix())
+				if err != nil {
+					return n, err
+				}
+				n += int(resp.Deleted)
+			}
+			return n, nil
+		},
 	}, nil
 }
 
@@ -179,13 +195,15 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 	cctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	opts := []zklock.Option{zklock.WithSessionTimeout(zkSession), zklock.WithLogger(func(string, ...any) {})}
+	var dialer zk.Dialer
 	if tf.set() {
 		cfg, err := tf.apply(nil)
 		if err != nil {
 			return nil, err
 		}
 		where += " (TLS)"
-		opts = append(opts, zklock.WithDialer(tlsDialer(cfg)))
+		dialer = tlsDialer(cfg)
+		opts = append(opts, zklock.WithDialer(dialer))
 	}
 	d, err := zklock.NewDriver(cctx, addrs, opts...)
 	if err != nil {
@@ -203,5 +221,62 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 		},
 		insp:   c,
 		closer: func() { _ = d.Close() },
+		purge: func(ctx context.Context, prefix string) (int, error) {
+			return zkPurge(ctx, addrs, dialer, prefix)
+		},
 	}, nil
 }
+
+// zkPurge deletes the znodes of the locks whose names start with prefix (and
+// everything under them), through a session of its own.
+func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, prefix string) (int, error) {
+	if dialer == nil {
+		dialer = net.DialTimeout
+	}
+	conn, _, err := zk.Connect(addrs, zkSession, zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}), zk.WithDialer(dialer))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	kids, _, err := conn.Children(zklock.DefaultRoot)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var remove func(path string) error
+	remove = func(path string) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		sub, _, err := conn.Children(path)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		for _, k := range sub {
+			if err := remove(path + "/" + k); err != nil {
+				return err
+			}
+		}
+		if err := conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		n++
+		return nil
+	}
+	for _, k := range kids {
+		if strings.HasPrefix(k, prefix) {
+			if err := remove(zklock.DefaultRoot + "/" + k); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// zkQuiet drops the ZooKeeper client's log lines.
+type zkQuiet struct{}
+
+func (zkQuiet) Printf(string, ...any) {}

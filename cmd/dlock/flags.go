@@ -155,6 +155,9 @@ func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(w, "\nflags:")
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return // a hidden flag (dlock verify's --worker)
+		}
 		name, use := flag.UnquoteUsage(f)
 		dash := "--"
 		if len(f.Name) == 1 {

@@ -6,6 +6,7 @@ replace (
 	github.com/dlock-go/dlock => ../..
 	github.com/dlock-go/dlock/etcdlock => ../../etcdlock
 	github.com/dlock-go/dlock/pglock => ../../pglock
+	github.com/dlock-go/dlock/verify => ../../verify
 	github.com/dlock-go/dlock/zklock => ../../zklock
 )
 
@@ -13,9 +14,11 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/creack/pty v1.1.24
 	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/etcdlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/etcdlock v0.0.0
 	github.com/dlock-go/dlock/pglock v0.0.0
-	github.com/dlock-go/dlock/zklock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock/verify v0.0.0
+	github.com/dlock-go/dlock/zklock v0.0.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.35
@@ -25,10 +28,10 @@ require (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

@@ -8,6 +8,7 @@
 //	dlock top [flags] [PATTERN]
 //	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
+//	dlock verify --prefix PREFIX [--duration 30s] [flags]
 //	dlock completion bash|zsh
 //	dlock version
 //
@@ -71,6 +72,7 @@ func commands() []command {
 		topCommand(),
 		serveCommand(),
 		demoCommand(),
+		verifyCommand(),
 		completionCommand(),
 		versionCommand(),
 	}

@@ -79,6 +79,11 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return d.Client(opts...) },
 		insp:   pgInspector{c, where},
 		closer: pool.Close,
+		purge: func(ctx context.Context, prefix string) (int, error) {
+			// A prefix holds no LIKE wildcard (dlock verify checks it).
+			tag, err := pool.Exec(ctx, "DELETE FROM "+pglock.DefaultTable+" WHERE key LIKE $1", prefix+"%")
+			return int(tag.RowsAffected()), err
+		},
 	}}, nil
 }
 

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/verify"
+	"github.com/redis/go-redis/v9"
+)
+
+// verifyWorkerEnv carries a worker's orders (verifyWorker as JSON) from dlock
+// verify to the process it starts: the server URLs stay out of the process
+// list.
+const verifyWorkerEnv = "DLOCK_VERIFY_OPERATOR"
+
+// verifyWorker is what a worker process of dlock verify needs.
+type verifyWorker struct {
+	Spec verify.Spec
+	Flag string   // the backend's server flag
+	URLs []string // its servers, through the run's proxies where there are
+}
+
+func runVerify(ctx context.Context, e *env, args []string) int {
+	c := verifyCommand()
+	o := new(verifyFlags)
+	fs := o.define()
+	a, code, ok := parseFlags(e, c, fs, args)
+	if !ok {
+		return code
+	}
+	if o.worker {
+		return runVerifyWorker(ctx, e)
+	}
+	if err := o.check(len(a.before) + len(a.after)); err != nil {
+		return fail(e, c.name, err)
+	}
+	faults, _ := o.faultList()
+	b, urls, err := o.srv.selected(e)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	st, err := o.srv.open(ctx, e)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	defer st.close()
+	if held, err := listLocks(ctx, st, o.prefix+"*"); err != nil {
+		return fail(e, c.name, err)
+	} else if len(held) > 0 {
+		return fail(e, c.name, usageErrorf("%d lock(s) under --prefix %s are held on %s (%s first): choose a prefix nothing else uses", len(held), o.prefix, st, held[0].Key))
+	}
+	// Everything under the prefix goes at the end, also after an interrupt.
+	defer func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		n, err := purge(pctx, st, o.prefix)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "dlock verify: removing what is under the prefix %s: %s\n", o.prefix, oneLine(err))
+			return
+		}
+		fmt.Fprintf(e.stdout, "removed %d entries under the prefix %s\n", n, o.prefix)
+	}()
+
+	resource := miniredis.NewMiniRedis()
+	if err := resource.Start(); err != nil {
+		return fail(e, c.name, err)
+	}
+	defer resource.Close()
+	wurls, proxies := verifyProxies(b.flag, urls, &o.srv.tls, st)
+	for _, p := range proxies {
+		defer p.Close()
+	}
+	dir, err := os.MkdirTemp("", "dlock-verify-")
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	defer os.RemoveAll(dir)
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	seed := o.seed
+	if seed == 0 {
+		seed = rand.Uint64N(1 << 48)
+	}
+	spec := verify.Spec{Backend: b.flag, Kind: "plain", Resource: resource.Addr(), TTL: o.ttl,
+		Hold: o.ttl * 3 / 5, Wait: 3 * o.ttl, ExitProb: 0.05, Dir: dir}
+	for i := range o.keys {
+		spec.Keys = append(spec.Keys, fmt.Sprintf("%s%d", o.prefix, i))
+	}
+	logs := make([]*os.File, o.workers) // each worker's stderr, for a look after the run
+	for i := range logs {
+		if logs[i], err = os.Create(filepath.Join(dir, fmt.Sprintf("w%02d.log", i))); err != nil {
+			return fail(e, c.name, err)
+		}
+		defer logs[i].Close()
+	}
+	cfg := verify.OperatorConfig{Spec: spec, Workers: o.workers, Duration: o.duration, Seed: seed, Faults: faults, Proxies: proxies,
+		Command: func(s verify.Spec) *exec.Cmd {
+			orders, _ := json.Marshal(verifyWorker{Spec: s, Flag: b.flag, URLs: wurls})
+			cmd := exec.Command(exe, "verify", "--worker")
+			cmd.Env = append(os.Environ(), verifyWorkerEnv+"="+string(orders),
+				"DLOCK_TLS_CA="+o.srv.tls.ca, "DLOCK_TLS_CERT="+o.srv.tls.cert, "DLOCK_TLS_KEY="+o.srv.tls.key)
+			if log := logs[s.Proc]; log != nil {
+				cmd.Stdout, cmd.Stderr = log, log
+			}
+			// Its own process group, so that a Ctrl-C reaches dlock verify
+			// alone, which stops the workers and cleans up; killed if dlock
+			// verify dies.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			return cmd
+		}}
+	fmt.Fprintf(e.stdout, "dlock verify on %s: prefix %s, %d keys, %d workers, TTL %v, %v, faults: %s, seed %d\n",
+		st, o.prefix, o.keys, o.workers, o.ttl, o.duration, faultNames(faults, proxies), seed)
+	if err := verify.Operate(ctx, cfg); err != nil {
+		return fail(e, c.name, err)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(e.stderr, "dlock verify: interrupted; no verdict")
+		return 130
+	}
+	left := verifyLeftover(ctx, st, o.prefix, o.ttl)
+	h, err := verify.ReadHistory(dir)
+	if err != nil {
+		return fail(e, c.name, err)
+	}
+	hist := o.history
+	if hist == "" {
+		hist = filepath.Join(os.TempDir(), fmt.Sprintf("dlock-verify-%s-%d.jsonl", strings.ReplaceAll(o.prefix, ":", "_"), seed))
+	}
+	if err := verify.WriteHistory(hist, h); err != nil {
+		return fail(e, c.name, err)
+	}
+	html := strings.TrimSuffix(hist, ".jsonl") + ".html"
+	props, stats := verify.Properties(h, "plain", o.ttl, html)
+	props = append(props, verify.Property{Name: "leftover", What: "nothing is held under the prefix once every worker ended and a TTL passed"})
+	if len(left) > 0 {
+		props[len(props)-1].Violation = &verify.Violation{Checker: "leftover", Msg: fmt.Sprintf("still held: %s", strings.Join(left, ", "))}
+	}
+	fmt.Fprintf(e.stdout, "%d operations, %d grants, %d writes (%d refused), %d faults\n\n", stats.Ops, stats.Grants, stats.Writes, stats.Refused, stats.Faults)
+	if stats.Grants == 0 {
+		// Nothing was checked: say why rather than pass.
+		return fail(e, c.name, unavailableErrorf("no lock was granted during the run; the last error: %s", lastError(h, dir, o.workers)))
+	}
+	failed := 0
+	for _, p := range props {
+		if p.Violation == nil {
+			fmt.Fprintf(e.stdout, "PASS  %-13s %s\n", p.Name, p.What)
+			continue
+		}
+		failed++
+		fmt.Fprintf(e.stdout, "FAIL  %-13s %s\n", p.Name, p.What)
+		for _, l := range strings.Split(strings.TrimRight(p.Violation.Format(h), "\n"), "\n") {
+			fmt.Fprintf(e.stdout, "      %s\n", l)
+		}
+	}
+	fmt.Fprintf(e.stdout, "\nhistory: %s\n", hist)
+	if failed > 0 {
+		fmt.Fprintf(e.stdout, "%d of %d properties violated (replay the faults with --seed %d)\n", failed, len(props), seed)
+		return exitFailure
+	}
+	fmt.Fprintf(e.stdout, "every property holds (seed %d)\n", seed)
+	return exitOK
+}
+
+// faultNames says which faults a run injects: the proxy's only with proxies.
+func faultNames(faults []string, proxies []*verify.FaultProxy) string {
+	var out []string
+	for _, f := range faults {
+		if (f == "reset" || f == "delay") && len(proxies) == 0 {
+			continue
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ",")
+}
+
+// runVerifyWorker is one worker process of dlock verify: its orders are in
+// $DLOCK_VERIFY_OPERATOR; it runs until SIGTERM.
+func runVerifyWorker(ctx context.Context, e *env) int {
+	var w verifyWorker
+	if err := json.Unmarshal([]byte(e.getenv(verifyWorkerEnv)), &w); err != nil {
+		return fail(e, "verify", usageErrorf("--worker is dlock verify's own: $%s: %v", verifyWorkerEnv, err))
+	}
+	urls := stringsFlag(w.URLs)
+	srv := servers{urls: map[string]*stringsFlag{w.Flag: &urls}}
+	st, err := srv.open(ctx, e)
+	if err != nil {
+		return fail(e, "verify", err)
+	}
+	defer st.close()
+	lk, err := st.locker(lockKind{slots: 1})
+	if err != nil {
+		return fail(e, "verify", err)
+	}
+	if err := verify.RunWorkerLocker(ctx, w.Spec, lk); err != nil {
+		return fail(e, "verify", err)
+	}
+	return exitOK
+}
+
+// verifyProxies starts a FaultProxy for each server the workers can reach
+// through one (plain TCP to a single address: not TLS, a Unix socket, Redis
+// Cluster, whose nodes redirect to their own addresses, or a PostgreSQL
+// key=value string) and returns the URLs the workers dial. Without a proxy
+// for every server, it starts none.
+func verifyProxies(flag string, urls []string, tf *tlsFiles, st store) ([]string, []*verify.FaultProxy) {
+	if tf.set() || strings.HasPrefix(st.String(), "Redis Cluster") {
+		return urls, nil
+	}
+	out := make([]string, len(urls))
+	var proxies []*verify.FaultProxy
+	closeAll := func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}
+	for i, raw := range urls {
+		target, rewrite := proxyTarget(flag, raw)
+		if target == "" {
+			closeAll()
+			return urls, nil
+		}
+		p, err := verify.NewFaultProxy(target)
+		if err != nil {
+			closeAll()
+			return urls, nil
+		}
+		proxies = append(proxies, p)
+		out[i] = rewrite(p.Addr())
+	}
+	return out, proxies
+}
+
+// proxyTarget returns the host:port of the server raw names, and the function
+// that writes raw with another address; "" when a plain proxy cannot stand in
+// for it.
+func proxyTarget(flag, raw string) (string, func(addr string) string) {
+	if !strings.Contains(raw, "://") {
+		if flag == "redis" || strings.Contains(raw, "=") {
+			return "", nil
+		}
+		if _, _, err := net.SplitHostPort(raw); err != nil {
+			return "", nil
+		}
+		return raw, func(addr string) string { return addr }
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Port() == "" {
+		return "", nil
+	}
+	switch u.Scheme {
+	case "redis", "http", "etcd", "zk", "zookeeper":
+	case "postgres", "postgresql":
+		if m := u.Query().Get("sslmode"); m == "require" || m == "verify-ca" || m == "verify-full" {
+			return "", nil
+		}
+	default:
+		return "", nil
+	}
+	return u.Host, func(addr string) string {
+		v := *u
+		v.Host = addr
+		return v.String()
+	}
+}
+
+// verifyLeftover waits until nothing is held under prefix once the workers
+// have ended (a TTL, and the store's own grace for abandoned acquisitions),
+// and returns what is still held after that.
+func verifyLeftover(ctx context.Context, st store, prefix string, ttl time.Duration) []string {
+	deadline := time.Now().Add(ttl + 7*time.Second)
+	for {
+		held, err := listLocks(ctx, st, prefix+"*")
+		var keys []string
+		for _, li := range held {
+			keys = append(keys, li.Key)
+		}
+		if err != nil {
+			keys = append(keys, "(listing failed: "+oneLine(err)+")")
+		}
+		if len(keys) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return keys
+		}
+		time.Sleep(200 * time.Millisecond) // polling the store's expiry
+	}
+}
+
+// purge deletes everything of the locks whose names start with prefix, on
+// every server of st, and returns how many entries it removed.
+func purge(ctx context.Context, st store, prefix string) (int, error) {
+	pattern := redislock.Prefix + "{" + prefix + "*"
+	switch s := st.(type) {
+	case *redisStore:
+		if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+			n := 0
+			err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				m, err := scanDelete(ctx, c, pattern)
+				n += m
+				return err
+			})
+			return n, err
+		}
+		return scanDelete(ctx, s.rdb, pattern)
+	case *redlockStore:
+		n := 0
+		var errs []error
+		for _, c := range s.rdbs {
+			m, err := scanDelete(ctx, c, pattern)
+			n += m
+			errs = append(errs, err)
+		}
+		return n, errors.Join(errs...)
+	case pgStore:
+		return s.purge(ctx, prefix)
+	case *consensusStore:
+		return s.purge(ctx, prefix)
+	}
+	return 0, fmt.Errorf("cannot remove the prefix's entries from %s", st)
+}
+
+// scanDelete deletes the keys of one Redis server that match pattern.
+func scanDelete(ctx context.Context, c redis.UniversalClient, pattern string) (int, error) {
+	n := 0
+	iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+	for iter.Next(ctx) {
+		if err := c.Unlink(ctx, iter.Val()).Err(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, iter.Err()
+}
+
+// lastError returns the last error of the history h, else the last line the
+// workers wrote on stderr (their logs in dir), else a note that there is none.
+func lastError(h []verify.Event, dir string, workers int) string {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Err != "" {
+			return h[i].Err
+		}
+	}
+	last := "none recorded"
+	for i := range workers {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%02d.log", i)))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if l := lines[len(lines)-1]; l != "" {
+			last = l
+		}
+	}
+	return last
+}
