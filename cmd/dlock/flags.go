@@ -18,9 +18,12 @@ import (
 type exitError struct {
 	code int
 	msg  string
+	err  error // the cause, when errors.Is should still find it
 }
 
 func (e *exitError) Error() string { return e.msg }
+
+func (e *exitError) Unwrap() error { return e.err }
 
 func usageErrorf(format string, args ...any) error {
 	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}

@@ -140,7 +140,7 @@ type pgInspector struct {
 
 func (p pgInspector) noTable(err error) error {
 	if errors.Is(err, pglock.ErrNoTable) {
-		return &exitError{code: exitFailure, msg: fmt.Sprintf("no dlock table in %s: nothing has been locked there (dlock run creates the table; status, list, unlock, top and serve create nothing)", p.where)}
+		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf("no dlock table in %s: nothing has been locked there (dlock run creates the table; status, list, unlock, top and serve create nothing)", p.where)}
 	}
 	return err
 }

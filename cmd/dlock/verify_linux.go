@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/verify"
 	"github.com/redis/go-redis/v9"
@@ -57,7 +58,7 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	if held, err := listLocks(ctx, st, o.prefix+"*"); err != nil {
+	if held, err := heldUnder(ctx, st, o.prefix); err != nil {
 		return fail(e, c.name, err)
 	} else if len(held) > 0 {
 		return fail(e, c.name, usageErrorf("%d lock(s) under --prefix %s are held on %s (%s first): choose a prefix nothing else uses", len(held), o.prefix, st, held[0].Key))
@@ -281,13 +282,23 @@ func proxyTarget(flag, raw string) (string, func(addr string) string) {
 	}
 }
 
+// heldUnder lists the locks under prefix; a PostgreSQL database without the
+// lock table holds none.
+func heldUnder(ctx context.Context, st store, prefix string) ([]lockInfo, error) {
+	held, err := listLocks(ctx, st, prefix+"*")
+	if errors.Is(err, pglock.ErrNoTable) {
+		return nil, nil
+	}
+	return held, err
+}
+
 // verifyLeftover waits until nothing is held under prefix once the workers
 // have ended (a TTL, and the store's own grace for abandoned acquisitions),
 // and returns what is still held after that.
 func verifyLeftover(ctx context.Context, st store, prefix string, ttl time.Duration) []string {
 	deadline := time.Now().Add(ttl + 7*time.Second)
 	for {
-		held, err := listLocks(ctx, st, prefix+"*")
+		held, err := heldUnder(ctx, st, prefix)
 		var keys []string
 		for _, li := range held {
 			keys = append(keys, li.Key)
