@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,9 +229,19 @@ func Run(t testing.TB, c Config) *Result {
 		nwg.Add(1)
 		go func() { defer nwg.Done(); nemesis(nctx, t, c, st, ws, rec) }()
 	}
+	// The Sentinels' watch outlives the nemesis: a failover it began may
+	// end after the workload's time.
+	wctx, wcancel := context.WithCancel(context.Background())
+	var wwg sync.WaitGroup
+	if st.sentinels != nil {
+		wwg.Add(1)
+		go func() { defer wwg.Done(); watchSentinels(wctx, st.sentinels[0], rec) }()
+	}
 	time.Sleep(c.Duration) // the workload runs; everything is awaited below
 	ncancel()
 	nwg.Wait()
+	wcancel()
+	wwg.Wait()
 	cancel()
 	ws.stopAll()
 	wg.Wait()
@@ -804,4 +815,79 @@ func (st *store) clusterCrash(i int) error {
 	}
 	st.shards[i] = append([]*testserver.Redis{r, m}, sh[2:]...)
 	return nil
+}
+
+// sentinelTarget is the target of the failovers watchSentinels records: the
+// store, as for the nemesis's (-1), under a key of their own.
+const sentinelTarget = -2
+
+// watchSentinels records every failover the Sentinels go through, those the
+// nemesis asks for and those they start on their own (a primary slow to
+// answer on a loaded host), as a failover fault: from the Sentinel s's +sdown
+// of the primary until, after +switch-master, the old primary takes no writes
+// (it is a replica, or down). A primary back (-sdown) with no switch closes
+// the fault a failover timeout later: a failover may be under way still.
+func watchSentinels(ctx context.Context, s *testserver.Sentinel, rec *Recorder) {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	defer sc.Close()
+	ps := sc.PSubscribe(ctx, "+sdown", "-sdown", "+switch-master")
+	defer ps.Close()
+	open := false
+	var back <-chan time.Time // the primary is back: the fault ends unless it switches
+	event := func(typ string) {
+		rec.Record(Event{Op: OpNemesis, Type: typ, Fault: FaultFailover, Target: sentinelTarget})
+		open = typ == Invoke
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if open {
+				event(OK)
+			}
+			return
+		case <-back:
+			back = nil
+			if open {
+				event(OK)
+			}
+		case m, ok := <-ps.Channel():
+			if !ok {
+				return
+			}
+			f := strings.Fields(m.Payload)
+			switch {
+			case m.Channel == "+sdown" && len(f) > 0 && f[0] == "master" && !open:
+				event(Invoke)
+			case m.Channel == "-sdown" && len(f) > 0 && f[0] == "master" && open:
+				back = time.After(10 * time.Second) // the Sentinels' failover-timeout
+			case m.Channel == "+switch-master" && len(f) == 5:
+				if !open {
+					event(Invoke)
+				}
+				back = nil
+				demoted(ctx, net.JoinHostPort(f[1], f[2]))
+				event(OK)
+			}
+		}
+	}
+}
+
+// demoted waits (10 s at most) until the server at addr is not a primary: a
+// replica, or down.
+func demoted(ctx context.Context, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		info, err := rdb.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "role:master") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond): // polling the Sentinels' reconfiguration
+		}
+	}
 }
