@@ -85,18 +85,34 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		lk, err := zklock.New(d)
 		return lk, func() { d.Close() }, err
 	}
-	for _, a := range s.Lock {
-		rdbs = append(rdbs, redis.NewClient(redisOptions(a)))
-	}
-	if len(rdbs) == 0 {
+	if len(s.Lock) == 0 {
 		return nil, closeAll, fmt.Errorf("%w: verify: no lock store address", dlock.ErrInvalid)
 	}
-	rdb := rdbs[0]
+	var (
+		rdb *redis.Client         // one server's client (none on a cluster)
+		uc  redis.UniversalClient // the client the lock runs on
+	)
+	switch s.Topology {
+	case TopologySentinel:
+		rdbs = append(rdbs, redis.NewFailoverClient(failoverOptions(s.Lock)))
+	case TopologyCluster:
+		cc := redis.NewClusterClient(clusterOptions(s.Lock))
+		uc, closeAll = cc, func() { cc.Close() }
+	default:
+		for _, a := range s.Lock {
+			rdbs = append(rdbs, redis.NewClient(redisOptions(a)))
+		}
+	}
+	if len(rdbs) > 0 {
+		rdb, uc = rdbs[0], rdbs[0]
+	}
 	var (
 		lk  dlock.Locker
 		err error
 	)
 	switch {
+	case s.Variant != "" && s.Variant != "nodone" && rdb == nil:
+		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
 	case s.Variant != "" && s.Variant != "nodone":
 		lk, err = brokenClient(rdb, s.Variant)
 	case s.Backend == "redlock":
@@ -106,23 +122,23 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		}
 		lk, err = redlock.New(nodes)
 	case s.Backend == "legacy":
-		lk, err = legacy.New(rdb, legacy.Format{})
+		lk, err = legacy.New(uc, legacy.Format{})
 	case s.Backend != "redis":
 		err = fmt.Errorf("%w: verify: backend %q", dlock.ErrInvalid, s.Backend)
 	case s.Kind == "plain":
-		lk, err = redislock.New(rdb)
+		lk, err = redislock.New(uc)
 	case s.Kind == "fair":
-		lk, err = redislock.NewFair(rdb)
+		lk, err = redislock.NewFair(uc)
 	case s.Kind == "reentrant":
-		lk, err = redislock.NewReentrant(rdb)
+		lk, err = redislock.NewReentrant(uc)
 	case s.Kind == "rw":
 		var m *redislock.RWMutex
-		m, err = redislock.NewRWMutex(rdb)
+		m, err = redislock.NewRWMutex(uc)
 		if err == nil {
 			lk = m.Client
 		}
 	case s.Kind == "sem":
-		lk, err = redislock.NewSemaphore(rdb, s.N)
+		lk, err = redislock.NewSemaphore(uc, s.N)
 	default:
 		err = fmt.Errorf("%w: verify: lock kind %q", dlock.ErrInvalid, s.Kind)
 	}

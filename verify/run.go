@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +55,25 @@ type Config struct {
 	Replica  bool     // a primary and a replica, and failover through a proxy
 	Masters  int      // Redlock: the number of masters
 	Bound    time.Duration
+	// Server is the lock store's redis-server executable ("":
+	// testserver.RedisBinary), for example a valkey-server.
+	Server string
+	// Topology is the Redis lock store's shape: "" (one server, or Masters
+	// for Redlock), TopologySentinel or TopologyCluster.
+	Topology string
 }
+
+// Redis topologies of the lock store (Config.Topology, Spec.Topology).
+const (
+	// TopologySentinel is a primary and a replica watched by three Sentinels;
+	// workers follow the primary through them, and FaultFailover kills the
+	// primary and lets the Sentinels promote the lagging replica.
+	TopologySentinel = "sentinel"
+	// TopologyCluster is a Redis Cluster of three masters (each with a
+	// replica when FaultCrash is among the faults: the crash kills a master
+	// and its replica takes over).
+	TopologyCluster = "cluster"
+)
 
 // Result is what a run found.
 type Result struct {
@@ -78,6 +97,10 @@ type store struct {
 	zk      *testserver.ZooKeeper
 	pg      *testserver.Postgres
 	addrs   []string
+
+	sentinels []*testserver.Sentinel
+	// shards are the cluster's masters, each followed by its replicas.
+	shards [][]*testserver.Redis
 }
 
 func startStore(t testing.TB, c Config) *store {
@@ -105,11 +128,37 @@ func startStore(t testing.TB, c Config) *store {
 	case "aof":
 		extra = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
 	}
-	if c.Replica {
+	startRedis := func(args ...string) *testserver.Redis {
+		if c.Server != "" {
+			return testserver.StartRedisBinary(t, c.Server, args...)
+		}
+		return testserver.StartRedis(t, args...)
+	}
+	if c.Topology == TopologyCluster {
+		replicas := 0
+		if slices.Contains(c.Faults, FaultCrash) {
+			replicas = 1
+		}
+		cl := testserver.StartClusterWithReplicas(t, 3, replicas)
+		for i, m := range cl.Nodes {
+			st.shards = append(st.shards, append([]*testserver.Redis{m}, cl.Replicas[i]...))
+		}
+		st.addrs = cl.Addrs()
+		return st
+	}
+	if c.Replica || c.Topology == TopologySentinel {
 		auth := []string{"--user", "repl", "on", ">replpw", "~*", "&*", "+@all", "--masteruser", "repl", "--masterauth", "replpw"}
-		p := testserver.StartRedis(t, append(extra, auth...)...)
-		r := testserver.StartRedis(t, append(append(extra, auth...), "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))...)
+		p := startRedis(append(extra, auth...)...)
+		r := startRedis(append(append(extra, auth...), "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))...)
 		st.servers, st.replica = []*testserver.Redis{p}, r
+		if c.Topology == TopologySentinel {
+			waitReplica(t, p.Addr)
+			st.sentinels = testserver.StartSentinelsDownAfter(t, p, 3, 2*time.Second)
+			for _, s := range st.sentinels {
+				st.addrs = append(st.addrs, s.Addr)
+			}
+			return st
+		}
 		px, err := NewProxy(p.Addr)
 		if err != nil {
 			t.Fatal(err)
@@ -121,7 +170,7 @@ func startStore(t testing.TB, c Config) *store {
 	}
 	n := max(c.Masters, 1)
 	for range n {
-		s := testserver.StartRedis(t, extra...)
+		s := startRedis(extra...)
 		st.servers = append(st.servers, s)
 		st.addrs = append(st.addrs, s.Addr)
 	}
@@ -157,6 +206,7 @@ func Run(t testing.TB, c Config) *Result {
 	st := startStore(t, c)
 	spec := c.Spec
 	spec.Lock, spec.Resource, spec.Dir, spec.Seed = st.addrs, resource.Addr, dir, c.Seed
+	spec.Topology = c.Topology
 	if spec.Backend == "memlock" {
 		spec.mem = memlock.NewStore()
 	}
@@ -179,9 +229,19 @@ func Run(t testing.TB, c Config) *Result {
 		nwg.Add(1)
 		go func() { defer nwg.Done(); nemesis(nctx, t, c, st, ws, rec) }()
 	}
+	// The Sentinels' watch outlives the nemesis: a failover it began may
+	// end after the workload's time.
+	wctx, wcancel := context.WithCancel(context.Background())
+	var wwg sync.WaitGroup
+	if st.sentinels != nil {
+		wwg.Add(1)
+		go func() { defer wwg.Done(); watchSentinels(wctx, st.sentinels[0], rec) }()
+	}
 	time.Sleep(c.Duration) // the workload runs; everything is awaited below
 	ncancel()
 	nwg.Wait()
+	wcancel()
+	wwg.Wait()
 	cancel()
 	ws.stopAll()
 	wg.Wait()
@@ -256,7 +316,17 @@ func (st *store) leftover(t testing.TB) []string {
 	if st.pg != nil {
 		return st.pgLeftover(t)
 	}
-	for _, a := range st.addrs {
+	addrs := st.addrs
+	switch {
+	case st.sentinels != nil: // the primary of the moment
+		addrs = []string{st.servers[0].Addr}
+	case st.shards != nil: // every node: each lists the keys of its slots
+		addrs = nil
+		for _, sh := range st.shards {
+			addrs = append(addrs, sh[0].Addr)
+		}
+	}
+	for _, a := range addrs {
 		rdb := redis.NewClient(&redis.Options{Addr: a})
 		keys, err := rdb.Keys(bg, "*").Result()
 		rdb.Close()
@@ -484,13 +554,28 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 		}
 	}
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	// takeover records fault f around do, a replica taking over from its
+	// primary: failed when do found no replica in sync. It reports false
+	// when the nemesis must end.
+	takeover := func(f, what string, do func() error) bool {
+		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+		if err := do(); errors.Is(err, errNoReplica) {
+			rec.Record(Event{Op: OpNemesis, Type: Fail, Fault: f, Target: -1})
+			return true
+		} else if err != nil {
+			t.Errorf("verify: %s: %v", what, err)
+			return false
+		}
+		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		return true
+	}
 	for sleep(between(ttl/2, 2*ttl)) {
 		// Every draw is made each round, used or not, so that a seed
 		// replays the same choices whatever the processes did.
 		f := c.Faults[rng.IntN(len(c.Faults))]
 		target := rng.IntN(c.Workers)
 		long, short, lag := between(ttl/2, 2*ttl), between(0, ttl/2), between(ttl/8, ttl/3)
-		pick := rng.IntN(max(len(st.servers), 1))
+		pick := rng.IntN(max(len(st.servers), len(st.shards), 1))
 		switch f {
 		case FaultStop:
 			if !ws.signal(target, syscall.SIGSTOP) {
@@ -561,6 +646,12 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 				rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 				continue
 			}
+			if st.shards != nil {
+				if !takeover(f, "cluster master crash", func() error { return st.clusterCrash(pick) }) {
+					return
+				}
+				continue
+			}
 			s := st.servers[pick]
 			if c.Persist == "rdb" {
 				// A snapshot shortly before the crash: the restart goes
@@ -586,15 +677,9 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			if st.replica == nil {
 				continue
 			}
-			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-			if err := failover(st, lag); errors.Is(err, errNoReplica) {
-				rec.Record(Event{Op: OpNemesis, Type: Fail, Fault: f, Target: -1})
-				continue
-			} else if err != nil {
-				t.Errorf("verify: failover: %v", err)
+			if !takeover(f, "failover", func() error { return failover(st, lag) }) {
 				return
 			}
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		}
 	}
 }
@@ -636,8 +721,9 @@ var errNoReplica = errors.New("no replica in sync")
 
 // failover cuts the replica's link (its replication user switched off and its
 // connections killed), lets the primary take writes for lag, kills the primary,
-// promotes the replica and points the proxy at it; the old primary comes back
-// empty as the new primary's replica.
+// promotes the replica and points the proxy at it (with Sentinels: waits until
+// they have promoted it); the old primary comes back empty as the new
+// primary's replica.
 func failover(st *store, lag time.Duration) error {
 	p, r := st.servers[0], st.replica
 	bg := context.Background()
@@ -654,12 +740,18 @@ func failover(st *store, lag time.Duration) error {
 	}
 	time.Sleep(lag) // the primary grants what the replica will never see
 	p.Stop()
-	rrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
-	defer rrdb.Close()
-	if err := rrdb.Do(bg, "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		return err
+	if st.sentinels != nil {
+		if err := promoted(st.sentinels[0], r.Port); err != nil {
+			return err
+		}
+	} else {
+		rrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+		defer rrdb.Close()
+		if err := rrdb.Do(bg, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+			return err
+		}
+		st.proxy.SetTarget(r.Addr)
 	}
-	st.proxy.SetTarget(r.Addr)
 	if err := p.Start(); err != nil {
 		return err
 	}
@@ -668,4 +760,134 @@ func failover(st *store, lag time.Duration) error {
 	}
 	st.servers[0], st.replica = r, p
 	return nil
+}
+
+// promoted waits until the Sentinel s names the server on port as the primary.
+func promoted(s *testserver.Sentinel, port int) error {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	defer sc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		a, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		if err == nil && len(a) == 2 && a[1] == fmt.Sprint(port) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the Sentinels did not promote the replica on port %d: %v", port, err)
+		case <-time.After(50 * time.Millisecond): // polling the Sentinel's view
+		}
+	}
+}
+
+// clusterCrash kills the master of shard i, waits until its replica has taken
+// its slots over, and starts it again: it comes back empty and becomes the new
+// master's replica.
+func (st *store) clusterCrash(i int) error {
+	sh := st.shards[i]
+	if len(sh) < 2 {
+		return errNoReplica
+	}
+	m, r := sh[0], sh[1]
+	bg := context.Background()
+	rrdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rrdb.Close()
+	if s, _ := rrdb.Info(bg, "replication").Result(); !strings.Contains(s, "master_link_status:up") || !strings.Contains(s, "master_sync_in_progress:0") {
+		return errNoReplica // the replica of the last crash is still syncing
+	}
+	m.Stop()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	for {
+		s, _ := rrdb.Info(ctx, "replication").Result()
+		if strings.Contains(s, "role:master") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the replica on %s did not take over", r.Addr)
+		case <-time.After(50 * time.Millisecond): // polling the cluster's failover
+		}
+	}
+	if err := m.Start(); err != nil {
+		return err
+	}
+	st.shards[i] = append([]*testserver.Redis{r, m}, sh[2:]...)
+	return nil
+}
+
+// sentinelTarget is the target of the failovers watchSentinels records: the
+// store, as for the nemesis's (-1), under a key of their own.
+const sentinelTarget = -2
+
+// watchSentinels records every failover the Sentinels go through, those the
+// nemesis asks for and those they start on their own (a primary slow to
+// answer on a loaded host), as a failover fault: from the Sentinel s's +sdown
+// of the primary until, after +switch-master, the old primary takes no writes
+// (it is a replica, or down). A primary back (-sdown) with no switch closes
+// the fault a failover timeout later: a failover may be under way still.
+func watchSentinels(ctx context.Context, s *testserver.Sentinel, rec *Recorder) {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	defer sc.Close()
+	ps := sc.PSubscribe(ctx, "+sdown", "-sdown", "+switch-master")
+	defer ps.Close()
+	open := false
+	var back <-chan time.Time // the primary is back: the fault ends unless it switches
+	event := func(typ string) {
+		rec.Record(Event{Op: OpNemesis, Type: typ, Fault: FaultFailover, Target: sentinelTarget})
+		open = typ == Invoke
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if open {
+				event(OK)
+			}
+			return
+		case <-back:
+			back = nil
+			if open {
+				event(OK)
+			}
+		case m, ok := <-ps.Channel():
+			if !ok {
+				return
+			}
+			f := strings.Fields(m.Payload)
+			switch {
+			case m.Channel == "+sdown" && len(f) > 0 && f[0] == "master" && !open:
+				event(Invoke)
+			case m.Channel == "-sdown" && len(f) > 0 && f[0] == "master" && open:
+				back = time.After(10 * time.Second) // the Sentinels' failover-timeout
+			case m.Channel == "+switch-master" && len(f) == 5:
+				if !open {
+					event(Invoke)
+				}
+				back = nil
+				demoted(ctx, net.JoinHostPort(f[1], f[2]))
+				event(OK)
+			}
+		}
+	}
+}
+
+// demoted waits (10 s at most) until the server at addr is not a primary: a
+// replica, or down.
+func demoted(ctx context.Context, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		info, err := rdb.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "role:master") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond): // polling the Sentinels' reconfiguration
+		}
+	}
 }

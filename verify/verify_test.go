@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 var (
@@ -92,6 +94,30 @@ var scenarios = []scenario{
 	{"zookeeper", "zookeeper", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)", false},
 	{"postgres", "postgres", "plain", []string{FaultStop, FaultKill, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
+	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
+	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
+	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultStop, FaultFailover}, "", false, 0, "fencing, resource, linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
+	{"redis-cluster", "redis-cluster", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
+}
+
+// configure sets what sc's backend needs beyond the scenario's fields: the
+// valkey-server executable (it skips t when there is none) or the Redis
+// topology, and the workload's time.
+func (sc scenario) configure(t *testing.T, c *Config) {
+	switch sc.backend {
+	case "valkey":
+		bin, err := testserver.ValkeyBinary()
+		if err != nil {
+			t.Skipf("valkey-server is not installed, the Valkey scenarios do not run: %v", err)
+		}
+		c.Spec.Backend, c.Server = "redis", bin
+	case "redis-sentinel":
+		// A failover takes the Sentinels a second or two: a longer run
+		// sees one or more.
+		c.Spec.Backend, c.Topology, c.Duration = "redis", TopologySentinel, duration(8*time.Second)
+	case "redis-cluster":
+		c.Spec.Backend, c.Topology, c.Duration = "redis", TopologyCluster, duration(8*time.Second)
+	}
 }
 
 // TestScenarios is every backend's quick run: a few seeds of a short workload
@@ -114,6 +140,7 @@ func TestScenarios(t *testing.T) {
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second}
+				sc.configure(t, &c)
 				r := Run(t, c)
 				t.Logf("seed %d: %+v in %v", seed, r.Stats, r.Elapsed.Round(time.Millisecond))
 				record(sc, seed, r)

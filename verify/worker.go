@@ -33,6 +33,7 @@ type Spec struct {
 	Lock     []string // the lock store's addresses (Redlock: every master)
 	Resource string   // the protected resource's redis-server
 	Keys     []string
+	Topology string // the Redis lock store's shape: "", TopologySentinel, TopologyCluster
 	TTL      time.Duration
 	Hold     time.Duration // the longest hold
 	Wait     time.Duration // a waiting Lock's WithWait
@@ -73,6 +74,31 @@ func redisOptions(addr string) *redis.Options {
 		Addr: addr, DialTimeout: 300 * time.Millisecond,
 		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
 		MaxRetries: -1, PoolSize: 8, Protocol: 2,
+	}
+}
+
+// sentinelMaster is the name the test Sentinels monitor their primary under.
+const sentinelMaster = "dlockmaster"
+
+// failoverOptions are redisOptions for a client that follows the primary
+// through the Sentinels at addrs.
+func failoverOptions(addrs []string) *redis.FailoverOptions {
+	o := redisOptions("")
+	return &redis.FailoverOptions{
+		MasterName: sentinelMaster, SentinelAddrs: addrs, DialTimeout: o.DialTimeout,
+		ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		MaxRetries: o.MaxRetries, PoolSize: o.PoolSize, Protocol: o.Protocol,
+	}
+}
+
+// clusterOptions are redisOptions for a Redis Cluster client seeded with
+// addrs; it follows a moved slot (MOVED) as its own.
+func clusterOptions(addrs []string) *redis.ClusterOptions {
+	o := redisOptions("")
+	return &redis.ClusterOptions{
+		Addrs: addrs, DialTimeout: o.DialTimeout,
+		ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		MaxRetries: o.MaxRetries, PoolSize: o.PoolSize, Protocol: o.Protocol,
 	}
 }
 

@@ -229,9 +229,17 @@ func StartSentinel(t testing.TB, master *Redis) *Sentinel {
 // seconds. They are stopped by t.Cleanup.
 func StartSentinels(t testing.TB, master *Redis, n int) []*Sentinel {
 	t.Helper()
+	return StartSentinelsDownAfter(t, master, n, 500*time.Millisecond)
+}
+
+// StartSentinelsDownAfter is StartSentinels with the time after which a silent master
+// is down (down-after-milliseconds): a longer one keeps a loaded machine's
+// slow replies from starting failovers of their own.
+func StartSentinelsDownAfter(t testing.TB, master *Redis, n int, downAfter time.Duration) []*Sentinel {
+	t.Helper()
 	out := make([]*Sentinel, n)
 	for i := range out {
-		out[i] = startSentinel(t, master, n/2+1, 500)
+		out[i] = startSentinel(t, master, n/2+1, int(downAfter.Milliseconds()))
 	}
 	return out
 }

@@ -29,6 +29,7 @@ type Redis struct {
 
 	dir  string
 	args []string
+	bin  string // the executable ("": RedisBinary)
 
 	proc process
 }
@@ -36,6 +37,12 @@ type Redis struct {
 // RedisBinary is the redis-server executable to run; $DLOCK_REDIS_SERVER overrides.
 func RedisBinary() (string, error) {
 	return lookBinary("DLOCK_REDIS_SERVER", "redis-server", "redis-server")
+}
+
+// ValkeyBinary is the valkey-server executable to run; $DLOCK_VALKEY_SERVER
+// overrides.
+func ValkeyBinary() (string, error) {
+	return lookBinary("DLOCK_VALKEY_SERVER", "valkey-server", "valkey-server")
 }
 
 // lookBinary finds the executable named by $envVar, or name, in PATH; the error
@@ -65,15 +72,33 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 	return r
 }
 
+// StartRedisBinary is StartRedis with the server executable bin (for example
+// the one ValkeyBinary returns) rather than RedisBinary's, for this server
+// only; its restarts run bin too.
+func StartRedisBinary(t testing.TB, bin string, extra ...string) *Redis {
+	t.Helper()
+	r, err := newRedis(t.TempDir(), bin, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // NewRedis starts a redis-server whose files live in dir. The caller must call
 // Stop. It is StartRedis for code that has no testing.TB (TestMain, examples).
 func NewRedis(dir string, extra ...string) (*Redis, error) {
 	if _, err := RedisBinary(); err != nil {
 		return nil, err
 	}
+	return newRedis(dir, "", extra...)
+}
+
+// newRedis starts the server executable bin ("": RedisBinary) on a free port.
+func newRedis(dir, bin string, extra ...string) (*Redis, error) {
 	var r *Redis
 	err := onFreePort(func(port int) error {
-		r = &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		r = &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, bin: bin}
 		r.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir,
@@ -106,9 +131,12 @@ func onFreePort(start func(port int) error) error {
 // Start (re)starts the server process on its port with its arguments, and waits
 // until it answers PING.
 func (r *Redis) Start() error {
-	bin, err := RedisBinary()
-	if err != nil {
-		return err
+	bin := r.bin
+	if bin == "" {
+		var err error
+		if bin, err = RedisBinary(); err != nil {
+			return err
+		}
 	}
 	return r.proc.run(exec.Command(bin, r.args...), filepath.Join(r.dir, "redis.log"),
 		"redis-server on "+r.Addr, func() bool { return r.ping() == nil })
