@@ -55,6 +55,10 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
 	var acked int64
+	retake := ""
+	if _, ok := r.Handle.(redisscript.Retake); ok {
+		retake = "1"
+	}
 	g, err := d.c.acquire(ctx, r, acquisition{
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		queues:  true,
@@ -80,7 +84,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			}
 			res, n, err := d.runAcquire(ctx,
 				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
-				r.Owner, r.TTL.Milliseconds(), "", r.Metadata, markBusy, markTaken,
+				r.Owner, r.TTL.Milliseconds(), retake, r.Metadata, markBusy, markTaken,
 				hubID, t.arrival, registered)
 			acked = n
 			return res, err
@@ -138,7 +142,13 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	tok, ok := h.Handle.(uint64)
 	if !ok {
-		n, err := d.drop(ctx, h, "0")
+		var drawn []any
+		if dr, ok := h.Handle.(redisscript.Drawn); ok {
+			for _, t := range dr.Tokens {
+				drawn = append(drawn, strconv.FormatUint(t, 10))
+			}
+		}
+		n, err := d.drop(ctx, h, "0", drawn...)
 		if err == nil && n != 1 {
 			err = notHeld(h.Key)
 		}
@@ -186,12 +196,14 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 	return err
 }
 
-// drop removes h's lock record if h holds it, waking a waiting process as a
-// release does, and marks the acquisition abandoned for mark ms ("0": no mark).
-// It returns 1 when it removed a holding, 0 otherwise.
-func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark string) (int64, error) {
+// drop removes h's lock record if h holds it (with one of the tokens drawn,
+// when given), waking a waiting process as a release does, and marks the
+// acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
+// removed a holding, 0 otherwise.
+func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark string, drawn ...any) (int64, error) {
+	args := append([]any{h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark}, drawn...)
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark).Int64()
+		args...).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
