@@ -142,13 +142,11 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	tok, ok := h.Handle.(uint64)
 	if !ok {
-		var drawn []any
+		drawn := ""
 		if dr, ok := h.Handle.(redisscript.Drawn); ok {
-			for _, t := range dr.Tokens {
-				drawn = append(drawn, strconv.FormatUint(t, 10))
-			}
+			drawn = strconv.FormatUint(dr.Token, 10)
 		}
-		n, err := d.drop(ctx, h, "0", drawn...)
+		n, err := d.drop(ctx, h, "0", drawn)
 		if err == nil && n != 1 {
 			err = notHeld(h.Key)
 		}
@@ -192,18 +190,17 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	_, err := d.drop(ctx, h, d.c.fl.mark(h))
+	_, err := d.drop(ctx, h, d.c.fl.mark(h), "")
 	return err
 }
 
-// drop removes h's lock record if h holds it (with one of the tokens drawn,
-// when given), waking a waiting process as a release does, and marks the
-// acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
+// drop removes h's lock record if h holds it (with token drawn, in decimal,
+// unless drawn is ""), waking a waiting process as a release does, and marks
+// the acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
 // removed a holding, 0 otherwise.
-func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark string, drawn ...any) (int64, error) {
-	args := append([]any{h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark}, drawn...)
+func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark, drawn string) (int64, error) {
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
-		args...).Int64()
+		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark, drawn).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}

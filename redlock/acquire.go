@@ -121,8 +121,8 @@ func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply
 	if len(yes) < d.quorum {
 		return dlock.Grant{}, d.refused(ctx, r, got, timeout)
 	}
-	if err := d.raise(ctx, r, got, top, timeout); err != nil {
-		d.cleanUp(ctx, r, got, top, timeout)
+	if raised, err := d.raise(ctx, r, got, top, timeout); err != nil {
+		d.cleanUp(ctx, r, got, raised, top, timeout)
 		return dlock.Grant{}, err
 	}
 	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
@@ -136,8 +136,8 @@ func (d *Driver) Info() dlock.DriverInfo {
 // raise records top, the largest token the granting majority drew, on that
 // majority: on each granting node that drew less (the ones that drew top have it
 // already). It fails unless a majority then holds the lock with a counter at
-// top or above.
-func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) error {
+// top or above, and returns the nodes that said they recorded it.
+func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) (map[int]bool, error) {
 	have := 0
 	var below []int
 	for _, g := range got {
@@ -150,7 +150,7 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 		}
 	}
 	if have >= d.quorum {
-		return nil
+		return nil, nil
 	}
 	need := d.quorum - have
 	token := strconv.FormatUint(top, 10)
@@ -169,12 +169,18 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 		return ok >= need || ok+pending < need
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if count(res) >= need {
-		return nil
+		return nil, nil
 	}
-	return fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
+	raised := map[int]bool{}
+	for _, g := range res {
+		if g.err == nil {
+			raised[g.node] = true
+		}
+	}
+	return raised, fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
 		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
 }
 
@@ -204,7 +210,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 			unknown++
 		}
 	}
-	d.cleanUp(ctx, r, got, 0, timeout)
+	d.cleanUp(ctx, r, got, nil, 0, timeout)
 	switch {
 	case yes+failed >= d.quorum:
 		return fmt.Errorf("%w: redlock: %d of %d nodes granted the lock, %d needed: %w",
@@ -223,26 +229,29 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 
 // cleanUp releases the holdings that the nodes in got granted to an attempt
 // that failed, waiting at most timeout: on each node, only a holding with the
-// token that node drew, or top (0: none) that raise may have recorded there.
+// token that node drew, or top on the nodes that said raise recorded it there.
 // The next attempt of the acquisition (the same owner) takes a holding anew
-// with a new token (see Acquire), so that a clean-up held up in the network,
-// which may land after that attempt's grant, cannot remove it: a lease must
-// never count a node whose holding is gone. The nodes that did not answer are
-// not released: the next attempt takes them anew, the Client abandons every
-// node when the acquisition ends, and a holding that lands meanwhile runs out
-// with its TTL. The releases run detached from ctx's cancellation, each bounded
-// by timeout as every call of askNodes is.
-func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) {
-	drawn := map[int][]uint64{}
+// with a token above the one there (see Acquire), so that a clean-up held up in
+// the network, which may land after that attempt's grant, cannot remove it: a
+// lease must never count a node whose holding is gone. The nodes that did not
+// answer, and those whose raise did not, may hold another token: they are not
+// released. The next attempt takes them anew, the Client abandons every node
+// when the acquisition ends, and a holding left meanwhile runs out with its
+// TTL. The releases run detached from ctx's cancellation, each bounded by
+// timeout as every call of askNodes is.
+func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], raised map[int]bool, top uint64, timeout time.Duration) {
+	drawn := map[int]uint64{}
 	var nodes []int
 	for _, g := range got {
-		if g.err != nil {
-			continue
+		switch {
+		case g.err != nil:
+		case raised[g.node]:
+			drawn[g.node] = top
+		default:
+			drawn[g.node] = g.val.Token
 		}
-		nodes = append(nodes, g.node)
-		drawn[g.node] = []uint64{g.val.Token}
-		if top != 0 && top != g.val.Token {
-			drawn[g.node] = append(drawn[g.node], top)
+		if g.err == nil {
+			nodes = append(nodes, g.node)
 		}
 	}
 	if len(nodes) == 0 {
@@ -250,7 +259,7 @@ func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []repl
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, _ = askNodes(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
-		h := dlock.Holding{Key: r.Key, Owner: r.Owner, Handle: redisscript.Drawn{Tokens: drawn[i]}}
+		h := dlock.Holding{Key: r.Key, Owner: r.Owner, Handle: redisscript.Drawn{Token: drawn[i]}}
 		return struct{}{}, d.nodes[i].Release(ctx, h)
 	}, nil)
 }

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,12 @@ import (
 
 // heldBack holds back a node's clean-up releases (the abandon script) as a
 // network that delays them would: the caller gets no answer in time, and the
-// release lands when the test sends it.
+// release lands when the test sends it. While failRaise is on, the node does
+// not answer the recording of a token either (the raise script, not sent).
 type heldBack struct {
-	mu   sync.Mutex
-	cmds [][]any
+	mu        sync.Mutex
+	cmds      [][]any
+	failRaise bool
 }
 
 func (h *heldBack) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -28,16 +31,21 @@ func (h *heldBack) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *heldBack) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		// The script runs as EVALSHA first, and only NOSCRIPT falls back to EVAL.
-		if cmd.Name() == "evalsha" && len(args) > 1 && args[1] == redisscript.Abandon.Hash() {
-			h.mu.Lock()
-			h.cmds = append(h.cmds, args)
-			h.mu.Unlock()
-			err := context.DeadlineExceeded
-			cmd.SetErr(err)
-			return err
+		// Scripts run as EVALSHA first, and only NOSCRIPT falls back to EVAL.
+		if cmd.Name() != "evalsha" || len(args) < 2 {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch {
+		case args[1] == redisscript.Abandon.Hash():
+			h.cmds = append(h.cmds, args)
+		case args[1] == redisscript.Raise.Hash() && h.failRaise:
+		default:
+			return next(ctx, cmd)
+		}
+		cmd.SetErr(context.DeadlineExceeded)
+		return context.DeadlineExceeded
 	}
 }
 
@@ -45,8 +53,14 @@ func (h *heldBack) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
+func (h *heldBack) setFailRaise(on bool) {
+	h.mu.Lock()
+	h.failRaise = on
+	h.mu.Unlock()
+}
+
 // land sends the releases held back so far to the node on rdb, as they would
-// land late.
+// land late, and returns how many it sent.
 func (h *heldBack) land(ctx context.Context, t *testing.T, rdb *redis.Client) int {
 	t.Helper()
 	h.mu.Lock()
@@ -64,6 +78,46 @@ func (h *heldBack) land(ctx context.Context, t *testing.T, rdb *redis.Client) in
 	return len(cmds)
 }
 
+// lateNodes returns a driver over nodes 0-2, each reached through a client
+// that holds back clean-up releases, the clients that reach them directly,
+// and the hooks.
+func lateNodes(t *testing.T) (*redlock.Driver, []*redis.Client, []*heldBack) {
+	var slow []redis.UniversalClient
+	var direct []*redis.Client
+	var hbs []*heldBack
+	for _, s := range srvs[:3] {
+		rdb := newRDB(t, s.Addr)
+		hb := &heldBack{}
+		rdb.AddHook(hb)
+		slow, direct, hbs = append(slow, rdb), append(direct, newRDB(t, s.Addr)), append(hbs, hb)
+	}
+	d, err := redlock.NewDriver(slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, direct, hbs
+}
+
+// checkHeld fails the test unless the lease h holds a majority of nodes 0-2,
+// as its owner believes, so that no other owner can take the lock.
+func checkHeld(ctx context.Context, t *testing.T, d *redlock.Driver, h dlock.Holding) {
+	t.Helper()
+	if got := held(t, h.Key, 0, 1, 2); len(got) < 2 {
+		t.Errorf("nodes held after the late releases: %v, want a majority", got)
+	}
+	if _, err := d.TTL(ctx, h); err != nil {
+		t.Errorf("TTL of the lease after the late releases: %v (a minority holds it)", err)
+	}
+	y := dlock.AcquireRequest{Key: h.Key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: h.TTL}
+	if _, err := d.Acquire(ctx, y); err == nil {
+		t.Errorf("another owner took the lock while the lease holds it")
+		_ = d.Release(ctx, dlock.Holding{Key: h.Key, Owner: y.Owner, TTL: y.TTL})
+	}
+	if err := d.Release(ctx, h); err != nil {
+		t.Errorf("release of the lease: %v", err)
+	}
+}
+
 // TestLateCleanupLeavesLaterAttempt: an attempt that no majority granted
 // releases the node that granted it, and that release is held up in the
 // network; the next attempt of the same acquisition (the same owner) takes the
@@ -73,14 +127,7 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	key := dlocktest.Key(t)
 	ctx := ctxT(t, 20*time.Second)
 	const ttl = 10 * time.Second
-	direct := []*redis.Client{newRDB(t, srvs[0].Addr), newRDB(t, srvs[1].Addr), newRDB(t, srvs[2].Addr)}
-	slow := newRDB(t, srvs[2].Addr)
-	hb := &heldBack{}
-	slow.AddHook(hb)
-	d, err := redlock.NewDriver([]redis.UniversalClient{direct[0], direct[1], slow})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, direct, hbs := lateNodes(t)
 	// Another owner holds nodes 0 and 1, each on its own.
 	x := dlock.AcquireRequest{Key: key, Owner: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", TTL: ttl}
 	var xs []*redislock.Driver
@@ -115,19 +162,19 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second attempt: %v", err)
 	}
-	if n := hb.land(ctx, t, direct[2]); n != 1 {
+	if n := hbs[2].land(ctx, t, direct[2]); n != 1 {
 		t.Fatalf("%d releases held back, want the first attempt's clean-up", n)
 	}
-	h := dlock.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle}
-	if got := held(t, key, 0, 1, 2); len(got) != 3 || got[2] != 2 {
-		t.Errorf("nodes held after the late release: %v, want 0, 1 (the other owner) and 2", got)
-	}
-	if _, err := d.TTL(ctx, h); err != nil {
-		t.Errorf("TTL of the lease after the late release: %v (a minority holds it)", err)
-	}
-	// The other owner lets node 1 go: a third owner must not get a majority.
+	// The other owner lets node 1 go: the lease must still hold nodes 0 and 2.
 	if err := xs[1].Release(ctx, xh); err != nil {
 		t.Fatal(err)
+	}
+	if got := held(t, key, 0, 1, 2); len(got) != 2 || got[0] != 0 || got[1] != 2 {
+		t.Errorf("nodes held after the late release: %v, want 0 and 2", got)
+	}
+	h := dlock.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle}
+	if _, err := d.TTL(ctx, h); err != nil {
+		t.Errorf("TTL of the lease after the late release: %v (a minority holds it)", err)
 	}
 	y := dlock.AcquireRequest{Key: key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: ttl}
 	if _, err := d.Acquire(ctx, y); err == nil {
@@ -137,4 +184,41 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	if err := d.Release(ctx, h); err != nil {
 		t.Errorf("release of the lease: %v", err)
 	}
+}
+
+// TestLateCleanupAfterFailedRaiseLeavesLaterAttempt: a majority granted an
+// attempt, but its token could not be recorded on the nodes that drew less, so
+// the attempt failed and released what it was granted; those releases land
+// after the next attempt of the same acquisition took every node again.
+func TestLateCleanupAfterFailedRaiseLeavesLaterAttempt(t *testing.T) {
+	key := dlocktest.Key(t)
+	ctx := ctxT(t, 20*time.Second)
+	const ttl = 10 * time.Second
+	d, direct, hbs := lateNodes(t)
+	// Node 0 draws tokens far above the others', which raise records on them.
+	const ahead = 9_000_000_000_000_000 // microseconds: a clock centuries ahead
+	if err := direct[0].Set(ctx, redislock.FenceKey(key), strconv.FormatUint(ahead, 10), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct[0].Del(context.Background(), redislock.FenceKey(key)) })
+	hbs[1].setFailRaise(true)
+	hbs[2].setFailRaise(true)
+	r := dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
+	if _, err := d.Acquire(ctx, r); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("first attempt, whose token is not recorded: %v, want ErrUnavailable", err)
+	}
+	hbs[1].setFailRaise(false)
+	hbs[2].setFailRaise(false)
+	g, err := d.Acquire(ctx, r)
+	if err != nil {
+		t.Fatalf("second attempt: %v", err)
+	}
+	landed := 0
+	for i, hb := range hbs {
+		landed += hb.land(ctx, t, direct[i])
+	}
+	if landed < 2 {
+		t.Fatalf("%d releases held back, want the first attempt's clean-up of its majority", landed)
+	}
+	checkHeld(ctx, t, d, dlock.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle})
 }

@@ -6,8 +6,8 @@
 -- KEYS[1] lock record   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
 -- ARGV[4] mark lifetime ms ('0': no attempt can still arrive, no mark)
--- ARGV[5...] when given, the tokens (decimal) of the attempts being cleaned up:
---         a holding of the owner with another token (taken anew by a later
+-- ARGV[5] the token (decimal) of the attempt being cleaned up, '' for any: a
+--         holding of the owner with another token (taken anew by a later
 --         attempt, see acquire.lua) stays
 -- Returns 1 when a holding was released, 0 otherwise.
 if ARGV[4] ~= '0' then
@@ -24,16 +24,8 @@ end
 if owner ~= ARGV[1] then
   return 0
 end
-if #ARGV > 4 then
-  local drawn = false
-  for i = 5, #ARGV do
-    if t == tonumber(ARGV[i]) then
-      drawn = true
-    end
-  end
-  if not drawn then
-    return 0
-  end
+if (ARGV[5] or '') ~= '' and t ~= tonumber(ARGV[5]) then
+  return 0
 end
 redis.call('DEL', KEYS[1])
 if waited then

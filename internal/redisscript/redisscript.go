@@ -92,9 +92,9 @@ var (
 type Retake struct{}
 
 // Drawn, as the Handle of a Holding released by redislock's mutex driver, limits
-// the release to a holding with one of Tokens, the tokens the attempts being
-// cleaned up drew: a holding that a later attempt of the owner took anew stays.
-// The release leaves no abandon mark.
+// the release to a holding with Token, the token of the attempt being cleaned
+// up: a holding that a later attempt of the owner took anew stays. The release
+// leaves no abandon mark.
 type Drawn struct {
-	Tokens []uint64
+	Token uint64
 }
