@@ -55,6 +55,10 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
 	var acked int64
+	retake := ""
+	if _, ok := r.Handle.(redisscript.Retake); ok {
+		retake = "1"
+	}
 	g, err := d.c.acquire(ctx, r, acquisition{
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		queues:  true,
@@ -80,7 +84,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 			}
 			res, n, err := d.runAcquire(ctx,
 				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
-				r.Owner, r.TTL.Milliseconds(), "", r.Metadata, markBusy, markTaken,
+				r.Owner, r.TTL.Milliseconds(), retake, r.Metadata, markBusy, markTaken,
 				hubID, t.arrival, registered)
 			acked = n
 			return res, err
@@ -138,7 +142,11 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	tok, ok := h.Handle.(uint64)
 	if !ok {
-		n, err := d.drop(ctx, h, "0")
+		drawn := ""
+		if dr, ok := h.Handle.(redisscript.Drawn); ok {
+			drawn = strconv.FormatUint(dr.Token, 10)
+		}
+		n, err := d.drop(ctx, h, "0", drawn)
 		if err == nil && n != 1 {
 			err = notHeld(h.Key)
 		}
@@ -182,16 +190,17 @@ func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
 func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
-	_, err := d.drop(ctx, h, d.c.fl.mark(h))
+	_, err := d.drop(ctx, h, d.c.fl.mark(h), "")
 	return err
 }
 
-// drop removes h's lock record if h holds it, waking a waiting process as a
-// release does, and marks the acquisition abandoned for mark ms ("0": no mark).
-// It returns 1 when it removed a holding, 0 otherwise.
-func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark string) (int64, error) {
+// drop removes h's lock record if h holds it (with token drawn, in decimal,
+// unless drawn is ""), waking a waiting process as a release does, and marks
+// the acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
+// removed a holding, 0 otherwise.
+func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark, drawn string) (int64, error) {
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
-		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark).Int64()
+		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark, drawn).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}

@@ -62,7 +62,9 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return dlock.Grant{}, err
 	}
 	nr := r
-	nr.Handle = nil
+	// A node that a clean-up of an earlier attempt has yet to reach grants
+	// this one a holding with a new token, which that clean-up leaves alone.
+	nr.Handle = redisscript.Retake{}
 	if w, ok := r.Handle.(*waits); ok {
 		w.end() // the last attempt's, whose waiter did not subscribe
 	}
@@ -119,8 +121,8 @@ func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply
 	if len(yes) < d.quorum {
 		return dlock.Grant{}, d.refused(ctx, r, got, timeout)
 	}
-	if err := d.raise(ctx, r, got, top, timeout); err != nil {
-		d.releaseNodes(ctx, r.Key, r.Owner, d.all(), timeout)
+	if raised, err := d.raise(ctx, r, got, top, timeout); err != nil {
+		d.cleanUp(ctx, r, got, raised, top, timeout)
 		return dlock.Grant{}, err
 	}
 	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
@@ -134,8 +136,8 @@ func (d *Driver) Info() dlock.DriverInfo {
 // raise records top, the largest token the granting majority drew, on that
 // majority: on each granting node that drew less (the ones that drew top have it
 // already). It fails unless a majority then holds the lock with a counter at
-// top or above.
-func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) error {
+// top or above, and returns the nodes that said they recorded it.
+func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) (map[int]bool, error) {
 	have := 0
 	var below []int
 	for _, g := range got {
@@ -148,7 +150,7 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 		}
 	}
 	if have >= d.quorum {
-		return nil
+		return nil, nil
 	}
 	need := d.quorum - have
 	token := strconv.FormatUint(top, 10)
@@ -167,31 +169,35 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 		return ok >= need || ok+pending < need
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if count(res) >= need {
-		return nil
+		return nil, nil
 	}
-	return fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
+	raised := map[int]bool{}
+	for _, g := range res {
+		if g.err == nil {
+			raised[g.node] = true
+		}
+	}
+	return raised, fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
 		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
 }
 
 // refused cleans up after an acquisition that no majority granted (the nodes
-// that granted it and those that did not answer are released) and returns the
+// that granted it are released, see cleanUp) and returns the
 // error that explains the outcome: a *dlock.Busy when holders elsewhere
 // kept the majority out, an error matching dlock.ErrUnavailable when failed
 // nodes did, and otherwise the nodes' own refusal (dlock.ErrConflict...).
 func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], timeout time.Duration) error {
 	var yes, unknown, failed int
 	var busy []time.Duration
-	var cleanup []int
 	var final error
 	for _, g := range got {
 		var b *dlock.Busy
 		switch {
 		case g.err == nil:
 			yes++
-			cleanup = append(cleanup, g.node)
 		case errors.As(g.err, &b):
 			busy = append(busy, b.Remaining)
 		case errors.Is(g.err, dlock.ErrRefused), errors.Is(g.err, dlock.ErrConflict), errors.Is(g.err, dlock.ErrInvalid),
@@ -202,12 +208,9 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 		default: // no answer, a network failure, or "not now": it may have landed
 			failed++
 			unknown++
-			cleanup = append(cleanup, g.node)
 		}
 	}
-	if len(cleanup) > 0 {
-		d.releaseNodes(ctx, r.Key, r.Owner, cleanup, timeout)
-	}
+	d.cleanUp(ctx, r, got, nil, 0, timeout)
 	switch {
 	case yes+failed >= d.quorum:
 		return fmt.Errorf("%w: redlock: %d of %d nodes granted the lock, %d needed: %w",
@@ -224,13 +227,39 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 	return fmt.Errorf("redlock: %d of %d nodes granted the lock, %d needed: %w", yes, len(d.nodes), d.quorum, final)
 }
 
-// releaseNodes releases owner's holding of key on nodes, waiting at most timeout.
-// The releases run detached from ctx's cancellation, each bounded by timeout as
-// every call of askNodes is.
-func (d *Driver) releaseNodes(ctx context.Context, key, owner string, nodes []int, timeout time.Duration) {
+// cleanUp releases the holdings that the nodes in got granted to an attempt
+// that failed, waiting at most timeout: on each node, only a holding with the
+// token that node drew, or top on the nodes that said raise recorded it there.
+// The next attempt of the acquisition (the same owner) takes a holding anew
+// with a token above the one there (see Acquire), so that a clean-up held up in
+// the network, which may land after that attempt's grant, cannot remove it: a
+// lease must never count a node whose holding is gone. The nodes that did not
+// answer, and those whose raise did not, may hold another token: they are not
+// released. The next attempt takes them anew, the Client abandons every node
+// when the acquisition ends, and a holding left meanwhile runs out with its
+// TTL. The releases run detached from ctx's cancellation, each bounded by
+// timeout as every call of askNodes is.
+func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], raised map[int]bool, top uint64, timeout time.Duration) {
+	drawn := map[int]uint64{}
+	var nodes []int
+	for _, g := range got {
+		switch {
+		case g.err != nil:
+		case raised[g.node]:
+			drawn[g.node] = top
+		default:
+			drawn[g.node] = g.val.Token
+		}
+		if g.err == nil {
+			nodes = append(nodes, g.node)
+		}
+	}
+	if len(nodes) == 0 {
+		return
+	}
 	ctx = context.WithoutCancel(ctx)
-	h := dlock.Holding{Key: key, Owner: owner}
 	_, _ = askNodes(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
+		h := dlock.Holding{Key: r.Key, Owner: r.Owner, Handle: redisscript.Drawn{Token: drawn[i]}}
 		return struct{}{}, d.nodes[i].Release(ctx, h)
 	}, nil)
 }

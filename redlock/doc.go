@@ -11,7 +11,11 @@
 //     from the start of the attempt: TTL minus the round trip minus the drift
 //     margin (the Lease's local deadline), so a slow majority eats into it, and a
 //     grant that arrives after its validity is refused. When no majority grants,
-//     the servers that did, and those that did not answer, are released at once.
+//     the servers that did are released at once, each only while it holds the
+//     token it drew for that attempt: the next attempt takes a holding it finds
+//     there anew, with a new token, so that a release delayed in the network
+//     cannot remove it. The servers that did not answer are taken anew by the
+//     next attempt, and abandoned when the acquisition ends without a lease.
 //   - Fencing tokens strictly increase per key although no server holds the
 //     truth: each server draws a token, the attempt takes the largest of the
 //     majority's and records it on the majority before handing it out. Any two

@@ -6,6 +6,9 @@
 -- KEYS[1] lock record   KEYS[2] the owner's abandon mark   KEYS[3] waiting processes
 -- ARGV[1] owner   ARGV[2] publish command ('' = none)   ARGV[3] wake channel
 -- ARGV[4] mark lifetime ms ('0': no attempt can still arrive, no mark)
+-- ARGV[5] the token (decimal) of the attempt being cleaned up, '' for any: a
+--         holding of the owner with another token (taken anew by a later
+--         attempt, see acquire.lua) stays
 -- Returns 1 when a holding was released, 0 otherwise.
 if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
@@ -19,6 +22,9 @@ if not t then
   return not_record()
 end
 if owner ~= ARGV[1] then
+  return 0
+end
+if (ARGV[5] or '') ~= '' and t ~= tonumber(ARGV[5]) then
   return 0
 end
 redis.call('DEL', KEYS[1])

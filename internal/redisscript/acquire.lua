@@ -4,7 +4,10 @@
 -- KEYS[3] the owner's abandon mark
 -- KEYS[4] waiting processes: sorted set of hub ids by arrival (server ms)
 --         (all in one hash slot)
--- ARGV[1] owner       ARGV[2] ttl ms   ARGV[3] unused   ARGV[4] metadata ('' = none)
+-- ARGV[1] owner       ARGV[2] ttl ms   ARGV[4] metadata ('' = none)
+-- ARGV[3] '1' when a holding of the owner is taken anew, with a new token, rather
+--         than returned (Redlock: a clean-up of an earlier attempt, which removes
+--         only the holding with that attempt's token, then leaves it alone)
 -- ARGV[5] '1' when the caller waits if the lock is held: the holding is marked
 --         ('+') so that its release wakes a waiting process, and the caller's
 --         process (hub ARGV[7]) joins KEYS[4] with score ARGV[8] ('' = now)
@@ -17,7 +20,8 @@
 --         and has no other waiter; '2' when a release took it off KEYS[4] to
 --         wake it. Either way its holding is marked: other processes may wait.
 -- Returns {1, token} when taken (also when the owner holds it already: a retry
--- whose earlier attempt landed; its TTL is reset), {1, token, score} when taken
+-- whose earlier attempt landed; its TTL is reset, and its token kept unless
+-- ARGV[3] is '1'), {1, token, score} when taken
 -- and the process went to the back of KEYS[4] with that score, {0, pttl, score}
 -- when held by another owner (score: the hub's arrival, '' when not waiting),
 -- {2, 0} when the owner's acquisition was abandoned (abandon.lua).
@@ -67,7 +71,8 @@ if v then
   end
 end
 
-if owner == ARGV[1] then
+local mine = owner == ARGV[1]
+if mine and ARGV[3] ~= '1' then
   -- A retry whose earlier attempt landed.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[6] == '1' and not waited then
@@ -76,7 +81,7 @@ if owner == ARGV[1] then
   return granted(token)
 end
 
-if owner then
+if owner and not mine then
   local pttl = redis.call('PTTL', KEYS[1])
   local score = ''
   if ARGV[5] == '1' then
@@ -97,7 +102,7 @@ if owner then
   return {0, pttl, score}
 end
 
-if r[2] then
+if r[2] and not mine then
   return {2, 0}
 end
 
@@ -123,8 +128,9 @@ if fence >= token then
   token = fence + 1
 end
 -- A process that was on the waiting set marks its holding: others of it may
--- still be there, and its release must wake the next.
-local rec = held_record(b36(token), ARGV[1], ARGV[4], ARGV[6] == '1' or ARGV[9] ~= '0')
+-- still be there, and its release must wake the next. A holding taken anew
+-- keeps its mark.
+local rec = held_record(b36(token), ARGV[1], ARGV[4], ARGV[6] == '1' or ARGV[9] ~= '0' or (mine and waited))
 if v then
   redis.call('SET', KEYS[1], rec, 'PX', ARGV[2])
 elseif not redis.call('SET', KEYS[1], rec, 'NX', 'PX', ARGV[2]) then

@@ -83,3 +83,18 @@ var (
 	FairAcquire = script(tokenSrc, fairLibSrc, fairAcquireSrc)
 	FairRelease = script(tokenSrc, fairLibSrc, fairReleaseSrc)
 )
+
+// Retake, as the Handle of an AcquireRequest to redislock's mutex driver, makes
+// an attempt that finds the lock held by its owner take it anew, with a new
+// token, rather than return that holding (see acquire.lua's ARGV[3]). Redlock's
+// attempts carry it, so that a clean-up of an earlier attempt (a Drawn release)
+// that lands late leaves the later attempt's holding alone.
+type Retake struct{}
+
+// Drawn, as the Handle of a Holding released by redislock's mutex driver, limits
+// the release to a holding with Token, the token of the attempt being cleaned
+// up: a holding that a later attempt of the owner took anew stays. The release
+// leaves no abandon mark.
+type Drawn struct {
+	Token uint64
+}
