@@ -134,11 +134,12 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 // token (the Handle of the Grant that Acquire returned), the release is one
 // command on the server: the lock record stays, released, with that token,
 // until the holding's TTL would have run out, so that the next acquisition
-// draws a greater token without reading the clock. A caller that handed out a
+// draws a token above it and above the server clock. A caller that handed out a
 // token of its own for the holding (Redlock, the largest of several servers')
 // records it so. With another Handle (an acquisition that failed and is
-// cleaned up) the record goes, and the next token is drawn from the server
-// clock, which tokens stay below.
+// cleaned up) the record goes, only the holding with the token of a
+// redisscript.Drawn Handle when it is one, and the next token is drawn from
+// the server clock.
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	tok, ok := h.Handle.(uint64)
 	if !ok {
