@@ -16,10 +16,13 @@ import (
 var (
 	// transientPrefixes mean "not now": the server is loading, read-only, out of
 	// memory, failing to persist, busy with a script, or its cluster or
-	// replication is degraded.
+	// replication is degraded. A MOVED or ASK redirection reaches dlock only when
+	// the client's redirections ran out while a slot changed owner (the nodes
+	// disagree for a moment during a resharding or a failover), so it is
+	// transient too.
 	transientPrefixes = []string{
 		"READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY",
-		"NOREPLICAS", "OOM", "MISCONF", "UNBLOCKED",
+		"NOREPLICAS", "OOM", "MISCONF", "UNBLOCKED", "MOVED", "ASK",
 	}
 	// refusedPrefixes mean "no" for a reason waiting does not cure: ACL
 	// permissions and authentication.
@@ -29,7 +32,8 @@ var (
 // MapErr turns a go-redis error from a script or command into one matching the
 // dlock sentinels: ErrConflict for WRONGTYPE and the scripts' DLOCKCONFLICT
 // replies; ErrUnavailable for network errors and the server's "not now" replies
-// (READONLY, LOADING, BUSY, OOM, MISCONF, CLUSTERDOWN...); ErrRefused (which
+// (READONLY, LOADING, BUSY, OOM, MISCONF, CLUSTERDOWN, a MOVED or ASK left over
+// from a slot changing owner...); ErrRefused (which
 // matches ErrUnavailable too) for NOPERM, NOAUTH, WRONGPASS and every other server
 // reply. Context errors and nil pass through. The text names pkg and the server's
 // reply, without the script hash go-redis appends.
