@@ -23,6 +23,7 @@ var brokenCases = []struct {
 	{"nodone", nil, false, "", []string{"exclusion", "told-first"}},
 	{"noexpiry", []string{FaultKill}, false, "", []string{"liveness"}},
 	{"renewafter", nil, false, "", []string{"liveness"}},
+	{"lostack", nil, false, "", []string{"lost-write"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the

@@ -55,6 +55,7 @@ type Params struct {
 // grant is one successful acquisition with its validity window.
 type grant struct {
 	inv, ok  Event
+	read     bool // a read-write lock's read side
 	end      int64 // the end of its validity window
 	relInv   int64 // when its release was invoked (0: never)
 	released int64 // completion of an owner-checked release that succeeded (0: none)
@@ -166,7 +167,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		case OpAcquire:
 			a.acqs = append(a.acqs, acq{in, e})
 			if e.Type == OK {
-				g := &grant{inv: in, ok: e, deadline: e.Deadline}
+				g := &grant{inv: in, ok: e, deadline: e.Deadline, read: in.Read || e.Read}
 				a.grants[e.Key] = append(a.grants[e.Key], g)
 				holding[e.Proc] = g
 				byToken[tk(e.Proc, e.Token)] = g
@@ -255,7 +256,7 @@ func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -309,8 +310,17 @@ func (a *Analysis) Resource() *Violation {
 	return nil
 }
 
+// side names a grant's side of a read-write lock, for a message.
+func (g *grant) side() string {
+	if g.read {
+		return "read"
+	}
+	return "write"
+}
+
 // Exclusion: no two validity windows of a key overlap (at most N for a
-// semaphore), but across a fault the docs name as unsafe.
+// semaphore; on a read-write lock, a writer's overlaps no other holder's,
+// readers' may overlap each other), but across a fault the docs name as unsafe.
 func (a *Analysis) Exclusion() *Violation {
 	limit := 1
 	if a.P.Kind == "sem" {
@@ -320,15 +330,22 @@ func (a *Analysis) Exclusion() *Violation {
 		for i, b := range gs {
 			var over []*grant
 			for _, g := range gs[:i] {
+				if g.read && b.read {
+					continue // readers share the lock
+				}
 				if g.ok.T < b.ok.T && g.end > b.ok.T && !a.unsafeBetween(g.ok.T, b.ok.T) {
 					over = append(over, g)
 				}
 			}
 			if len(over) >= limit {
 				g := over[0]
-				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line},
-					Msg: fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
-						key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))}
+				msg := fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
+					key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))
+				if a.P.Kind == "rw" {
+					msg = fmt.Sprintf("key %s: the %s side granted to worker %d (token %d) while worker %d held the %s side (token %d, valid %v more)",
+						key, b.side(), b.ok.Proc, b.ok.Token, g.ok.Proc, g.side(), g.ok.Token, time.Duration(g.end-b.ok.T))
+				}
+				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line}, Msg: msg}
 			}
 		}
 	}
@@ -367,6 +384,9 @@ func (a *Analysis) ToldFirst() *Violation {
 			for _, g := range gs[:i] {
 				if g.ok.T >= b.ok.T || g.relInv != 0 && g.relInv < b.ok.T {
 					continue // released before
+				}
+				if g.read && b.read {
+					continue // readers share the lock: nobody is told
 				}
 				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNear(g.ok.T, b.ok.T, g.ok.Proc) {
 					continue
@@ -552,13 +572,13 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		if e.Type == Info {
 			ret = end
 		}
-		ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: ret, Metadata: in.Key,
+		ops = append(ops, porcupine.Operation{ClientId: clientID(in.Proc), Call: in.T, Return: ret, Metadata: in.Key,
 			Input:  regInput{write: in.Op == OpWrite, token: in.Token, value: in.Value},
 			Output: regOutput{value: e.Value, outcome: e.Type}})
 	}
 	for _, in := range inv { // invoked, never completed: a killed worker
 		if in.Op == OpWrite {
-			ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: end, Metadata: in.Key,
+			ops = append(ops, porcupine.Operation{ClientId: clientID(in.Proc), Call: in.T, Return: end, Metadata: in.Key,
 				Input: regInput{write: true, token: in.Token, value: in.Value}, Output: regOutput{outcome: Info}})
 		}
 	}
@@ -574,4 +594,98 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		}
 	}
 	return &Violation{Checker: "linearizable", Msg: msg}
+}
+
+// harnessClient is porcupine's client number of the test process (Proc -1),
+// whose final reads the history holds.
+const harnessClient = 1000
+
+// clientID is porcupine's client number of worker proc.
+func clientID(proc int) int {
+	if proc < 0 {
+		return harnessClient
+	}
+	return proc
+}
+
+// LostWrite: no acknowledged write of the resource is lost. Every read that
+// completed (a holder's, and the harness's final read of each key once the
+// workers ended) returns the value of the write of the highest token
+// acknowledged before the read began, or of one that may have been applied
+// after it: a write whose token is not below it, acknowledged or of unknown
+// outcome, that began before the read ended. It names the write a read missed.
+func (a *Analysis) LostWrite() *Violation {
+	type write struct {
+		inv, end Event // end.Type "": never completed (its worker died)
+	}
+	inv := map[string]Event{}
+	pending := map[string]*write{}
+	byKey := map[string][]*write{}
+	for _, e := range a.H {
+		if e.Op != OpWrite && e.Op != OpRead {
+			continue
+		}
+		k := fmt.Sprint(e.Proc, "/", e.PID, "/", e.ID)
+		if e.Type == Invoke {
+			inv[k] = e
+			if e.Op == OpWrite {
+				w := &write{inv: e}
+				pending[k] = w
+				byKey[e.Key] = append(byKey[e.Key], w)
+			}
+			continue
+		}
+		in, ok := inv[k]
+		if !ok {
+			continue
+		}
+		delete(inv, k)
+		if e.Op == OpWrite {
+			if w := pending[k]; w != nil {
+				w.end = e
+				delete(pending, k)
+			}
+			continue
+		}
+		if e.Type != OK {
+			continue
+		}
+		// The last write acknowledged before the read began: the highest
+		// token, the latest acknowledgement among equal tokens.
+		var last *write
+		for _, w := range byKey[e.Key] {
+			if w.end.Type == OK && w.end.T < in.T && (last == nil || w.inv.Token > last.inv.Token ||
+				w.inv.Token == last.inv.Token && w.end.T > last.end.T) {
+				last = w
+			}
+		}
+		fits := last == nil && e.Value == 0 || last != nil && last.inv.Value == e.Value
+		for _, w := range byKey[e.Key] {
+			switch {
+			case fits:
+			case w == last, w.end.Type == Fail, w.inv.T > e.T:
+			case last != nil && w.inv.Token < last.inv.Token:
+				// The resource refuses it once last is applied.
+			case last != nil && w.end.Type == OK && w.end.T < last.inv.T:
+				// Applied before last began.
+			default:
+				fits = w.inv.Value == e.Value
+			}
+		}
+		if fits {
+			continue
+		}
+		who := fmt.Sprintf("worker %d's", e.Proc)
+		if e.Proc < 0 {
+			who = "the final"
+		}
+		if last == nil {
+			return &Violation{Checker: "lost-write", Lines: []int{in.Line, e.Line},
+				Msg: fmt.Sprintf("key %s: %s read at line %d returned %d, which no write that began before it wrote", e.Key, who, e.Line, e.Value)}
+		}
+		return &Violation{Checker: "lost-write", Lines: []int{last.inv.Line, last.end.Line, in.Line, e.Line},
+			Msg: fmt.Sprintf("key %s: the write of %d with token %d by worker %d, acknowledged at line %d, is lost: %s read at line %d returned %d",
+				e.Key, last.inv.Value, last.inv.Token, last.inv.Proc, last.end.Line, who, e.Line, e.Value)}
+	}
+	return nil
 }

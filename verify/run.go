@@ -245,6 +245,7 @@ func Run(t testing.TB, c Config) *Result {
 	cancel()
 	ws.stopAll()
 	wg.Wait()
+	finalReads(rec, resource.Addr, spec.Keys)
 
 	// Liveness: once everything has ended and a TTL has passed, nothing of the
 	// locks is left on the store but the fence counters, which outlive them

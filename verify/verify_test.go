@@ -53,10 +53,18 @@ func duration(quick time.Duration) time.Duration {
 	return quick
 }
 
+// rwReaders is the scenarios' lock kind of the read-write lock with readers:
+// half the rounds take the read side.
+const rwReaders = "rw+readers"
+
 // quickSpec is the workers' template of the quick runs: short TTLs.
 func quickSpec(kind string) Spec {
-	return Spec{Backend: "redis", Kind: kind, Keys: []string{"a", "b"}, TTL: 400 * time.Millisecond,
+	s := Spec{Backend: "redis", Kind: kind, Keys: []string{"a", "b"}, TTL: 400 * time.Millisecond,
 		Hold: 250 * time.Millisecond, Wait: 1500 * time.Millisecond, ExitProb: 0.05, N: 2}
+	if kind == rwReaders {
+		s.Kind, s.ReadShare = "rw", 0.5
+	}
+	return s
 }
 
 // scenario is one backend and primitive with the faults it runs under.
@@ -98,6 +106,8 @@ var scenarios = []scenario{
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
 	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultStop, FaultFailover}, "", false, 0, "fencing, resource, linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
 	{"redis-cluster", "redis-cluster", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
+	{"redis-rw-readers", "redis", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness", false},
+	{"valkey-rw-readers", "valkey", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness (valkey-server)", false},
 }
 
 // configure sets what sc's backend needs beyond the scenario's fields: the
