@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -19,14 +20,22 @@ var (
 func TestMain(m *testing.M) {
 	MaybeWorker() // a worker process exits here
 	flag.Parse()
-	code := m.Run()
+	goleak.VerifyTestMain(tableM{m})
+}
+
+// tableM runs the tests, then writes the table of the scenarios run (-table).
+type tableM struct{ m *testing.M }
+
+// Run runs the tests and writes the table.
+func (t tableM) Run() int {
+	code := t.m.Run()
 	if *tableFlag != "" {
 		if err := writeTable(*tableFlag); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // seeds returns the seeds to run: -seed alone, else -seeds of them from
