@@ -34,9 +34,12 @@ import (
 //     deadline) and holds past its TTL;
 //   - noexpiry: the lock is written without expiry;
 //   - renewafter: the renewal outlives Unlock (the lock stays held after it);
+//   - latecleanup: Redlock's clean-up of a failed attempt as it was before
+//     its fix, releasing each node by owner alone, and held up in the network
+//     until the owner's next attempt took the node again;
 //   - lostack: the resource acknowledges one fenced write in three without
 //     storing it (a worker's variant: the lock is sound).
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "lostack"}
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -119,6 +122,8 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		err error
 	)
 	switch {
+	case s.Variant == "latecleanup" && s.Backend == "redlock":
+		lk, err = lateCleanupRedlock(rdbs)
 	case lockVariant(s.Variant) && rdb == nil:
 		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
 	case lockVariant(s.Variant):

@@ -24,6 +24,7 @@ var brokenCases = []struct {
 	{"noexpiry", []string{FaultKill}, false, "", []string{"liveness"}},
 	{"renewafter", nil, false, "", []string{"liveness"}},
 	{"lostack", nil, false, "", []string{"lost-write"}},
+	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -57,8 +58,12 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				if bc.variant == "renewafter" {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound
 				}
+				masters := 0
+				if bc.variant == "latecleanup" { // a Redlock variant
+					spec.Backend, masters = "redlock", 5
+				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Bound: time.Second}
+					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second}
 				r := Run(t, c)
 				for _, v := range r.Violations {
 					if slices.Contains(bc.checker, v.Checker) {

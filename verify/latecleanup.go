@@ -1,0 +1,113 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisscript"
+	"github.com/dlock-go/dlock/redlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// lateCleanupRedlock returns a Redlock Client over rdbs broken as the
+// latecleanup variant: the clean-up of a failed attempt releases each node that
+// granted it by owner alone, whatever the token of the holding there (Redlock's
+// clean-up before it released only the holding with the token the attempt
+// drew), and that release is held up in the network until the same owner's
+// next attempt has taken the node again, where it lands and removes that
+// attempt's holding. The lease then believes it holds a majority it may not.
+func lateCleanupRedlock(rdbs []*redis.Client) (*dlock.Client, error) {
+	nodes := make([]redis.UniversalClient, len(rdbs))
+	for i, c := range rdbs {
+		c.AddHook(&lateCleanup{rdb: c, held: map[string][]any{}})
+		nodes[i] = c
+	}
+	return redlock.New(nodes)
+}
+
+// lateCleanup is one node's network for the latecleanup variant: it holds back
+// the clean-up releases (redislock's abandon script with a drawn token), and
+// sends each one, by owner alone, right after the same owner's next attempt
+// was granted on the node.
+type lateCleanup struct {
+	rdb  *redis.Client
+	mu   sync.Mutex
+	held map[string][]any // per lock key and owner: the release held back
+}
+
+// DialHook implements redis.Hook.
+func (h *lateCleanup) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessPipelineHook implements redis.Hook.
+func (h *lateCleanup) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// ProcessHook implements redis.Hook.
+func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		// Scripts run as EVALSHA first: a NOSCRIPT falls back to EVAL.
+		if name := cmd.Name(); name != "evalsha" && name != "eval" || len(args) < 4 {
+			return next(ctx, cmd)
+		}
+		nkeys, ok := args[2].(int)
+		if !ok || len(args) < 4+nkeys {
+			return next(ctx, cmd)
+		}
+		keys, argv := args[3:3+nkeys], args[3+nkeys:]
+		held := fmt.Sprint(keys[0], " ", argv[0]) // the lock key and the owner
+		switch {
+		case h.is(args[1], redisscript.Abandon) && len(argv) >= 5 && argv[4] != "":
+			// A clean-up release of the token an attempt drew: by owner
+			// alone, as before the fix, and not now.
+			rel := slices.Clone(args)
+			rel[3+nkeys+4] = ""
+			h.mu.Lock()
+			h.held[held] = rel
+			h.mu.Unlock()
+			cmd.SetErr(context.DeadlineExceeded) // the answer does not come in time
+			return context.DeadlineExceeded
+		case h.is(args[1], redisscript.Acquire):
+			err := next(ctx, cmd)
+			h.mu.Lock()
+			rel := h.held[held]
+			delete(h.held, held)
+			h.mu.Unlock()
+			if rel != nil && err == nil && granted(cmd) {
+				// The late release lands on the new holding. Its own
+				// outcome reaches nobody.
+				_ = redisscript.Abandon.Run(context.WithoutCancel(ctx), h.rdb, toStrings(rel[3:3+nkeys]), rel[3+nkeys:]...).Err()
+			}
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// is reports whether the script argument of an EVALSHA (its hash) or an EVAL
+// (its source) is s.
+func (h *lateCleanup) is(arg any, s *redis.Script) bool {
+	return arg == s.Hash() || len(fmt.Sprint(arg)) > 40 && redis.NewScript(fmt.Sprint(arg)).Hash() == s.Hash()
+}
+
+// granted reports whether cmd's reply is an acquire script's grant ({1, token, ...}).
+func granted(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	res, err := c.Slice()
+	return err == nil && len(res) > 0 && res[0] == int64(1)
+}
+
+func toStrings(vs []any) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = fmt.Sprint(v)
+	}
+	return out
+}
