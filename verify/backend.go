@@ -123,7 +123,7 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 	)
 	switch {
 	case s.Variant == "latecleanup" && s.Backend == "redlock":
-		lk, err = lateCleanupRedlock(rdbs)
+		lk, err = lateCleanupRedlock(rdbs, s.TTL/2)
 	case lockVariant(s.Variant) && rdb == nil:
 		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
 	case lockVariant(s.Variant):

@@ -55,7 +55,7 @@ type Params struct {
 // grant is one successful acquisition with its validity window.
 type grant struct {
 	inv, ok  Event
-	read     bool // a read-write lock's read side
+	read     bool  // a read-write lock's read side
 	end      int64 // the end of its validity window
 	relInv   int64 // when its release was invoked (0: never)
 	released int64 // completion of an owner-checked release that succeeded (0: none)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -18,11 +19,12 @@ import (
 // clean-up before it released only the holding with the token the attempt
 // drew), and that release is held up in the network until the same owner's
 // next attempt has taken the node again, where it lands and removes that
-// attempt's holding. The lease then believes it holds a majority it may not.
-func lateCleanupRedlock(rdbs []*redis.Client) (*dlock.Client, error) {
+// attempt's holding (the lease then believes it holds a majority it may not),
+// or until delay has passed.
+func lateCleanupRedlock(rdbs []*redis.Client, delay time.Duration) (*dlock.Client, error) {
 	nodes := make([]redis.UniversalClient, len(rdbs))
 	for i, c := range rdbs {
-		c.AddHook(&lateCleanup{rdb: c, held: map[string][]any{}})
+		c.AddHook(&lateCleanup{rdb: c, delay: delay, held: map[string]*heldRelease{}})
 		nodes[i] = c
 	}
 	return redlock.New(nodes)
@@ -31,11 +33,38 @@ func lateCleanupRedlock(rdbs []*redis.Client) (*dlock.Client, error) {
 // lateCleanup is one node's network for the latecleanup variant: it holds back
 // the clean-up releases (redislock's abandon script with a drawn token), and
 // sends each one, by owner alone, right after the same owner's next attempt
-// was granted on the node.
+// was granted on the node, or once delay has passed.
 type lateCleanup struct {
-	rdb  *redis.Client
-	mu   sync.Mutex
-	held map[string][]any // per lock key and owner: the release held back
+	rdb   *redis.Client
+	delay time.Duration
+	mu    sync.Mutex
+	held  map[string]*heldRelease // per lock key and owner: the release held back
+}
+
+// heldRelease is a release held back: the abandon script's keys and arguments.
+type heldRelease struct {
+	keys []string
+	argv []any
+}
+
+// take removes the release held back for id and returns it (nil: none, or
+// not rel when rel is not nil).
+func (h *lateCleanup) take(id string, rel *heldRelease) *heldRelease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.held[id]
+	if r == nil || rel != nil && r != rel {
+		return nil
+	}
+	delete(h.held, id)
+	return r
+}
+
+// land sends rel to the node; its outcome reaches nobody.
+func (h *lateCleanup) land(rel *heldRelease) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = redisscript.Abandon.Run(ctx, h.rdb, rel.keys, rel.argv...).Err()
 }
 
 // DialHook implements redis.Hook.
@@ -55,7 +84,7 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		nkeys, ok := args[2].(int)
-		if !ok || len(args) < 4+nkeys {
+		if !ok || nkeys < 1 || len(args) < 4+nkeys {
 			return next(ctx, cmd)
 		}
 		keys, argv := args[3:3+nkeys], args[3+nkeys:]
@@ -64,23 +93,24 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case h.is(args[1], redisscript.Abandon) && len(argv) >= 5 && argv[4] != "":
 			// A clean-up release of the token an attempt drew: by owner
 			// alone, as before the fix, and not now.
-			rel := slices.Clone(args)
-			rel[3+nkeys+4] = ""
+			rel := &heldRelease{keys: toStrings(keys), argv: slices.Clone(argv)}
+			rel.argv[4] = ""
 			h.mu.Lock()
 			h.held[held] = rel
 			h.mu.Unlock()
+			time.AfterFunc(h.delay, func() {
+				if r := h.take(held, rel); r != nil {
+					h.land(r)
+				}
+			})
 			cmd.SetErr(context.DeadlineExceeded) // the answer does not come in time
 			return context.DeadlineExceeded
 		case h.is(args[1], redisscript.Acquire):
 			err := next(ctx, cmd)
-			h.mu.Lock()
-			rel := h.held[held]
-			delete(h.held, held)
-			h.mu.Unlock()
-			if rel != nil && err == nil && granted(cmd) {
-				// The late release lands on the new holding. Its own
-				// outcome reaches nobody.
-				_ = redisscript.Abandon.Run(context.WithoutCancel(ctx), h.rdb, toStrings(rel[3:3+nkeys]), rel[3+nkeys:]...).Err()
+			if rel := h.take(held, nil); rel != nil {
+				// It lands after the attempt, and removes the holding
+				// the attempt took.
+				h.land(rel)
 			}
 			return err
 		}
@@ -92,16 +122,6 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // (its source) is s.
 func (h *lateCleanup) is(arg any, s *redis.Script) bool {
 	return arg == s.Hash() || len(fmt.Sprint(arg)) > 40 && redis.NewScript(fmt.Sprint(arg)).Hash() == s.Hash()
-}
-
-// granted reports whether cmd's reply is an acquire script's grant ({1, token, ...}).
-func granted(cmd redis.Cmder) bool {
-	c, ok := cmd.(*redis.Cmd)
-	if !ok {
-		return false
-	}
-	res, err := c.Slice()
-	return err == nil && len(res) > 0 && res[0] == int64(1)
 }
 
 func toStrings(vs []any) []string {
