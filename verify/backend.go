@@ -38,13 +38,15 @@ import (
 //     its fix, releasing each node by owner alone, and held up in the network
 //     until the owner's next attempt took the node again;
 //   - lostack: the resource acknowledges one fenced write in three without
-//     storing it (a worker's variant: the lock is sound).
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack"}
+//     storing it (a worker's variant: the lock is sound);
+//   - rwshared: on the read-write lock with readers, the writers take the
+//     read side, which readers and other writers share (a worker's variant).
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
 func lockVariant(variant string) bool {
-	return variant != "" && variant != "nodone" && variant != "lostack"
+	return variant != "" && variant != "nodone" && variant != "lostack" && variant != "rwshared"
 }
 
 // NewLocker returns the Locker a worker of s uses, and the function that closes

@@ -25,6 +25,7 @@ var brokenCases = []struct {
 	{"renewafter", nil, false, "", []string{"liveness"}},
 	{"lostack", nil, false, "", []string{"lost-write"}},
 	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
+	{"rwshared", nil, false, "", []string{"exclusion"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -54,6 +55,9 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					// hits one, and its release comes after its lock
 					// went to another.
 					spec.Hold = time.Second
+				}
+				if bc.variant == "rwshared" { // the read-write lock with readers
+					spec.Kind, spec.ReadShare = quickSpec(rwReaders).Kind, quickSpec(rwReaders).ReadShare
 				}
 				if bc.variant == "renewafter" {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound

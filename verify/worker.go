@@ -26,26 +26,27 @@ const WorkerEnv = "DLOCK_VERIFY_WORKER"
 // Spec is what a worker process does: the backend and primitive it locks with,
 // the keys, the resource it writes, and the timing of its loop.
 type Spec struct {
-	Backend string // redis, redlock, legacy
-	Kind    string // plain, fair, reentrant, rw, sem
-	N       int    // the semaphore's permits
+	Backend  string   // redis, redlock, legacy
+	Kind     string   // plain, fair, reentrant, rw, sem
+	N        int      // the semaphore's permits
+	Variant  string   // a deliberately broken variant ("" for none; see Variants)
+	Lock     []string // the lock store's addresses (Redlock: every master)
+	Resource string   // the protected resource's redis-server
+	Keys     []string
+	Topology string // the Redis lock store's shape: "", TopologySentinel, TopologyCluster
+	TTL      time.Duration
+	Hold     time.Duration // the longest hold
+	Wait     time.Duration // a waiting Lock's WithWait
+	ExitProb float64       // the chance that a holder exits without releasing
+	Seed     uint64
+	Dir      string // the history's directory
+	Proc     int    // this worker's number
+	Life     int    // how many times the worker was started before
+
 	// ReadShare is, on the read-write lock (Kind rw), the chance that a
 	// round takes the read side: its holder reads the resource and writes
 	// nothing (0: writers alone).
 	ReadShare float64
-	Variant   string   // a deliberately broken variant ("" for none; see Variants)
-	Lock      []string // the lock store's addresses (Redlock: every master)
-	Resource  string   // the protected resource's redis-server
-	Keys      []string
-	Topology  string // the Redis lock store's shape: "", TopologySentinel, TopologyCluster
-	TTL       time.Duration
-	Hold      time.Duration // the longest hold
-	Wait      time.Duration // a waiting Lock's WithWait
-	ExitProb  float64       // the chance that a holder exits without releasing
-	Seed      uint64
-	Dir       string // the history's directory
-	Proc      int    // this worker's number
-	Life      int    // how many times the worker was started before
 
 	mem *memlock.Store // memlock: the store the in-process workers share
 }
@@ -156,6 +157,8 @@ func (w *worker) round(ctx context.Context) {
 	lk, read := w.lk, false
 	if w.rlk != nil && w.rng.Float64() < w.s.ReadShare { // drawn only where there is a read side
 		lk, read = w.rlk, true
+	} else if w.rlk != nil && w.s.Variant == "rwshared" {
+		lk = w.rlk // the variant's writers share the lock with every holder
 	}
 	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
 	if w.s.Variant == "nodone" {
