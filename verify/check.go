@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ type Params struct {
 	N     int           // the semaphore's permits
 	TTL   time.Duration // the locks' TTL
 	Bound time.Duration // liveness: how long after TTL a waiter may wait for a free lock
+	// Recovery is how long after the last fault healed (and its TTL) the
+	// store may take to come back to a waiter: what a fault left (a dead
+	// waiter's queue entry, a lease renewed by an election) to expire, the
+	// clients to reconnect. Recovery checks the time after.
+	Recovery time.Duration
 	// Unsafe names the faults the docs name as breaking exclusion (a crash
 	// of the store without durable state, a failover to a lagging replica):
 	// two holders at once are excused across one of them, but their tokens
@@ -256,7 +262,7 @@ func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Recovery, a.Fairness, a.Starvation} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -438,6 +444,76 @@ func (a *Analysis) Handover() *Violation {
 				return &Violation{Checker: "liveness", Lines: []int{g.ok.Line, waiter.inv.Line, waiter.end.Line},
 					Msg: fmt.Sprintf("key %s: granted at line %d, %s, but worker %d waited %v more without a grant", key, g.ok.Line, what, waiter.inv.Proc, time.Duration(waiter.end.T-r))}
 			}
+		}
+	}
+	return nil
+}
+
+// Recovery (liveness once the nemesis heals): from TTL plus P.Recovery after
+// the last fault healed (from the start when there was none), a key that
+// waiters (Lock, Do) wait for without a break gets a grant at least every TTL
+// plus Bound: a holder holds for less, so a grant is due by then.
+func (a *Analysis) Recovery() *Violation {
+	if len(a.H) == 0 {
+		return nil
+	}
+	from := a.H[0].T
+	for _, f := range a.faults {
+		if f.end == math.MaxInt64 {
+			return nil // never healed
+		}
+		from = max(from, f.end+int64(a.P.TTL+a.P.Recovery))
+	}
+	window := int64(a.P.TTL + a.P.Bound)
+	grants := map[string][]int64{}
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			grants[key] = append(grants[key], g.ok.T)
+		}
+		slices.Sort(grants[key])
+	}
+	demand := map[string][]acq{}
+	for _, x := range a.acqs {
+		if x.inv.Mode != "try" && x.end.T > from {
+			demand[x.inv.Key] = append(demand[x.inv.Key], x)
+		}
+	}
+	for key, ds := range demand {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].inv.T < ds[j].inv.T })
+		// Each stretch of unbroken waiting, from its start (or from) to its
+		// end, and the waits that make it.
+		for i := 0; i < len(ds); {
+			start, end, j := max(ds[i].inv.T, from), ds[i].end.T, i+1
+			for j < len(ds) && ds[j].inv.T <= end {
+				end = max(end, ds[j].end.T)
+				j++
+			}
+			last := start // the last grant, or the stretch's start
+			for _, g := range append(slices.Clone(grants[key]), end) {
+				if g <= last {
+					continue
+				}
+				if min(g, end)-last > window {
+					w := ds[i]
+					for _, d := range ds[i:j] {
+						if d.inv.T <= last {
+							w = d
+						}
+					}
+					since := "with no fault in the run"
+					if len(a.faults) > 0 {
+						since = fmt.Sprintf("%v after the last fault healed", time.Duration(last-from+int64(a.P.TTL+a.P.Recovery)).Round(time.Millisecond))
+					}
+					return &Violation{Checker: "liveness", Lines: []int{w.inv.Line, w.end.Line},
+						Msg: fmt.Sprintf("key %s: waited for without a break, no grant for %v (more than TTL %v plus %v), %s",
+							key, time.Duration(min(g, end)-last).Round(time.Millisecond), a.P.TTL, a.P.Bound, since)}
+				}
+				last = g
+				if g >= end {
+					break
+				}
+			}
+			i = j
 		}
 	}
 	return nil

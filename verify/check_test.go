@@ -179,3 +179,38 @@ func TestCheckLostWriteNamesTheWriteAReadMissed(t *testing.T) {
 		t.Error("a read of a refused write's value went unseen")
 	}
 }
+
+// waitEvents is worker p's waiting acquisition from t to end ms, completed
+// with typ (a grant of token tok when OK).
+func waitEvents(p int, id int64, t, end int64, typ string, tok uint64) []Event {
+	return []Event{
+		{T: ms(t), Proc: p, Op: OpAcquire, Type: Invoke, ID: id, Key: "k", Mode: "wait"},
+		{T: ms(end), Proc: p, Op: OpAcquire, Type: typ, ID: id, Key: "k", Mode: "wait", Token: tok, Deadline: ms(end + 400)},
+	}
+}
+
+func TestCheckRecoveryAfterTheFaultsHealed(t *testing.T) {
+	p := checkParams
+	p.Recovery = time.Second
+	kill := []Event{{T: ms(0), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultKill, Target: 3}, {T: ms(1), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultKill, Target: 3}}
+	// Waiters wait without a break from 2 s to 6 s: nobody is served.
+	starved := cat(kill, grantEvents(0, 1, 100, 10, 400),
+		waitEvents(1, 1, 2000, 3500, Fail, 0), waitEvents(2, 1, 3000, 4500, Fail, 0), waitEvents(1, 2, 3600, 6000, Fail, 0))
+	v := Analyze(starved, p).Recovery()
+	if v == nil {
+		t.Fatal("waiters unserved after the fault healed went unseen")
+	}
+	if !strings.Contains(v.Msg, "after the last fault healed") {
+		t.Errorf("message: %s", v.Msg)
+	}
+	// Served every second: no violation; and unserved only before the
+	// fault healed (plus TTL and Recovery): none either.
+	served := cat(kill, waitEvents(1, 1, 2000, 2900, OK, 11), waitEvents(2, 1, 2100, 3800, OK, 12), waitEvents(1, 2, 3000, 4700, OK, 13))
+	if v := Analyze(served, p).Recovery(); v != nil {
+		t.Errorf("served waiters: %s", v.Msg)
+	}
+	early := cat(kill, waitEvents(1, 1, 10, 1500, Fail, 0), waitEvents(1, 2, 1500, 1700, OK, 11))
+	if v := Analyze(early, p).Recovery(); v != nil {
+		t.Errorf("a wait before the store recovered: %s", v.Msg)
+	}
+}

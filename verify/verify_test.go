@@ -158,7 +158,7 @@ func TestScenarios(t *testing.T) {
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second}
+					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second, Healed: true}
 				sc.configure(t, &c)
 				r := Run(t, c)
 				t.Logf("seed %d: %+v in %v", seed, r.Stats, r.Elapsed.Round(time.Millisecond))
