@@ -126,6 +126,8 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 	switch {
 	case s.Variant == "latecleanup" && s.Backend == "redlock":
 		lk, err = lateCleanupRedlock(rdbs, s.TTL/2)
+	case s.Variant == "shortwait" && s.Backend == "redlock":
+		lk, err = shortWaitRedlock(rdbs)
 	case lockVariant(s.Variant) && rdb == nil:
 		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
 	case lockVariant(s.Variant):

@@ -26,6 +26,7 @@ var brokenCases = []struct {
 	{"lostack", nil, false, "", []string{"lost-write"}},
 	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
 	{"rwshared", nil, false, "", []string{"exclusion"}},
+	{"shortwait", nil, false, "", []string{"fairness"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -63,8 +64,11 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound
 				}
 				masters := 0
-				if bc.variant == "latecleanup" { // a Redlock variant
+				if bc.variant == "latecleanup" || bc.variant == "shortwait" { // Redlock variants
 					spec.Backend, masters = "redlock", 5
+				}
+				if bc.variant == "shortwait" {
+					spec.Keys = []string{"a"} // every worker contends for one key
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second}

@@ -78,19 +78,17 @@ func (h *lateCleanup) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // ProcessHook implements redis.Hook.
 func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		// Scripts run as EVALSHA first: a NOSCRIPT falls back to EVAL.
-		if name := cmd.Name(); name != "evalsha" && name != "eval" || len(args) < 4 {
+		keys, argv, abandon := scriptCall(cmd, redisscript.Abandon)
+		acquire := false
+		if !abandon {
+			keys, argv, acquire = scriptCall(cmd, redisscript.Acquire)
+		}
+		if !abandon && !acquire || len(keys) < 1 || len(argv) < 1 {
 			return next(ctx, cmd)
 		}
-		nkeys, ok := args[2].(int)
-		if !ok || nkeys < 1 || len(args) < 4+nkeys {
-			return next(ctx, cmd)
-		}
-		keys, argv := args[3:3+nkeys], args[3+nkeys:]
 		held := fmt.Sprint(keys[0], " ", argv[0]) // the lock key and the owner
 		switch {
-		case h.is(args[1], redisscript.Abandon) && len(argv) >= 5 && argv[4] != "":
+		case abandon && len(argv) >= 5 && argv[4] != "": // ARGV[5]: the drawn token
 			// A clean-up release of the token an attempt drew: by owner
 			// alone, as before the fix, and not now.
 			rel := &heldRelease{keys: toStrings(keys), argv: slices.Clone(argv)}
@@ -105,7 +103,7 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			})
 			cmd.SetErr(context.DeadlineExceeded) // the answer does not come in time
 			return context.DeadlineExceeded
-		case h.is(args[1], redisscript.Acquire):
+		case acquire:
 			err := next(ctx, cmd)
 			if rel := h.take(held, nil); rel != nil {
 				// It lands after the attempt, and removes the holding
@@ -118,10 +116,31 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// is reports whether the script argument of an EVALSHA (its hash) or an EVAL
-// (its source) is s.
-func (h *lateCleanup) is(arg any, s *redis.Script) bool {
-	return arg == s.Hash() || len(fmt.Sprint(arg)) > 40 && redis.NewScript(fmt.Sprint(arg)).Hash() == s.Hash()
+// scriptCall returns the keys and arguments of cmd when it runs script s (as
+// EVALSHA, or as EVAL after a NOSCRIPT).
+func scriptCall(cmd redis.Cmder, s *redis.Script) (keys, argv []any, ok bool) {
+	args := cmd.Args()
+	if name := cmd.Name(); name != "evalsha" && name != "eval" || len(args) < 3 {
+		return nil, nil, false
+	}
+	if args[1] != s.Hash() && (len(fmt.Sprint(args[1])) <= 40 || redis.NewScript(fmt.Sprint(args[1])).Hash() != s.Hash()) {
+		return nil, nil, false
+	}
+	n, ok := args[2].(int)
+	if !ok || n < 0 || len(args) < 3+n {
+		return nil, nil, false
+	}
+	return args[3 : 3+n], args[3+n:], true
+}
+
+// reply reports whether cmd's reply is a list whose first element is code.
+func reply(cmd redis.Cmder, code int64) bool {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	res, err := c.Slice()
+	return err == nil && len(res) > 0 && res[0] == code
 }
 
 func toStrings(vs []any) []string {
