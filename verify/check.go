@@ -49,7 +49,8 @@ type Params struct {
 	// Recovery is how long after the last fault healed (and its TTL) the
 	// store may take to come back to a waiter: what a fault left (a dead
 	// waiter's queue entry, a lease renewed by an election) to expire, the
-	// clients to reconnect. Recovery checks the time after.
+	// clients to reconnect. Recovery checks the time after (0: no
+	// allowance stated, nothing checked).
 	Recovery time.Duration
 	// Unsafe names the faults the docs name as breaking exclusion (a crash
 	// of the store without durable state, a failover to a lagging replica):
@@ -454,7 +455,7 @@ func (a *Analysis) Handover() *Violation {
 // waiters (Lock, Do) wait for without a break gets a grant at least every TTL
 // plus Bound: a holder holds for less, so a grant is due by then.
 func (a *Analysis) Recovery() *Violation {
-	if len(a.H) == 0 {
+	if len(a.H) == 0 || a.P.Recovery <= 0 {
 		return nil
 	}
 	from := a.H[0].T
