@@ -80,7 +80,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 						return
 					}
 				}
-				t.Logf("seed %d: not caught (%s)", seed, fmt.Sprint(checkers(r.Violations)))
+				t.Logf("seed %d: not caught (%s; Jain's index %.2f over %d grants)", seed, fmt.Sprint(checkers(r.Violations)), r.Stats.Jain, r.Stats.Grants)
 			}
 			t.Errorf("variant %s not caught by %v", bc.variant, bc.checker)
 		})
