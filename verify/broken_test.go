@@ -21,7 +21,7 @@ var brokenCases = []struct {
 	{"prefix", []string{FaultFailover}, true, "", []string{"fencing"}},
 	{"prefix", []string{FaultCrash}, false, "rdb", []string{"fencing"}},
 	{"nodone", nil, false, "", []string{"exclusion", "told-first"}},
-	{"noexpiry", []string{FaultKill}, false, "", []string{"liveness"}},
+	{"noexpiry", []string{FaultKill}, false, "", []string{"recovery", "liveness"}},
 	{"renewafter", nil, false, "", []string{"liveness"}},
 	{"lostack", nil, false, "", []string{"lost-write"}},
 	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
@@ -71,7 +71,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					spec.Keys = []string{"a"} // every worker contends for one key
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second}
+					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second, Healed: true}
 				r := Run(t, c)
 				for _, v := range r.Violations {
 					if slices.Contains(bc.checker, v.Checker) {

@@ -13,7 +13,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, exclusion, linearizable, told-first, liveness, fairness
+	Checker string // fencing, resource, lost-write, exclusion, linearizable, told-first, liveness, recovery, fairness
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -505,7 +505,7 @@ func (a *Analysis) Recovery() *Violation {
 					if len(a.faults) > 0 {
 						since = fmt.Sprintf("%v after the last fault healed", time.Duration(last-from+int64(a.P.TTL+a.P.Recovery)).Round(time.Millisecond))
 					}
-					return &Violation{Checker: "liveness", Lines: []int{w.inv.Line, w.end.Line},
+					return &Violation{Checker: "recovery", Lines: []int{w.inv.Line, w.end.Line},
 						Msg: fmt.Sprintf("key %s: waited for without a break, no grant for %v (more than TTL %v plus %v), %s",
 							key, time.Duration(min(g, end)-last).Round(time.Millisecond), a.P.TTL, a.P.Bound, since)}
 				}
