@@ -68,7 +68,10 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					spec.Backend, masters = "redlock", 5
 				}
 				if bc.variant == "shortwait" {
-					spec.Keys = []string{"a"} // every worker contends for one key
+					// Every worker contends for one key, and no holder
+					// exits holding: a holder's monopoly ends only when a
+					// waiter's retry finds the lock free.
+					spec.Keys, spec.ExitProb = []string{"a"}, 0
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second, Healed: true}
