@@ -33,8 +33,21 @@ import (
 //   - nodone: the holder is never told that its lease ended (no Done, no
 //     deadline) and holds past its TTL;
 //   - noexpiry: the lock is written without expiry;
-//   - renewafter: the renewal outlives Unlock (the lock stays held after it).
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter"}
+//   - renewafter: the renewal outlives Unlock (the lock stays held after it);
+//   - latecleanup: Redlock's clean-up of a failed attempt as it was before
+//     its fix, releasing each node by owner alone, and held up in the network
+//     until the owner's next attempt took the node again;
+//   - lostack: the resource acknowledges one fenced write in three without
+//     storing it (a worker's variant: the lock is sound);
+//   - rwshared: on the read-write lock with readers, the writers take the
+//     read side, which readers and other writers share (a worker's variant).
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared"}
+
+// lockVariant reports whether variant breaks the lock's driver (the others
+// break the worker's side: its lease's watch, or the resource).
+func lockVariant(variant string) bool {
+	return variant != "" && variant != "nodone" && variant != "lostack" && variant != "rwshared"
+}
 
 // NewLocker returns the Locker a worker of s uses, and the function that closes
 // its connections.
@@ -111,9 +124,13 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		err error
 	)
 	switch {
-	case s.Variant != "" && s.Variant != "nodone" && rdb == nil:
+	case s.Variant == "latecleanup" && s.Backend == "redlock":
+		lk, err = lateCleanupRedlock(rdbs, s.TTL/2)
+	case s.Variant == "shortwait" && s.Backend == "redlock":
+		lk, err = shortWaitRedlock(rdbs)
+	case lockVariant(s.Variant) && rdb == nil:
 		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
-	case s.Variant != "" && s.Variant != "nodone":
+	case lockVariant(s.Variant):
 		lk, err = brokenClient(rdb, s.Variant)
 	case s.Backend == "redlock":
 		nodes := make([]redis.UniversalClient, len(rdbs))
@@ -135,7 +152,7 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		var m *redislock.RWMutex
 		m, err = redislock.NewRWMutex(uc)
 		if err == nil {
-			lk = m.Client
+			lk = m // the write side; RunWorker takes its read side from it
 		}
 	case s.Kind == "sem":
 		lk, err = redislock.NewSemaphore(uc, s.N)

@@ -21,8 +21,12 @@ var brokenCases = []struct {
 	{"prefix", []string{FaultFailover}, true, "", []string{"fencing"}},
 	{"prefix", []string{FaultCrash}, false, "rdb", []string{"fencing"}},
 	{"nodone", nil, false, "", []string{"exclusion", "told-first"}},
-	{"noexpiry", []string{FaultKill}, false, "", []string{"liveness"}},
+	{"noexpiry", []string{FaultKill}, false, "", []string{"recovery", "liveness"}},
 	{"renewafter", nil, false, "", []string{"liveness"}},
+	{"lostack", nil, false, "", []string{"lost-write"}},
+	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
+	{"rwshared", nil, false, "", []string{"exclusion"}},
+	{"shortwait", nil, false, "", []string{"fairness"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -53,11 +57,28 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 					// went to another.
 					spec.Hold = time.Second
 				}
+				if bc.variant == "rwshared" { // the read-write lock with readers
+					spec.Kind, spec.ReadShare = quickSpec(rwReaders).Kind, quickSpec(rwReaders).ReadShare
+				}
 				if bc.variant == "renewafter" {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound
 				}
+				masters := 0
+				if bc.variant == "latecleanup" || bc.variant == "shortwait" { // Redlock variants
+					spec.Backend, masters = "redlock", 5
+				}
+				if bc.variant == "latecleanup" {
+					spec.Keys = []string{"a"} // more attempts split the masters
+				}
+				if bc.variant == "shortwait" {
+					// Every worker contends for one key, and no holder
+					// exits holding: a holder's monopoly ends only when a
+					// waiter's retry finds the lock free.
+					spec.Keys, spec.ExitProb = []string{"a"}, 0
+				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Bound: time.Second}
+					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second,
+					Healed: bc.variant == "noexpiry"} // the recovery checker sees the kills heal
 				r := Run(t, c)
 				for _, v := range r.Violations {
 					if slices.Contains(bc.checker, v.Checker) {
@@ -66,7 +87,7 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 						return
 					}
 				}
-				t.Logf("seed %d: not caught (%s)", seed, fmt.Sprint(checkers(r.Violations)))
+				t.Logf("seed %d: not caught (%s; Jain's index %.2f over %d grants)", seed, fmt.Sprint(checkers(r.Violations)), r.Stats.Jain, r.Stats.Grants)
 			}
 			t.Errorf("variant %s not caught by %v", bc.variant, bc.checker)
 		})

@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -12,7 +13,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, exclusion, linearizable, told-first, liveness, fairness
+	Checker string // fencing, resource, lost-write, exclusion, linearizable, told-first, liveness, recovery, fairness
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -45,6 +46,12 @@ type Params struct {
 	N     int           // the semaphore's permits
 	TTL   time.Duration // the locks' TTL
 	Bound time.Duration // liveness: how long after TTL a waiter may wait for a free lock
+	// Recovery is how long after the last fault healed (and its TTL) the
+	// store may take to come back to a waiter: what a fault left (a dead
+	// waiter's queue entry, a lease renewed by an election) to expire, the
+	// clients to reconnect. Recovery checks the time after (0: no
+	// allowance stated, nothing checked).
+	Recovery time.Duration
 	// Unsafe names the faults the docs name as breaking exclusion (a crash
 	// of the store without durable state, a failover to a lagging replica):
 	// two holders at once are excused across one of them, but their tokens
@@ -55,6 +62,7 @@ type Params struct {
 // grant is one successful acquisition with its validity window.
 type grant struct {
 	inv, ok  Event
+	read     bool  // a read-write lock's read side
 	end      int64 // the end of its validity window
 	relInv   int64 // when its release was invoked (0: never)
 	released int64 // completion of an owner-checked release that succeeded (0: none)
@@ -166,7 +174,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		case OpAcquire:
 			a.acqs = append(a.acqs, acq{in, e})
 			if e.Type == OK {
-				g := &grant{inv: in, ok: e, deadline: e.Deadline}
+				g := &grant{inv: in, ok: e, deadline: e.Deadline, read: in.Read || e.Read}
 				a.grants[e.Key] = append(a.grants[e.Key], g)
 				holding[e.Proc] = g
 				byToken[tk(e.Proc, e.Token)] = g
@@ -255,7 +263,7 @@ func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Fairness, a.Starvation} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Recovery, a.Fairness, a.Starvation} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -309,8 +317,17 @@ func (a *Analysis) Resource() *Violation {
 	return nil
 }
 
+// side names a grant's side of a read-write lock, for a message.
+func (g *grant) side() string {
+	if g.read {
+		return "read"
+	}
+	return "write"
+}
+
 // Exclusion: no two validity windows of a key overlap (at most N for a
-// semaphore), but across a fault the docs name as unsafe.
+// semaphore; on a read-write lock, a writer's overlaps no other holder's,
+// readers' may overlap each other), but across a fault the docs name as unsafe.
 func (a *Analysis) Exclusion() *Violation {
 	limit := 1
 	if a.P.Kind == "sem" {
@@ -320,15 +337,22 @@ func (a *Analysis) Exclusion() *Violation {
 		for i, b := range gs {
 			var over []*grant
 			for _, g := range gs[:i] {
+				if g.read && b.read {
+					continue // readers share the lock
+				}
 				if g.ok.T < b.ok.T && g.end > b.ok.T && !a.unsafeBetween(g.ok.T, b.ok.T) {
 					over = append(over, g)
 				}
 			}
 			if len(over) >= limit {
 				g := over[0]
-				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line},
-					Msg: fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
-						key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))}
+				msg := fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
+					key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))
+				if a.P.Kind == "rw" {
+					msg = fmt.Sprintf("key %s: the %s side granted to worker %d (token %d) while worker %d held the %s side (token %d, valid %v more)",
+						key, b.side(), b.ok.Proc, b.ok.Token, g.ok.Proc, g.side(), g.ok.Token, time.Duration(g.end-b.ok.T))
+				}
+				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line}, Msg: msg}
 			}
 		}
 	}
@@ -367,6 +391,9 @@ func (a *Analysis) ToldFirst() *Violation {
 			for _, g := range gs[:i] {
 				if g.ok.T >= b.ok.T || g.relInv != 0 && g.relInv < b.ok.T {
 					continue // released before
+				}
+				if g.read && b.read {
+					continue // readers share the lock: nobody is told
 				}
 				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNear(g.ok.T, b.ok.T, g.ok.Proc) {
 					continue
@@ -418,6 +445,76 @@ func (a *Analysis) Handover() *Violation {
 				return &Violation{Checker: "liveness", Lines: []int{g.ok.Line, waiter.inv.Line, waiter.end.Line},
 					Msg: fmt.Sprintf("key %s: granted at line %d, %s, but worker %d waited %v more without a grant", key, g.ok.Line, what, waiter.inv.Proc, time.Duration(waiter.end.T-r))}
 			}
+		}
+	}
+	return nil
+}
+
+// Recovery (liveness once the nemesis heals): from TTL plus P.Recovery after
+// the last fault healed (from the start when there was none), a key that
+// waiters (Lock, Do) wait for without a break gets a grant at least every TTL
+// plus Bound: a holder holds for less, so a grant is due by then.
+func (a *Analysis) Recovery() *Violation {
+	if len(a.H) == 0 || a.P.Recovery <= 0 {
+		return nil
+	}
+	from := a.H[0].T
+	for _, f := range a.faults {
+		if f.end == math.MaxInt64 {
+			return nil // never healed
+		}
+		from = max(from, f.end+int64(a.P.TTL+a.P.Recovery))
+	}
+	window := int64(a.P.TTL + a.P.Bound)
+	grants := map[string][]int64{}
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			grants[key] = append(grants[key], g.ok.T)
+		}
+		slices.Sort(grants[key])
+	}
+	demand := map[string][]acq{}
+	for _, x := range a.acqs {
+		if x.inv.Mode != "try" && x.end.T > from {
+			demand[x.inv.Key] = append(demand[x.inv.Key], x)
+		}
+	}
+	for key, ds := range demand {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].inv.T < ds[j].inv.T })
+		// Each stretch of unbroken waiting, from its start (or from) to its
+		// end, and the waits that make it.
+		for i := 0; i < len(ds); {
+			start, end, j := max(ds[i].inv.T, from), ds[i].end.T, i+1
+			for j < len(ds) && ds[j].inv.T <= end {
+				end = max(end, ds[j].end.T)
+				j++
+			}
+			last := start // the last grant, or the stretch's start
+			for _, g := range append(slices.Clone(grants[key]), end) {
+				if g <= last {
+					continue
+				}
+				if min(g, end)-last > window {
+					w := ds[i]
+					for _, d := range ds[i:j] {
+						if d.inv.T <= last {
+							w = d
+						}
+					}
+					since := "with no fault in the run"
+					if len(a.faults) > 0 {
+						since = fmt.Sprintf("%v after the last fault healed", time.Duration(last-from+int64(a.P.TTL+a.P.Recovery)).Round(time.Millisecond))
+					}
+					return &Violation{Checker: "recovery", Lines: []int{w.inv.Line, w.end.Line},
+						Msg: fmt.Sprintf("key %s: waited for without a break, no grant for %v (more than TTL %v plus %v), %s",
+							key, time.Duration(min(g, end)-last).Round(time.Millisecond), a.P.TTL, a.P.Bound, since)}
+				}
+				last = g
+				if g >= end {
+					break
+				}
+			}
+			i = j
 		}
 	}
 	return nil
@@ -552,13 +649,13 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		if e.Type == Info {
 			ret = end
 		}
-		ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: ret, Metadata: in.Key,
+		ops = append(ops, porcupine.Operation{ClientId: clientID(in.Proc), Call: in.T, Return: ret, Metadata: in.Key,
 			Input:  regInput{write: in.Op == OpWrite, token: in.Token, value: in.Value},
 			Output: regOutput{value: e.Value, outcome: e.Type}})
 	}
 	for _, in := range inv { // invoked, never completed: a killed worker
 		if in.Op == OpWrite {
-			ops = append(ops, porcupine.Operation{ClientId: max(in.Proc, 0), Call: in.T, Return: end, Metadata: in.Key,
+			ops = append(ops, porcupine.Operation{ClientId: clientID(in.Proc), Call: in.T, Return: end, Metadata: in.Key,
 				Input: regInput{write: true, token: in.Token, value: in.Value}, Output: regOutput{outcome: Info}})
 		}
 	}
@@ -574,4 +671,98 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		}
 	}
 	return &Violation{Checker: "linearizable", Msg: msg}
+}
+
+// harnessClient is porcupine's client number of the test process (Proc -1),
+// whose final reads the history holds.
+const harnessClient = 1000
+
+// clientID is porcupine's client number of worker proc.
+func clientID(proc int) int {
+	if proc < 0 {
+		return harnessClient
+	}
+	return proc
+}
+
+// LostWrite: no acknowledged write of the resource is lost. Every read that
+// completed (a holder's, and the harness's final read of each key once the
+// workers ended) returns the value of the write of the highest token
+// acknowledged before the read began, or of one that may have been applied
+// after it: a write whose token is not below it, acknowledged or of unknown
+// outcome, that began before the read ended. It names the write a read missed.
+func (a *Analysis) LostWrite() *Violation {
+	type write struct {
+		inv, end Event // end.Type "": never completed (its worker died)
+	}
+	inv := map[string]Event{}
+	pending := map[string]*write{}
+	byKey := map[string][]*write{}
+	for _, e := range a.H {
+		if e.Op != OpWrite && e.Op != OpRead {
+			continue
+		}
+		k := fmt.Sprint(e.Proc, "/", e.PID, "/", e.ID)
+		if e.Type == Invoke {
+			inv[k] = e
+			if e.Op == OpWrite {
+				w := &write{inv: e}
+				pending[k] = w
+				byKey[e.Key] = append(byKey[e.Key], w)
+			}
+			continue
+		}
+		in, ok := inv[k]
+		if !ok {
+			continue
+		}
+		delete(inv, k)
+		if e.Op == OpWrite {
+			if w := pending[k]; w != nil {
+				w.end = e
+				delete(pending, k)
+			}
+			continue
+		}
+		if e.Type != OK {
+			continue
+		}
+		// The last write acknowledged before the read began: the highest
+		// token, the latest acknowledgement among equal tokens.
+		var last *write
+		for _, w := range byKey[e.Key] {
+			if w.end.Type == OK && w.end.T < in.T && (last == nil || w.inv.Token > last.inv.Token ||
+				w.inv.Token == last.inv.Token && w.end.T > last.end.T) {
+				last = w
+			}
+		}
+		fits := last == nil && e.Value == 0 || last != nil && last.inv.Value == e.Value
+		for _, w := range byKey[e.Key] {
+			switch {
+			case fits:
+			case w == last, w.end.Type == Fail, w.inv.T > e.T:
+			case last != nil && w.inv.Token < last.inv.Token:
+				// The resource refuses it once last is applied.
+			case last != nil && w.end.Type == OK && w.end.T < last.inv.T:
+				// Applied before last began.
+			default:
+				fits = w.inv.Value == e.Value
+			}
+		}
+		if fits {
+			continue
+		}
+		who := fmt.Sprintf("worker %d's", e.Proc)
+		if e.Proc < 0 {
+			who = "the final"
+		}
+		if last == nil {
+			return &Violation{Checker: "lost-write", Lines: []int{in.Line, e.Line},
+				Msg: fmt.Sprintf("key %s: %s read at line %d returned %d, which no write that began before it wrote", e.Key, who, e.Line, e.Value)}
+		}
+		return &Violation{Checker: "lost-write", Lines: []int{last.inv.Line, last.end.Line, in.Line, e.Line},
+			Msg: fmt.Sprintf("key %s: the write of %d with token %d by worker %d, acknowledged at line %d, is lost: %s read at line %d returned %d",
+				e.Key, last.inv.Value, last.inv.Token, last.inv.Proc, last.end.Line, who, e.Line, e.Value)}
+	}
+	return nil
 }

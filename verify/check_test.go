@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,5 +106,111 @@ func TestResourceFindsAStaleWriteAccepted(t *testing.T) {
 	}
 	if v := a.Linearizable("", time.Second); v != nil {
 		t.Error(v.Msg)
+	}
+}
+
+// readGrantEvents is worker p's grant of the read side, as grantEvents.
+func readGrantEvents(p int, id int64, t int64, tok uint64, dl int64) []Event {
+	h := grantEvents(p, id, t, tok, dl)
+	for i := range h {
+		h[i].Read = true
+	}
+	return h
+}
+
+func TestCheckReadersShareButNotAWriter(t *testing.T) {
+	rw := checkParams
+	rw.Kind = "rw"
+	h := cat(readGrantEvents(0, 1, 0, 10, 400), readGrantEvents(1, 1, 50, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 210))
+	a := Analyze(h, rw)
+	if vs := a.Check(); len(vs) != 0 {
+		t.Errorf("two readers at once: %+v", vs)
+	}
+	for name, h := range map[string][]Event{
+		"a writer while a reader holds": cat(readGrantEvents(0, 1, 0, 10, 400), grantEvents(1, 1, 50, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 210)),
+		"a reader while a writer holds": cat(grantEvents(0, 1, 0, 10, 400), readGrantEvents(1, 1, 50, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 210)),
+	} {
+		a := Analyze(h, rw)
+		if a.Exclusion() == nil {
+			t.Errorf("%s went unseen", name)
+		}
+		if a.ToldFirst() == nil {
+			t.Errorf("%s: the holder not told went unseen", name)
+		}
+	}
+}
+
+// rw is worker p's read (value v) or write (value v, token tok) invoked at t ms
+// and completed with typ 1 ms later.
+func rwEvents(p int, id int64, t int64, op string, tok uint64, v int64, typ string) []Event {
+	return []Event{{T: ms(t), Proc: p, Op: op, Type: Invoke, ID: id, Key: "k", Token: tok, Value: v},
+		{T: ms(t + 1), Proc: p, Op: op, Type: typ, ID: id, Key: "k", Token: tok, Value: v}}
+}
+
+func TestCheckLostWriteNamesTheWriteAReadMissed(t *testing.T) {
+	ok := cat(rwEvents(0, 1, 0, OpWrite, 10, 1, OK), rwEvents(1, 1, 10, OpWrite, 11, 2, OK), rwEvents(-1, 1, 20, OpRead, 0, 2, OK))
+	a := Analyze(ok, checkParams)
+	if v := a.LostWrite(); v != nil {
+		t.Errorf("lost-write in a clean history: %s", v.Msg)
+	}
+	if v := a.Linearizable("", time.Second); v != nil {
+		t.Errorf("linearizable: %s", v.Msg)
+	}
+	lost := cat(rwEvents(0, 1, 0, OpWrite, 10, 1, OK), rwEvents(1, 1, 10, OpWrite, 11, 2, OK), rwEvents(-1, 1, 20, OpRead, 0, 1, OK))
+	a = Analyze(lost, checkParams)
+	v := a.LostWrite()
+	if v == nil {
+		t.Fatal("the lost write went unseen")
+	}
+	if want := "the write of 2 with token 11 by worker 1"; !strings.Contains(v.Msg, want) || !strings.Contains(v.Msg, "the final read") {
+		t.Errorf("the message does not name the lost write (%q): %s", want, v.Msg)
+	}
+	if a.Linearizable("", time.Second) == nil {
+		t.Error("porcupine found the lost write linearizable")
+	}
+	// A write of unknown outcome with a higher token may have been applied
+	// after the acknowledged one, and a refused write never is.
+	unknown := cat(rwEvents(0, 1, 0, OpWrite, 10, 1, OK), rwEvents(1, 1, 5, OpWrite, 11, 2, Info), rwEvents(2, 1, 6, OpWrite, 9, 3, Fail), rwEvents(-1, 1, 20, OpRead, 0, 2, OK))
+	if v := Analyze(unknown, checkParams).LostWrite(); v != nil {
+		t.Errorf("lost-write across a write of unknown outcome: %s", v.Msg)
+	}
+	refused := cat(rwEvents(0, 1, 0, OpWrite, 10, 1, OK), rwEvents(2, 1, 6, OpWrite, 9, 3, Fail), rwEvents(-1, 1, 20, OpRead, 0, 3, OK))
+	if v := Analyze(refused, checkParams).LostWrite(); v == nil {
+		t.Error("a read of a refused write's value went unseen")
+	}
+}
+
+// waitEvents is worker p's waiting acquisition from t to end ms, completed
+// with typ (a grant of token tok when OK).
+func waitEvents(p int, id int64, t, end int64, typ string, tok uint64) []Event {
+	return []Event{
+		{T: ms(t), Proc: p, Op: OpAcquire, Type: Invoke, ID: id, Key: "k", Mode: "wait"},
+		{T: ms(end), Proc: p, Op: OpAcquire, Type: typ, ID: id, Key: "k", Mode: "wait", Token: tok, Deadline: ms(end + 400)},
+	}
+}
+
+func TestCheckRecoveryAfterTheFaultsHealed(t *testing.T) {
+	p := checkParams
+	p.Recovery = time.Second
+	kill := []Event{{T: ms(0), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultKill, Target: 3}, {T: ms(1), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultKill, Target: 3}}
+	// Waiters wait without a break from 2 s to 6 s: nobody is served.
+	starved := cat(kill, grantEvents(0, 1, 100, 10, 400),
+		waitEvents(1, 1, 2000, 3500, Fail, 0), waitEvents(2, 1, 3000, 4500, Fail, 0), waitEvents(1, 2, 3600, 6000, Fail, 0))
+	v := Analyze(starved, p).Recovery()
+	if v == nil {
+		t.Fatal("waiters unserved after the fault healed went unseen")
+	}
+	if !strings.Contains(v.Msg, "after the last fault healed") {
+		t.Errorf("message: %s", v.Msg)
+	}
+	// Served every second: no violation; and unserved only before the
+	// fault healed (plus TTL and Recovery): none either.
+	served := cat(kill, waitEvents(1, 1, 2000, 2900, OK, 11), waitEvents(2, 1, 2100, 3800, OK, 12), waitEvents(1, 2, 3000, 4700, OK, 13))
+	if v := Analyze(served, p).Recovery(); v != nil {
+		t.Errorf("served waiters: %s", v.Msg)
+	}
+	early := cat(kill, waitEvents(1, 1, 10, 1500, Fail, 0), waitEvents(1, 2, 1500, 1700, OK, 11))
+	if v := Analyze(early, p).Recovery(); v != nil {
+		t.Errorf("a wait before the store recovered: %s", v.Msg)
 	}
 }

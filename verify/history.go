@@ -59,6 +59,7 @@ type Event struct {
 	ID       int64  `json:"id,omitempty"` // pairs an invocation with its completion, within Proc
 	Key      string `json:"key,omitempty"`
 	Mode     string `json:"mode,omitempty"`     // try, wait, do
+	Read     bool   `json:"read,omitempty"`     // an acquisition of a read-write lock's read side
 	Token    uint64 `json:"token,omitempty"`    // fencing token
 	Deadline int64  `json:"deadline,omitempty"` // the lease's local deadline, on Now's clock
 	Value    int64  `json:"value,omitempty"`    // a resource value read or written

@@ -61,6 +61,12 @@ type Config struct {
 	// Topology is the Redis lock store's shape: "" (one server, or Masters
 	// for Redlock), TopologySentinel or TopologyCluster.
 	Topology string
+	// Healed: after the nemesis ends, the workload goes on without faults
+	// for twice the TTL plus the store's recovery allowance plus Bound, so
+	// that the recovery checker sees waiters served once the faults healed
+	// (not where the allowance is longer than a second: the fair,
+	// reentrant and read-write locks on Redis, etcd).
+	Healed bool
 }
 
 // Redis topologies of the lock store (Config.Topology, Spec.Topology).
@@ -237,19 +243,9 @@ func Run(t testing.TB, c Config) *Result {
 		wwg.Add(1)
 		go func() { defer wwg.Done(); watchSentinels(wctx, st.sentinels[0], rec) }()
 	}
-	time.Sleep(c.Duration) // the workload runs; everything is awaited below
-	ncancel()
-	nwg.Wait()
-	wcancel()
-	wwg.Wait()
-	cancel()
-	ws.stopAll()
-	wg.Wait()
-
-	// Liveness: once everything has ended and a TTL has passed, nothing of the
-	// locks is left on the store but the fence counters, which outlive them
-	// by design.
-	time.Sleep(c.Spec.TTL)
+	// What a fault leaves on the store (beyond its TTL) is gone this long
+	// after it healed: the leftover check's grace, and the recovery
+	// checker's allowance.
 	grace := time.Second
 	switch {
 	case st.etcd != nil:
@@ -262,6 +258,25 @@ func Run(t testing.TB, c Config) *Result {
 		// one, stay FairWaiterTTL.
 		grace += redislock.FairWaiterTTL
 	}
+	time.Sleep(c.Duration) // the workload runs; everything is awaited below
+	ncancel()
+	nwg.Wait()
+	if c.Healed && len(c.Faults) > 0 && grace <= time.Second {
+		// The workload goes on without faults, long enough for the
+		// recovery checker to see the store serve waiters again.
+		time.Sleep(2*c.Spec.TTL + grace + c.Bound)
+	}
+	wcancel()
+	wwg.Wait()
+	cancel()
+	ws.stopAll()
+	wg.Wait()
+	finalReads(rec, resource.Addr, spec.Keys)
+
+	// Liveness: once everything has ended and a TTL has passed, nothing of the
+	// locks is left on the store but the fence counters, which outlive them
+	// by design.
+	time.Sleep(c.Spec.TTL)
 	for deadline := time.Now().Add(grace); ; {
 		res.Leftover = st.leftover(t)
 		if len(res.Leftover) == 0 || time.Now().After(deadline) {
@@ -287,7 +302,7 @@ func Run(t testing.TB, c Config) *Result {
 	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Unsafe: unsafe})
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -19,14 +20,22 @@ var (
 func TestMain(m *testing.M) {
 	MaybeWorker() // a worker process exits here
 	flag.Parse()
-	code := m.Run()
+	goleak.VerifyTestMain(tableM{m})
+}
+
+// tableM runs the tests, then writes the table of the scenarios run (-table).
+type tableM struct{ m *testing.M }
+
+// Run runs the tests and writes the table.
+func (t tableM) Run() int {
+	code := t.m.Run()
 	if *tableFlag != "" {
 		if err := writeTable(*tableFlag); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // seeds returns the seeds to run: -seed alone, else -seeds of them from
@@ -53,10 +62,18 @@ func duration(quick time.Duration) time.Duration {
 	return quick
 }
 
+// rwReaders is the scenarios' lock kind of the read-write lock with readers:
+// half the rounds take the read side.
+const rwReaders = "rw+readers"
+
 // quickSpec is the workers' template of the quick runs: short TTLs.
 func quickSpec(kind string) Spec {
-	return Spec{Backend: "redis", Kind: kind, Keys: []string{"a", "b"}, TTL: 400 * time.Millisecond,
+	s := Spec{Backend: "redis", Kind: kind, Keys: []string{"a", "b"}, TTL: 400 * time.Millisecond,
 		Hold: 250 * time.Millisecond, Wait: 1500 * time.Millisecond, ExitProb: 0.05, N: 2}
+	if kind == rwReaders {
+		s.Kind, s.ReadShare = "rw", 0.5
+	}
+	return s
 }
 
 // scenario is one backend and primitive with the faults it runs under.
@@ -98,6 +115,8 @@ var scenarios = []scenario{
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
 	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultStop, FaultFailover}, "", false, 0, "fencing, resource, linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
 	{"redis-cluster", "redis-cluster", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
+	{"redis-rw-readers", "redis", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness", false},
+	{"valkey-rw-readers", "valkey", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness (valkey-server)", false},
 }
 
 // configure sets what sc's backend needs beyond the scenario's fields: the
@@ -139,7 +158,7 @@ func TestScenarios(t *testing.T) {
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second}
+					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second, Healed: true}
 				sc.configure(t, &c)
 				r := Run(t, c)
 				t.Logf("seed %d: %+v in %v", seed, r.Stats, r.Elapsed.Round(time.Millisecond))

@@ -27,7 +27,7 @@ const WorkerEnv = "DLOCK_VERIFY_WORKER"
 // the keys, the resource it writes, and the timing of its loop.
 type Spec struct {
 	Backend  string   // redis, redlock, legacy
-	Kind     string   // plain, fair, reentrant, rw (writers), sem
+	Kind     string   // plain, fair, reentrant, rw, sem
 	N        int      // the semaphore's permits
 	Variant  string   // a deliberately broken variant ("" for none; see Variants)
 	Lock     []string // the lock store's addresses (Redlock: every master)
@@ -42,6 +42,11 @@ type Spec struct {
 	Dir      string // the history's directory
 	Proc     int    // this worker's number
 	Life     int    // how many times the worker was started before
+
+	// ReadShare is, on the read-write lock (Kind rw), the chance that a
+	// round takes the read side: its holder reads the resource and writes
+	// nothing (0: writers alone).
+	ReadShare float64
 
 	mem *memlock.Store // memlock: the store the in-process workers share
 }
@@ -108,6 +113,7 @@ type worker struct {
 	rng   *rand.Rand
 	rec   *Recorder
 	lk    dlock.Locker
+	rlk   dlock.Locker // the read side of a read-write lock (nil: none)
 	res   *redis.Client
 	fence *redislock.Fence
 
@@ -134,6 +140,9 @@ func RunWorker(ctx context.Context, s Spec) error {
 		return err
 	}
 	w := &worker{s: s, rng: rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)<<32|uint64(s.Life))), rec: rec, lk: lk, res: res, fence: fence}
+	if rw, ok := lk.(*redislock.RWMutex); ok && s.ReadShare > 0 {
+		w.rlk = rw.RLocker()
+	}
 	rec.Record(Event{Op: OpStart})
 	for ctx.Err() == nil {
 		w.round(ctx)
@@ -145,37 +154,43 @@ func RunWorker(ctx context.Context, s Spec) error {
 func (w *worker) round(ctx context.Context) {
 	key := w.s.Keys[w.rng.IntN(len(w.s.Keys))]
 	mode := []string{"try", "wait", "wait", "do"}[w.rng.IntN(4)]
+	lk, read := w.lk, false
+	if w.rlk != nil && w.rng.Float64() < w.s.ReadShare { // drawn only where there is a read side
+		lk, read = w.rlk, true
+	} else if w.rlk != nil && w.s.Variant == "rwshared" {
+		lk = w.rlk // the variant's writers share the lock with every holder
+	}
 	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
 	if w.s.Variant == "nodone" {
 		opts = append(opts, dlock.WithAutoRenew(false))
 	}
 	id := w.rec.NextID()
-	w.rec.Record(Event{Op: OpAcquire, Type: Invoke, ID: id, Key: key, Mode: mode})
+	w.rec.Record(Event{Op: OpAcquire, Type: Invoke, ID: id, Key: key, Mode: mode, Read: read})
 	actx := context.WithoutCancel(ctx) // a stop signal does not cut an operation short
+	rl := &recordingLocker{w: w, lk: lk, id: id, mode: mode, read: read}
 	switch mode {
 	case "try":
-		l, err := w.lk.TryLock(actx, key, opts...)
-		w.acquired(id, key, mode, l, err)
+		l, err := lk.TryLock(actx, key, opts...)
+		rl.acquired(key, l, err)
 		if err == nil {
-			w.hold(ctx, l, id)
+			w.hold(ctx, l, read)
 			w.release(l, key)
 		} else {
 			w.pause(ctx, w.s.TTL/4)
 		}
 	case "wait":
-		l, err := w.lk.Lock(actx, key, append(opts, dlock.WithWait(w.s.Wait))...)
-		w.acquired(id, key, mode, l, err)
+		l, err := rl.Lock(actx, key, append(opts, dlock.WithWait(w.s.Wait))...)
 		if err == nil {
-			w.hold(ctx, l, id)
+			w.hold(ctx, l, read)
 			w.release(l, key)
 		}
 	case "do":
 		var rid int64
-		err := dlock.Do(actx, &recordingLocker{w: w, id: id, mode: mode}, key, func(context.Context) error {
+		err := dlock.Do(actx, rl, key, func(context.Context) error {
 			// Do hands the function its lease's context only; the lease is
 			// the one recordingLocker saw.
 			l := w.current
-			w.hold(ctx, l, id)
+			w.hold(ctx, l, read)
 			rid = w.rec.NextID()
 			w.rec.Record(Event{Op: OpRelease, Type: Invoke, ID: rid, Key: key, Token: l.Token(), Deadline: w.deadline(l)})
 			return nil
@@ -186,12 +201,14 @@ func (w *worker) round(ctx context.Context) {
 	}
 }
 
-// recordingLocker is the Locker that Do uses in a worker: it records the
-// acquisition.
+// recordingLocker is the Locker that a worker's round takes its lock with (Do
+// calls it): it records the acquisition.
 type recordingLocker struct {
 	w    *worker
+	lk   dlock.Locker // the write side, or the read side (read)
 	id   int64
 	mode string
+	read bool
 }
 
 // TryLock is Lock: Do only calls Lock.
@@ -201,10 +218,15 @@ func (r *recordingLocker) TryLock(ctx context.Context, key string, opts ...dlock
 
 // Lock takes the lock with the worker's Locker and records the outcome.
 func (r *recordingLocker) Lock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error) {
-	l, err := r.w.lk.Lock(ctx, key, opts...)
-	r.w.acquired(r.id, key, r.mode, l, err)
+	l, err := r.lk.Lock(ctx, key, opts...)
+	r.acquired(key, l, err)
 	r.w.current = l
 	return l, err
+}
+
+// acquired records the outcome of the acquisition and watches a lease it got.
+func (r *recordingLocker) acquired(key string, l *dlock.Lease, err error) {
+	r.w.acquired(Event{Op: OpAcquire, ID: r.id, Key: key, Mode: r.mode, Read: r.read}, l, err)
 }
 
 // deadline is the lease's local deadline on Now's clock (0 for a variant that
@@ -216,21 +238,24 @@ func (w *worker) deadline(l *dlock.Lease) int64 {
 	return Now() + int64(time.Until(l.Deadline()))
 }
 
-// acquired records the outcome of acquisition id and watches a lease it got.
-func (w *worker) acquired(id int64, key, mode string, l *dlock.Lease, err error) {
+// acquired records the outcome e (an acquisition's completion, without its
+// type) and watches a lease it got.
+func (w *worker) acquired(e Event, l *dlock.Lease, err error) {
 	if err != nil {
-		typ := Fail
+		e.Type = Fail
 		if !errors.Is(err, dlock.ErrNotObtained) {
-			typ = Info // the Client abandoned what it may have taken; nobody holds it
+			e.Type = Info // the Client abandoned what it may have taken; nobody holds it
 		}
-		w.rec.Record(Event{Op: OpAcquire, Type: typ, ID: id, Key: key, Mode: mode, Err: errText(err)})
+		e.Err = errText(err)
+		w.rec.Record(e)
 		return
 	}
-	w.rec.Record(Event{Op: OpAcquire, Type: OK, ID: id, Key: key, Mode: mode, Token: l.Token(), Deadline: w.deadline(l)})
+	e.Type, e.Token, e.Deadline = OK, l.Token(), w.deadline(l)
+	w.rec.Record(e)
 	if w.s.Variant == "nodone" {
 		return // the variant never learns that its lease ended
 	}
-	go w.watch(l, key)
+	go w.watch(l, e.Key)
 }
 
 // watch records the lease's renewals (its deadline moving) and the moment its
@@ -267,8 +292,9 @@ func (w *worker) pause(ctx context.Context, d time.Duration) {
 }
 
 // hold holds the lease for a random time, read-modify-writes the resource with
-// its token, and, now and then, exits without releasing.
-func (w *worker) hold(ctx context.Context, l *dlock.Lease, id int64) {
+// its token (a reader only reads it), and, now and then, exits without
+// releasing.
+func (w *worker) hold(ctx context.Context, l *dlock.Lease, read bool) {
 	hold := w.s.Hold
 	if w.s.Variant == "nodone" {
 		hold = 2 * w.s.TTL // it holds past its TTL, unaware
@@ -278,7 +304,10 @@ func (w *worker) hold(ctx context.Context, l *dlock.Lease, id int64) {
 	if w.s.Variant == "nodone" {
 		wctx = context.Background()
 	}
-	if w.s.Kind != "sem" { // semaphore holders are concurrent: they write nothing
+	switch {
+	case read: // readers are concurrent: they read under their lease
+		w.read(wctx, l)
+	case w.s.Kind != "sem": // semaphore holders are concurrent: they write nothing
 		w.modify(wctx, l)
 	}
 	if w.s.mem == nil && w.rng.Float64() < w.s.ExitProb {
@@ -290,24 +319,47 @@ func (w *worker) hold(ctx context.Context, l *dlock.Lease, id int64) {
 // resourceKey is the resource a lock key protects.
 func resourceKey(key string) string { return "res:" + key }
 
+// readResource reads the resource of key and records the read, under the
+// lease's token (0: the harness's read, under no lease) with rec; it reports
+// the value and whether the read completed.
+func readResource(ctx context.Context, rec *Recorder, res *redis.Client, key string, token uint64) (int64, bool) {
+	id := rec.NextID()
+	rec.Record(Event{Op: OpRead, Type: Invoke, ID: id, Key: key, Token: token})
+	s, err := res.Get(ctx, resourceKey(key)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		rec.Record(Event{Op: OpRead, Type: Info, ID: id, Key: key, Err: errText(err)})
+		return 0, false
+	}
+	v, _ := strconv.ParseInt(s, 10, 64)
+	rec.Record(Event{Op: OpRead, Type: OK, ID: id, Key: key, Value: v})
+	return v, true
+}
+
+// read reads the resource under a read lease.
+func (w *worker) read(ctx context.Context, l *dlock.Lease) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	readResource(ctx, w.rec, w.res, l.Key(), l.Token())
+}
+
 // modify reads the resource's counter and writes it one higher, fenced by the
 // lease's token.
 func (w *worker) modify(ctx context.Context, l *dlock.Lease) {
 	rk := resourceKey(l.Key())
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	id := w.rec.NextID()
-	w.rec.Record(Event{Op: OpRead, Type: Invoke, ID: id, Key: l.Key(), Token: l.Token()})
-	s, err := w.res.Get(ctx, rk).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		w.rec.Record(Event{Op: OpRead, Type: Info, ID: id, Key: l.Key(), Err: errText(err)})
+	v, ok := readResource(ctx, w.rec, w.res, l.Key(), l.Token())
+	if !ok {
 		return
 	}
-	v, _ := strconv.ParseInt(s, 10, 64)
-	w.rec.Record(Event{Op: OpRead, Type: OK, ID: id, Key: l.Key(), Value: v})
-	id = w.rec.NextID()
+	id := w.rec.NextID()
 	w.rec.Record(Event{Op: OpWrite, Type: Invoke, ID: id, Key: l.Key(), Token: l.Token(), Value: v + 1})
-	err = w.fence.Set(ctx, fenceToken{l.Key(), l.Token()}, rk, strconv.FormatInt(v+1, 10), 0)
+	// The lostack variant's resource acknowledges one write in three and
+	// does not store it.
+	var err error
+	if lost := w.s.Variant == "lostack" && w.rng.IntN(3) == 0; !lost {
+		err = w.fence.Set(ctx, fenceToken{l.Key(), l.Token()}, rk, strconv.FormatInt(v+1, 10), 0)
+	}
 	typ := OK
 	switch {
 	case errors.Is(err, dlock.ErrStaleToken):
