@@ -241,6 +241,28 @@ func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
 	return false
 }
 
+// networkFaults are the faults of the network between the workers and the
+// store, or between etcd's members: none is a fault the docs name as unsafe.
+// A holder cut off or slowed down is told at its local deadline, which its
+// last successful round trip's start bounds, so before the store, which
+// counts the TTL from when that request reached it, can let anybody else in;
+// and a partitioned etcd member grants nothing. A delay only moves the
+// store's expiry later than the holder's deadline, so no delay, however long
+// beside the drift margin, needs an allowance. They excuse neither exclusion
+// nor told-first; they do excuse an early loss, a slow hand-over and the
+// order of service.
+var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultExpire: true, FaultPartition: true}
+
+// faultNearNotNetwork is faultNear over the faults other than the network's.
+func (a *Analysis) faultNearNotNetwork(t0, t1 int64, proc int) bool {
+	for _, f := range a.faults {
+		if !networkFaults[f.name] && f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // faultNearBut reports whether a fault overlapped [t0, t1], other than the
 // kill of worker proc.
 func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
@@ -356,7 +378,9 @@ func (a *Analysis) SpuriousLoss() *Violation {
 
 // ToldFirst: a holder that had not released is told (its Done fires) before
 // another grant of the key completes, within the drift margin, unless it was
-// stopped or dead, or an unsafe fault came between.
+// stopped or dead, or an unsafe fault came between, or a fault of the store
+// itself (a restart) came near. No fault of the network excuses it (see
+// networkFaults).
 func (a *Analysis) ToldFirst() *Violation {
 	if a.P.Kind == "sem" {
 		return nil
@@ -368,7 +392,7 @@ func (a *Analysis) ToldFirst() *Violation {
 				if g.ok.T >= b.ok.T || g.relInv != 0 && g.relInv < b.ok.T {
 					continue // released before
 				}
-				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNear(g.ok.T, b.ok.T, g.ok.Proc) {
+				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNearNotNetwork(g.ok.T, b.ok.T, g.ok.Proc) {
 					continue
 				}
 				if g.done == 0 || g.done > b.ok.T+margin {

@@ -75,7 +75,7 @@ type scenario struct {
 	clockToken bool
 }
 
-var holderFaults = []string{FaultStop, FaultKill, FaultReset}
+var holderFaults = []string{FaultStop, FaultKill, FaultReset, FaultDelay, FaultBlackhole}
 
 var scenarios = []scenario{
 	{"redis-plain", "redis", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
@@ -88,11 +88,11 @@ var scenarios = []scenario{
 	{"redis-rw-writers", "redis", "rw", holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone), told-first, linearizable, liveness", false},
 	{"redis-semaphore-2", "redis", "sem", holderFaults, "", false, 0, "fencing, at most 2 holders, liveness", false},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)", false},
-	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused), told-first, linearizable, liveness", false},
+	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, linearizable, liveness", false},
 	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)", false},
-	{"etcd-3", "etcd", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)", false},
-	{"zookeeper", "zookeeper", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)", false},
-	{"postgres", "postgres", "plain", []string{FaultStop, FaultKill, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)", false},
+	{"etcd-3", "etcd", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultPartition}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)", false},
+	{"zookeeper", "zookeeper", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultExpire}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)", false},
+	{"postgres", "postgres", "plain", []string{FaultStop, FaultKill, FaultTerminate, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
