@@ -86,8 +86,9 @@ type fault struct {
 // Stats count what a history holds.
 type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
-	Jain                                 float64       // Jain's fairness index of grants per worker
-	MaxWait                              time.Duration // the longest successful wait
+	ByFault                              map[string]int // faults injected, by name
+	Jain                                 float64        // Jain's fairness index of grants per worker
+	MaxWait                              time.Duration  // the longest successful wait
 }
 
 // Analyze pairs the events of h and computes the holders' validity windows.
@@ -118,6 +119,10 @@ func Analyze(h []Event, p Params) *Analysis {
 				f := &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line}
 				openFault[k] = f
 				a.Stats.Faults++
+				if a.Stats.ByFault == nil {
+					a.Stats.ByFault = map[string]int{}
+				}
+				a.Stats.ByFault[e.Fault]++
 				if e.Fault == "kill" {
 					death(e.Target, e.T)
 				}

@@ -193,12 +193,12 @@ type chunk struct {
 func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk) {
 	defer p.wg.Done()
 	defer close(q)
+	b := make([]byte, proxyChunk)
 	for {
-		b := make([]byte, proxyChunk)
 		n, err := src.Read(b)
 		if n > 0 {
 			select {
-			case q <- chunk{b[:n], time.Now()}:
+			case q <- chunk{append([]byte(nil), b[:n]...), time.Now()}:
 			case <-l.done:
 				return
 			}

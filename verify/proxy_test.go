@@ -6,10 +6,12 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -199,3 +201,91 @@ func TestProxyResetAndSetTarget(t *testing.T) {
 		t.Errorf("after SetTarget: %q, %v", v, err)
 	}
 }
+
+// TestProxyPartitionsEtcdMember checks the etcd members' peer proxies: with
+// the leader's black-holed, the others elect another leader among
+// themselves, and after the heal the cut member follows it.
+func TestProxyPartitionsEtcdMember(t *testing.T) {
+	peers := make([]*Proxy, 3)
+	c := testserver.StartEtcdClusterWith(t, 3, testserver.EtcdClusterOptions{
+		PeerAddr: func(i int, listen string) (string, error) {
+			px, err := NewProxy(listen)
+			if err != nil {
+				return "", err
+			}
+			t.Cleanup(px.Close)
+			peers[i] = px
+			return px.Addr(), nil
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := slices.Index(c.Members, old)
+	st, err := old.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers[cut].SetBlackhole(true)
+	testserver.Eventually(t, 20*time.Second, "the members the partition left elect another leader", func() bool {
+		var leaders []uint64
+		for i, m := range c.Members {
+			if i == cut {
+				continue
+			}
+			s, err := m.Status(ctx)
+			if err != nil || s.Leader == 0 || s.Leader == st.MemberID {
+				return false
+			}
+			leaders = append(leaders, s.Leader)
+		}
+		return leaders[0] == leaders[1]
+	})
+	peers[cut].Heal()
+	if _, err := c.Leader(ctx); err != nil {
+		t.Errorf("after the heal: %v", err)
+	}
+}
+
+// TestProxyExpiresZooKeeperSession checks FaultExpire's means: a black hole
+// longer than the session timeout between a client and ZooKeeper makes the
+// server expire the session, which the client learns after the heal.
+func TestProxyExpiresZooKeeperSession(t *testing.T) {
+	srv := testserver.StartZooKeeper(t)
+	p, err := NewProxy(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	conn, events, err := zk.Connect([]string{p.Addr()}, time.Second, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	await := func(want zk.State) {
+		t.Helper()
+		timeout := time.After(15 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e.State == want {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %v within 15 s", want)
+			}
+		}
+	}
+	await(zk.StateHasSession)
+	p.SetBlackhole(true)
+	time.Sleep(2500 * time.Millisecond) // the fault: 2.5 session timeouts of silence
+	p.Heal()
+	await(zk.StateExpired)
+}
+
+// quiet is a ZooKeeper client's logger that says nothing.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
