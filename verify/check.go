@@ -94,11 +94,7 @@ type Stats struct {
 // Analyze pairs the events of h and computes the holders' validity windows.
 func Analyze(h []Event, p Params) *Analysis {
 	a := &Analysis{H: h, P: p, grants: map[string][]*grant{}}
-	type pk struct {
-		proc int
-		id   int64
-	}
-	inv := map[pk]Event{}
+	inv := map[string]Event{}
 	holding := map[int]*grant{} // per process: its current grant
 	byToken := map[string]*grant{}
 	tk := func(proc int, tok uint64) string { return fmt.Sprint(proc, "/", tok) }
@@ -148,7 +144,7 @@ func Analyze(h []Event, p Params) *Analysis {
 			}
 			continue
 		}
-		k := pk{e.Proc, e.ID}
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			if e.Op == OpRelease {
@@ -223,6 +219,12 @@ func Analyze(h []Event, p Params) *Analysis {
 	}
 	return a
 }
+
+// opKey pairs an operation's invocation with its completion: its number
+// within its worker's process (PID): a worker started again after a kill
+// numbers its operations from 1 again, and an operation of the killed process
+// that never completed must not take the completion of the new one's.
+func opKey(e Event) string { return fmt.Sprint(e.PID, "/", e.Proc, "/", e.ID) }
 
 // unsafeBetween reports whether a fault the docs name as unsafe for exclusion
 // began between t0 and t1.
@@ -316,7 +318,7 @@ func (a *Analysis) Resource() *Violation {
 		if e.Op != OpWrite {
 			continue
 		}
-		k := fmt.Sprint(e.Proc, "/", e.ID)
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			continue
@@ -570,7 +572,7 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		if e.Op != OpRead && e.Op != OpWrite {
 			continue
 		}
-		k := fmt.Sprint(e.Proc, "/", e.ID)
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			continue
