@@ -240,8 +240,13 @@ func (a *Analysis) unsafeBetween(t0, t1 int64) bool {
 // faultNear reports whether any fault overlapped [t0, t1] (optionally only
 // those hitting proc; -2 for any).
 func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
+	return a.faultNearExcept(t0, t1, proc, nil)
+}
+
+// faultNearExcept is faultNear over the faults not named in except.
+func (a *Analysis) faultNearExcept(t0, t1 int64, proc int, except map[string]bool) bool {
 	for _, f := range a.faults {
-		if f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
+		if !except[f.name] && f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
 			return true
 		}
 	}
@@ -259,16 +264,6 @@ func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
 // nor told-first; they do excuse an early loss, a slow hand-over and the
 // order of service.
 var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultExpire: true, FaultPartition: true}
-
-// faultNearNotNetwork is faultNear over the faults other than the network's.
-func (a *Analysis) faultNearNotNetwork(t0, t1 int64, proc int) bool {
-	for _, f := range a.faults {
-		if !networkFaults[f.name] && f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
-			return true
-		}
-	}
-	return false
-}
 
 // faultNearBut reports whether a fault overlapped [t0, t1], other than the
 // kill of worker proc.
@@ -399,7 +394,7 @@ func (a *Analysis) ToldFirst() *Violation {
 				if g.ok.T >= b.ok.T || g.relInv != 0 && g.relInv < b.ok.T {
 					continue // released before
 				}
-				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNearNotNetwork(g.ok.T, b.ok.T, g.ok.Proc) {
+				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNearExcept(g.ok.T, b.ok.T, g.ok.Proc, networkFaults) {
 					continue
 				}
 				if g.done == 0 || g.done > b.ok.T+margin {

@@ -139,3 +139,27 @@ func TestKilledWriteSurvivesTheNextLife(t *testing.T) {
 		t.Errorf("a killed worker's applied write, read later: %s", v.Msg)
 	}
 }
+
+// TestToldFirstIsNotExcusedByTheNetwork checks that a holder cut off from the
+// store must still be told before the next grant (a black hole, a delay, an
+// etcd partition, a session expiry excuse nothing), while a stop of the
+// holder does excuse a late Done.
+func TestToldFirstIsNotExcusedByTheNetwork(t *testing.T) {
+	late := func(fault string, target int) []Event {
+		return cat(
+			grantEvents(0, 1, 0, 10, 400),
+			[]Event{{T: ms(50), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: fault, Target: target}},
+			grantEvents(1, 1, 500, 11, 400),
+			[]Event{{T: ms(600), Proc: -1, Op: OpNemesis, Type: OK, Fault: fault, Target: target}},
+			[]Event{{T: ms(700), Proc: 0, Op: OpDone, Token: 10}},
+		)
+	}
+	for _, f := range []string{FaultBlackhole, FaultDelay, FaultPartition, FaultExpire, FaultReset} {
+		if v := Analyze(late(f, -1), checkParams).ToldFirst(); v == nil {
+			t.Errorf("a holder told after the next grant across %s went unseen", f)
+		}
+	}
+	if v := Analyze(late(FaultStop, 0), checkParams).ToldFirst(); v != nil {
+		t.Errorf("a stopped holder told late: %s", v.Msg)
+	}
+}
