@@ -94,18 +94,15 @@ type fault struct {
 // Stats count what a history holds.
 type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
-	Jain                                 float64       // Jain's fairness index of grants per worker
-	MaxWait                              time.Duration // the longest successful wait
+	ByFault                              map[string]int // faults injected, by name
+	Jain                                 float64        // Jain's fairness index of grants per worker
+	MaxWait                              time.Duration  // the longest successful wait
 }
 
 // Analyze pairs the events of h and computes the holders' validity windows.
 func Analyze(h []Event, p Params) *Analysis {
 	a := &Analysis{H: h, P: p, grants: map[string][]*grant{}}
-	type pk struct {
-		proc int
-		id   int64
-	}
-	inv := map[pk]Event{}
+	inv := map[string]Event{}
 	holding := map[int]*grant{} // per process: its current grant
 	byToken := map[string]*grant{}
 	tk := func(proc int, tok uint64) string { return fmt.Sprint(proc, "/", tok) }
@@ -126,6 +123,10 @@ func Analyze(h []Event, p Params) *Analysis {
 				f := &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line}
 				openFault[k] = f
 				a.Stats.Faults++
+				if a.Stats.ByFault == nil {
+					a.Stats.ByFault = map[string]int{}
+				}
+				a.Stats.ByFault[e.Fault]++
 				if e.Fault == "kill" {
 					death(e.Target, e.T)
 				}
@@ -151,7 +152,7 @@ func Analyze(h []Event, p Params) *Analysis {
 			}
 			continue
 		}
-		k := pk{e.Proc, e.ID}
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			if e.Op == OpRelease {
@@ -227,6 +228,12 @@ func Analyze(h []Event, p Params) *Analysis {
 	return a
 }
 
+// opKey pairs an operation's invocation with its completion: its number
+// within its worker's process (PID): a worker started again after a kill
+// numbers its operations from 1 again, and an operation of the killed process
+// that never completed must not take the completion of the new one's.
+func opKey(e Event) string { return fmt.Sprint(e.PID, "/", e.Proc, "/", e.ID) }
+
 // unsafeBetween reports whether a fault the docs name as unsafe for exclusion
 // began between t0 and t1.
 func (a *Analysis) unsafeBetween(t0, t1 int64) bool {
@@ -241,13 +248,30 @@ func (a *Analysis) unsafeBetween(t0, t1 int64) bool {
 // faultNear reports whether any fault overlapped [t0, t1] (optionally only
 // those hitting proc; -2 for any).
 func (a *Analysis) faultNear(t0, t1 int64, proc int) bool {
+	return a.faultNearExcept(t0, t1, proc, nil)
+}
+
+// faultNearExcept is faultNear over the faults not named in except.
+func (a *Analysis) faultNearExcept(t0, t1 int64, proc int, except map[string]bool) bool {
 	for _, f := range a.faults {
-		if f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
+		if !except[f.name] && f.start <= t1 && f.end >= t0 && (proc == -2 || f.target == proc || f.target < 0) {
 			return true
 		}
 	}
 	return false
 }
+
+// networkFaults are the faults of the network between the workers and the
+// store, or between etcd's members: none is a fault the docs name as unsafe.
+// A holder cut off or slowed down is told at its local deadline, which its
+// last successful round trip's start bounds, so before the store, which
+// counts the TTL from when that request reached it, can let anybody else in;
+// and a partitioned etcd member grants nothing. A delay only moves the
+// store's expiry later than the holder's deadline, so no delay, however long
+// beside the drift margin, needs an allowance. They excuse neither exclusion
+// nor told-first; they do excuse an early loss, a slow hand-over and the
+// order of service.
+var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultExpire: true, FaultPartition: true}
 
 // faultNearBut reports whether a fault overlapped [t0, t1], other than the
 // kill of worker proc.
@@ -297,7 +321,7 @@ func (a *Analysis) Resource() *Violation {
 		if e.Op != OpWrite {
 			continue
 		}
-		k := fmt.Sprint(e.Proc, "/", e.ID)
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			continue
@@ -380,7 +404,9 @@ func (a *Analysis) SpuriousLoss() *Violation {
 
 // ToldFirst: a holder that had not released is told (its Done fires) before
 // another grant of the key completes, within the drift margin, unless it was
-// stopped or dead, or an unsafe fault came between.
+// stopped or dead, or an unsafe fault came between, or a fault of the store
+// itself (a restart) came near. No fault of the network excuses it (see
+// networkFaults).
 func (a *Analysis) ToldFirst() *Violation {
 	if a.P.Kind == "sem" {
 		return nil
@@ -395,7 +421,7 @@ func (a *Analysis) ToldFirst() *Violation {
 				if g.read && b.read {
 					continue // readers share the lock: nobody is told
 				}
-				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNear(g.ok.T, b.ok.T, g.ok.Proc) {
+				if g.death != 0 && g.death <= b.ok.T || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNearExcept(g.ok.T, b.ok.T, g.ok.Proc, networkFaults) {
 					continue
 				}
 				if g.done == 0 || g.done > b.ok.T+margin {
@@ -638,7 +664,7 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 		if e.Op != OpRead && e.Op != OpWrite {
 			continue
 		}
-		k := fmt.Sprint(e.Proc, "/", e.ID)
+		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
 			continue

@@ -214,3 +214,59 @@ func TestCheckRecoveryAfterTheFaultsHealed(t *testing.T) {
 		t.Errorf("a wait before the store recovered: %s", v.Msg)
 	}
 }
+
+// pid sets the OS process of events.
+func pid(p int, evs ...Event) []Event {
+	for i := range evs {
+		evs[i].PID = p
+	}
+	return evs
+}
+
+// TestKilledWriteSurvivesTheNextLife checks that a write whose worker was
+// killed before its reply (the resource applied it) stays in the history as
+// one of unknown outcome when the worker's next life, a new process, numbers
+// its operations from 1 again and reuses the write's number: a later read of
+// the written value is then linearizable.
+func TestKilledWriteSurvivesTheNextLife(t *testing.T) {
+	h := cat(
+		pid(100, Event{T: ms(0), Proc: 0, Op: OpStart}),
+		pid(100, grantEvents(0, 1, 1, 10, 400)...),
+		pid(100, Event{T: ms(10), Proc: 0, Op: OpWrite, Type: Invoke, ID: 2, Key: "k", Token: 10, Value: 7}),
+		[]Event{{T: ms(20), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultKill, Target: 0}, {T: ms(21), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultKill, Target: 0}},
+		// The next life's operation 2 is a read of another key.
+		pid(101, Event{T: ms(30), Proc: 0, Op: OpStart},
+			Event{T: ms(40), Proc: 0, Op: OpRead, Type: Invoke, ID: 2, Key: "other"},
+			Event{T: ms(41), Proc: 0, Op: OpRead, Type: OK, ID: 2, Key: "other"}),
+		pid(102, grantEvents(1, 1, 500, 11, 400)...),
+		pid(102, Event{T: ms(510), Proc: 1, Op: OpRead, Type: Invoke, ID: 2, Key: "k"},
+			Event{T: ms(511), Proc: 1, Op: OpRead, Type: OK, ID: 2, Key: "k", Value: 7}),
+	)
+	if v := Analyze(h, checkParams).Linearizable("", 10*time.Second); v != nil {
+		t.Errorf("a killed worker's applied write, read later: %s", v.Msg)
+	}
+}
+
+// TestToldFirstIsNotExcusedByTheNetwork checks that a holder cut off from the
+// store must still be told before the next grant (a black hole, a delay, an
+// etcd partition, a session expiry excuse nothing), while a stop of the
+// holder does excuse a late Done.
+func TestToldFirstIsNotExcusedByTheNetwork(t *testing.T) {
+	late := func(fault string, target int) []Event {
+		return cat(
+			grantEvents(0, 1, 0, 10, 400),
+			[]Event{{T: ms(50), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: fault, Target: target}},
+			grantEvents(1, 1, 500, 11, 400),
+			[]Event{{T: ms(600), Proc: -1, Op: OpNemesis, Type: OK, Fault: fault, Target: target}},
+			[]Event{{T: ms(700), Proc: 0, Op: OpDone, Token: 10}},
+		)
+	}
+	for _, f := range []string{FaultBlackhole, FaultDelay, FaultPartition, FaultExpire, FaultReset} {
+		if v := Analyze(late(f, -1), checkParams).ToldFirst(); v == nil {
+			t.Errorf("a holder told after the next grant across %s went unseen", f)
+		}
+	}
+	if v := Analyze(late(FaultStop, 0), checkParams).ToldFirst(); v != nil {
+		t.Errorf("a stopped holder told late: %s", v.Msg)
+	}
+}

@@ -11,8 +11,8 @@ import (
 // and records each read with rec (the harness's): the history's last word on
 // each key, so that an acknowledged write that the resource lost shows (see
 // LostWrite and Linearizable).
-func finalReads(rec *Recorder, resource string, keys []string) {
-	res := redis.NewClient(&redis.Options{Addr: resource})
+func finalReads(rec *Recorder, resource *redis.Options, keys []string) {
+	res := redis.NewClient(resource)
 	defer res.Close()
 	for _, k := range keys {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

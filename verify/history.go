@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,7 +67,12 @@ type Event struct {
 	Err      string `json:"err,omitempty"`
 	Fault    string `json:"fault,omitempty"`
 	Target   int    `json:"target,omitempty"` // the worker a fault hit (-1: a server)
-	Line     int    `json:"-"`                // position in the merged history
+	// Nodes are the servers a network fault hit, by their order in the
+	// workers' list of addresses (none: every one).
+	Nodes      []int         `json:"nodes,omitempty"`
+	Delay      time.Duration `json:"delay,omitempty"`       // a delay fault's, of requests
+	ReplyDelay time.Duration `json:"reply_delay,omitempty"` // a delay fault's, of replies
+	Line       int           `json:"-"`                     // position in the merged history
 }
 
 // String is the event as a history line, after its position.

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,15 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client-side faults: the ones a run against a store somebody else runs may
-// inject, since they touch nothing but its own processes and connections.
-const (
-	// FaultDelay holds back every byte between the workers and the store
-	// for a while (through the FaultProxy they dial).
-	FaultDelay = "delay"
-)
-
-// ClientFaults are the faults Operate injects by default.
+// ClientFaults are the faults Operate injects by default: the ones a run
+// against a store somebody else runs may inject, since they touch nothing but
+// its own processes and connections.
 var ClientFaults = []string{FaultStop, FaultKill, FaultReset, FaultDelay}
 
 // RunWorkerLocker is RunWorker with a Locker the caller built (the dlock
@@ -59,8 +51,8 @@ type OperatorConfig struct {
 	Workers  int
 	Duration time.Duration
 	Seed     uint64
-	Faults   []string      // of ClientFaults; none: no faults
-	Proxies  []*FaultProxy // the proxies between the workers and the store (resets and delays)
+	Faults   []string // of ClientFaults; none: no faults
+	Proxies  []*Proxy // the proxies between the workers and the store (resets and delays)
 	// Command returns the command that runs worker s (it is started, and
 	// started again when it exits, until the run ends).
 	Command func(s Spec) *exec.Cmd
@@ -84,7 +76,8 @@ func Properties(h []Event, kind string, ttl time.Duration, htmlPath string) ([]P
 	}
 	ps := []Property{
 		{Name: "fencing", What: "a grant that completed before another was invoked has the smaller token", Violation: a.Fencing()},
-		{Name: "resource", What: "the resource never accepts a token below one it accepted, and loses no acknowledged write", Violation: a.Resource()},
+		{Name: "resource", What: "the resource never accepts a token below one it accepted", Violation: a.Resource()},
+		{Name: "lost-write", What: "no read, the final one of each key included, misses an acknowledged write", Violation: a.LostWrite()},
 		{Name: "exclusion", What: "no two holders' validity windows overlap", Violation: a.Exclusion()},
 		{Name: "spurious-loss", What: "no lease is lost while nothing disturbs its holder", Violation: a.SpuriousLoss()},
 		{Name: "told-first", What: "a holder's Done fires before another grant of the key completes", Violation: a.ToldFirst()},
@@ -127,6 +120,7 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 	wcancel()
 	ows.stopAll()
 	wg.Wait()
+	finalReads(rec, redisOptions(spec.Resource), spec.Keys)
 	select {
 	case err := <-errs:
 		return err
@@ -239,6 +233,8 @@ func opNemesis(ctx context.Context, c OperatorConfig, ws *opWorkers, rec *Record
 		f := c.Faults[rng.IntN(len(c.Faults))]
 		target := rng.IntN(c.Workers)
 		long, lag := between(ttl/2, 2*ttl), between(ttl/8, ttl/3)
+		up, down := delays(rng.IntN(3), lag)
+		nodes := cutNodes(rng, len(c.Proxies)) // the servers a delay hits
 		switch f {
 		case FaultStop:
 			if !ws.signal(target, syscall.SIGSTOP) {
@@ -265,112 +261,18 @@ func opNemesis(ctx context.Context, c OperatorConfig, ws *opWorkers, rec *Record
 			if len(c.Proxies) == 0 {
 				continue
 			}
-			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-			for _, p := range c.Proxies {
-				p.SetDelay(lag)
+			e := Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1, Nodes: nodes, Delay: up, ReplyDelay: down}
+			rec.Record(e)
+			cut := pickProxies(c.Proxies, nodes)
+			for _, p := range cut {
+				p.SetDelay(up, down)
 			}
 			wait(long)
-			for _, p := range c.Proxies {
-				p.SetDelay(0)
+			for _, p := range cut {
+				p.Heal()
 			}
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+			e.Type = OK
+			rec.Record(e)
 		}
 	}
-}
-
-// FaultProxy forwards TCP connections to one server, and can cut them all or
-// hold back what they carry for a while: the faults a client may inject
-// between itself and a store it does not run.
-type FaultProxy struct {
-	ln     net.Listener
-	target string
-	delay  atomic.Int64 // nanoseconds each chunk waits before it is forwarded
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-// NewFaultProxy listens on a free loopback port and forwards to target
-// (host:port).
-func NewFaultProxy(target string) (*FaultProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &FaultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	return p, nil
-}
-
-// Addr is the address the workers dial instead of the target's.
-func (p *FaultProxy) Addr() string { return p.ln.Addr().String() }
-
-// SetDelay makes every chunk of data wait d before it is forwarded (0: none).
-func (p *FaultProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
-
-// Reset cuts every open connection.
-func (p *FaultProxy) Reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-// Close stops listening, cuts every connection and waits for the forwarding
-// goroutines.
-func (p *FaultProxy) Close() {
-	p.ln.Close()
-	p.Reset()
-	p.wg.Wait()
-}
-
-func (p *FaultProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.DialTimeout("tcp", p.target, 3*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-// pipe copies src to dst, each chunk after the delay of the moment, until
-// either ends; then it closes both.
-func (p *FaultProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if d := time.Duration(p.delay.Load()); d > 0 {
-				time.Sleep(d) // the fault itself: data held back
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
 }

@@ -1,35 +1,53 @@
 package verify
 
 import (
-	"io"
 	"net"
 	"sync"
+	"time"
 )
 
-// Proxy forwards TCP connections to a target that can change: the address the
-// workers use for a Redis primary, re-pointed to the replica at a failover
-// (as a Sentinel-aware client would follow the new primary).
+// Proxy forwards TCP connections to a target and injects the network faults
+// between the workers and a store: it cuts every connection (Reset), points
+// new ones at another server (SetTarget: a Sentinel-aware client following
+// the new primary), delays what flows each way (SetDelay) and black-holes
+// everything (SetBlackhole). One Proxy stands for the network path to one
+// server address: its faults hit the traffic of the connections dialled to
+// that address, in both directions, and nothing else.
+//
+// What it holds back is bounded: each direction of a connection queues at most
+// proxyQueue chunks of proxyChunk bytes, and then stops reading, so that the
+// sender's TCP window fills as it would behind a slow or silent link.
 type Proxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	target string
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu        sync.Mutex
+	target    string
+	links     map[*link]struct{}
+	up, down  time.Duration // delays of requests (to the server) and replies (to the client)
+	blackhole bool
+	changed   chan struct{} // closed (and replaced) when a delay or the black hole changes
+	closed    bool
 }
 
-// NewProxy listens on a free loopback port and forwards to target.
+const (
+	proxyChunk = 16 << 10
+	proxyQueue = 32
+)
+
+// NewProxy listens on a free loopback port and forwards to target (host:port).
 func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}, changed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
 
-// Addr is the address clients dial.
+// Addr is the address clients dial instead of the target's.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetTarget points new connections at target and cuts the existing ones.
@@ -40,22 +58,77 @@ func (p *Proxy) SetTarget(target string) {
 	p.Reset()
 }
 
-// Reset cuts every open connection.
+// Reset cuts every open connection (new ones are accepted as before).
 func (p *Proxy) Reset() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
 	}
-	clear(p.conns)
+	p.mu.Unlock()
+	for _, l := range links {
+		l.cut()
+	}
 }
 
-// Close stops listening, cuts every connection and waits for the forwarding
-// goroutines.
+// SetDelay holds back every chunk of data for up on its way to the server
+// and for down on its way back to the client (0: none). A chunk is forwarded
+// at its arrival plus the delay of the moment, so that a healed delay
+// releases what it held at once.
+func (p *Proxy) SetDelay(up, down time.Duration) {
+	p.mu.Lock()
+	p.up, p.down = up, down
+	p.notify()
+	p.mu.Unlock()
+}
+
+// SetBlackhole stops (on) or resumes (off) every byte in both directions.
+// Connections stay open and new ones are accepted, but nothing reaches either
+// side, not even a close, until the black hole heals; then what was held
+// flows on, as after a partition of the network.
+func (p *Proxy) SetBlackhole(on bool) {
+	p.mu.Lock()
+	p.blackhole = on
+	p.notify()
+	p.mu.Unlock()
+}
+
+// Heal ends the delays and the black hole.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	p.up, p.down, p.blackhole = 0, 0, false
+	p.notify()
+	p.mu.Unlock()
+}
+
+// notify wakes every forwarder to look at the faults again (p.mu held).
+func (p *Proxy) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Close stops listening, cuts every connection and waits for every
+// goroutine of the proxy.
 func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 	p.ln.Close()
 	p.Reset()
 	p.wg.Wait()
+}
+
+// hold returns how long a chunk that arrived at t going toUpstream must still
+// wait (negative: none), whether the black hole is on, and the channel
+// closed at the next change.
+func (p *Proxy) hold(t time.Time, toUpstream bool) (time.Duration, bool, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.down
+	if toUpstream {
+		d = p.up
+	}
+	return time.Until(t.Add(d)), p.blackhole, p.changed
 }
 
 // accept forwards each connection to the target of the moment.
@@ -69,28 +142,140 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		target := p.target
 		p.mu.Unlock()
-		s, err := net.Dial("tcp", target)
+		s, err := net.DialTimeout("tcp", target, 3*time.Second)
 		if err != nil {
 			c.Close()
 			continue
 		}
+		l := &link{client: c, server: s, done: make(chan struct{})}
 		p.mu.Lock()
-		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			continue
+		}
+		p.links[l] = struct{}{}
+		p.wg.Add(4)
 		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		up, down := make(chan chunk, proxyQueue), make(chan chunk, proxyQueue)
+		go p.read(l, c, up)
+		go p.forward(l, s, up, true)
+		go p.read(l, s, down)
+		go p.forward(l, c, down, false)
 	}
 }
 
-// pipe copies src to dst until either ends, then closes both.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// link is one forwarded connection: the client's and the server's side.
+type link struct {
+	client, server net.Conn
+	once           sync.Once
+	done           chan struct{} // closed when the link is cut
+}
+
+// cut closes both sides and stops the link's goroutines.
+func (l *link) cut() {
+	l.once.Do(func() {
+		close(l.done)
+		l.client.Close()
+		l.server.Close()
+	})
+}
+
+// chunk is data read from one side, with the moment it arrived.
+type chunk struct {
+	b []byte
+	t time.Time
+}
+
+// read reads src into q until src ends or the link is cut; then it closes q.
+// It stops reading while q is full.
+func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	p.mu.Lock()
-	delete(p.conns, dst)
-	delete(p.conns, src)
-	p.mu.Unlock()
+	defer close(q)
+	b := make([]byte, proxyChunk)
+	for {
+		n, err := src.Read(b)
+		if n > 0 {
+			select {
+			case q <- chunk{append([]byte(nil), b[:n]...), time.Now()}:
+			case <-l.done:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// forward writes what q brings to dst, each chunk once its delay has passed
+// and no black hole holds it; when q ends (its source closed), it cuts the
+// link, no earlier than a black hole lets the close through.
+func (p *Proxy) forward(l *link, dst net.Conn, q <-chan chunk, toUpstream bool) {
+	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+		l.cut()
+	}()
+	for {
+		var c chunk
+		var ok bool
+		select {
+		case c, ok = <-q:
+		case <-l.done:
+			return
+		}
+		at := c.t
+		if !ok {
+			at = time.Now() // the close: held by a black hole only
+		}
+		if !p.await(l, at, toUpstream, !ok) {
+			return
+		}
+		if !ok {
+			return
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+	}
+}
+
+// await waits until a chunk that arrived at t may be forwarded (a close,
+// noDelay, only waits for the black hole); false when the link was cut
+// meanwhile.
+func (p *Proxy) await(l *link, t time.Time, toUpstream, noDelay bool) bool {
+	for {
+		wait, holed, changed := p.hold(t, toUpstream)
+		if noDelay {
+			wait = 0
+		}
+		if !holed && wait <= 0 {
+			return true
+		}
+		var tm *time.Timer
+		var timer <-chan time.Time
+		if !holed {
+			tm = time.NewTimer(wait)
+			timer = tm.C
+		}
+		select {
+		case <-l.done:
+			stop(tm)
+			return false
+		case <-changed:
+		case <-timer:
+		}
+		stop(tm)
+	}
+}
+
+// stop stops t, if any.
+func stop(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
 }

@@ -37,9 +37,29 @@ const (
 	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
 	FaultSnapshot = "snapshot" // with RDB, a crash's snapshot shortly before it
 	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
-	// FaultReset cuts every connection between the workers and the Redis
-	// store (through the proxy they dial).
+	// FaultReset cuts every connection between the workers and the lock
+	// store (through the proxies they dial).
 	FaultReset = "reset"
+	// FaultDelay holds back what flows between the workers and the store
+	// (requests, replies, or both; on Redlock, the traffic of some of the
+	// masters) by a few milliseconds up to a third of the TTL, for a while;
+	// then it heals.
+	FaultDelay = "delay"
+	// FaultBlackhole stops every byte between the workers and the store (on
+	// Redlock and etcd, some of the masters or members: a minority or a
+	// majority) for between a quarter of the TTL and twice the TTL; the
+	// connections stay open, and new ones are accepted but get nothing. Then
+	// it heals.
+	FaultBlackhole = "blackhole"
+	// FaultExpire black-holes the workers' ZooKeeper connections for longer
+	// than the session timeout, so that the server expires their sessions.
+	FaultExpire = "expire"
+	// FaultPartition cuts one etcd member off for a while: the traffic of
+	// the connections dialled to it, its peers' and the workers', is
+	// black-holed in both directions (connections it dials to the others
+	// are not: the cut is of what reaches and leaves it through its own
+	// addresses).
+	FaultPartition = "partition"
 	// FaultTerminate ends every client connection of PostgreSQL (pg_terminate_backend).
 	FaultTerminate = "terminate"
 )
@@ -98,11 +118,14 @@ var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true}
 type store struct {
 	servers []*testserver.Redis
 	replica *testserver.Redis
-	proxy   *Proxy
-	etcd    *testserver.EtcdCluster
-	zk      *testserver.ZooKeeper
-	pg      *testserver.Postgres
-	addrs   []string
+	proxy   *Proxy // the single Redis's (a failover points it at the replica)
+	// proxies stand between the workers and each server they dial (in
+	// st.addrs's order), peers between etcd's members (one per member).
+	proxies, peers []*Proxy
+	etcd           *testserver.EtcdCluster
+	zk             *testserver.ZooKeeper
+	pg             *testserver.Postgres
+	addrs          []string
 
 	sentinels []*testserver.Sentinel
 	// shards are the cluster's masters, each followed by its replicas.
@@ -116,15 +139,27 @@ func startStore(t testing.TB, c Config) *store {
 		return st
 	case "postgres":
 		st.pg = testserver.StartPostgres(t)
-		st.addrs = []string{st.pg.URL}
+		px := st.proxyTo(t, st.pg.Addr)
+		st.addrs = []string{strings.Replace(st.pg.URL, st.pg.Addr, px.Addr(), 1)}
 		return st
 	case "zookeeper":
 		st.zk = testserver.StartZooKeeper(t)
 		st.addrs = []string{st.zk.Addr}
+		st.proxify(t)
 		return st
 	case "etcd":
-		st.etcd = testserver.StartEtcdCluster(t, 3)
+		st.etcd = testserver.StartEtcdClusterWith(t, 3, testserver.EtcdClusterOptions{
+			PeerAddr: func(i int, listen string) (string, error) {
+				px, err := NewProxy(listen)
+				if err != nil {
+					return "", err
+				}
+				t.Cleanup(px.Close)
+				st.peers = append(st.peers[:i], px) // a start tried again replaces the last try's
+				return px.Addr(), nil
+			}})
 		st.addrs = st.etcd.Endpoints()
+		st.proxify(t)
 		return st
 	}
 	var extra []string
@@ -165,12 +200,8 @@ func startStore(t testing.TB, c Config) *store {
 			}
 			return st
 		}
-		px, err := NewProxy(p.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(px.Close)
-		st.proxy, st.addrs = px, []string{px.Addr()}
+		st.proxy = st.proxyTo(t, p.Addr)
+		st.addrs = []string{st.proxy.Addr()}
 		waitReplica(t, p.Addr)
 		return st
 	}
@@ -180,15 +211,31 @@ func startStore(t testing.TB, c Config) *store {
 		st.servers = append(st.servers, s)
 		st.addrs = append(st.addrs, s.Addr)
 	}
-	if n == 1 { // the workers dial through a proxy that can cut their connections
-		px, err := NewProxy(st.addrs[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(px.Close)
-		st.proxy, st.addrs = px, []string{px.Addr()}
+	st.proxify(t) // the workers dial through proxies that inject the network's faults
+	if n == 1 {
+		st.proxy = st.proxies[0]
 	}
 	return st
+}
+
+// proxyTo starts a proxy to target, adds it to st.proxies and closes it at the
+// end of the test.
+func (st *store) proxyTo(t testing.TB, target string) *Proxy {
+	px, err := NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	st.proxies = append(st.proxies, px)
+	return px
+}
+
+// proxify puts a proxy in front of each address of st.addrs, which the
+// workers dial instead.
+func (st *store) proxify(t testing.TB) {
+	for i, a := range st.addrs {
+		st.addrs[i] = st.proxyTo(t, a).Addr()
+	}
 }
 
 // waitReplica waits until the primary at addr has a replica online.
@@ -271,7 +318,7 @@ func Run(t testing.TB, c Config) *Result {
 	cancel()
 	ws.stopAll()
 	wg.Wait()
-	finalReads(rec, resource.Addr, spec.Keys)
+	finalReads(rec, &redis.Options{Addr: resource.Addr}, spec.Keys)
 
 	// Liveness: once everything has ended and a TTL has passed, nothing of the
 	// locks is left on the store but the fence counters, which outlive them
@@ -333,8 +380,11 @@ func (st *store) leftover(t testing.TB) []string {
 	}
 	addrs := st.addrs
 	switch {
-	case st.sentinels != nil: // the primary of the moment
-		addrs = []string{st.servers[0].Addr}
+	case st.servers != nil: // directly, not through the proxies; with a replica, the primary of the moment
+		addrs = nil
+		for _, s := range st.servers {
+			addrs = append(addrs, s.Addr)
+		}
 	case st.shards != nil: // every node: each lists the keys of its slots
 		addrs = nil
 		for _, sh := range st.shards {
@@ -361,7 +411,7 @@ func (st *store) leftover(t testing.TB) []string {
 func (st *store) etcdLeftover(t testing.TB) []string {
 	var left []string
 	bg := context.Background()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: st.addrs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: st.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Errorf("verify: etcd client: %v", err)
 		return nil
@@ -391,7 +441,7 @@ func (st *store) etcdLeftover(t testing.TB) []string {
 // zkLeftover lists the ephemeral znodes (holdings and queue entries) left under
 // the locks' root.
 func (st *store) zkLeftover(t testing.TB) []string {
-	conn, _, err := zk.Connect(st.addrs, 5*time.Second, zk.WithLogInfo(false))
+	conn, _, err := zk.Connect([]string{st.zk.Addr}, 5*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		t.Errorf("verify: connecting to ZooKeeper: %v", err)
 		return nil
@@ -568,7 +618,11 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			return true
 		}
 	}
-	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	// between draws from [lo, hi] (lo when the range is empty: a TTL too
+	// short for the fault's floor).
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(rng.Int64N(int64(max(hi-lo, 0))+1))
+	}
 	// takeover records fault f around do, a replica taking over from its
 	// primary: failed when do found no replica in sync. It reports false
 	// when the nemesis must end.
@@ -590,7 +644,10 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 		f := c.Faults[rng.IntN(len(c.Faults))]
 		target := rng.IntN(c.Workers)
 		long, short, lag := between(ttl/2, 2*ttl), between(0, ttl/2), between(ttl/8, ttl/3)
-		pick := rng.IntN(max(len(st.servers), len(st.shards), 1))
+		pick := rng.IntN(max(len(st.servers), len(st.shards), len(st.peers), 1))
+		up, down := delays(rng.IntN(3), between(2*time.Millisecond, ttl/3))
+		hole, expire := between(ttl/4, 2*ttl), between(3*ttl/2, 5*ttl/2)
+		cut := cutNodes(rng, len(st.proxies)) // the nodes a delay or a black hole hits
 		switch f {
 		case FaultStop:
 			if !ws.signal(target, syscall.SIGSTOP) {
@@ -601,12 +658,57 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			ws.signal(target, syscall.SIGCONT)
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
 		case FaultReset:
-			if st.proxy == nil {
+			if st.proxies == nil {
 				continue
 			}
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-			st.proxy.Reset()
+			for _, p := range st.proxies {
+				p.Reset()
+			}
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		case FaultDelay, FaultBlackhole, FaultExpire:
+			if st.proxies == nil || f == FaultExpire && st.zk == nil {
+				continue
+			}
+			d, ps := hole, pickProxies(st.proxies, cut)
+			switch f {
+			case FaultDelay:
+				d = long
+			case FaultExpire:
+				d, ps = expire, st.proxies
+			}
+			e := Event{Op: OpNemesis, Fault: f, Target: -1, Nodes: cut}
+			if f == FaultDelay {
+				e.Delay, e.ReplyDelay = up, down
+			}
+			e.Type = Invoke
+			rec.Record(e)
+			for _, p := range ps {
+				if f == FaultDelay {
+					p.SetDelay(up, down)
+				} else {
+					p.SetBlackhole(true)
+				}
+			}
+			time.Sleep(d) // the fault lasts; healed below
+			for _, p := range ps {
+				p.Heal()
+			}
+			e.Type = OK
+			rec.Record(e)
+		case FaultPartition:
+			if st.peers == nil {
+				continue
+			}
+			e := Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1, Nodes: []int{pick}}
+			rec.Record(e)
+			st.peers[pick].SetBlackhole(true)
+			st.proxies[pick].SetBlackhole(true)
+			time.Sleep(hole) // the member is cut off; healed below
+			st.peers[pick].Heal()
+			st.proxies[pick].Heal()
+			e.Type = OK
+			rec.Record(e)
 		case FaultTerminate:
 			if st.pg == nil {
 				continue
@@ -697,6 +799,42 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			}
 		}
 	}
+}
+
+// delays returns the delays of requests and replies that a FaultDelay of d
+// sets: both ways (dir 0), requests only (1) or replies only (2).
+func delays(dir int, d time.Duration) (up, down time.Duration) {
+	switch dir {
+	case 1:
+		return d, 0
+	case 2:
+		return 0, d
+	}
+	return d, d
+}
+
+// cutNodes draws the nodes (of n) that a delay or a black hole hits: all of
+// one, else between one and all of them, a minority or a majority, at random.
+func cutNodes(rng *rand.Rand, n int) []int {
+	perm, k := rng.Perm(max(n, 1)), 1+rng.IntN(max(n, 1))
+	if n <= 1 {
+		return nil // the only server: no need to name it
+	}
+	nodes := perm[:k]
+	slices.Sort(nodes)
+	return nodes
+}
+
+// pickProxies returns the proxies of nodes (every one when nodes is empty).
+func pickProxies(ps []*Proxy, nodes []int) []*Proxy {
+	if len(nodes) == 0 {
+		return ps
+	}
+	var out []*Proxy
+	for _, n := range nodes {
+		out = append(out, ps[n])
+	}
+	return out
 }
 
 // terminateBackends ends every other connection to the PostgreSQL at url.

@@ -178,7 +178,7 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 }
 
 // faultNames says which faults a run injects: the proxy's only with proxies.
-func faultNames(faults []string, proxies []*verify.FaultProxy) string {
+func faultNames(faults []string, proxies []*verify.Proxy) string {
 	var out []string
 	for _, f := range faults {
 		if (f == "reset" || f == "delay") && len(proxies) == 0 {
@@ -216,17 +216,17 @@ func runVerifyWorker(ctx context.Context, e *env) int {
 	return exitOK
 }
 
-// verifyProxies starts a FaultProxy for each server the workers can reach
+// verifyProxies starts a Proxy for each server the workers can reach
 // through one (plain TCP to a single address: not TLS, a Unix socket, Redis
 // Cluster, whose nodes redirect to their own addresses, or a PostgreSQL
 // key=value string) and returns the URLs the workers dial. Without a proxy
 // for every server, it starts none.
-func verifyProxies(flag string, urls []string, tf *tlsFiles, st store) ([]string, []*verify.FaultProxy) {
+func verifyProxies(flag string, urls []string, tf *tlsFiles, st store) ([]string, []*verify.Proxy) {
 	if tf.set() || strings.HasPrefix(st.String(), "Redis Cluster") {
 		return urls, nil
 	}
 	out := make([]string, len(urls))
-	var proxies []*verify.FaultProxy
+	var proxies []*verify.Proxy
 	closeAll := func() {
 		for _, p := range proxies {
 			p.Close()
@@ -238,7 +238,7 @@ func verifyProxies(flag string, urls []string, tf *tlsFiles, st store) ([]string
 			closeAll()
 			return urls, nil
 		}
-		p, err := verify.NewFaultProxy(target)
+		p, err := verify.NewProxy(target)
 		if err != nil {
 			closeAll()
 			return urls, nil

@@ -34,7 +34,10 @@ type Etcd struct {
 	Name      string
 	Addr      string // client host:port on 127.0.0.1
 	ClientURL string // http://Addr
-	PeerURL   string
+	PeerURL   string // the URL it listens on for its peers
+	// AdvertisePeerURL is the URL its peers dial to reach it: PeerURL, or
+	// the address EtcdClusterOptions.PeerAddr gave (a proxy in front of it).
+	AdvertisePeerURL string
 
 	dir  string
 	args []string
@@ -80,7 +83,7 @@ func NewEtcd(dir string) (*Etcd, error) {
 			return nil, err
 		}
 		e := newMember("etcd0", dir, ports[0], ports[1])
-		e.configure(e.Name+"="+e.PeerURL, singleHeartbeat, singleElection)
+		e.configure(e.Name+"="+e.AdvertisePeerURL, singleHeartbeat, singleElection)
 		if lastErr = e.Start(); lastErr == nil {
 			return e, nil
 		}
@@ -90,12 +93,14 @@ func NewEtcd(dir string) (*Etcd, error) {
 
 func newMember(name, dir string, clientPort, peerPort int) *Etcd {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))
+	peer := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))
 	return &Etcd{
-		Name:      name,
-		Addr:      addr,
-		ClientURL: "http://" + addr,
-		PeerURL:   "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort)),
-		dir:       dir,
+		Name:             name,
+		Addr:             addr,
+		ClientURL:        "http://" + addr,
+		PeerURL:          peer,
+		AdvertisePeerURL: peer,
+		dir:              dir,
 	}
 }
 
@@ -106,7 +111,7 @@ func (e *Etcd) configure(initialCluster string, heartbeat, election int) {
 		"--name", e.Name,
 		"--data-dir", filepath.Join(e.dir, e.Name+".etcd"),
 		"--listen-client-urls", e.ClientURL, "--advertise-client-urls", e.ClientURL,
-		"--listen-peer-urls", e.PeerURL, "--initial-advertise-peer-urls", e.PeerURL,
+		"--listen-peer-urls", e.PeerURL, "--initial-advertise-peer-urls", e.AdvertisePeerURL,
 		"--initial-cluster", initialCluster,
 		"--initial-cluster-state", "new", "--initial-cluster-token", "dlock-test",
 		"--heartbeat-interval", strconv.Itoa(heartbeat), "--election-timeout", strconv.Itoa(election),
@@ -282,6 +287,21 @@ func (c *EtcdCluster) Leader(ctx context.Context) (*Etcd, error) {
 // half way.
 func StartEtcdCluster(t testing.TB, n int) *EtcdCluster {
 	t.Helper()
+	return StartEtcdClusterWith(t, n, EtcdClusterOptions{})
+}
+
+// EtcdClusterOptions change how StartEtcdClusterWith starts a cluster.
+type EtcdClusterOptions struct {
+	// PeerAddr, when set, is called before the members start with each
+	// member's number and the host:port it listens on for its peers; it
+	// returns the host:port the other members dial to reach it instead (a
+	// proxy that forwards to listen, say), which the member advertises.
+	PeerAddr func(member int, listen string) (string, error)
+}
+
+// StartEtcdClusterWith is StartEtcdCluster with options.
+func StartEtcdClusterWith(t testing.TB, n int, o EtcdClusterOptions) *EtcdCluster {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("testserver: etcd cluster of %d members", n)
 	}
@@ -290,7 +310,7 @@ func StartEtcdCluster(t testing.TB, n int) *EtcdCluster {
 	}
 	var lastErr error
 	for try := 0; try < 3; try++ {
-		c, err := startEtcdCluster(t.TempDir(), n)
+		c, err := startEtcdCluster(t.TempDir(), n, o)
 		if err == nil {
 			t.Cleanup(func() {
 				for _, m := range c.Members {
@@ -305,7 +325,7 @@ func StartEtcdCluster(t testing.TB, n int) *EtcdCluster {
 	return nil
 }
 
-func startEtcdCluster(dir string, n int) (*EtcdCluster, error) {
+func startEtcdCluster(dir string, n int, o EtcdClusterOptions) (*EtcdCluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -314,8 +334,15 @@ func startEtcdCluster(dir string, n int) (*EtcdCluster, error) {
 	var initial []string
 	for i := 0; i < n; i++ {
 		m := newMember("etcd"+strconv.Itoa(i), dir, ports[2*i], ports[2*i+1])
+		if o.PeerAddr != nil {
+			a, err := o.PeerAddr(i, strings.TrimPrefix(m.PeerURL, "http://"))
+			if err != nil {
+				return nil, err
+			}
+			m.AdvertisePeerURL = "http://" + a
+		}
 		c.Members = append(c.Members, m)
-		initial = append(initial, m.Name+"="+m.PeerURL)
+		initial = append(initial, m.Name+"="+m.AdvertisePeerURL)
 	}
 	stopAll := func() {
 		for _, m := range c.Members {
