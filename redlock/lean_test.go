@@ -97,3 +97,37 @@ func TestCommandsPerUncontendedCycle(t *testing.T) {
 	}
 	t.Logf("%d cycles: %d raises", n, raises)
 }
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock over five masters (the request to the nodes, each node's scripts
+// through go-redis, the Lease): about 380 when it was set.
+const maxAllocsPerCycle = 410
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle. Those of the calls
+// still on their way when Unlock returns are counted with the next cycle's.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t, time.Minute)
+	key := dlocktest.Key(t)
+	var failed error
+	cycle := func() {
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			failed = err
+			return
+		}
+		if err := l.Unlock(ctx); err != nil {
+			failed = err
+		}
+	}
+	cycle() // identifies the servers, loads the scripts
+	allocs := testing.AllocsPerRun(200, cycle)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs > maxAllocsPerCycle {
+		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
+	}
+	t.Logf("%.0f allocations per lock and unlock", allocs)
+}
