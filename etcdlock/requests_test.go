@@ -265,3 +265,36 @@ func TestRequestsOfAWaiterGivingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock (two transactions through clientv3 and gRPC, the Lease): about
+// 320 when it was set, gRPC's share most of them.
+const maxAllocsPerCycle = 350
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := testKey(t)
+	var failed error
+	cycle := func() {
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			failed = err
+			return
+		}
+		if err := l.Unlock(ctx); err != nil {
+			failed = err
+		}
+	}
+	cycle() // grants the Client's lease
+	allocs := testing.AllocsPerRun(100, cycle)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs > maxAllocsPerCycle {
+		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
+	}
+	t.Logf("%.0f allocations per lock and unlock", allocs)
+}
