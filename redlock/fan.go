@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // reply is one node's answer to a request sent to several nodes.
@@ -90,8 +92,8 @@ func sortedKeys(m map[int]bool) []int {
 
 // askNodesWithStragglers is askNodesDetached that also returns the calls still
 // on their way when decided settled the outcome. The calls share one context
-// bounded by timeout, which the last of them to answer cancels, and run on the
-// package's workers (see run).
+// bounded by timeout, which the last of them to answer cancels, and run on
+// workers (see package workers).
 func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], *stragglers[T], error) {
 	if len(nodes) == 0 {
@@ -103,7 +105,7 @@ func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeo
 	left := new(atomic.Int32)
 	left.Store(int32(len(nodes)))
 	for _, i := range nodes {
-		run(func() {
+		workers.Go(func() {
 			v, err := f(nctx, i)
 			if err != nil && base.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 				err = errNoAnswer(timeout) // the node's timeout, not the caller's context
@@ -167,41 +169,6 @@ func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeo
 // bounded is context.WithTimeout; askNodesWithStragglers' last call cancels it.
 func bounded(base context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(base, timeout)
-}
-
-// workerIdle is how long a worker waits for its next call before it ends.
-const workerIdle = 20 * time.Millisecond
-
-// jobs hands a call to a worker waiting for one.
-var jobs = make(chan func())
-
-// run calls f on a goroutine of its own: a worker that waits for a call, or a
-// new one when none waits. A worker waits up to workerIdle for its next call,
-// so that under load the stack that a call grew through go-redis's call path
-// serves the next call instead of being grown anew on a new goroutine.
-func run(f func()) {
-	select {
-	case jobs <- f:
-	default:
-		go work(f)
-	}
-}
-
-// work is a worker: it calls f, then each call handed to it, until none came
-// for workerIdle.
-func work(f func()) {
-	f()
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		select {
-		case f := <-jobs:
-			f()
-			idle.Reset(workerIdle)
-		case <-idle.C:
-			return
-		}
-	}
 }
 
 // count returns how many replies have no error.
