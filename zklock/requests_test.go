@@ -287,3 +287,39 @@ func TestClockNotWritable(t *testing.T) {
 	}
 	_ = d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}})
 }
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock (three requests through go-zookeeper, the Lease): about 120 when
+// it was set.
+const maxAllocsPerCycle = 140
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c, err := New(newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	var failed error
+	cycle := func() {
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			failed = err
+			return
+		}
+		if err := l.Unlock(ctx); err != nil {
+			failed = err
+		}
+	}
+	cycle() // makes the lock node, the root and the clock node
+	allocs := testing.AllocsPerRun(100, cycle)
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if allocs > maxAllocsPerCycle {
+		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
+	}
+	t.Logf("%.0f allocations per lock and unlock", allocs)
+}
