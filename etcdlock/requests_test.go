@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -277,24 +278,5 @@ func TestAllocationsPerUncontendedCycle(t *testing.T) {
 	c := newClient(t)
 	ctx := ctxT(t, 30*time.Second)
 	key := testKey(t)
-	var failed error
-	cycle := func() {
-		l, err := c.Lock(ctx, key)
-		if err != nil {
-			failed = err
-			return
-		}
-		if err := l.Unlock(ctx); err != nil {
-			failed = err
-		}
-	}
-	cycle() // grants the Client's lease
-	allocs := testing.AllocsPerRun(100, cycle)
-	if failed != nil {
-		t.Fatal(failed)
-	}
-	if allocs > maxAllocsPerCycle {
-		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
-	}
-	t.Logf("%.0f allocations per lock and unlock", allocs)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 100, maxAllocsPerCycle)
 }

@@ -110,24 +110,5 @@ func TestAllocationsPerUncontendedCycle(t *testing.T) {
 	c := newClient(t)
 	ctx := ctxT(t, time.Minute)
 	key := dlocktest.Key(t)
-	var failed error
-	cycle := func() {
-		l, err := c.Lock(ctx, key)
-		if err != nil {
-			failed = err
-			return
-		}
-		if err := l.Unlock(ctx); err != nil {
-			failed = err
-		}
-	}
-	cycle() // identifies the servers, loads the scripts
-	allocs := testing.AllocsPerRun(200, cycle)
-	if failed != nil {
-		t.Fatal(failed)
-	}
-	if allocs > maxAllocsPerCycle {
-		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
-	}
-	t.Logf("%.0f allocations per lock and unlock", allocs)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 200, maxAllocsPerCycle)
 }

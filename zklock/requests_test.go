@@ -302,24 +302,5 @@ func TestAllocationsPerUncontendedCycle(t *testing.T) {
 	}
 	ctx := ctxT(t, 30*time.Second)
 	key := dlocktest.Key(t)
-	var failed error
-	cycle := func() {
-		l, err := c.Lock(ctx, key)
-		if err != nil {
-			failed = err
-			return
-		}
-		if err := l.Unlock(ctx); err != nil {
-			failed = err
-		}
-	}
-	cycle() // makes the lock node, the root and the clock node
-	allocs := testing.AllocsPerRun(100, cycle)
-	if failed != nil {
-		t.Fatal(failed)
-	}
-	if allocs > maxAllocsPerCycle {
-		t.Errorf("%.0f allocations per lock and unlock, want at most %d", allocs, maxAllocsPerCycle)
-	}
-	t.Logf("%.0f allocations per lock and unlock", allocs)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 100, maxAllocsPerCycle)
 }
