@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,15 +62,28 @@ type redlockLoad struct {
 	name      string
 	g         int
 	contended bool // all goroutines on one key
+	perClient bool // each goroutine with node clients and a locker of its own, as a process
 }
 
-var redlockLoads = []redlockLoad{{"G=1", 1, false}, {"G=8", 8, false}, {"G=16 contended", 16, true}}
+var redlockLoads = []redlockLoad{{"G=1", 1, false, false}, {"G=8", 8, false, false}, {"G=16 contended", 16, true, false},
+	{"G=16 contended, a Client each", 16, true, true}}
 
-// redlockResult is the median of one variant under one load.
+// redlockResult is one run, or the median of one variant under one load.
 type redlockResult struct {
-	cyclesPerSec float64
-	cmdsPerNode  float64 // commands per lock cycle on the busiest node
-	timeouts     int64
+	cyclesPerSec   float64
+	handoffsPerSec float64 // cycles by another goroutine than the one before
+	jain           float64 // Jain's index over the goroutines' cycles
+	cmdsPerNode    float64 // commands per lock cycle on the busiest node
+	timeouts       int64
+}
+
+// rate is what a load measures: hand-overs per second when contended, cycles
+// per second otherwise.
+func (ld redlockLoad) rate(r redlockResult) float64 {
+	if ld.contended {
+		return r.handoffsPerSec
+	}
+	return r.cyclesPerSec
 }
 
 // runRedlock is scenario r: five masters (the bench's server and four more), each
@@ -98,6 +112,7 @@ func (e *env) runRedlock(ctx context.Context, dir string, out io.Writer) error {
 		fmt.Fprintf(out, "- %s: %s\n", v.name, v.desc)
 	}
 	results := map[string]map[string]redlockResult{}
+	ratios := map[string]map[string][]float64{} // per repetition, redlock/5 over the other
 	for _, ld := range redlockLoads {
 		runs := map[string][]redlockResult{}
 		for rep := 0; rep < e.cfg.reps; rep++ {
@@ -111,19 +126,30 @@ func (e *env) runRedlock(ctx context.Context, dir string, out io.Writer) error {
 			}
 		}
 		results[ld.name] = map[string]redlockResult{}
+		ratios[ld.name] = map[string][]float64{}
+		for rep := range runs["redlock/5"] {
+			for _, other := range []string{"redsync/5", "dlock/1"} {
+				if o := ld.rate(runs[other][rep]); o > 0 {
+					ratios[ld.name][other] = append(ratios[ld.name][other], ld.rate(runs["redlock/5"][rep])/o)
+				}
+			}
+		}
 		for name, rs := range runs {
-			slices.SortFunc(rs, func(a, b redlockResult) int { return int(a.cyclesPerSec - b.cyclesPerSec) })
+			slices.SortFunc(rs, func(a, b redlockResult) int { return cmp.Compare(ld.rate(a), ld.rate(b)) })
 			results[ld.name][name] = rs[len(rs)/2]
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(out, "\nlock cycles/s (median of %d), lock commands per cycle on the busiest node, wait timeouts:\n\n", e.cfg.reps)
+	fmt.Fprintf(out, "\nlock cycles/s (median of %d; contended: hand-overs/s, Jain's index), lock commands per cycle on the busiest node, wait timeouts:\n\n", e.cfg.reps)
 	fmt.Fprintln(tw, "load\t"+strings.Join(redlockNames(), "\t")+"\t")
 	for _, ld := range redlockLoads {
 		row := []string{ld.name}
 		for _, v := range redlockVariants {
 			r := results[ld.name][v.name]
 			cell := fmt.Sprintf("%.0f/s %.1f cmd", r.cyclesPerSec, r.cmdsPerNode)
+			if ld.contended {
+				cell = fmt.Sprintf("%.0f/s J %.2f %.1f cmd", r.handoffsPerSec, r.jain, r.cmdsPerNode)
+			}
 			if r.timeouts > 0 {
 				cell += fmt.Sprintf(" %d t/o", r.timeouts)
 			}
@@ -135,12 +161,22 @@ func (e *env) runRedlock(ctx context.Context, dir string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "redlock/5 over the others, the median of the ratios within each repetition (the ratios in brackets):")
+	fmt.Fprintln(out)
 	for _, ld := range redlockLoads {
-		rl, rs, one := results[ld.name]["redlock/5"], results[ld.name]["redsync/5"], results[ld.name]["dlock/1"]
-		fmt.Fprintf(out, "- %s: redlock/5 = %.2fx redsync/5 (target 2x), %.2fx dlock/1 (target 0.8x with the servers on other hosts)\n",
-			ld.name, rl.cyclesPerSec/rs.cyclesPerSec, rl.cyclesPerSec/one.cyclesPerSec)
+		rs, one := ratios[ld.name]["redsync/5"], ratios[ld.name]["dlock/1"]
+		fmt.Fprintf(out, "- %s: %.2fx redsync/5 %s, %.2fx dlock/1 %s\n", ld.name, median(rs), bracket(rs), median(one), bracket(one))
 	}
 	return nil
+}
+
+// bracket lists xs as (a / b / c).
+func bracket(xs []float64) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprintf("%.2f", x))
+	}
+	return "(" + strings.Join(parts, " / ") + ")"
 }
 
 func redlockNames() []string {
@@ -153,21 +189,45 @@ func redlockNames() []string {
 
 // redlockRun measures one variant under one load.
 func (e *env) redlockRun(ctx context.Context, v redlockVariant, ld redlockLoad, addrs []string, admins []*redis.Client) (redlockResult, error) {
-	nodes := make([]*redis.Client, len(addrs))
-	for i, a := range addrs {
-		nodes[i] = redis.NewClient(&redis.Options{Addr: a})
-		defer nodes[i].Close()
+	lockers := make([]locker, 1, ld.g)
+	var conns []*redis.Client
+	defer func() {
+		for _, l := range lockers {
+			if l != nil {
+				closeLocker(l)
+			}
+		}
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	open := func() (locker, error) {
+		nodes := make([]*redis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = redis.NewClient(&redis.Options{Addr: a})
+			conns = append(conns, nodes[i])
+		}
+		return v.open(nodes)
 	}
-	l, err := v.open(nodes)
-	if err != nil {
+	var err error
+	if lockers[0], err = open(); err != nil {
 		return redlockResult{}, err
+	}
+	for ld.perClient && len(lockers) < ld.g {
+		l, err := open()
+		if err != nil {
+			return redlockResult{}, err
+		}
+		lockers = append(lockers, l)
 	}
 	prefix := e.prefix("r")
 	before, err := commandCounts(ctx, admins)
 	if err != nil {
 		return redlockResult{}, err
 	}
-	var cycles, timeouts atomic.Int64
+	var cycles, timeouts, handoffs, last atomic.Int64
+	last.Store(-1)
+	per := make([]int64, ld.g)
 	runCtx, cancel := context.WithTimeout(ctx, e.cfg.aDur)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -177,7 +237,7 @@ func (e *env) redlockRun(ctx context.Context, v redlockVariant, ld redlockLoad, 
 		if ld.contended {
 			key = prefix + "one"
 		}
-		m := l.mutex(key)
+		m := lockers[min(i, len(lockers)-1)].mutex(key)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -198,11 +258,15 @@ func (e *env) redlockRun(ctx context.Context, v redlockVariant, ld redlockLoad, 
 					errc <- err
 					return
 				}
+				if last.Swap(int64(i)) != int64(i) {
+					handoffs.Add(1)
+				}
 				if err := m.unlock(context.WithoutCancel(runCtx)); err != nil {
 					errc <- err
 					return
 				}
 				cycles.Add(1)
+				per[i]++
 			}
 		}()
 	}
@@ -218,7 +282,8 @@ func (e *env) redlockRun(ctx context.Context, v redlockVariant, ld redlockLoad, 
 		return redlockResult{}, err
 	}
 	n := cycles.Load()
-	r := redlockResult{cyclesPerSec: float64(n) / el.Seconds(), timeouts: timeouts.Load()}
+	r := redlockResult{cyclesPerSec: float64(n) / el.Seconds(), handoffsPerSec: float64(handoffs.Load()) / el.Seconds(),
+		jain: jain(per), timeouts: timeouts.Load()}
 	if n > 0 {
 		for i := range admins {
 			r.cmdsPerNode = max(r.cmdsPerNode, float64(after[i]-before[i]-1)/float64(n)) // less the INFO itself

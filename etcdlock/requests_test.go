@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -264,4 +265,18 @@ func TestRequestsOfAWaiterGivingUp(t *testing.T) {
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock (two transactions through clientv3 and gRPC, the Lease): about
+// 320 when it was set, gRPC's share most of them.
+const maxAllocsPerCycle = 350
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := testKey(t)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 100, maxAllocsPerCycle)
 }

@@ -32,6 +32,7 @@ type Driver struct {
 	quorum  int
 	timeout time.Duration // per node; 0: from the TTL
 	ident   identities    // what each node's server said it is
+	every   []int         // the indexes of every node
 }
 
 var (
@@ -116,7 +117,7 @@ func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.nodes, d.rdbs = append(d.nodes, nd), append(d.rdbs, rdb)
+		d.nodes, d.rdbs, d.every = append(d.nodes, nd), append(d.rdbs, rdb), append(d.every, i)
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -159,13 +160,9 @@ func (d *Driver) settleTimeout(ttl time.Duration) time.Duration {
 	return max(t, min(ttl, MaxNodeTimeout))
 }
 
-// all returns the indexes of every node.
+// all returns the indexes of every node (shared: not to be changed).
 func (d *Driver) all() []int {
-	nodes := make([]int, len(d.nodes))
-	for i := range nodes {
-		nodes[i] = i
-	}
-	return nodes
+	return d.every
 }
 
 // Extend implements dlock.Driver: the holding is extended on every node that

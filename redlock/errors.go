@@ -26,6 +26,12 @@ func (e *noAnswer) Is(target error) bool { return target == dlock.ErrUnavailable
 
 // silent reports whether err is a node that did not answer in time.
 func silent(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := err.(*noAnswer); ok {
+		return true
+	}
 	var na *noAnswer
 	return errors.As(err, &na)
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // reply is one node's answer to a request sent to several nodes.
@@ -88,27 +91,35 @@ func sortedKeys(m map[int]bool) []int {
 }
 
 // askNodesWithStragglers is askNodesDetached that also returns the calls still
-// on their way when decided settled the outcome.
+// on their way when decided settled the outcome. The calls share one context
+// bounded by timeout, which the last of them to answer cancels, and run on
+// workers (see package workers).
 func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], *stragglers[T], error) {
-	until := time.Now().Add(timeout)
+	if len(nodes) == 0 {
+		return nil, nil, nil
+	}
+	nctx, cancel := bounded(base, timeout)
+	until, _ := nctx.Deadline()
 	ch := make(chan reply[T], len(nodes))
+	left := new(atomic.Int32)
+	left.Store(int32(len(nodes)))
 	for _, i := range nodes {
-		go func() {
-			nctx, cancel := context.WithTimeout(base, timeout)
-			defer cancel()
+		workers.Go(func() {
 			v, err := f(nctx, i)
 			if err != nil && base.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 				err = errNoAnswer(timeout) // the node's timeout, not the caller's context
 			}
 			ch <- reply[T]{node: i, val: v, err: err}
-		}()
+			if left.Add(-1) == 0 {
+				cancel() // every reply is in ch
+			}
+		})
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	got := make([]reply[T], 0, len(nodes))
-	answered := map[int]bool{}
-	for len(got) < len(nodes) && (decided == nil || !decided(got, len(nodes)-len(got))) {
+	answered := make([]bool, slices.Max(nodes)+1)
+	open := func() bool { return len(got) < len(nodes) && (decided == nil || !decided(got, len(nodes)-len(got))) }
+	for open() {
 		select {
 		case r := <-ch:
 			got = append(got, r)
@@ -116,7 +127,24 @@ func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeo
 			continue
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
-		case <-timer.C:
+		case <-nctx.Done():
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		// The timeout has passed, or every node has answered (the replies are
+		// in ch then): the replies in ch are all there is.
+		for drained := false; !drained && open(); {
+			select {
+			case r := <-ch:
+				got = append(got, r)
+				answered[r.node] = true
+			default:
+				drained = true
+			}
+		}
+		if !open() {
+			break
 		}
 		for _, i := range nodes {
 			if !answered[i] {
@@ -124,16 +152,23 @@ func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeo
 				answered[i] = true
 			}
 		}
-		break
 	}
-	late := &stragglers[T]{ch: ch, until: until}
+	var late *stragglers[T]
 	for _, i := range nodes {
 		if !answered[i] {
+			if late == nil {
+				late = &stragglers[T]{ch: ch, until: until}
+			}
 			late.pending = append(late.pending, i)
 		}
 	}
 	slices.SortFunc(got, func(a, b reply[T]) int { return a.node - b.node })
 	return got, late, nil
+}
+
+// bounded is context.WithTimeout; askNodesWithStragglers' last call cancels it.
+func bounded(base context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(base, timeout)
 }
 
 // count returns how many replies have no error.

@@ -97,3 +97,18 @@ func TestCommandsPerUncontendedCycle(t *testing.T) {
 	}
 	t.Logf("%d cycles: %d raises", n, raises)
 }
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock over five masters (the request to the nodes, each node's scripts
+// through go-redis, the Lease): about 380 when it was set.
+const maxAllocsPerCycle = 410
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle. Those of the calls
+// still on their way when Unlock returns are counted with the next cycle's.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c := newClient(t)
+	ctx := ctxT(t, time.Minute)
+	key := dlocktest.Key(t)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 200, maxAllocsPerCycle)
+}

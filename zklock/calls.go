@@ -1,16 +1,20 @@
 package zklock
 
-import "context"
+import (
+	"context"
 
-// call runs f, a blocking ZooKeeper call, and returns its error, or ctx's error
-// when ctx ends first (f then finishes on its own: the client answers every
+	"github.com/dlock-go/dlock/internal/workers"
+)
+
+// call runs f, a blocking ZooKeeper call, on a worker (see package workers),
+// and returns its error, or ctx's error when ctx ends first (f then finishes on its own: the client answers every
 // request, at the latest with an error when the connection drops or closes).
 func (d *Driver) call(ctx context.Context, f func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	workers.Go(func() { done <- f() })
 	select {
 	case err := <-done:
 		return err
@@ -39,7 +43,7 @@ func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error
 	ops.n++
 	d.inflightMu.Unlock()
 	done := make(chan error, 1)
-	go func() {
+	workers.Go(func() {
 		err := f()
 		d.inflightMu.Lock()
 		if ops.n--; ops.n == 0 {
@@ -48,7 +52,7 @@ func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error
 		}
 		d.inflightMu.Unlock()
 		done <- err
-	}()
+	})
 	select {
 	case err := <-done:
 		return err

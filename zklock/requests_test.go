@@ -287,3 +287,20 @@ func TestClockNotWritable(t *testing.T) {
 	}
 	_ = d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}})
 }
+
+// maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock
+// and Unlock (three requests through go-zookeeper, the Lease): about 120 when
+// it was set.
+const maxAllocsPerCycle = 140
+
+// TestAllocationsPerUncontendedCycle fails when the client's allocations per
+// uncontended lock and unlock grow past maxAllocsPerCycle.
+func TestAllocationsPerUncontendedCycle(t *testing.T) {
+	c, err := New(newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	dlocktest.AllocsPerCycle(t, ctx, c, key, 100, maxAllocsPerCycle)
+}
