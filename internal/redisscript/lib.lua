@@ -29,17 +29,25 @@ local function not_record()
   return redis.error_reply('DLOCKCONFLICT key holds a string that is not a dlock lock record')
 end
 
--- b36 writes the non-negative integer n in base 36: its digits' bytes first,
--- then one string (a string per digit would cost more).
+-- b36 writes the non-negative integer n in base 36. digits takes the digits
+-- off n from the lowest, each ahead of the bytes of the ones taken before,
+-- and makes one string of them (a string per digit, or a table, costs more).
+local function digits(n, ...)
+  local r = n % 36
+  local q = (n - r) / 36
+  if r < 10 then
+    r = r + 48
+  else
+    r = r + 87
+  end
+  if q == 0 then
+    return string.char(r, ...)
+  end
+  return digits(q, r, ...)
+end
+
 local function b36(n)
-  local d, i = {}, 0
-  repeat
-    local r = n % 36
-    i = i + 1
-    d[i] = r < 10 and r + 48 or r + 87
-    n = (n - r) / 36
-  until n == 0
-  return string.reverse(string.char(unpack(d)))
+  return digits(n)
 end
 
 -- MAXTOKEN bounds the tokens a script takes from stored data: 2^53, above
