@@ -106,8 +106,7 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 	}()
 	var wake <-chan struct{}
 	subscribed := false
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer // made at the first wait: a free lock needs none
 	var failing time.Time // the start of the first attempt of a run of failures
 	logged := false
 	for n := 1; ; n++ {
@@ -167,7 +166,12 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		} else if delay > failLeft {
 			delay = failLeft // one last attempt at the limit
 		}
-		timer.Reset(delay)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+			defer timer.Stop()
+		} else {
+			timer.Reset(delay)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, a.final(ctx, err, n)

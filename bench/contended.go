@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -116,6 +117,8 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		return nil, err
 	}
 
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	runCtx, stop := context.WithTimeout(ctx, e.cfg.bDur)
 	defer stop()
 	per := make([]int64, g)
@@ -151,6 +154,8 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	var mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem1)
 	used, err := ms.usedSince(ctx, r0)
 	if err != nil {
 		return nil, err
@@ -191,8 +196,11 @@ func (e *env) contended(ctx context.Context, v variant, g int, perGoroutine bool
 		"cmds_per_cs_client":   ratio(float64(used.client), n),
 		"cmds_per_cs_server":   ratio(float64(used.lockServer()), n),
 		"server_cpu_us_per_cs": ratio(float64(srvCPU1-srvCPU0)/float64(time.Microsecond), n),
-		"errors":               float64(errs.Load()),
-		"unlock_errors":        float64(unlockErrs.Load()),
+		// The whole process's allocations, the critical sections' and the
+		// samples' included.
+		"allocs_per_cs": ratio(float64(mem1.Mallocs-mem0.Mallocs), n),
+		"errors":        float64(errs.Load()),
+		"unlock_errors": float64(unlockErrs.Load()),
 	}
 	e.readDisk(ctx, v.on).since(disk0).add(m, n, "cs")
 	return m, nil
@@ -239,6 +247,7 @@ func tableContended(out io.Writer, title string, ms []measurement) {
 		{"cmds/CS client", "cmds_per_cs_client", "%.2f"},
 		{"server", "cmds_per_cs_server", "%.2f"},
 		{"server CPU µs/CS", "server_cpu_us_per_cs", "%.1f"},
+		{"allocs/CS", "allocs_per_cs", "%.0f"},
 		{"errors", "errors", "%.0f"},
 	})
 }

@@ -1,5 +1,5 @@
 // Command bench measures dlock's Redis locks next to go-redsync/redsync,
-// bsm/redislock and a raw go-redis baseline, against a redis-server it starts on a
+// bsm/redislock, rueidis's rueidislock and a raw go-redis baseline, against a redis-server it starts on a
 // free loopback port and stops when it is done.
 //
 // Run it from the repository root:

@@ -148,6 +148,10 @@ const (
 	minJain             = 0.95
 	maxWaitPerGCS       = 10 // b, fair lock: wait max over G × critical-section time
 	maxCmdsPerCS        = 4  // lock commands per critical section, client side
+	minVsBsm            = 1.0
+	minVsRueidis        = 1.2
+	maxServerCPUVsBsm   = 1.1 // Redis CPU per uncontended cycle
+	maxAllocsPerCycle   = 25  // client allocations per uncontended cycle (dlock/ttl: no watchdog)
 )
 
 // targetGs are the goroutine counts of scenario b the fair-lock targets are
@@ -212,6 +216,27 @@ func checkTargets(ms []measurement) []target {
 			add(fmt.Sprintf("a G=%d: %s cycles/s × raw", g, v),
 				ratioMed("a", v, g, func(rep int, m metrics) float64 { return ratio(m["cycles_per_s"], raw[rep]["cycles_per_s"]) }),
 				fmt.Sprintf("≥ %.2f", minUncontendedRatio), atLeast(minUncontendedRatio))
+			for _, p := range []struct {
+				peer string
+				min  float64
+			}{{"bsm", minVsBsm}, {"rueidis", minVsRueidis}} {
+				peer := get("a", p.peer, g)
+				if peer == nil {
+					continue
+				}
+				add(fmt.Sprintf("a G=%d: %s cycles/s × %s", g, v, p.peer),
+					ratioMed("a", v, g, func(rep int, m metrics) float64 { return ratio(m["cycles_per_s"], peer[rep]["cycles_per_s"]) }),
+					fmt.Sprintf("≥ %.2f", p.min), atLeast(p.min))
+			}
+			if bsm := get("a", "bsm", g); bsm != nil {
+				add(fmt.Sprintf("a G=%d: %s server CPU/cycle × bsm", g, v),
+					ratioMed("a", v, g, func(rep int, m metrics) float64 {
+						return ratio(m["server_cpu_us_per_cycle"], bsm[rep]["server_cpu_us_per_cycle"])
+					}),
+					fmt.Sprintf("≤ %.2f", maxServerCPUVsBsm), atMost(maxServerCPUVsBsm))
+			}
+			add(fmt.Sprintf("a G=%d: %s client allocations/cycle", g, v), med("a", v, g, "allocs_per_cycle"),
+				fmt.Sprintf("≤ %d", maxAllocsPerCycle), atMost(maxAllocsPerCycle))
 		}
 	}
 	const fair = "dlock/fair"

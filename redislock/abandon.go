@@ -61,12 +61,19 @@ func answered(err error) bool {
 // sent records the outcome err of an attempt of r: it hands a waiting
 // acquisition's first busy reply its Handle, and notes an unanswered attempt.
 func (f *flights) sent(r dlock.AcquireRequest, err error) {
-	var busy *dlock.Busy
-	switch {
-	case err == nil:
+	if err == nil {
 		if r.Handle == nil {
 			f.forget(r.Key, r.Owner)
 		}
+		return
+	}
+	f.failed(r, err)
+}
+
+// failed is sent for an attempt that failed with err.
+func (f *flights) failed(r dlock.AcquireRequest, err error) {
+	var busy *dlock.Busy
+	switch {
 	case errors.As(err, &busy):
 		if r.Handle == nil && busy.Handle == nil && r.Waiting {
 			busy.Handle = &attempts{}

@@ -36,13 +36,12 @@ type ticket struct {
 	done func(err error, arrival string, token uint64)
 }
 
-// acquisition is one lock kind's part of an attempt.
+// acquisition is one lock kind's part of an attempt. (The plain mutex, whose
+// waiters queue behind this process's earlier waiters of the key and report
+// arrivals and tokens to the hub, takes these steps itself: see
+// Driver.Acquire.)
 type acquisition struct {
 	channel string // the wake channel the waiter listens on
-	// queues makes a waiter queue behind this process's earlier waiters of the
-	// key without a round trip, and report arrivals and tokens to the hub (the
-	// plain mutex, whose waiting set orders processes).
-	queues bool
 	// run runs the kind's script for the attempt with ticket t (the zero
 	// ticket for an attempt that does not wait).
 	run func(ctx context.Context, t ticket) ([]any, error)
@@ -51,8 +50,6 @@ type acquisition struct {
 	// extra is true when a grant's reply may carry a third element: the
 	// process's arrival (plain mutex) or the hold count (reentrant).
 	extra bool
-	// granted checks a grant before it is reported (WithReplicaAck).
-	granted func(ctx context.Context) error
 	// refresh, when positive, is how often a waiter that was told busy must
 	// come back to refresh the state it left in the store (see queued).
 	refresh time.Duration
@@ -62,19 +59,15 @@ type acquisition struct {
 func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisition) (dlock.Grant, error) {
 	t := ticket{done: func(error, string, uint64) {}}
 	if r.Waiting {
-		t = c.hub.attempt(ctx, a.channel, r.Owner, a.queues)
+		t = c.hub.attempt(ctx, a.channel, r.Owner, false)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
 			return dlock.Grant{}, &dlock.Busy{Remaining: t.queued}
 		}
 	}
 	res, err := a.run(ctx, t)
-	g, arrival, err := a.decode(ctx, r, res, err)
-	if a.queues {
-		t.done(err, arrival, g.Token)
-	} else {
-		t.done(err, "", 0)
-	}
+	g, _, err := a.decode(ctx, r, res, err)
+	t.done(err, "", 0)
 	var busy *dlock.Busy
 	if a.refresh > 0 && r.Waiting && errors.As(err, &busy) {
 		queued(busy, a.refresh)
@@ -97,8 +90,5 @@ func (a acquisition) decode(ctx context.Context, r dlock.AcquireRequest, res []a
 		res = res[:2]
 	}
 	g, err := acquireReply(res, err, r.TTL)
-	if err == nil && a.granted != nil {
-		err = a.granted(ctx)
-	}
 	return g, arrival, err
 }

@@ -15,11 +15,21 @@ var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then 
 // BenchmarkTryLockUnlock is one uncontended TryLock + Unlock cycle (two round
 // trips), with a fixed TTL so that no watchdog runs.
 func BenchmarkTryLockUnlock(b *testing.B) {
+	benchCycle(b, (*dlock.Client).TryLock)
+}
+
+// BenchmarkLockUnlock is one uncontended Lock + Unlock cycle, as
+// BenchmarkTryLockUnlock.
+func BenchmarkLockUnlock(b *testing.B) {
+	benchCycle(b, (*dlock.Client).Lock)
+}
+
+func benchCycle(b *testing.B, lock func(*dlock.Client, context.Context, string, ...dlock.Option) (*dlock.Lease, error)) {
 	c := newClient(b, dlock.WithTTL(10*time.Second))
 	key := dlocktest.Key(b)
 	ctx := context.Background()
 	for b.Loop() {
-		l, err := c.TryLock(ctx, key)
+		l, err := lock(c, ctx, key)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -208,3 +208,43 @@ func waitedFor(ctx context.Context, rdb redis.UniversalClient, key string) bool 
 	}
 	return rdb.HExists(ctx, redislock.LockKey(key), "w").Val()
 }
+
+// allocBound bounds the client's allocations per uncontended lock and unlock
+// cycle of the plain lock (TryLock or Lock, then Unlock, with a fixed TTL):
+// about 9 are go-redis's (its command, its connection check, the reply), 8 the
+// lease's (the lease, its context, its timer, the owner token, the options)
+// and 3 the driver's (the keys, the grant's Handle, the token of the
+// release).
+const allocBound = 22
+
+func TestPlainAllocsPerUncontendedCycle(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector changes what allocates")
+	}
+	c := newClient(t, dlock.WithTTL(10*time.Second))
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	for _, tc := range []struct {
+		name string
+		lock func() (*dlock.Lease, error)
+	}{
+		{"TryLock", func() (*dlock.Lease, error) { return c.TryLock(ctx, key) }},
+		{"Lock", func() (*dlock.Lease, error) { return c.Lock(ctx, key) }},
+	} {
+		cycle := func() {
+			l, err := tc.lock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cycle() // loads the scripts
+		if n := testing.AllocsPerRun(200, cycle); n > allocBound {
+			t.Errorf("%s + Unlock: %.1f allocations per cycle, want at most %d", tc.name, n, allocBound)
+		} else {
+			t.Logf("%s + Unlock: %.1f allocations per cycle", tc.name, n)
+		}
+	}
+}

@@ -48,76 +48,106 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 	return d, nil
 }
 
-// Acquire implements dlock.Driver. A grant's Handle is its fencing token (a
-// uint64), which Release records in the released lock record (see Release).
+// Acquire implements dlock.Driver. A grant's Handle names its token, which
+// Release records in the released lock record (see Release).
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	if strings.ContainsAny(r.Owner, " ") {
+	if strings.IndexByte(r.Owner, ' ') >= 0 {
 		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
-	var acked int64
-	retake := ""
+	var t ticket
+	if r.Waiting && d.c.hub.waiting() {
+		// Only a process with waiters of its own on a lock has anything to
+		// tell: others make no channel name.
+		t = d.c.hub.attempt(ctx, clientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
+		if t.queued > 0 {
+			// Other waiters of this process came first: wait for a wake in turn.
+			return dlock.Grant{}, &dlock.Busy{Remaining: t.queued}
+		}
+	}
+	lock, waiting, fence, abandon := plainKeys(r.Key, r.Owner)
+	var retake, markBusy, markTaken, hubID, registered any = "0", "0", "0", "", "0"
 	if _, ok := r.Handle.(redisscript.Retake); ok {
 		retake = "1"
 	}
-	g, err := d.c.acquire(ctx, r, acquisition{
-		channel: clientWakeChannel(r.Key, d.c.hub.id),
-		queues:  true,
-		extra:   true,
-		run: func(ctx context.Context, t ticket) ([]any, error) {
-			markBusy, markTaken, hubID, registered := "0", "0", "", "0"
-			if r.Waiting {
-				markBusy = "1"
-			}
-			if t.subscribed {
-				// Only a process that is subscribed joins the waiting set: its
-				// confirmation makes every waiter try again, and join then.
-				hubID = d.c.hub.id
-			}
-			if t.othersWait {
-				markTaken = "1"
-			}
-			switch {
-			case t.onSet:
-				registered = "1"
-			case t.arrival != "":
-				registered = "2" // woken: a release took it off the set
-			}
-			res, n, err := d.runAcquire(ctx,
-				[]string{LockKey(r.Key), FenceKey(r.Key), abandonKey(r.Key, r.Owner), waitingKey(r.Key)},
-				r.Owner, r.TTL.Milliseconds(), retake, r.Metadata, markBusy, markTaken,
-				hubID, t.arrival, registered)
-			acked = n
-			return res, err
-		},
-		granted: func(ctx context.Context) error { return d.checkAck(ctx, r, acked) },
-	})
-	if err == nil {
-		g.Handle = g.Token
+	if r.Waiting {
+		markBusy = "1"
 	}
-	return g, err
+	if t.othersWait {
+		markTaken = "1"
+	}
+	switch {
+	case t.onSet:
+		registered = "1"
+	case t.arrival != "":
+		registered = "2" // woken: a release took it off the set
+	}
+	c := getCall()
+	if t.subscribed {
+		// Only a process that is subscribed joins the waiting set: its
+		// confirmation makes every waiter try again, and join then.
+		hubID = c.str(4, d.c.hub.id)
+	}
+	argv := append(c.argv[:redisscript.LeanArgs], "4",
+		c.str(0, lock), c.str(1, fence), c.str(2, abandon), c.str(3, waiting),
+		c.str(5, r.Owner), c.int(0, r.TTL.Milliseconds()), retake, c.str(6, r.Metadata),
+		markBusy, markTaken, hubID, c.str(7, t.arrival), registered)
+	res, acked, err := d.runAcquire(ctx, argv)
+	c.put()
+	g, arrival, err := plainGrant(res, err, r.TTL)
+	if err == nil {
+		err = d.checkAck(ctx, r, acked)
+	}
+	if t.done != nil {
+		t.done(err, arrival, g.Token)
+	}
+	d.c.fl.sent(r, err)
+	if err != nil {
+		return dlock.Grant{}, err
+	}
+	g.Handle = &plainHolding{token: g.Token, waiting: waiting}
+	return g, nil
 }
 
-// runAcquire runs the acquire script; with WithReplicaAck it is followed, on the
-// same connection, by WAIT, whose count it returns.
-func (d *Driver) runAcquire(ctx context.Context, keys []string, args ...any) ([]any, int64, error) {
+// plainGrant decodes the reply of the acquire script: a grant, the arrival it
+// carries, or the attempt's error.
+func plainGrant(res any, err error, ttl time.Duration) (dlock.Grant, string, error) {
+	if v, ok := res.(int64); ok && err == nil {
+		// A grant that carries no arrival is its token alone.
+		if v <= 0 {
+			return dlock.Grant{}, "", fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
+		}
+		return dlock.Grant{Token: uint64(v), TTL: ttl}, "", nil
+	}
+	s, _ := res.([]any)
+	arrival := ""
+	if err == nil && len(s) == 3 {
+		arrival, _ = s[2].(string)
+		s = s[:2]
+	}
+	if err == nil && s == nil {
+		return dlock.Grant{}, "", fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
+	}
+	g, err := acquireReply(s, err, ttl)
+	return g, arrival, err
+}
+
+// runAcquire runs the acquire script with the command line argv; with
+// WithReplicaAck it is followed, on the same connection, by WAIT, whose count
+// it returns.
+func (d *Driver) runAcquire(ctx context.Context, argv []any) (any, int64, error) {
 	if d.ack == 0 {
-		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, keys, args...).Slice()
+		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, argv).Result()
 		return res, 0, err
 	}
 	for _, eval := range []bool{false, true} {
 		pipe := d.c.rdb.Pipeline()
-		var cmd *redis.Cmd
-		if eval {
-			cmd = redisscript.Acquire.Eval(ctx, pipe, keys, args...)
-		} else {
-			cmd = redisscript.Acquire.EvalSha(ctx, pipe, keys, args...)
-		}
+		cmd := redisscript.Acquire.Queue(ctx, pipe, argv, eval)
 		wait := pipe.Do(ctx, "WAIT", d.ack, d.ackTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		if !eval && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			continue
 		}
-		res, err := cmd.Slice()
+		res, err := cmd.Result()
 		acked, _ := wait.Int64()
 		return res, acked, err
 	}
@@ -130,44 +160,55 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	return extendReply(h.Key, n, err, ttl)
 }
 
-// Release implements dlock.Driver. When h.Handle is a uint64, the holding's
-// token (the Handle of the Grant that Acquire returned), the release is one
-// command on the server: the lock record stays, released, with that token,
-// until the holding's TTL would have run out, so that the next acquisition
-// draws a token above it and above the server clock. A caller that handed out a
-// token of its own for the holding (Redlock, the largest of several servers')
-// records it so. With another Handle (an acquisition that failed and is
-// cleaned up) the record goes, only the holding with the token of a
-// redisscript.Drawn Handle when it is one, and the next token is drawn from
-// the server clock.
+// Release implements dlock.Driver. When h.Handle is the Handle of the Grant
+// that Acquire returned, or a token (a uint64), the release is one command on
+// the server: the lock record stays, released, with that token, until the
+// holding's TTL would have run out, so that the next acquisition draws a token
+// above it and above the server clock. A caller that handed out a token of its
+// own for the holding (Redlock, the largest of several servers') records it
+// so. With another Handle (an acquisition that failed and is cleaned up) the
+// record goes, only the holding with the token of a redisscript.Drawn Handle
+// when it is one, and the next token is drawn from the server clock.
 func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
-	tok, ok := h.Handle.(uint64)
-	if !ok {
-		drawn := ""
-		if dr, ok := h.Handle.(redisscript.Drawn); ok {
-			drawn = strconv.FormatUint(dr.Token, 10)
+	switch hd := h.Handle.(type) {
+	case *plainHolding:
+		if lock, waiting, ok := hd.releaseKeys(h.Key); ok {
+			return d.release(ctx, h.Key, lock, waiting, h.Owner, hd.token)
 		}
-		n, err := d.drop(ctx, h, "0", drawn)
-		if err == nil && n != 1 {
-			err = notHeld(h.Key)
-		}
-		return err
+		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd.token)
+	case uint64:
+		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd)
 	}
-	return d.release(ctx, h.Key, h.Owner, tok)
+	drawn := ""
+	if dr, ok := h.Handle.(redisscript.Drawn); ok {
+		drawn = strconv.FormatUint(dr.Token, 10)
+	}
+	n, err := d.drop(ctx, h, "0", drawn)
+	if err == nil && n != 1 {
+		err = notHeld(h.Key)
+	}
+	return err
 }
 
 // releaseForced releases the holding of owner read by an inspection; the
 // released record keeps the lock's token.
 func (d *Driver) releaseForced(ctx context.Context, key, owner string) error {
-	return d.release(ctx, key, owner, 0)
+	return d.release(ctx, key, LockKey(key), waitingKey(key), owner, 0)
 }
 
-func (d *Driver) release(ctx context.Context, key, owner string, token uint64) error {
+// release releases owner's holding of the plain lock named key, whose lock
+// key and waiting set are lock and waiting, recording token (0: the record's
+// own) in the released record.
+func (d *Driver) release(ctx context.Context, key, lock, waiting, owner string, token uint64) error {
 	tok := ""
 	if token > 0 {
 		tok = strconv.FormatUint(token, 36)
 	}
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, []string{LockKey(key), waitingKey(key)}, owner, d.c.hub.publishCmd(), wakeChannel(key), tok).Result()
+	c := getCall()
+	argv := append(c.argv[:redisscript.LeanArgs], "2", c.str(0, lock), c.str(1, waiting),
+		c.str(2, owner), d.c.hub.publishArg(), c.str(3, tok))
+	res, err := redisscript.Release.Run(ctx, d.c.rdb, argv).Result()
+	c.put()
 	err = d.c.released(key, res, err)
 	if err == nil && d.c.hub.waiting() {
 		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))

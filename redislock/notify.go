@@ -106,6 +106,15 @@ func newHub(rdb redis.UniversalClient) *hub {
 	return &hub{rdb: rdb, sharded: sharded, id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
 }
 
+// publishArg is publishCmd ready for a command line (a constant, which boxing
+// does not copy).
+func (h *hub) publishArg() any {
+	if h.sharded {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
 // publishCmd is the command the release scripts wake waiters with.
 func (h *hub) publishCmd() string {
 	if h.sharded {

@@ -9,9 +9,9 @@
 // release leaves the token alone in the record ("-hogtzxbolw") until the
 // holding's TTL would have run out, so that the next acquisition counts on from
 // it; without a record, tokens are drawn from the server clock in microseconds,
-// which they stay below. An uncontended lock and unlock cost the server five
-// commands (the two scripts, a read and a write, and a write that returns the
-// old record), and a held lock with an anonymous owner one key of at most 44
+// which they stay below. An uncontended lock and unlock cost the server six
+// commands (the two scripts, a read, the server clock and a write, and a write
+// that returns the old record), and a held lock with an anonymous owner one key of at most 44
 // bytes. The other kinds keep a hash at "dlock:{KEY}" (fields o = owner, t =
 // fencing token, m = metadata, w = somebody may wait, and their kind's own) and
 // a companion fence counter "dlock:{KEY}:fence". The hash tag keeps every key

@@ -19,7 +19,7 @@
 -- ARGV[9] '1' when the hub is in KEYS[4]: it leaves it when it takes the lock
 --         and has no other waiter; '2' when a release took it off KEYS[4] to
 --         wake it. Either way its holding is marked: other processes may wait.
--- Returns {1, token} when taken (also when the owner holds it already: a retry
+-- Returns the token when taken (also when the owner holds it already: a retry
 -- whose earlier attempt landed; its TTL is reset, and its token kept unless
 -- ARGV[3] is '1'), {1, token, score} when taken
 -- and the process went to the back of KEYS[4] with that score, {0, pttl, score}
@@ -52,13 +52,14 @@ local function taken(t)
   return nil
 end
 
--- granted is the reply of a grant of token t.
+-- granted is the reply of a grant of token t: t alone, or {1, t, score} when
+-- the process went to the back of the waiting set with that score.
 local function granted(t)
   local score = taken(t)
   if score then
     return {1, t, score}
   end
-  return {1, t}
+  return t
 end
 
 local r = redis.call('MGET', KEYS[1], KEYS[3], KEYS[2])

@@ -22,7 +22,6 @@ end
 -- base 36 (so that a record with an anonymous owner fits in 44 bytes, Redis's
 -- short string encoding); F is '+' for a holding that a waiter may wait for (its
 -- release wakes one), '-' otherwise. OWNER never holds a space; METADATA may.
-local B36 = '0123456789abcdefghijklmnopqrstuvwxyz'
 
 -- not_record returns the error reply of a lock key that holds a string that is
 -- no lock record.
@@ -30,15 +29,25 @@ local function not_record()
   return redis.error_reply('DLOCKCONFLICT key holds a string that is not a dlock lock record')
 end
 
--- b36 writes the non-negative integer n in base 36.
+-- b36 writes the non-negative integer n in base 36. digits takes the digits
+-- off n from the lowest, each ahead of the bytes of the ones taken before,
+-- and makes one string of them (a string per digit, or a table, costs more).
+local function digits(n, ...)
+  local r = n % 36
+  local q = (n - r) / 36
+  if r < 10 then
+    r = r + 48
+  else
+    r = r + 87
+  end
+  if q == 0 then
+    return string.char(r, ...)
+  end
+  return digits(q, r, ...)
+end
+
 local function b36(n)
-  local s = ''
-  repeat
-    local d = n % 36
-    s = string.sub(B36, d + 1, d + 1) .. s
-    n = (n - d) / 36
-  until n == 0
-  return s
+  return digits(n)
 end
 
 -- MAXTOKEN bounds the tokens a script takes from stored data: 2^53, above
@@ -93,42 +102,4 @@ local function held_record(t, owner, meta, w)
     return '+' .. v
   end
   return '-' .. v
-end
-
--- extend_holding resets to ttl ms the TTL of owner's holding at key, and never
--- creates it: a plain mutex's lock record when plain is true, a lock hash
--- (field o = owner) otherwise. It returns 1 when extended, 0 when owner does
--- not hold it, and an error reply (a table with field err, not raised, so
--- that a script extending several holdings goes on) when key holds data that
--- is no lock of that kind. One read and one PEXPIRE.
-local function extend_holding(key, owner, ttl, plain)
-  if plain then
-    local v = redis.pcall('GET', key)
-    if type(v) == 'table' then
-      return redis.error_reply('DLOCKCONFLICT key holds data that is not a dlock lock record')
-    end
-    if not v then
-      return 0
-    end
-    local t, o = record(v)
-    if not t then
-      return not_record()
-    end
-    if o ~= owner then
-      return 0
-    end
-  else
-    local o = redis.pcall('HGET', key, 'o')
-    if type(o) == 'table' then
-      return redis.error_reply('DLOCKCONFLICT key holds data that is not a dlock lock hash')
-    end
-    if o ~= owner then
-      if not o and redis.call('EXISTS', key) == 1 then
-        return conflict()
-      end
-      return 0
-    end
-  end
-  redis.call('PEXPIRE', key, ttl)
-  return 1
 end

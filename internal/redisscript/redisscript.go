@@ -4,6 +4,7 @@
 package redisscript
 
 import (
+	"context"
 	_ "embed"
 	"strings"
 
@@ -27,6 +28,8 @@ var (
 	wakeSrc string
 	//go:embed pass.lua
 	passSrc string
+	//go:embed extendlib.lua
+	extendLibSrc string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed extendmany.lua
@@ -56,19 +59,20 @@ func script(srcs ...string) *redis.Script {
 var Inspect = script(inspectSrc)
 
 // Mutex scripts, each after lib.lua. See each .lua file for its keys,
-// arguments and reply.
+// arguments and reply. Acquire and Release run on the plain lock's hot path,
+// from arguments the caller lays out (see Lean).
 var (
-	Acquire = script(acquireSrc)
-	Release = script(wakeSrc, releaseSrc)
+	Acquire = lean(acquireSrc)
+	Release = lean(wakeSrc, releaseSrc)
 	Abandon = script(wakeSrc, abandonSrc)
 	Pass    = script(wakeSrc, passSrc)
-	Extend  = script(extendSrc)
+	Extend  = script(extendLibSrc, extendSrc)
 	PTTL    = script(pttlSrc)
 )
 
 // ExtendMany extends many mutexes (plain or fair) on one server in one call,
 // each as Extend does. See extendmany.lua.
-var ExtendMany = script(extendManySrc)
+var ExtendMany = script(extendLibSrc, extendManySrc)
 
 // Raise records on one server the fencing token that a quorum of servers handed
 // out (Redlock). See raise.lua.
@@ -97,4 +101,56 @@ type Retake struct{}
 // leaves no abandon mark.
 type Drawn struct {
 	Token uint64
+}
+
+// Lean is a script that the caller runs from a command line it lays out
+// itself, so that a call allocates no more than go-redis's command and reply:
+// the caller may reuse the slice, and pass its strings as *string (which
+// go-redis writes, and reads a Cluster slot from, as it does a string).
+type Lean struct {
+	hash, src string
+}
+
+// lean returns the Lean script made of srcs after lib.lua.
+func lean(srcs ...string) *Lean {
+	src := libSrc + strings.Join(srcs, "")
+	return &Lean{hash: redis.NewScript(src).Hash(), src: src}
+}
+
+// Processor is what runs a command: a go-redis client or pipeline.
+type Processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// LeanArgs is how many elements of a Lean call's command line Run fills
+// before the number of keys: the command and the script.
+const LeanArgs = 2
+
+// Run runs the script with argv, a whole EVALSHA command line whose first
+// LeanArgs elements Run sets: argv[2] is the number of keys as a string (a
+// constant, so that go-redis finds the first key without formatting it), then
+// come the keys and the arguments. A server that does not have the script
+// cached (NOSCRIPT) gets it with EVAL. argv may be reused once the returned
+// command's reply has been read.
+func (l *Lean) Run(ctx context.Context, p Processor, argv []any) *redis.Cmd {
+	argv[0], argv[1] = "evalsha", &l.hash
+	cmd := redis.NewCmd(ctx, argv...)
+	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", &l.src
+		cmd = redis.NewCmd(ctx, argv...)
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// Queue adds the script's call with argv to the pipeline p as EVALSHA (eval
+// false) or EVAL, and returns its command; see Run for argv.
+func (l *Lean) Queue(ctx context.Context, p Processor, argv []any, eval bool) *redis.Cmd {
+	argv[0], argv[1] = "evalsha", &l.hash
+	if eval {
+		argv[0], argv[1] = "eval", &l.src
+	}
+	cmd := redis.NewCmd(ctx, argv...)
+	_ = p.Process(ctx, cmd)
+	return cmd
 }

@@ -4,8 +4,9 @@
 -- holding is marked as waited for, wake the process that has waited longest
 -- (see wake.lua).
 -- KEYS[1] lock record   KEYS[2] waiting processes (see acquire.lua)   ARGV[1] owner
--- ARGV[2] publish command ('PUBLISH', 'SPUBLISH', or '' for none)   ARGV[3] wake channel
--- ARGV[4] the holding's token in base 36, which the released record keeps ('' when
+-- ARGV[2] publish command ('PUBLISH', 'SPUBLISH', or '' for none); the wake
+--         channel is the lock record's key followed by ':wake'
+-- ARGV[3] the holding's token in base 36, which the released record keeps ('' when
 --         not known: the record keeps its own). Redlock gives the token it handed
 --         out, which may be below the one this server drew: any later majority
 --         shares a server with the releasing one, whose record is then at or above
@@ -16,7 +17,7 @@
 -- (the next token, drawn from the clock, is still above its token).
 -- Returns 1 when released, 0 when not held by owner, or the error of the wake-up
 -- (a table with field err) when released but the wake could not be published.
-local want = ARGV[4]
+local want = ARGV[3]
 if want == '' then
   want = '0'
 end
@@ -35,7 +36,7 @@ if type(old) == 'table' and old.err then
     end
     redis.call('DEL', KEYS[1])
     if f[2] then
-      local r = wake_next(KEYS[2], ARGV[2], ARGV[3])
+      local r = wake_next(KEYS[2], ARGV[2], KEYS[1] .. ':wake')
       if type(r) == 'table' and r.err then
         return {r.err}
       end
@@ -71,7 +72,7 @@ elseif want == '0' then
   redis.call('SET', KEYS[1], '-' .. t36, 'KEEPTTL')
 end
 if waited then
-  local r = wake_next(KEYS[2], ARGV[2], ARGV[3])
+  local r = wake_next(KEYS[2], ARGV[2], KEYS[1] .. ':wake')
   if type(r) == 'table' and r.err then
     return {r.err}
   end
