@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -78,10 +79,10 @@ func (h *lateCleanup) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // ProcessHook implements redis.Hook.
 func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		keys, argv, abandon := scriptCall(cmd, redisscript.Abandon)
+		keys, argv, abandon := scriptCall(cmd, redisscript.Abandon.Hash())
 		acquire := false
 		if !abandon {
-			keys, argv, acquire = scriptCall(cmd, redisscript.Acquire)
+			keys, argv, acquire = scriptCall(cmd, redisscript.Acquire.Hash())
 		}
 		if !abandon && !acquire || len(keys) < 1 || len(argv) < 1 {
 			return next(ctx, cmd)
@@ -118,19 +119,31 @@ func (h *lateCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // scriptCall returns the keys and arguments of cmd when it runs script s (as
 // EVALSHA, or as EVAL after a NOSCRIPT).
-func scriptCall(cmd redis.Cmder, s *redis.Script) (keys, argv []any, ok bool) {
+func scriptCall(cmd redis.Cmder, hash string) (keys, argv []any, ok bool) {
 	args := cmd.Args()
 	if name := cmd.Name(); name != "evalsha" && name != "eval" || len(args) < 3 {
 		return nil, nil, false
 	}
-	if args[1] != s.Hash() && (len(fmt.Sprint(args[1])) <= 40 || redis.NewScript(fmt.Sprint(args[1])).Hash() != s.Hash()) {
+	if h := argString(args[1]); h != hash && (len(h) <= 40 || redis.NewScript(h).Hash() != hash) {
 		return nil, nil, false
 	}
-	n, ok := args[2].(int)
-	if !ok || n < 0 || len(args) < 3+n {
+	n, err := strconv.Atoi(argString(args[2]))
+	if err != nil || n < 0 || len(args) < 3+n {
 		return nil, nil, false
 	}
-	return args[3 : 3+n], args[3+n:], true
+	for _, a := range args[3:] {
+		argv = append(argv, argString(a))
+	}
+	return argv[:n], argv[n:], true
+}
+
+// argString is a command argument as the server reads it (the lean script
+// calls pass strings by pointer).
+func argString(v any) string {
+	if p, ok := v.(*string); ok {
+		return *p
+	}
+	return fmt.Sprint(v)
 }
 
 // reply reports whether cmd's reply is a list whose first element is code.

@@ -43,7 +43,7 @@ func (h shortWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (h shortWait) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		keys, argv, ok := scriptCall(cmd, redisscript.Acquire)
+		keys, argv, ok := scriptCall(cmd, redisscript.Acquire.Hash())
 		// acquire.lua: KEYS[4] the waiting set, ARGV[7] the process's hub
 		// id ('' when it does not join); a busy reply is {0, pttl, score}.
 		if !ok || err != nil || len(keys) < 4 || len(argv) < 7 || argv[6] == "" || !reply(cmd, 0) {

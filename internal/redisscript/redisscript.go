@@ -117,6 +117,9 @@ func lean(srcs ...string) *Lean {
 	return &Lean{hash: redis.NewScript(src).Hash(), src: src}
 }
 
+// Hash is the script's SHA1, as EVALSHA names it.
+func (l *Lean) Hash() string { return l.hash }
+
 // Processor is what runs a command: a go-redis client or pipeline.
 type Processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
