@@ -254,6 +254,13 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	var state int
 	var token, remaining int64
 	found, locked := false, false
+	// What the listener has received before the attempt: a waiter that
+	// subscribes after it is woken at once only if a notification of the
+	// key may have come meanwhile.
+	var mark any
+	if r.Waiting && !d.cfg.Poll {
+		mark = d.ln.mark(r.Key)
+	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
 		if sqlState(err) == "55P03" {
@@ -263,7 +270,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return err
 	})
 	if err == nil && locked {
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
 	}
 	switch {
 	case err != nil:
@@ -271,7 +278,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
 	case state == stateGranted:
 		if token <= 0 {
 			return dlock.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -280,7 +287,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case state == stateAbandoned:
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
+	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
 }
 
 // Info implements dlock.Driver: the mutex of PostgreSQL.
@@ -290,7 +297,7 @@ func (d *Driver) Info() dlock.DriverInfo {
 
 // acquire runs the acquisition statement and passes its row, if any, to row.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
-	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds())
+	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds(), r.Waiting)
 	if err != nil {
 		return err
 	}
@@ -340,16 +347,16 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}
-	return d.release(ctx, d.q.release, h)
+	return d.release(ctx, d.q.release, h, false) // notify only if marked
 }
 
 // release runs the release statement q of a lock table ($1 key, $2 owner, $3
-// channel; a row of whether the holding was live and a notification, when
-// the owner had one).
-func (d *Driver) release(ctx context.Context, q string, h dlock.Holding) error {
+// channel, then more; a row of whether the holding was live and whether a
+// notification was sent, when the owner had one).
+func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, more ...any) error {
 	var live, found, notified bool
 	err := d.do(ctx, "release", func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner, d.channel).Scan(&live, &notified)
+		err := d.pool.QueryRow(ctx, q, append([]any{h.Key, h.Owner, d.channel}, more...)...).Scan(&live, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -464,8 +471,9 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 
 // doOn runs one request bounded by the request timeout, creates the tables of
 // p and runs it again when one is missing and Config.CreateTable is set (an
-// inspection, p partNone, creates nothing), and maps its error onto the dlock
-// sentinels.
+// inspection, p partNone, creates nothing; a locks' table of an earlier
+// layout gets its missing column the same way), and maps its error onto the
+// dlock sentinels.
 func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context.Context) error) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
@@ -478,7 +486,7 @@ func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context
 		// request: the request did not run, and a fresh connection may.
 		err = f(rctx)
 	}
-	if err != nil && d.cfg.CreateTable && p != partNone && undefinedTable(err) {
+	if err != nil && d.cfg.CreateTable && p != partNone && (undefinedTable(err) || oldLayout(err)) {
 		if err = d.migrate(rctx, p); err == nil {
 			err = f(rctx)
 		}

@@ -21,6 +21,12 @@ type queries struct {
 // has expired or is free (a free row's expiry is the time it was freed).
 const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint`
 
+// grantable is whether the row l may go to owner $2 now: it is the owner's
+// already or has expired (a free row's expiry has passed), and the owner's
+// acquisition was not abandoned. Once true it stays true as time passes, so a
+// statement that finds it true in its WHERE finds it true in its SET.
+const grantable = `((l.owner = $2 OR l.expires_at <= clock_timestamp()) AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp()))`
+
 // buildQueries writes the statements for table and seq (both quoted).
 //
 // A row is held while its owner is not ” and its expiry lies ahead. The token
@@ -29,14 +35,17 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
 // the expiry only) does not.
 func buildQueries(table, seq string) queries {
-	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable,
+		// Half of every page is left free, so that an update of a row
+		// finds room for the new version on its page.
+		"$WITH", " WITH (fillfactor = 50)")
 	s := func(q string) string { return r.Replace(q) }
 	// free is the body of a statement that frees the rows selected (FOR NO
 	// KEY UPDATE) by the CTE cur. Rows stay, with their token: a row is
 	// deleted only by Sweep, long after its expiry (see Sweep).
 	free := `
 	upd AS (
-		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = '', waited = false
 		FROM cur WHERE l.key = cur.key
 	)`
 	return queries{
@@ -49,50 +58,68 @@ func buildQueries(table, seq string) queries {
 				expires_at      timestamptz NOT NULL,
 				metadata        text        NOT NULL DEFAULT '',
 				abandoned       text[]      NOT NULL DEFAULT '{}',
-				abandoned_until timestamptz NOT NULL DEFAULT '-infinity'
-			)`),
+				abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+				waited          boolean     NOT NULL DEFAULT false
+			)$WITH`),
+			// A table of an earlier layout gets the column it lacks (the
+			// check before it fails on any other table).
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
+			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 the longest wait
-		// for the row's lock in ms. One row: granted with
-		// the token, or busy with the holder's time left, or abandoned; no row
-		// when the row that kept us out is newer than the snapshot.
+		// for the row's lock in ms, $6 whether the owner will wait. One row:
+		// granted with the token, or busy with the holder's time left, or
+		// abandoned; no row when the row that kept us out is newer than the
+		// snapshot. An existing row is updated in place: taken over when it
+		// is free, expired or the owner's already, marked as waited for
+		// (once) when a waiting owner finds it held, and left alone (no write,
+		// no row lock) otherwise. A missing row is inserted.
 		acquire: s(`
-WITH acq AS (
+WITH upd AS (
+	UPDATE $T l SET
+		owner = CASE WHEN $GRANT THEN $2 ELSE l.owner END,
+		token = CASE WHEN NOT $GRANT OR l.owner = $2 THEN l.token ELSE nextval('$S') END,
+		expires_at = CASE WHEN $GRANT THEN clock_timestamp() + $3::bigint * interval '1 microsecond' ELSE l.expires_at END,
+		-- set_config bounds the wait for the row's lock (lock_timeout, for
+		-- this statement's transaction alone): the new row is computed
+		-- before the row is locked.
+		metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', $5::bigint::text, true), 0),
+		waited = l.waited OR NOT $GRANT
+	WHERE l.key = $1 AND ($GRANT
+		OR $6 AND NOT l.waited AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp()))
+	RETURNING CASE WHEN l.owner = $2 THEN 0 ELSE 1 END AS state, l.token, $REM AS rem
+), ins AS (
 	INSERT INTO $T AS l (key, owner, token, expires_at, metadata)
-	-- set_config bounds the wait for the row's lock (lock_timeout, for this
-	-- statement's transaction alone): VALUES runs before the conflict check.
-	VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond',
-		$4::text || left(set_config('lock_timeout', $5::bigint::text, true), 0))
-	ON CONFLICT (key) DO UPDATE SET
-		owner = EXCLUDED.owner,
-		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE nextval('$S') END,
-		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
-		metadata = EXCLUDED.metadata
-	WHERE (l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp())
-		AND NOT (EXCLUDED.owner = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp())
+	SELECT $1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text
+	WHERE NOT EXISTS (SELECT FROM $T WHERE key = $1)
+	ON CONFLICT (key) DO NOTHING
 	RETURNING l.token
 )
-SELECT 0, token, 0::bigint FROM acq
+SELECT state, token, rem FROM upd
+UNION ALL
+SELECT 0, token, 0::bigint FROM ins
 UNION ALL
 SELECT CASE WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp() THEN 2 ELSE 1 END,
 	l.token, $REM
-FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM acq)`),
+FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM upd) AND NOT EXISTS (SELECT FROM ins)`),
 		// $1 key, $2 owner, $3 ttl in µs.
 		extend: s(`
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
-		// $1 key, $2 owner, $3 channel. One row (whether the holding was
-		// live, and a notification sent) when the owner's row was there.
+		// $1 key, $2 owner, $3 channel, $4 whether to notify when nobody
+		// marked the row as waited for. One row (whether the holding was
+		// live, and whether a notification was sent) when the owner's row
+		// was there.
 		release: s(`
 WITH cur AS (
-	SELECT key, expires_at > clock_timestamp() AS live
+	SELECT key, expires_at > clock_timestamp() AS live, waited OR $4 AS notify
 	FROM $T WHERE key = $1 AND owner = $2 FOR NO KEY UPDATE
 ),` + free + `
-SELECT live, pg_notify($3, $1) IS NULL FROM cur`),
+SELECT live, CASE WHEN notify THEN pg_notify($3, $1) IS NULL ELSE false END FROM cur`),
 		// $1 key, $2 owner.
 		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
