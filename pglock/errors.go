@@ -50,7 +50,7 @@ var ErrOldLayout = errors.New("dlock table of an earlier layout")
 // that this version of pglock added to it.
 func oldLayout(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, `"waited"`)
+	return errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "waited")
 }
 
 // mapErr turns the error of one request into one matching the dlock

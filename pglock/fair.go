@@ -198,7 +198,7 @@ func (f *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
 		return errNilDriver
 	}
 	// Queued waiters do not mark the row: a fair release always notifies.
-	return f.d.release(ctx, f.d.q.release, h, true)
+	return f.d.release(ctx, f.d.q.releaseAll, h, h.Key, h.Owner)
 }
 
 // TTL implements dlock.Driver, as Driver.TTL.

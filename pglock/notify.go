@@ -52,6 +52,7 @@ type listener struct {
 	// that fired late from the current one.
 	linger    *time.Timer
 	lingerGen uint64
+	lingerFor time.Duration // listenLinger, unless a test changed it
 
 	// Counters, for tests and figures.
 	connects, wakes atomic.Int64
@@ -99,6 +100,8 @@ func newListener(d *Driver) *listener {
 		d:      d,
 		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
 		subs:   map[string]map[*sub]struct{}{},
+
+		lingerFor: listenLinger,
 	}
 }
 
@@ -166,7 +169,7 @@ func (l *listener) unsubscribe(s *sub) {
 	if l.n == 0 && l.cur != nil {
 		l.lingerGen++
 		r, g := l.cur, l.lingerGen
-		l.linger = time.AfterFunc(listenLinger, func() { l.idle(r, g) })
+		l.linger = time.AfterFunc(l.lingerFor, func() { l.idle(r, g) })
 	}
 	l.mu.Unlock()
 }

@@ -123,6 +123,18 @@ type Config struct {
 	// Poll disables LISTEN/NOTIFY: waiters poll, sleeping at most the holder's
 	// remaining TTL between attempts.
 	Poll bool
+
+	// Unlogged makes the tables that the Driver creates (Migrate, or
+	// CreateTable) UNLOGGED: their changes skip the write-ahead log, which
+	// makes every lock and unlock cheaper, but a crash of the database
+	// server (not a clean shutdown) empties them, and standbys do not have
+	// them. After such a crash every lock is free at once, whatever its TTL:
+	// holders that still run lose their mutual exclusion, though not their
+	// fencing (tokens come from a logged sequence and keep growing). A
+	// failover loses every lock likewise. See docs/safety.md. A table that
+	// exists already keeps its kind (ALTER TABLE ... SET UNLOGGED, or SET
+	// LOGGED, converts it).
+	Unlogged bool
 }
 
 // Driver is the dlock.Driver of a table of locks in PostgreSQL. It is also a
@@ -219,9 +231,19 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		seq:     pgx.Identifier(seqParts).Sanitize(),
 		channel: cfg.Table,
 	}
-	d.q = buildQueries(d.table, d.seq)
+	d.q = buildQueries(d.table, d.seq, d.channel)
 	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
 	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
+	if cfg.Unlogged {
+		unlogged := func(q string) string {
+			return strings.Replace(q, "CREATE TABLE IF NOT EXISTS", "CREATE UNLOGGED TABLE IF NOT EXISTS", 1)
+		}
+		d.q.migrate = append([]string(nil), d.q.migrate...)
+		for i, q := range d.q.migrate {
+			d.q.migrate[i] = unlogged(q)
+		}
+		d.semCreate, d.fairCreate = unlogged(d.semCreate), unlogged(d.fairCreate)
+	}
 	d.ln = newListener(d)
 	return d, nil
 }
@@ -241,9 +263,12 @@ func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / t
 // key (see Fence) until it ends, and the key counts as busy meanwhile.
 const acquireLockWait = 200 * time.Millisecond
 
-// Acquire implements dlock.Driver in one statement: insert the row, or take
-// over one that has expired or that r.Owner already holds. The key is busy
-// (with an unknown remaining time) while a transaction fenced on it is open.
+// Acquire implements dlock.Driver in one statement: take over the key's row
+// when it is free, expired or r.Owner's already, and otherwise report the
+// holder's time left (marking the row as waited for when r.Waiting). A key
+// without a row (its first acquisition, or its first after Sweep) costs a
+// second statement, which inserts it. The key is busy (with an unknown
+// remaining time) while a transaction fenced on it is open.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if d == nil {
 		return dlock.Grant{}, errNilDriver
@@ -296,21 +321,33 @@ func (d *Driver) Info() dlock.DriverInfo {
 }
 
 // acquire runs the acquisition statement and passes its row, if any, to row.
+// A key without a row gets one inserted (a second statement); when another
+// acquisition inserted it first, the update runs again.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
-	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds(), r.Waiting)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	for i := 0; ; i++ {
 		var state int
 		var token, remaining int64
-		if err := rows.Scan(&state, &token, &remaining); err != nil {
+		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting).
+			Scan(&state, &token, &remaining)
+		if err == nil {
+			row(state, token, remaining)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || i == 1 {
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil // the row is gone again (Sweep): busy for now
+			}
 			return err
 		}
-		row(state, token, remaining)
+		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata).Scan(&token)
+		if err == nil {
+			row(stateGranted, token, 0)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 	}
-	return rows.Err()
 }
 
 // Extend implements dlock.Driver: it moves the expiry of the owner's live row
@@ -347,16 +384,16 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}
-	return d.release(ctx, d.q.release, h, false) // notify only if marked
+	return d.release(ctx, d.q.release, h, h.Key, h.Owner)
 }
 
-// release runs the release statement q of a lock table ($1 key, $2 owner, $3
-// channel, then more; a row of whether the holding was live and whether a
-// notification was sent, when the owner had one).
-func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, more ...any) error {
+// release runs the release statement q of a lock table with args (a row of
+// whether the holding was live and whether a notification was sent, when the
+// owner had one).
+func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, args ...any) error {
 	var live, found, notified bool
 	err := d.do(ctx, "release", func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, q, append([]any{h.Key, h.Owner, d.channel}, more...)...).Scan(&live, &notified)
+		err := d.pool.QueryRow(ctx, q, args...).Scan(&live, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -478,8 +515,14 @@ func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context
 	if ctx == nil {
 		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
 	}
-	rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-	defer cancel()
+	rctx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d.cfg.RequestTimeout {
+		// (A caller's deadline within the bound bounds the request
+		// already, without another timer.)
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, d.cfg.RequestTimeout)
+		defer cancel()
+	}
 	err := f(rctx)
 	if err != nil && rctx.Err() == nil && connectionGone(err) {
 		// A pooled connection the server had closed before it read the
