@@ -102,6 +102,9 @@ var variants = append([]variant{
 	{name: "pg", lib: "pg", in: inA | inBC, on: onPG, clientEach: true,
 		desc: "pglock (NewDriver with CreateTable, all defaults: 15s TTL renewed by the watchdog, LISTEN/NOTIFY wake-ups), over a pgxpool of its own per locker (per goroutine in scenario a); a local PostgreSQL",
 		open: openPG},
+	{name: "pg/unlogged", lib: "pg", in: inA | inBC, on: onPG, clientEach: true,
+		desc: "pglock as pg, with Config.Unlogged: an UNLOGGED table (no WAL for the locks' rows; a crash of the server frees every lock)",
+		open: openPGUnlogged},
 	pgAdvisoryVariant,
 }, primitiveVariants...)
 

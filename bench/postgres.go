@@ -24,12 +24,19 @@ var pgWrites atomic.Int64
 
 // openPG opens a pglock Client on a connection pool of its own, whose writes
 // count as lock requests (client and server side alike).
-func openPG(o opening) (locker, error) {
+func openPG(o opening) (locker, error) { return openPGWith(o, pglock.Config{CreateTable: true}) }
+
+// openPGUnlogged is openPG on an UNLOGGED table of its own.
+func openPGUnlogged(o opening) (locker, error) {
+	return openPGWith(o, pglock.Config{CreateTable: true, Unlogged: true, Table: "dlock_unlogged"})
+}
+
+func openPGWith(o opening, cfg pglock.Config) (locker, error) {
 	pool, err := countedPGPool(o)
 	if err != nil {
 		return nil, err
 	}
-	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
+	d, err := pglock.NewDriver(pool, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -22,27 +22,33 @@
 // Driver.Migrate, or by the first call that finds it missing when
 // Config.CreateTable is set.
 //
-// Acquire is one statement: it inserts the row, or takes over a row whose
-// expiry has passed (or that its owner already holds: a retry whose first reply
-// was lost gets the same holding and token back), and otherwise reports the
-// holder's remaining time. It waits at most 200ms for the lock of the row
-// (held for longer only by a transaction fenced on the key, see Fence), and
-// the key is busy meanwhile. Extend and Release change the row only if it is
-// still the owner's and not expired; Extend never re-creates a row. Expiry is
-// read and written by the database's clock alone (clock_timestamp()), so the
-// clocks of the processes that lock do not matter.
+// Acquire is one statement: an UPDATE of the key's row in place, which takes
+// over a row that is free, expired or that its owner already holds (a retry
+// whose first reply was lost gets the same holding and token back), and
+// otherwise reports the holder's remaining time, marking the row as waited
+// for when the caller will wait. A key's first acquisition (or its first after
+// Sweep) inserts the row, a second statement. An acquisition waits at most
+// 200ms for the lock of the row (held for longer only by a transaction fenced
+// on the key, see Fence), and the key is busy meanwhile. Extend and Release
+// change the row only if it is still the owner's (Extend only if it has not
+// expired; it never re-creates a row). Expiry is read and written by the
+// database's clock alone (clock_timestamp()), so the clocks of the processes
+// that lock do not matter. Config.Unlogged keeps the rows out of the
+// write-ahead log, at the price of losing every lock in a crash of the server.
 //
 // # Waiting
 //
-// A release (or a forced unlock, or an abandoned acquisition) sends a NOTIFY
-// on a channel named after the table with the key as payload. A Driver that has
-// waiters keeps one dedicated connection (outside the pool, with the pool's
-// connection settings) LISTENing on it, and wakes its waiters of that key. A
-// notification can be lost (the listening connection broke, the server
-// restarted): a waiter then sleeps at most the holder's remaining TTL, as with
-// Redis. An expiry sends nothing; waiters wake when the holder's TTL has
-// passed. Where LISTEN is refused, or with Config.Poll (for a pooler in
-// transaction mode, which does not carry notifications), waiters poll.
+// A release of a row marked by a waiter (or a forced unlock, or an abandoned
+// acquisition) sends a NOTIFY on a channel named after the table with the key
+// as payload; an uncontended release sends none. A Driver that has waiters
+// keeps one dedicated connection (outside the pool, with the pool's connection
+// settings) LISTENing on it, until a second after its last waiter left, and
+// wakes its waiters of that key. A notification can be lost (the listening
+// connection broke, the server restarted): a waiter then sleeps at most the
+// holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
+// when the holder's TTL has passed. Where LISTEN is refused, or with
+// Config.Poll (for a pooler in transaction mode, which does not carry
+// notifications), waiters poll.
 //
 // # Fencing inside the database
 //
