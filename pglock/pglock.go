@@ -294,7 +294,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
-		if sqlState(err) == "55P03" {
+		if err != nil && sqlState(err) == "55P03" {
 			locked = true // a transaction fenced on the key holds its row
 			return nil
 		}
@@ -330,13 +330,15 @@ func (d *Driver) Info() dlock.DriverInfo {
 // A key without a row gets one inserted (a second statement); when another
 // acquisition inserted it first, the update runs again.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
+	var res struct {
+		state            int
+		token, remaining int64
+	}
 	for i := 0; ; i++ {
-		var state int
-		var token, remaining int64
 		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting).
-			Scan(&state, &token, &remaining)
+			Scan(&res.state, &res.token, &res.remaining)
 		if err == nil {
-			row(state, token, remaining)
+			row(res.state, res.token, res.remaining)
 			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) || i == 1 {
@@ -345,9 +347,9 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(s
 			}
 			return err
 		}
-		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata).Scan(&token)
+		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata).Scan(&res.token)
 		if err == nil {
-			row(stateGranted, token, 0)
+			row(stateGranted, res.token, 0)
 			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
