@@ -42,10 +42,13 @@ type variant struct {
 	peer bool   // a third-party library (counts for "best peer")
 	// retry1ms marks a peer polling every fixedRetry instead of its default retry.
 	retry1ms bool
-	in       int    // scenarios it runs in
-	on       string // the server it locks on: onRedis, onEtcd, onZK or onPG
-	desc     string // configuration, printed in the header
-	open     func(o opening) (locker, error)
+	in       int // scenarios it runs in
+	// clientEach gives every goroutine of scenario a a locker of its own (as
+	// scenario bc does), where one would share it otherwise.
+	clientEach bool
+	on         string // the server it locks on: onRedis, onEtcd, onZK or onPG
+	desc       string // configuration, printed in the header
+	open       func(o opening) (locker, error)
 	// prim opens a lock kind of scenario p beyond the mutex (open is used
 	// there for the others).
 	prim func(rdb *redis.Client) (holders, error)
@@ -97,9 +100,13 @@ var variants = append([]variant{
 		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
 		open: openZK},
 	zkRecipeVariant,
-	{name: "pg", lib: "pg", in: inA | inBC, on: onPG,
-		desc: "pglock (NewDriver with CreateTable, all defaults: 15s TTL renewed by the watchdog, LISTEN/NOTIFY wake-ups), over a pgxpool of its own; a local PostgreSQL",
+	{name: "pg", lib: "pg", in: inA | inBC, on: onPG, clientEach: true,
+		desc: "pglock (NewDriver with CreateTable, all defaults: 15s TTL renewed by the watchdog, LISTEN/NOTIFY wake-ups), over a pgxpool of its own per locker (per goroutine in scenario a); a local PostgreSQL",
 		open: openPG},
+	{name: "pg/unlogged", lib: "pg", in: inA | inBC, on: onPG, clientEach: true,
+		desc: "pglock as pg, with Config.Unlogged: an UNLOGGED table (no WAL for the locks' rows; a crash of the server frees every lock)",
+		open: openPGUnlogged},
+	pgAdvisoryVariant,
 }, primitiveVariants...)
 
 // locker is one library opened on a go-redis client, or on a connection to etcd

@@ -24,7 +24,34 @@ var pgWrites atomic.Int64
 
 // openPG opens a pglock Client on a connection pool of its own, whose writes
 // count as lock requests (client and server side alike).
-func openPG(o opening) (locker, error) {
+func openPG(o opening) (locker, error) { return openPGWith(o, pglock.Config{CreateTable: true}) }
+
+// openPGUnlogged is openPG on an UNLOGGED table of its own.
+func openPGUnlogged(o opening) (locker, error) {
+	return openPGWith(o, pglock.Config{CreateTable: true, Unlogged: true, Table: "dlock_unlogged"})
+}
+
+func openPGWith(o opening, cfg pglock.Config) (locker, error) {
+	pool, err := countedPGPool(o)
+	if err != nil {
+		return nil, err
+	}
+	d, err := pglock.NewDriver(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	c, err := d.Client()
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return dlockLocker{c: c, close: func() error { pool.Close(); return nil }}, nil
+}
+
+// countedPGPool opens a connection pool of its own on the run's PostgreSQL,
+// whose writes count as lock requests (client and server side alike).
+func countedPGPool(o opening) (*pgxpool.Pool, error) {
 	if o.e == nil || o.e.cons.pg == nil {
 		return nil, fmt.Errorf("bench: no PostgreSQL server in this run")
 	}
@@ -48,17 +75,12 @@ func openPG(o opening) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
-	if err != nil {
+	// One connection up front, so that no measurement waits for a dial.
+	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	c, err := d.Client()
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return dlockLocker{c: c, close: func() error { pool.Close(); return nil }}, nil
+	return pool, nil
 }
 
 // pgConn is a countingConn that also counts its writes in pgWrites.

@@ -8,11 +8,13 @@ import (
 	"strconv"
 )
 
-// recipes maps a dlock variant on etcd or ZooKeeper to the variant of the
+// recipes maps a dlock variant on etcd, ZooKeeper or PostgreSQL to the variant of the
 // store's own lock recipe it is compared with.
 var recipes = map[string]string{
-	"etcd": "etcd/mutex",
-	"zk":   "zk/recipe",
+	"etcd":        "etcd/mutex",
+	"zk":          "zk/recipe",
+	"pg":          "pg/advisory",
+	"pg/unlogged": "pg/advisory",
 }
 
 // tableRecipes prints, for scenarios a and bc, each variant of recipes next to

@@ -17,13 +17,33 @@ import (
 const errorPause = 10 * time.Millisecond
 
 // runUncontended is scenario a: g goroutines, each locking and unlocking its own key as fast
-// as it can for the configured duration.
+// as it can for the configured duration, through one locker (one of its own
+// each, for a variant with clientEach).
 func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, error) {
 	ms, err := e.openMeasured(v, "bench")
 	if err != nil {
 		return nil, err
 	}
 	defer ms.close()
+	lks := make([]locker, g)
+	defer func() {
+		for _, lk := range lks[1:] {
+			if lk != nil && v.clientEach {
+				closeLocker(lk)
+			}
+		}
+	}()
+	lks[0] = ms.lk
+	for i := 1; i < g; i++ {
+		if !v.clientEach {
+			lks[i] = ms.lk
+			continue
+		}
+		if lks[i], err = v.open(ms.opening()); err != nil {
+			lks[i] = nil
+			return nil, err
+		}
+	}
 	prefix := e.prefix("a")
 	r0, err := ms.read(ctx)
 	if err != nil {
@@ -43,7 +63,7 @@ func (e *env) runUncontended(ctx context.Context, v variant, g int) (metrics, er
 	start := time.Now()
 	end := start.Add(e.cfg.aDur)
 	for i := range g {
-		m := ms.lk.mutex(prefix + strconv.Itoa(i))
+		m := lks[i].mutex(prefix + strconv.Itoa(i))
 		wg.Go(func() {
 			samples := make([]time.Duration, 0, 1<<14)
 			for ctx.Err() == nil {

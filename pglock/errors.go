@@ -39,6 +39,20 @@ var ErrNoTable = errors.New("no dlock table")
 // undefinedTable reports whether err says that a table or sequence is missing.
 func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
 
+// ErrOldLayout is matched (with dlock.ErrRefused) by the error of a call on a
+// locks' table made by an earlier version of pglock, which lacks a column
+// this one needs, when the Driver may not change it (no Config.CreateTable).
+// Driver.Migrate adds the column, keeping every row; with
+// Config.CreateTable the first call that meets the old table does.
+var ErrOldLayout = errors.New("dlock table of an earlier layout")
+
+// oldLayout reports whether err says that the locks' table lacks the column
+// that this version of pglock added to it.
+func oldLayout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "waited")
+}
+
 // mapErr turns the error of one request into one matching the dlock
 // sentinels, the cause wrapped: the end of ctx as it is; the request timeout
 // (rctx's end), network failures, and server errors that mean "not now"
@@ -61,6 +75,8 @@ func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
 	}
 	code := sqlState(err)
 	switch {
+	case oldLayout(err):
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks the column waited (Driver.Migrate, or a lock with Config.CreateTable, adds it): %w", op, ErrOldLayout, d.table, err))
 	case code == "":
 		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	case code == "42P01":

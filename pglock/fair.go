@@ -197,7 +197,8 @@ func (f *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
 	if f == nil {
 		return errNilDriver
 	}
-	return f.d.Release(ctx, h)
+	// Queued waiters do not mark the row: a fair release always notifies.
+	return f.d.release(ctx, f.d.q.releaseAll, h, h.Key, h.Owner)
 }
 
 // TTL implements dlock.Driver, as Driver.TTL.

@@ -20,8 +20,17 @@ const refuseFor = time.Minute
 // listening connection after a failure.
 const minPause, maxPause = 20 * time.Millisecond, 2 * time.Second
 
+// listenLinger is how long a listening connection stays after its last
+// waiter left: a process whose waits follow each other keeps one connection
+// instead of setting one up per wait.
+var listenLinger = time.Second
+
+// buckets is the number of notification counters of a listener; keys share
+// them by hash.
+const buckets = 256
+
 // listener is a Driver's LISTEN connection and its waiters. The connection
-// exists while somebody waits.
+// exists while somebody waits, and for listenLinger after.
 type listener struct {
 	d      *Driver
 	listen string // the LISTEN statement
@@ -33,6 +42,17 @@ type listener struct {
 	live         bool                         // cur has LISTENed and is reading notifications
 	refusedUntil time.Time
 	refused      error
+	// gen counts the changes of live and of cur; seen counts the
+	// notifications received, by bucket of their key. Together they tell a
+	// subscriber whether a notification of its key may have come since its
+	// attempt began (see mark).
+	gen  uint64
+	seen [buckets]uint64
+	// linger ends cur after its last waiter left; lingerGen tells a timer
+	// that fired late from the current one.
+	linger    *time.Timer
+	lingerGen uint64
+	lingerFor time.Duration // listenLinger, unless a test changed it
 
 	// Counters, for tests and figures.
 	connects, wakes atomic.Int64
@@ -43,6 +63,30 @@ type sub struct {
 	key    string
 	wake   chan struct{}
 	closed bool // wake is closed: notifications stopped, the waiter polls
+}
+
+// listenMark is what a listener had received when an acquisition attempt
+// began: the Handle of the attempt's dlock.Busy, handed back to Subscribe.
+type listenMark struct{ gen, seen uint64 }
+
+// bucket is the counter of key's notifications.
+func bucket(key string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return int(h % buckets)
+}
+
+// mark returns what l has received for key so far, or nil when it is not
+// listening.
+func (l *listener) mark(key string) any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.live {
+		return nil
+	}
+	return listenMark{l.gen, l.seen[bucket(key)]}
 }
 
 // listenRun is one run of the connection loop.
@@ -56,6 +100,8 @@ func newListener(d *Driver) *listener {
 		d:      d,
 		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
 		subs:   map[string]map[*sub]struct{}{},
+
+		lingerFor: listenLinger,
 	}
 }
 
@@ -63,10 +109,12 @@ func newListener(d *Driver) *listener {
 // h.Key arrives (a release, a forced unlock, an abandoned acquisition), when
 // the listening connection is (re)established (notifications may have been
 // missed), and at once when it subscribes to a connection that is already
-// listening (a release may have come between its last attempt and its
-// subscription). With Config.Poll, or while LISTEN is refused, it returns an
-// error and the Client polls. cancel must be called exactly once; the last
-// cancel closes the listening connection.
+// listening unless that connection was listening when the waiter's last
+// attempt began (h.Handle) and has received no notification of the key since
+// (a release may have come between the attempt and the subscription). With
+// Config.Poll, or while LISTEN is refused, it returns an error and the Client
+// polls. cancel must be called exactly once; the connection closes
+// listenLinger after the last cancel, unless a waiter comes meanwhile.
 func (d *Driver) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
 	if d == nil {
 		return nil, nil, errNilDriver
@@ -74,10 +122,10 @@ func (d *Driver) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{},
 	if d.cfg.Poll {
 		return nil, nil, fmt.Errorf("pglock: notifications disabled (Config.Poll): %w", errors.ErrUnsupported)
 	}
-	return d.ln.subscribe(h.Key)
+	return d.ln.subscribe(h.Key, h.Handle)
 }
 
-func (l *listener) subscribe(key string) (<-chan struct{}, func(), error) {
+func (l *listener) subscribe(key string, mark any) (<-chan struct{}, func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if time.Now().Before(l.refusedUntil) {
@@ -89,14 +137,21 @@ func (l *listener) subscribe(key string) (<-chan struct{}, func(), error) {
 	}
 	l.subs[key][s] = struct{}{}
 	l.n++
+	if l.linger != nil {
+		l.linger.Stop()
+		l.linger = nil
+	}
 	switch {
 	case l.cur == nil:
 		ctx, cancel := context.WithCancel(context.Background())
 		r := &listenRun{cancel: cancel, done: make(chan struct{})}
 		l.cur, l.live = r, false
+		l.gen++
 		go l.loop(ctx, r)
 	case l.live:
-		s.notify()
+		if m, ok := mark.(listenMark); !ok || m != (listenMark{l.gen, l.seen[bucket(key)]}) {
+			s.notify()
+		}
 	}
 	var once sync.Once
 	return s.wake, func() { once.Do(func() { l.unsubscribe(s) }) }, nil
@@ -111,15 +166,27 @@ func (l *listener) unsubscribe(s *sub) {
 		}
 	}
 	l.n--
-	var stop *listenRun
 	if l.n == 0 && l.cur != nil {
-		stop, l.cur, l.live = l.cur, nil, false
+		l.lingerGen++
+		r, g := l.cur, l.lingerGen
+		l.linger = time.AfterFunc(l.lingerFor, func() { l.idle(r, g) })
 	}
 	l.mu.Unlock()
-	if stop != nil {
-		stop.cancel()
-		<-stop.done
+}
+
+// idle closes the connection of run r if nobody has subscribed since the
+// linger g began.
+func (l *listener) idle(r *listenRun, g uint64) {
+	l.mu.Lock()
+	if l.n != 0 || l.cur != r || l.lingerGen != g {
+		l.mu.Unlock()
+		return
 	}
+	l.cur, l.live, l.linger = nil, false, nil
+	l.gen++
+	l.mu.Unlock()
+	r.cancel()
+	<-r.done
 }
 
 // notify wakes the waiter without blocking; l.mu is held.
@@ -149,6 +216,7 @@ func (l *listener) wakeKey(r *listenRun, key string, all bool) {
 		}
 		return
 	}
+	l.seen[bucket(key)]++
 	for s := range l.subs[key] {
 		l.wakes.Add(1)
 		s.notify()
@@ -161,6 +229,7 @@ func (l *listener) setLive(r *listenRun, live bool) {
 	l.mu.Lock()
 	if l.cur == r {
 		l.live = live
+		l.gen++
 	}
 	l.mu.Unlock()
 	if live {
@@ -187,6 +256,11 @@ func (l *listener) refuse(r *listenRun, err error) {
 		}
 	}
 	l.cur, l.live = nil, false
+	l.gen++
+	if l.linger != nil {
+		l.linger.Stop()
+		l.linger = nil
+	}
 }
 
 // loop keeps a LISTEN connection until ctx ends, setting it up again after

@@ -22,27 +22,33 @@
 // Driver.Migrate, or by the first call that finds it missing when
 // Config.CreateTable is set.
 //
-// Acquire is one statement: it inserts the row, or takes over a row whose
-// expiry has passed (or that its owner already holds: a retry whose first reply
-// was lost gets the same holding and token back), and otherwise reports the
-// holder's remaining time. It waits at most 200ms for the lock of the row
-// (held for longer only by a transaction fenced on the key, see Fence), and
-// the key is busy meanwhile. Extend and Release change the row only if it is
-// still the owner's and not expired; Extend never re-creates a row. Expiry is
-// read and written by the database's clock alone (clock_timestamp()), so the
-// clocks of the processes that lock do not matter.
+// Acquire is one statement: an UPDATE of the key's row in place, which takes
+// over a row that is free, expired or that its owner already holds (a retry
+// whose first reply was lost gets the same holding and token back), and
+// otherwise reports the holder's remaining time, marking the row as waited
+// for when the caller will wait. A key's first acquisition (or its first after
+// Sweep) inserts the row, a second statement. An acquisition waits at most
+// 200ms for the lock of the row (held for longer only by a transaction fenced
+// on the key, see Fence), and the key is busy meanwhile. Extend and Release
+// change the row only if it is still the owner's (Extend only if it has not
+// expired; it never re-creates a row). Expiry is read and written by the
+// database's clock alone (clock_timestamp()), so the clocks of the processes
+// that lock do not matter. Config.Unlogged keeps the rows out of the
+// write-ahead log, at the price of losing every lock in a crash of the server.
 //
 // # Waiting
 //
-// A release (or a forced unlock, or an abandoned acquisition) sends a NOTIFY
-// on a channel named after the table with the key as payload. A Driver that has
-// waiters keeps one dedicated connection (outside the pool, with the pool's
-// connection settings) LISTENing on it, and wakes its waiters of that key. A
-// notification can be lost (the listening connection broke, the server
-// restarted): a waiter then sleeps at most the holder's remaining TTL, as with
-// Redis. An expiry sends nothing; waiters wake when the holder's TTL has
-// passed. Where LISTEN is refused, or with Config.Poll (for a pooler in
-// transaction mode, which does not carry notifications), waiters poll.
+// A release of a row marked by a waiter (or a forced unlock, or an abandoned
+// acquisition) sends a NOTIFY on a channel named after the table with the key
+// as payload; an uncontended release sends none. A Driver that has waiters
+// keeps one dedicated connection (outside the pool, with the pool's connection
+// settings) LISTENing on it, until a second after its last waiter left, and
+// wakes its waiters of that key. A notification can be lost (the listening
+// connection broke, the server restarted): a waiter then sleeps at most the
+// holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
+// when the holder's TTL has passed. Where LISTEN is refused, or with
+// Config.Poll (for a pooler in transaction mode, which does not carry
+// notifications), waiters poll.
 //
 // # Fencing inside the database
 //
@@ -123,6 +129,18 @@ type Config struct {
 	// Poll disables LISTEN/NOTIFY: waiters poll, sleeping at most the holder's
 	// remaining TTL between attempts.
 	Poll bool
+
+	// Unlogged makes the tables that the Driver creates (Migrate, or
+	// CreateTable) UNLOGGED: their changes skip the write-ahead log, which
+	// makes every lock and unlock cheaper, but a crash of the database
+	// server (not a clean shutdown) empties them, and standbys do not have
+	// them. After such a crash every lock is free at once, whatever its TTL:
+	// holders that still run lose their mutual exclusion, though not their
+	// fencing (tokens come from a logged sequence and keep growing). A
+	// failover loses every lock likewise. See docs/safety.md. A table that
+	// exists already keeps its kind (ALTER TABLE ... SET UNLOGGED, or SET
+	// LOGGED, converts it).
+	Unlogged bool
 }
 
 // Driver is the dlock.Driver of a table of locks in PostgreSQL. It is also a
@@ -219,9 +237,19 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		seq:     pgx.Identifier(seqParts).Sanitize(),
 		channel: cfg.Table,
 	}
-	d.q = buildQueries(d.table, d.seq)
+	d.q = buildQueries(d.table, d.seq, d.channel)
 	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
 	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
+	if cfg.Unlogged {
+		unlogged := func(q string) string {
+			return strings.Replace(q, "CREATE TABLE IF NOT EXISTS", "CREATE UNLOGGED TABLE IF NOT EXISTS", 1)
+		}
+		d.q.migrate = append([]string(nil), d.q.migrate...)
+		for i, q := range d.q.migrate {
+			d.q.migrate[i] = unlogged(q)
+		}
+		d.semCreate, d.fairCreate = unlogged(d.semCreate), unlogged(d.fairCreate)
+	}
 	d.ln = newListener(d)
 	return d, nil
 }
@@ -241,9 +269,12 @@ func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / t
 // key (see Fence) until it ends, and the key counts as busy meanwhile.
 const acquireLockWait = 200 * time.Millisecond
 
-// Acquire implements dlock.Driver in one statement: insert the row, or take
-// over one that has expired or that r.Owner already holds. The key is busy
-// (with an unknown remaining time) while a transaction fenced on it is open.
+// Acquire implements dlock.Driver in one statement: take over the key's row
+// when it is free, expired or r.Owner's already, and otherwise report the
+// holder's time left (marking the row as waited for when r.Waiting). A key
+// without a row (its first acquisition, or its first after Sweep) costs a
+// second statement, which inserts it. The key is busy (with an unknown
+// remaining time) while a transaction fenced on it is open.
 func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
 	if d == nil {
 		return dlock.Grant{}, errNilDriver
@@ -254,16 +285,23 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	var state int
 	var token, remaining int64
 	found, locked := false, false
+	// What the listener has received before the attempt: a waiter that
+	// subscribes after it is woken at once only if a notification of the
+	// key may have come meanwhile.
+	var mark any
+	if r.Waiting && !d.cfg.Poll {
+		mark = d.ln.mark(r.Key)
+	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
-		if sqlState(err) == "55P03" {
+		if err != nil && sqlState(err) == "55P03" {
 			locked = true // a transaction fenced on the key holds its row
 			return nil
 		}
 		return err
 	})
 	if err == nil && locked {
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
 	}
 	switch {
 	case err != nil:
@@ -271,7 +309,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
+		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
 	case state == stateGranted:
 		if token <= 0 {
 			return dlock.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -280,7 +318,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	case state == stateAbandoned:
 		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0)}
+	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
 }
 
 // Info implements dlock.Driver: the mutex of PostgreSQL.
@@ -289,21 +327,35 @@ func (d *Driver) Info() dlock.DriverInfo {
 }
 
 // acquire runs the acquisition statement and passes its row, if any, to row.
+// A key without a row gets one inserted (a second statement); when another
+// acquisition inserted it first, the update runs again.
 func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
-	rows, err := d.pool.Query(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, acquireLockWait.Milliseconds())
-	if err != nil {
-		return err
+	var res struct {
+		state            int
+		token, remaining int64
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var state int
-		var token, remaining int64
-		if err := rows.Scan(&state, &token, &remaining); err != nil {
+	for i := 0; ; i++ {
+		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting).
+			Scan(&res.state, &res.token, &res.remaining)
+		if err == nil {
+			row(res.state, res.token, res.remaining)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || i == 1 {
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil // the row is gone again (Sweep): busy for now
+			}
 			return err
 		}
-		row(state, token, remaining)
+		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata).Scan(&res.token)
+		if err == nil {
+			row(stateGranted, res.token, 0)
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 	}
-	return rows.Err()
 }
 
 // Extend implements dlock.Driver: it moves the expiry of the owner's live row
@@ -340,16 +392,16 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}
-	return d.release(ctx, d.q.release, h)
+	return d.release(ctx, d.q.release, h, h.Key, h.Owner)
 }
 
-// release runs the release statement q of a lock table ($1 key, $2 owner, $3
-// channel; a row of whether the holding was live and a notification, when
-// the owner had one).
-func (d *Driver) release(ctx context.Context, q string, h dlock.Holding) error {
+// release runs the release statement q of a lock table with args (a row of
+// whether the holding was live and whether a notification was sent, when the
+// owner had one).
+func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, args ...any) error {
 	var live, found, notified bool
 	err := d.do(ctx, "release", func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, q, h.Key, h.Owner, d.channel).Scan(&live, &notified)
+		err := d.pool.QueryRow(ctx, q, args...).Scan(&live, &notified)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -464,21 +516,28 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 
 // doOn runs one request bounded by the request timeout, creates the tables of
 // p and runs it again when one is missing and Config.CreateTable is set (an
-// inspection, p partNone, creates nothing), and maps its error onto the dlock
-// sentinels.
+// inspection, p partNone, creates nothing; a locks' table of an earlier
+// layout gets its missing column the same way), and maps its error onto the
+// dlock sentinels.
 func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context.Context) error) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
 	}
-	rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-	defer cancel()
+	rctx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d.cfg.RequestTimeout {
+		// (A caller's deadline within the bound bounds the request
+		// already, without another timer.)
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, d.cfg.RequestTimeout)
+		defer cancel()
+	}
 	err := f(rctx)
 	if err != nil && rctx.Err() == nil && connectionGone(err) {
 		// A pooled connection the server had closed before it read the
 		// request: the request did not run, and a fresh connection may.
 		err = f(rctx)
 	}
-	if err != nil && d.cfg.CreateTable && p != partNone && undefinedTable(err) {
+	if err != nil && d.cfg.CreateTable && p != partNone && (undefinedTable(err) || oldLayout(err)) {
 		if err = d.migrate(rctx, p); err == nil {
 			err = f(rctx)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/dlock-go/dlock"
@@ -12,14 +13,19 @@ import (
 
 // queries are the statements of a Driver, for its table and sequence.
 type queries struct {
-	migrate, check                           []string
-	acquire, extend, release, ttl, abandon   string
-	sweep, inspect, list, forceUnlock, fence string
+	migrate, check                                             []string
+	acquire, insert, extend, release, releaseAll, ttl, abandon string
+	sweep, inspect, list, forceUnlock, fence                   string
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
 // has expired or is free (a free row's expiry is the time it was freed).
 const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint`
+
+// grantable is whether the row l may go to owner $2 at the time c.now: it
+// is free, the owner's already, or expired, and the owner's acquisition was
+// not abandoned.
+const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > c.now))`
 
 // buildQueries writes the statements for table and seq (both quoted).
 //
@@ -28,18 +34,24 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 // update that changes the token (a grant to another owner) or deletes the row
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
 // the expiry only) does not.
-func buildQueries(table, seq string) queries {
-	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS)
+func buildQueries(table, seq, channel string) queries {
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable,
+		// Constants are written into the text, so that a call sends fewer
+		// arguments (the channel's name is letters, digits, '_' and '.').
+		"$WAIT", strconv.FormatInt(acquireLockWait.Milliseconds(), 10), "$CHANNEL", "'"+channel+"'",
+		// Half of every page is left free, so that an update of a row
+		// finds room for the new version on its page.
+		"$WITH", " WITH (fillfactor = 50)")
 	s := func(q string) string { return r.Replace(q) }
 	// free is the body of a statement that frees the rows selected (FOR NO
-	// KEY UPDATE) by the CTE cur. Rows stay, with their token: a row is
+	// KEY UPDATE) by the CTE cur (a forced unlock). Rows stay, with their token: a row is
 	// deleted only by Sweep, long after its expiry (see Sweep).
 	free := `
 	upd AS (
 		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
 		FROM cur WHERE l.key = cur.key
 	)`
-	return queries{
+	q := queries{
 		migrate: []string{
 			s(`CREATE SEQUENCE IF NOT EXISTS $S AS bigint`),
 			s(`CREATE TABLE IF NOT EXISTS $T (
@@ -49,50 +61,66 @@ func buildQueries(table, seq string) queries {
 				expires_at      timestamptz NOT NULL,
 				metadata        text        NOT NULL DEFAULT '',
 				abandoned       text[]      NOT NULL DEFAULT '{}',
-				abandoned_until timestamptz NOT NULL DEFAULT '-infinity'
-			)`),
+				abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+				waited          boolean     NOT NULL DEFAULT false
+			)$WITH`),
+			// A table of an earlier layout gets the column it lacks (the
+			// check before it fails on any other table).
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
+			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
-		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 the longest wait
-		// for the row's lock in ms. One row: granted with
-		// the token, or busy with the holder's time left, or abandoned; no row
-		// when the row that kept us out is newer than the snapshot.
+		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 whether the owner
+		// will wait. The
+		// key's row is updated in place, whatever it holds, so that one
+		// statement tells every outcome: taken over when it is grantable
+		// (the token drawn anew unless the owner held it already; the mark
+		// of waiters cleared when the owner changes), and otherwise left as
+		// it is but marked as waited for when the owner will wait. One
+		// clock reading (c.now) decides the whole row. Only the token is
+		// indexed besides the key, so every update but a grant to a new
+		// owner is a HOT update. One row: granted (0) with the token, busy
+		// (1) with the holder's time left in µs, or abandoned (2); no row
+		// when the key has no row (see insert).
 		acquire: s(`
-WITH acq AS (
-	INSERT INTO $T AS l (key, owner, token, expires_at, metadata)
+UPDATE $T l SET
+	owner = CASE WHEN $GRANT THEN $2 ELSE l.owner END,
+	token = CASE WHEN $GRANT AND l.owner <> $2 THEN nextval('$S') ELSE l.token END,
+	expires_at = CASE WHEN $GRANT THEN c.now + $3::bigint * interval '1 microsecond' ELSE l.expires_at END,
 	-- set_config bounds the wait for the row's lock (lock_timeout, for this
-	-- statement's transaction alone): VALUES runs before the conflict check.
-	VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond',
-		$4::text || left(set_config('lock_timeout', $5::bigint::text, true), 0))
-	ON CONFLICT (key) DO UPDATE SET
-		owner = EXCLUDED.owner,
-		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE nextval('$S') END,
-		expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
-		metadata = EXCLUDED.metadata
-	WHERE (l.owner = EXCLUDED.owner OR l.expires_at <= clock_timestamp())
-		AND NOT (EXCLUDED.owner = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp())
-	RETURNING l.token
-)
-SELECT 0, token, 0::bigint FROM acq
-UNION ALL
-SELECT CASE WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > clock_timestamp() THEN 2 ELSE 1 END,
-	l.token, $REM
-FROM $T l WHERE l.key = $1 AND NOT EXISTS (SELECT FROM acq)`),
+	-- statement's transaction alone): the new row is computed before the
+	-- row is locked.
+	metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', '$WAIT', true), 0),
+	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2 ELSE l.waited OR $5 END
+FROM (SELECT clock_timestamp() AS now) c
+WHERE l.key = $1
+RETURNING CASE WHEN l.owner = $2 THEN 0 WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > c.now THEN 2 ELSE 1 END,
+	l.token, (extract(epoch FROM greatest(l.expires_at, c.now) - c.now) * 1e6)::bigint`),
+		// $1 key, $2 owner, $3 ttl in µs, $4 metadata: the key's first row
+		// (or its first after Sweep), granted to the owner; no row when
+		// another statement inserted it first.
+		insert: s(`
+INSERT INTO $T (key, owner, token, expires_at, metadata)
+VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text)
+ON CONFLICT (key) DO NOTHING
+RETURNING token`),
 		// $1 key, $2 owner, $3 ttl in µs.
 		extend: s(`
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
-		// $1 key, $2 owner, $3 channel. One row (whether the holding was
-		// live, and a notification sent) when the owner's row was there.
+		// $1 key, $2 owner. The owner's row is freed in place (a HOT update),
+		// keeping its token. One row when the owner's row was there: whether
+		// the holding had not expired when the server received the release,
+		// and whether a notification was sent: only when a waiter marked
+		// the row since its last grant (releaseAll: always).
 		release: s(`
-WITH cur AS (
-	SELECT key, expires_at > clock_timestamp() AS live
-	FROM $T WHERE key = $1 AND owner = $2 FOR NO KEY UPDATE
-),` + free + `
-SELECT live, pg_notify($3, $1) IS NULL FROM cur`),
+UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = ''
+WHERE l.key = $1 AND l.owner = $2
+RETURNING l.expires_at >= statement_timestamp(),
+	CASE WHEN l.waited THEN pg_notify($CHANNEL, $1) IS NULL ELSE false END`),
 		// $1 key, $2 owner.
 		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
@@ -139,6 +167,8 @@ SELECT owner, token, metadata, rem, pg_notify($2, $1) IS NULL FROM cur`),
 SELECT owner, token, owner <> '' AND expires_at > clock_timestamp()
 FROM $T WHERE key = $1 FOR KEY SHARE`),
 	}
+	q.releaseAll = strings.Replace(q.release, "WHEN l.waited THEN", "WHEN true THEN", 1)
+	return q
 }
 
 // Migrate creates the Driver's tables (the locks', the fair locks' queue and

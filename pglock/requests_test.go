@@ -25,8 +25,9 @@ func (c countingConn) Write(b []byte) (int, error) {
 }
 
 // TestStatementsPerCycle: an uncontended lock and unlock cost the database one
-// statement each (the INSERT ... ON CONFLICT and the DELETE), as
-// pg_try_advisory_lock and pg_advisory_unlock do; an Extend one.
+// statement (one round trip) each, the UPDATE of the key's row in place, as
+// pg_try_advisory_lock and pg_advisory_unlock do; an Extend one. (A key's
+// first lock costs a second statement, which inserts its row.)
 func TestStatementsPerCycle(t *testing.T) {
 	var writes atomic.Int64
 	cfg, err := pgxpool.ParseConfig(srv.URL)
@@ -70,7 +71,7 @@ func TestStatementsPerCycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cycle() // connects and prepares the statements
+	cycle() // connects, prepares the statements, inserts the key's row
 	const n = 20
 	before := writes.Load()
 	for range n {
@@ -78,5 +79,18 @@ func TestStatementsPerCycle(t *testing.T) {
 	}
 	if got := writes.Load() - before; got != 3*n {
 		t.Errorf("%d TryLock+Extend+Unlock cycles wrote %d statements, want %d (one each)", n, got, 3*n)
+	}
+	before = writes.Load()
+	for range n {
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writes.Load() - before; got != 2*n {
+		t.Errorf("%d uncontended Lock+Unlock cycles wrote %d statements, want %d (one each)", n, got, 2*n)
 	}
 }

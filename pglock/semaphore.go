@@ -276,7 +276,7 @@ func (s *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
-	return s.d.release(ctx, s.q.release, h)
+	return s.d.release(ctx, s.q.release, h, h.Key, h.Owner, s.d.channel)
 }
 
 // TTL implements dlock.Driver.

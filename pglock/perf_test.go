@@ -1,0 +1,200 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/jackc/pgx/v5"
+)
+
+// listen returns a connection of its own LISTENing on the default table's
+// channel, closed when the test ends.
+func listen(t *testing.T) *pgx.Conn {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	conn, err := pgx.Connect(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// A release notifies only when a waiting acquisition found the lock held
+// since the last grant: an uncontended cycle sends no NOTIFY (each costs the
+// server a lock of the whole database at commit), a release with a waiter
+// does.
+func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	conn := listen(t)
+	c := newClient(t, Config{}, dlock.WithTTL(10*time.Second))
+	quiet, waited := dlocktest.Key(t)+"-quiet", dlocktest.Key(t)+"-waited"
+	for range 3 {
+		l, err := c.Lock(ctx, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A TryLock that finds the key held does not wait: no mark either.
+	l, err := c.TryLock(ctx, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, Config{}).TryLock(ctx, quiet); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held key: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A Lock that gives up waiting leaves its mark: the release notifies.
+	l, err = c.TryLock(ctx, waited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, Config{}).Lock(ctx, waited, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("Lock of a held key: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Notifications arrive in commit order: the first is the last release's.
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != waited {
+		t.Errorf("first notification for %q, want %q: an unwaited release notified", n.Payload, waited)
+	}
+	// The next holder starts unmarked.
+	l, err = c.Lock(ctx, waited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, "SELECT pg_notify($1, 'end')", DefaultTable)
+	if n, err := conn.WaitForNotification(ctx); err != nil || n.Payload != "end" {
+		t.Errorf("after an unwaited cycle: notification %v, %v; want the end marker", n, err)
+	}
+}
+
+// A Driver keeps its listening connection between waits that follow each
+// other, and a waiter that subscribes to it after an attempt during which no
+// notification of its key came is not woken for nothing.
+func TestListenerOutlivesAWait(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	key := dlocktest.Key(t)
+	h := newClient(t, Config{}, dlock.WithTTL(30*time.Second))
+	wd := newDriver(t, Config{})
+	wd.SetListenLinger(time.Minute)
+	t.Cleanup(wd.StopListener)
+	w, _ := wd.Client(dlock.WithTTL(30 * time.Second))
+	const waits = 3
+	for i := range waits {
+		l, err := h.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, wakes0, _ := wd.ListenerStats()
+		got := waitFor(t, w, key)
+		subscribed(t, wd, 1)
+		if _, wakes, _ := wd.ListenerStats(); i > 0 && wakes != wakes0 {
+			t.Errorf("wait %d: %d wakes before the release", i, wakes-wakes0)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := <-got
+		if next == nil {
+			t.FailNow()
+		}
+		if err := next.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if connects, wakes, subs := wd.ListenerStats(); connects != 1 || subs != 0 || wakes != waits {
+		t.Errorf("%d waits: %d connections, %d wakes, %d subscriptions left; want 1, %d, 0", waits, connects, wakes, subs, waits)
+	}
+}
+
+// maxAllocsPerCycle bounds the client's allocations per uncontended TryLock
+// and Unlock (pgx's included): 49 when it was set, and a
+// little room.
+const maxAllocsPerCycle = 52
+
+func TestAllocsPerCycle(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c := newClient(t, Config{}, dlock.WithTTL(10*time.Second))
+	key := dlocktest.Key(t)
+	var err error
+	cycle := func() {
+		var l *dlock.Lease
+		if l, err = c.TryLock(ctx, key); err == nil {
+			err = l.Unlock(ctx)
+		}
+	}
+	cycle() // inserts the key's row, prepares the statements
+	n := testing.AllocsPerRun(200, cycle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.1f allocations per uncontended TryLock and Unlock", n)
+	if n > maxAllocsPerCycle {
+		t.Errorf("%.1f allocations per uncontended cycle, want at most %d", n, maxAllocsPerCycle)
+	}
+}
+
+// A locks' table made by an earlier layout (no column waited) is migrated,
+// rows and tokens kept, by Migrate or by a call with CreateTable; without
+// either, a call fails with an error matching ErrOldLayout and
+// dlock.ErrRefused.
+func TestOldLayoutTable(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	table := "old_layout_" + dlocktest.Key(t)[len(dlocktest.Key(t))-6:]
+	for _, q := range []string{
+		`CREATE SEQUENCE ` + table + `_token AS bigint`,
+		`CREATE TABLE ` + table + ` (
+			key             text        PRIMARY KEY,
+			owner           text        NOT NULL,
+			token           bigint      NOT NULL UNIQUE,
+			expires_at      timestamptz NOT NULL,
+			metadata        text        NOT NULL DEFAULT '',
+			abandoned       text[]      NOT NULL DEFAULT '{}',
+			abandoned_until timestamptz NOT NULL DEFAULT '-infinity')`,
+		`INSERT INTO ` + table + ` (key, owner, token, expires_at) VALUES ('old', '', 1000, clock_timestamp())`,
+		`SELECT setval('` + table + `_token', 1000)`,
+	} {
+		admin(t, q)
+	}
+	c := newClient(t, Config{Table: table})
+	_, err := c.TryLock(ctx, "old")
+	if !errors.Is(err, ErrOldLayout) || !errors.Is(err, dlock.ErrRefused) {
+		t.Fatalf("TryLock on a table of the old layout: %v; want ErrOldLayout", err)
+	}
+	t.Log(err)
+	l, err := newClient(t, Config{Table: table, CreateTable: true}).TryLock(ctx, "old")
+	if err != nil {
+		t.Fatalf("TryLock with CreateTable on a table of the old layout: %v", err)
+	}
+	if l.Token() <= 1000 {
+		t.Errorf("token %d after the migration, want more than the row's 1000", l.Token())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, Config{Table: table})
+	if err := d.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate of a migrated table: %v", err)
+	}
+}
