@@ -229,9 +229,11 @@ func (b *Barrier) renew(party string, stop, done chan struct{}) {
 }
 
 // Leave takes this party out of the barrier and returns nil once every party
-// has left (or lapsed: a party that died counts for its TTL). When ctx ends
-// first it returns the context's error, with this party out of the barrier
-// (or out after the TTL when the store could not be told). Leaving a barrier
+// has left (or lapsed: a party that died counts for its TTL). The store is
+// told of the departure even when ctx has ended (within CleanupTimeout), so
+// that the others do not wait for this party's lease; when it cannot be told,
+// the lease lapses after the TTL. When ctx ends before every party has left,
+// Leave returns the context's error, with this party out of the barrier. Leaving a barrier
 // not entered is an error matching ErrInvalid.
 func (b *Barrier) Leave(ctx context.Context) error {
 	b.mu.Lock()
@@ -244,7 +246,15 @@ func (b *Barrier) Leave(ctx context.Context) error {
 	b.mu.Unlock()
 	close(stop)
 	<-done
-	err := awaitSync(ctx, b.d, b.name, b.ttl/3, func(ctx context.Context) (bool, time.Duration, error) {
+	// The departure is told even when ctx has ended (as Unlock does): the
+	// others need not wait for this party's lease to lapse.
+	cctx, cancel := CleanupContext(ctx)
+	n, _, err := b.d.Depart(cctx, b.name, party, b.n)
+	cancel()
+	if err == nil && n == 0 {
+		return nil
+	}
+	err = awaitSync(ctx, b.d, b.name, b.ttl/3, func(ctx context.Context) (bool, time.Duration, error) {
 		n, lapse, err := b.d.Depart(ctx, b.name, party, b.n)
 		return n == 0, lapse + time.Millisecond, err
 	})

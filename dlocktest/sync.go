@@ -51,6 +51,7 @@ func RunSync(t *testing.T, b SyncBackend) {
 		{"BarrierCancelledEnterWithdraws", testBarrierWithdraw},
 		{"BarrierCancelAtRandomLeavesNothing", testBarrierCancelRandom},
 		{"BarrierDeadPartyLapses", testBarrierDeadParty},
+		{"BarrierCancelledLeaveLeavesNothing", testBarrierCancelLeave},
 		{"BarrierIsReusable", testBarrierReuse},
 		{"SyncBadInput", testSyncBadInput},
 		{"SyncForeignDataIsConflict", testSyncConflict},
@@ -200,11 +201,11 @@ func enterAll(t *testing.T, b SyncBackend, name string, n int, ttl time.Duration
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			arrived.Add(1)
 			if i == n-1 {
 				// The last party comes late: nobody may pass before it.
 				time.Sleep(100 * time.Millisecond)
 			}
+			arrived.Add(1)
 			errs[i] = parties[i].Enter(ctxT(t, 30*time.Second))
 			if arrived.Load() < int32(n) {
 				early.Add(1)
@@ -319,6 +320,27 @@ func testBarrierDeadParty(t *testing.T, b SyncBackend) {
 	}
 	if d := time.Since(start); d > b.TTL+5*time.Second {
 		t.Fatalf("Leave took %v with a dead party of TTL %v", d, b.TTL)
+	}
+}
+
+func testBarrierCancelLeave(t *testing.T, b SyncBackend) {
+	name := Key(t)
+	parties := enterAll(t, b, name, 2, b.TTL)
+	// One party's Leave is cut short at a random moment: it is out of the
+	// barrier all the same (told, or lapsed after the TTL), and the other's
+	// Leave returns.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(5000))*time.Microsecond)
+	defer cancel()
+	_ = parties[0].Leave(ctx)
+	start := time.Now()
+	if err := parties[1].Leave(ctxT(t, b.TTL+30*time.Second)); err != nil {
+		t.Fatalf("Leave after a cancelled Leave: %v", err)
+	}
+	if d := time.Since(start); d > b.TTL+5*time.Second {
+		t.Fatalf("Leave took %v after the other party's cancelled Leave, TTL %v", d, b.TTL)
+	}
+	if n, _, err := b.New(t).Depart(ctxT(t, 10*time.Second), name, "nobody", 2); err != nil || n != 0 {
+		t.Fatalf("parties left behind: %d, %v", n, err)
 	}
 }
 
