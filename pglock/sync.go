@@ -90,7 +90,7 @@ func (d *Driver) syncTx(ctx context.Context, op string, f func(ctx context.Conte
 	})
 }
 
-// head inserts the row of name (party '') unless it exists, locks it, and
+// head inserts the row of name (the empty party) unless it exists, locks it, and
 // reads it: its n, count and open, and whether it lapsed.
 func head(ctx context.Context, tx pgx.Tx, t, kind, name string, n int) (cur, count int, open, lapsed bool, err error) {
 	if _, err = tx.Exec(ctx, `INSERT INTO `+t+` (kind, name, party, n, count, expires)

@@ -270,4 +270,3 @@ func (d *SyncDriver) WatchSync(ctx context.Context, name string) (<-chan struct{
 		})
 	}, nil
 }
-
