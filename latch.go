@@ -175,7 +175,8 @@ func NewBarrier(d SyncDriver, name string, parties int, ttl time.Duration) (*Bar
 func (b *Barrier) Name() string { return b.name }
 
 // Enter announces this party and returns nil once the barrier is open, with
-// this party inside until Leave. When ctx ends first (or the store fails for
+// this party inside until Leave (a goroutine renews its presence until then:
+// call Leave). When ctx ends first (or the store fails for
 // good) the arrival is taken back, unless the barrier opened meanwhile (Enter
 // then returns nil), and Enter returns the error; an arrival that cannot be
 // taken back lapses after the TTL. Entering twice without Leave is an error
