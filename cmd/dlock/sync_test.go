@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,8 +12,13 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
+// syncName is a latch or barrier name of this test run alone.
+func syncName(t *testing.T) string {
+	return strings.ReplaceAll(t.Name(), "/", ".") + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
 func TestLatchVerbs(t *testing.T) {
-	name := "latch-" + t.Name()
+	name := syncName(t)
 	if r := dlockRun(t, "latch", "count", "--count", "2", name); r.code != 0 || strings.TrimSpace(r.stdout) != "2" {
 		t.Fatalf("count: %+v", r)
 	}
@@ -52,7 +58,7 @@ func TestLatchVerbs(t *testing.T) {
 // after the second party started, and both exit with their command's status.
 func TestBarrierRunsCommandOnceAllArrived(t *testing.T) {
 	dir := t.TempDir()
-	name := "barrier-" + t.Name()
+	name := syncName(t)
 	first := dlockCmd(t, "barrier", "--parties", "2", "--timeout", "25s", name, "--",
 		"sh", "-c", "touch "+filepath.Join(dir, "first")+"; test -e "+filepath.Join(dir, "second-started"))
 	if err := first.Start(); err != nil {
@@ -77,7 +83,7 @@ func TestBarrierRunsCommandOnceAllArrived(t *testing.T) {
 // leaves then.
 func TestBarrierKilledPartyLapses(t *testing.T) {
 	dir := t.TempDir()
-	name := "barrier-" + t.Name()
+	name := syncName(t)
 	inside := filepath.Join(dir, "inside")
 	victim := dlockCmd(t, "barrier", "--parties", "2", "--ttl", "1s", name, "--", "sh", "-c", "touch "+inside+"; sleep 60")
 	if err := victim.Start(); err != nil {
@@ -109,7 +115,7 @@ func TestLatchAndBarrierOnEtcdAndPostgres(t *testing.T) {
 	pg := testserver.StartPostgres(t)
 	for _, b := range []struct{ flag, url string }{{"--etcd", etcd.ClientURL}, {"--postgres", pg.URL}} {
 		t.Run(b.flag, func(t *testing.T) {
-			name := "sync-" + strings.TrimLeft(b.flag, "-")
+			name := syncName(t)
 			if r := dlockRun(t, "latch", "count-down", b.flag, b.url, "--count", "1", name); r.code != 0 || strings.TrimSpace(r.stdout) != "0" {
 				t.Fatalf("count-down: %+v", r)
 			}
