@@ -11,6 +11,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+func ExampleNew() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := redislock.New(rdb, dlock.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = dlock.Do(ctx, locker, "example:report", func(ctx context.Context) error {
+		fmt.Println("writing the report alone")
+		return nil
+	})
+	fmt.Println("done:", err)
+	// It prints:
+	// writing the report alone
+	// done: <nil>
+}
+
 func ExampleNewFair() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})

@@ -2,6 +2,24 @@
 // on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
 // the caller's go-redis v9 client.
 //
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	locker, _ := redislock.New(rdb, dlock.WithTTL(10*time.Second))
+//	err := dlock.Do(ctx, locker, "orders:42", func(ctx context.Context) error {
+//		return process(ctx) // runs alone, while the lease is renewed
+//	})
+//
+// New's Example runs that against a local server. New gives the plain lock,
+// NewFair a lock granted in arrival order, NewSemaphore N permits of one key,
+// NewRWMutex readers or one writer, and NewReentrant a lock its holder may take
+// again; NewClient makes locks over a Driver (NewDriver) with options such as
+// waiting for replicas to acknowledge each write. NewInspector lists and
+// force-unlocks locks, NewFence makes fenced writes to plain Redis keys, and
+// NewOptimistic is compare-and-set on versioned values, without a lock. The
+// constructors' Examples show each at work. The sections below describe how
+// the locks are kept in Redis.
+//
+// # Layout
+//
 // A plain lock (New) is one string "dlock:{KEY}" with an expiry, its lock record:
 // a flag ('+' when somebody may wait, so that the release wakes them, '-'
 // otherwise), the newest fencing token in base 36, and, while held, a space, the

@@ -55,7 +55,9 @@ func (d *Driver) checkAck(ctx context.Context, r dlock.AcquireRequest, acked int
 	if d.ack == 0 || acked >= int64(d.ack) {
 		return nil
 	}
-	_, _ = d.drop(context.WithoutCancel(ctx), dlock.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
+	cctx, cancel := dlock.CleanupContext(ctx)
+	_, _ = d.drop(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
+	cancel()
 	return fmt.Errorf("%w: redislock: the acquisition reached %d of %d replicas within %v, and was released",
 		dlock.ErrUnavailable, acked, d.ack, d.ackTimeout)
 }

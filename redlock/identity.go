@@ -121,6 +121,8 @@ func (d *Driver) nodeName(i int) string {
 // server: whatever it took on any node is abandoned (also an attempt still on
 // its way cannot land), and the error says which nodes they are.
 func (d *Driver) refuseDuplicate(ctx context.Context, r dlock.AcquireRequest, dup error) error {
-	_ = d.Abandon(context.WithoutCancel(ctx), dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
+	cctx, cancel := dlock.CleanupContext(ctx)
+	defer cancel()
+	_ = d.Abandon(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
 	return dup
 }

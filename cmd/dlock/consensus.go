@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"strconv"
@@ -17,43 +16,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// consensusStore is a store on an etcd cluster or a ZooKeeper ensemble: one
-// Client serves every lock of the run (they have no fair or semaphore kinds of
-// their own: their locks are first come, first served already).
-type consensusStore struct {
-	where  string
-	newc   func(opts ...dlock.Option) (dlock.Locker, error)
-	insp   dlock.Inspector
-	closer func()
-	// purge deletes everything of the locks whose names start with prefix
-	// (dlock verify's cleanup) and returns how many entries it removed.
-	purge func(ctx context.Context, prefix string) (int, error)
-	sync  dlock.SyncDriver // latches and barriers (sync.go); nil without them
-}
-
-func (s *consensusStore) String() string { return s.where }
-
-func (s *consensusStore) close() { s.closer() }
-
-func (s *consensusStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind.slots != 1 {
-		return nil, usageErrorf("-n %d: semaphores are not available on %s", kind.slots, s.where)
-	}
-	// --fair needs nothing more: waiters are served in arrival order.
-	return s.newc(opts...)
-}
-
-func (s *consensusStore) inspector() dlock.Inspector { return s.insp }
-
-func (s *consensusStore) failures() *failureLog { return nil }
-
-func (s *consensusStore) explain(_ context.Context, key string, err error) error {
-	if !errors.Is(err, dlock.ErrConflict) {
-		return err
-	}
-	return &exitError{code: exitDataErr, msg: fmt.Sprintf("key %q holds data that is not a dlock lock on %s: %v", key, s.where, err)}
-}
 
 // hostPort checks one server address given as host:port or a URL with a scheme
 // of schemes, and returns host:port.
@@ -137,7 +99,7 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &consensusStore{
+	return &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
 			return etcdlock.New(cli, opts...)
@@ -216,7 +178,7 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 		_ = d.Close()
 		return nil, err
 	}
-	return &consensusStore{
+	return &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
 			return zklock.New(d, opts...)

@@ -3,19 +3,16 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/dlock-go/dlock/dashboard"
+	"github.com/dlock-go/dlock/internal/holder"
 )
 
 // printable returns s with every character a terminal could act on escaped,
 // so that holder-supplied text can neither send escape sequences nor forge rows
-// and columns (see dashboard.Printable).
-func printable(s string) string { return dashboard.Printable(s) }
-
-func isPrintable(r rune) bool { return r != utf8.RuneError && unicode.IsPrint(r) }
+// and columns (see holder.Printable).
+func printable(s string) string { return holder.Printable(s) }
 
 // escapeJSONControls rewrites the characters encoding/json leaves raw but a
 // terminal may act on, as \u escapes: DEL, the C1 controls (among them CSI
@@ -23,7 +20,7 @@ func isPrintable(r rune) bool { return r != utf8.RuneError && unicode.IsPrint(r)
 // Outside strings JSON has only ASCII, so the document stays valid and decodes
 // to the same values.
 func escapeJSONControls(js []byte) []byte {
-	raw := func(r rune) bool { return r >= 0x7f && !isPrintable(r) && r != utf8.RuneError }
+	raw := func(r rune) bool { return r >= 0x7f && !holder.IsPrintable(r) && r != utf8.RuneError }
 	if !bytes.ContainsFunc(js, raw) {
 		return js
 	}

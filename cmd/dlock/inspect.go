@@ -14,51 +14,40 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dashboard"
+	"github.com/dlock-go/dlock/internal/holder"
 )
-
-// holderMeta is what dlock run stores with its lock (dlock.WithMetadata, JSON).
-type holderMeta struct {
-	Host        string    `json:"host,omitempty"`
-	PID         int       `json:"pid,omitempty"`
-	User        string    `json:"user,omitempty"`
-	Since       time.Time `json:"since"`
-	Description string    `json:"description,omitempty"`
-}
 
 // lockInfo is one lock as status, list and unlock print it; its JSON form is
 // what --json prints.
 type lockInfo struct {
-	Key       string      `json:"key"`
-	Held      bool        `json:"held"`
-	Token     uint64      `json:"token,omitempty"`
-	TTLms     int64       `json:"ttl_ms,omitempty"`
-	Holder    *holderMeta `json:"holder,omitempty"`
-	Metadata  string      `json:"metadata,omitempty"` // when not written by dlock run
-	LastToken uint64      `json:"last_token,omitempty"`
-	Waiters   int         `json:"waiters"`           // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
-	Holders   int         `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
-	Limit     int         `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
+	Key       string         `json:"key"`
+	Held      bool           `json:"held"`
+	Token     uint64         `json:"token,omitempty"`
+	TTLms     int64          `json:"ttl_ms,omitempty"`
+	Holder    *holder.Record `json:"holder,omitempty"`
+	Metadata  string         `json:"metadata,omitempty"` // when not written by dlock run
+	LastToken uint64         `json:"last_token,omitempty"`
+	Waiters   int            `json:"waiters"`           // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
+	Holders   int            `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
+	Limit     int            `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
 }
 
 // holders says how the lock is held, in a few words (see holdersText).
 func (li lockInfo) holders() string { return holdersText(li.Held, li.Holders, li.Limit) }
 
-// parseMeta reads the metadata of a lock: a holderMeta when dlock run wrote it,
-// and otherwise the raw text. The acquisition time is taken from the fencing
-// token when that is a plausible server time in microseconds: run writes its
-// metadata before it starts waiting.
-func parseMeta(raw string, token uint64) (*holderMeta, string) {
-	var m holderMeta
-	if raw == "" || json.Unmarshal([]byte(raw), &m) != nil || m.Since.IsZero() {
+// parseMeta reads the metadata of a lock: the holder record when dlock run
+// wrote it, and otherwise the raw text. The record's time becomes the
+// acquisition's, to the millisecond, when the fencing token tells it (see
+// holder.Record.AcquiredAt).
+func parseMeta(raw string, token uint64) (*holder.Record, string) {
+	m := holder.Parse(raw)
+	if m == nil {
 		return nil, raw
 	}
-	if token < 1<<62 {
-		at := time.UnixMicro(int64(token)).UTC()
-		if !at.Before(m.Since.Add(-time.Minute)) && at.Before(time.Now().Add(time.Minute)) {
-			m.Since = at.Truncate(time.Millisecond)
-		}
+	if at := m.AcquiredAt(token, time.Now()); !at.Equal(m.Since) {
+		m.Since = at.UTC().Truncate(time.Millisecond)
 	}
-	return &m, ""
+	return m, ""
 }
 
 // holderLine is a one-line description of who holds a lock.

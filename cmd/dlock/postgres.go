@@ -18,10 +18,10 @@ import (
 
 // pgStore is a store in a PostgreSQL database (pglock's lease table, which
 // run creates when missing and inspection never does): exclusive locks only.
-type pgStore struct{ *consensusStore }
+type pgStore struct{ *mutexStore }
 
-func (s pgStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind.fair || kind.slots != 1 || kind.shared || kind.exclusive {
+func (s pgStore) locker(kind lockKind, _ int, opts ...dlock.Option) (dlock.Locker, error) {
+	if kind != plainLock {
 		return nil, usageErrorf("--fair, -n, -s and -x are not available on %s: it has the exclusive lock only", s.where)
 	}
 	return s.newc(opts...)
@@ -74,7 +74,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		pool.Close()
 		return nil, err
 	}
-	return pgStore{&consensusStore{
+	return pgStore{&mutexStore{
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return d.Client(opts...) },
 		insp:   pgInspector{c, where},

@@ -102,11 +102,11 @@ func (s *redlockStore) close() {
 	}
 }
 
-func (s *redlockStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind.slots != 1 {
-		return nil, usageErrorf("-n %d: semaphores are not available yet (-n 1 is the plain lock)", kind.slots)
+func (s *redlockStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
+	if kind == semaphoreLock {
+		return nil, usageErrorf("-n %d: semaphores are not available yet (-n 1 is the plain lock)", permits)
 	}
-	if kind.fair {
+	if kind == fairLock {
 		return nil, usageErrorf("--fair is not available with Redlock (several --redis URLs): give one --redis URL")
 	}
 	return redlock.NewClient(s.d, opts...)

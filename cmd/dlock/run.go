@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/redislock"
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +53,22 @@ type runFlags struct {
 	quiet       bool
 	verbose     bool
 	metrics     runMetrics
+}
+
+// kind is the kind of lock the flags ask for (see the checks of validate for
+// the combinations refused).
+func (o *runFlags) kind() lockKind {
+	switch {
+	case o.shared:
+		return readLock
+	case o.exclusive:
+		return writeLock
+	case o.slots != 1:
+		return semaphoreLock
+	case o.fair:
+		return fairLock
+	}
+	return plainLock
 }
 
 func (o *runFlags) define() *flag.FlagSet {
@@ -165,7 +181,7 @@ func runRun(ctx context.Context, e *env, args []string) (code int) {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	locker, err := st.locker(lockKind{fair: r.flags.fair, slots: r.flags.slots, shared: r.flags.shared, exclusive: r.flags.exclusive}, append(r.lockOptions(), r.flags.metrics.options()...)...)
+	locker, err := st.locker(r.flags.kind(), r.flags.slots, append(r.lockOptions(), r.flags.metrics.options()...)...)
 	if err != nil {
 		return fail(e, c.name, err)
 	}
@@ -274,13 +290,12 @@ func commandError(e *env, name string, err error) int {
 // lockOptions are the lease options of this run, with the holder's metadata.
 func (r *runRequest) lockOptions() []dlock.Option {
 	o := r.flags
-	m := holderMeta{PID: os.Getpid(), Since: time.Now().UTC(), Description: o.description}
+	m := holder.Record{PID: os.Getpid(), Since: time.Now().UTC(), Description: o.description}
 	m.Host, _ = os.Hostname()
 	if u, err := user.Current(); err == nil {
 		m.User = u.Username
 	}
-	meta, _ := json.Marshal(m)
-	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(string(meta)), dlock.WithFailureLimit(o.failAfter.d)}
+	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(m.Encode()), dlock.WithFailureLimit(o.failAfter.d)}
 	if o.renewEvery.set {
 		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
 	}

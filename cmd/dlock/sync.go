@@ -20,7 +20,7 @@ func syncStore(st store) (dlock.SyncDriver, error) {
 	switch s := st.(type) {
 	case *redisStore:
 		return redislock.NewSyncDriver(s.rdb)
-	case *consensusStore:
+	case *mutexStore:
 		if s.sync != nil {
 			return s.sync, nil
 		}

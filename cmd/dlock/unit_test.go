@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/internal/holder"
 )
 
 func TestRedactHidesEveryFormOfThePassword(t *testing.T) {
@@ -107,7 +109,7 @@ func TestPrintableAndJSONEscapes(t *testing.T) {
 		if err := json.Unmarshal(esc, &back); err != nil || (back != in && utf8.ValidString(in)) {
 			t.Errorf("escapeJSONControls(%s) = %s, decodes to %q (%v)", js, esc, back, err)
 		}
-		if bytes.ContainsFunc(esc, func(r rune) bool { return r >= 0x7f && !isPrintable(r) && r != utf8.RuneError }) {
+		if bytes.ContainsFunc(esc, func(r rune) bool { return r >= 0x7f && !holder.IsPrintable(r) && r != utf8.RuneError }) {
 			t.Errorf("escapeJSONControls(%s) = %s leaves a control character", js, esc)
 		}
 	}

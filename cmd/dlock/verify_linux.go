@@ -206,7 +206,7 @@ func runVerifyWorker(ctx context.Context, e *env) int {
 		return fail(e, "verify", err)
 	}
 	defer st.close()
-	lk, err := st.locker(lockKind{slots: 1})
+	lk, err := st.locker(plainLock, 1)
 	if err != nil {
 		return fail(e, "verify", err)
 	}
@@ -323,10 +323,10 @@ func verifyLeftover(ctx context.Context, st store, prefix string, ttl time.Durat
 // removes it once its TTL has passed by the server's clock); the lease it gets
 // is released at once.
 func freedByNextAttempt(ctx context.Context, st store, key string) bool {
-	if _, ok := st.(*consensusStore); !ok {
+	if _, ok := st.(*mutexStore); !ok {
 		return false
 	}
-	l, err := st.locker(lockKind{slots: 1})
+	l, err := st.locker(plainLock, 1)
 	if err != nil {
 		return false
 	}
@@ -365,7 +365,7 @@ func purge(ctx context.Context, st store, prefix string) (int, error) {
 		return n, errors.Join(errs...)
 	case pgStore:
 		return s.purge(ctx, prefix)
-	case *consensusStore:
+	case *mutexStore:
 		return s.purge(ctx, prefix)
 	}
 	return 0, fmt.Errorf("cannot remove the prefix's entries from %s", st)
