@@ -21,9 +21,12 @@ const refuseFor = time.Minute
 const minPause, maxPause = 20 * time.Millisecond, 2 * time.Second
 
 // listenLinger is how long a listening connection stays after its last
-// waiter left: a process whose waits follow each other keeps one connection
-// instead of setting one up per wait.
-var listenLinger = time.Second
+// waiter left: a process whose waits follow each other (a contended lock
+// changes hands every few milliseconds) keeps one connection instead of
+// setting one up per wait. It is short, so that the connection and its
+// goroutine are gone soon after the last wait (a program's leak check at exit
+// retries for about half a second).
+var listenLinger = 100 * time.Millisecond
 
 // buckets is the number of notification counters of a listener; keys share
 // them by hash.

@@ -42,7 +42,7 @@
 // acquisition) sends a NOTIFY on a channel named after the table with the key
 // as payload; an uncontended release sends none. A Driver that has waiters
 // keeps one dedicated connection (outside the pool, with the pool's connection
-// settings) LISTENing on it, until a second after its last waiter left, and
+// settings) LISTENing on it, until a tenth of a second after its last waiter left, and
 // wakes its waiters of that key. A notification can be lost (the listening
 // connection broke, the server restarted): a waiter then sleeps at most the
 // holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
