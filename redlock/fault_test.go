@@ -76,7 +76,9 @@ func TestDelayedRestartKeepsExclusion(t *testing.T) {
 	key := dlocktest.Key(t)
 	ctx := ctxT(t, 20*time.Second)
 	a, b := newClient(t), newClient(t)
-	const ttl = 600 * time.Millisecond
+	// Long enough for the restarts below on a loaded host: the holder's
+	// lease must still be valid when the other Client tries.
+	const ttl = 2 * time.Second
 	stop(t, 3, 4)
 	la, err := a.TryLock(ctx, key, dlock.WithTTL(ttl))
 	if err != nil {
