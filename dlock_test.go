@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -55,7 +57,7 @@ func TestNormalizeTTL(t *testing.T) {
 		{dlock.MaxTTL + time.Millisecond, 0, false},
 	}
 	for _, c := range cases {
-		got, err := dlock.NormalizeTTL(c.in)
+		got, err := driver.NormalizeTTL(c.in)
 		if c.ok != (err == nil) || got != c.want {
 			t.Errorf("NormalizeTTL(%v) = %v, %v; want %v ok=%v", c.in, got, err, c.want, c.ok)
 		}
@@ -147,7 +149,7 @@ func TestMatchKey(t *testing.T) {
 		{"[ab", "a", false}, {"ключ*", "ключ:1", true}, {"a/*", "a/b/c", true},
 	}
 	for _, c := range cases {
-		if got := dlock.MatchKey(c.p, c.k); got != c.ok {
+		if got := driver.MatchKey(c.p, c.k); got != c.ok {
 			t.Errorf("MatchKey(%q, %q) = %v, want %v", c.p, c.k, got, c.ok)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Leadership is a won election: the holder of a role, returned by Campaign. It
@@ -35,7 +37,7 @@ type Leadership struct {
 // role or option, and otherwise Lock's errors: the context's when it ended the
 // campaign.
 func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Leadership, error) {
-	if isNil(l) {
+	if driver.IsNil(l) {
 		return nil, invalidf("nil locker")
 	}
 	if ctx == nil {
@@ -230,8 +232,8 @@ func (l *Leadership) Resign(ctx context.Context) error { return l.Lease().Unlock
 // WithOwner ID, if it gave one), Metadata its WithMetadata text (an instance
 // name, say), Token its term's fencing token and TTL the time its leadership
 // lasts unless renewed. It is a snapshot. Errors are Inspect's.
-func Leader(ctx context.Context, in Inspector, role string) (LockInfo, error) {
-	if isNil(in) {
+func Leader(ctx context.Context, in driver.Inspector, role string) (LockInfo, error) {
+	if driver.IsNil(in) {
 		return LockInfo{}, invalidf("nil inspector")
 	}
 	if ctx == nil {
@@ -258,13 +260,13 @@ const (
 // the caller must keep receiving until then or cancel ctx. interval must lie
 // in [MinObserveInterval, MaxObserveInterval]; otherwise, and for a nil
 // inspector or context or a bad role, the error matches ErrInvalid.
-func Observe(ctx context.Context, in Inspector, role string, interval time.Duration) (<-chan LockInfo, error) {
+func Observe(ctx context.Context, in driver.Inspector, role string, interval time.Duration) (<-chan LockInfo, error) {
 	if interval < MinObserveInterval || interval > MaxObserveInterval {
 		return nil, invalidf("observe interval %v outside [%v, %v]", interval, MinObserveInterval, MaxObserveInterval)
 	}
 	var changed <-chan struct{}
 	var stopWatch context.CancelFunc = func() {}
-	if kw, ok := in.(KeyWatcher); ok && ctx != nil && !isNil(in) {
+	if kw, ok := in.(driver.KeyWatcher); ok && ctx != nil && !driver.IsNil(in) {
 		// Watching first, so that no change after the first read is missed.
 		wctx, cancel := context.WithCancel(ctx)
 		if ch, err := kw.WatchKey(wctx, role); err == nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/memlock"
@@ -78,7 +80,7 @@ func TestCampaignTakesOverFromCrashedLeader(t *testing.T) {
 	obs := newRedisLocker(t)
 	// The crashed leader: a holding that nobody renews or releases.
 	const ttl = 400 * time.Millisecond
-	if _, err := newRedisLocker(t).Driver().Acquire(ctx, dlock.AcquireRequest{Key: role, Owner: "crashed", TTL: ttl, Metadata: "old"}); err != nil {
+	if _, err := newRedisLocker(t).Driver().Acquire(ctx, driver.AcquireRequest{Key: role, Owner: "crashed", TTL: ttl, Metadata: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	octx, ocancel := context.WithCancel(ctx)
@@ -244,7 +246,7 @@ func TestCampaignWithTTLRenews(t *testing.T) {
 
 // endedWatch is an Inspector whose KeyWatcher's watch ends at once, as a
 // watch does when its store's session expires.
-type endedWatch struct{ dlock.Inspector }
+type endedWatch struct{ driver.Inspector }
 
 func (endedWatch) WatchKey(context.Context, string) (<-chan struct{}, error) {
 	ch := make(chan struct{})

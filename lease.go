@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 type leaseState uint8
@@ -81,7 +83,7 @@ type leaseObs struct {
 	leader bool            // a Campaign's lease: its end is a Leadership event too
 }
 
-func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
+func newLease(c *Client, h driver.Holding, token uint64, start time.Time, cfg *config) *Lease {
 	l := &Lease{
 		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
@@ -183,8 +185,8 @@ func oneLine(err error) string { return strings.Join(strings.Fields(err.Error())
 func (l *Lease) zero() bool { return l == nil || l.c == nil }
 
 // holding names the lease's holding to the driver, with ttl as its TTL.
-func (l *Lease) holding(ttl time.Duration) Holding {
-	return Holding{Key: l.key, Owner: l.owner, TTL: ttl, Handle: l.handle}
+func (l *Lease) holding(ttl time.Duration) driver.Holding {
+	return driver.Holding{Key: l.key, Owner: l.owner, TTL: ttl, Handle: l.handle}
 }
 
 // Key returns the lock key.
@@ -305,13 +307,13 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	l.bound(start, bootStart, ttl)
 	l.mu.Unlock()
 	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
-	return l.extendOutcome(start, bootStart, ttl, ExtendResult{TTL: granted, Err: err})
+	return l.extendOutcome(start, bootStart, ttl, driver.ExtendResult{TTL: granted, Err: err})
 }
 
 // extendOutcome applies the outcome of an extend round trip asking for ttl that
 // started at start (bootStart on the boot clock): the lease is extended, or lost
 // when the store no longer holds it; other failures are returned as they are.
-func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res ExtendResult) error {
+func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res driver.ExtendResult) error {
 	switch {
 	case res.Err == nil:
 		return l.extended(start, bootStart, max(res.TTL, ttl))
@@ -403,7 +405,7 @@ func (l *Lease) release(ctx context.Context) error {
 			return err
 		}
 	}
-	cctx, cancel := CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
 	return l.c.d.Release(cctx, l.holding(l.currentTTL()))
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // MaxGroupKeys is the largest number of distinct keys LockAll takes at once.
@@ -50,7 +52,7 @@ func TryLockAll(ctx context.Context, locker Locker, keys []string, opts ...Optio
 }
 
 func lockAll(ctx context.Context, locker Locker, keys []string, opts []Option, try bool) (*Group, error) {
-	if isNil(locker) {
+	if driver.IsNil(locker) {
 		return nil, invalidf("nil locker")
 	}
 	if ctx == nil {

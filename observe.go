@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Observer is told of every lifecycle event of the locks a Client takes: the
@@ -110,7 +112,7 @@ func (NopObserver) StaleToken(context.Context, StaleTokenEvent) {}
 // Client's default Observer for the call. The default is none.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
-		if isNil(o) {
+		if driver.IsNil(o) {
 			c.observer = nil
 			return
 		}
@@ -326,7 +328,7 @@ func (l *Lease) unlockUnless(told *bool) {
 	if *told || l == nil {
 		return
 	}
-	ctx, cancel := CleanupContext(context.Background())
+	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
 	_ = l.Unlock(ctx)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -156,13 +158,13 @@ type subscribing struct {
 	subscribed chan struct{}
 }
 
-func (s subscribing) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (s subscribing) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	defer close(s.subscribed)
 	return s.Store.Subscribe(ctx, h)
 }
 
-func (subscribing) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "mem", Kind: dlock.KindFair}
+func (subscribing) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "mem", Kind: driver.KindFair}
 }
 
 func TestObserverWaitWakesAndAcquires(t *testing.T) {
@@ -356,22 +358,22 @@ func BenchmarkObserverUncontended(b *testing.B) {
 // named is a memlock Store that names itself info.
 type named struct {
 	*memlock.Store
-	info dlock.DriverInfo
+	info driver.DriverInfo
 }
 
-func (n named) Info() dlock.DriverInfo { return n.info }
+func (n named) Info() driver.DriverInfo { return n.info }
 
 // TestNewClientChecksDriverInfo: a driver must name its backend and kind; the
 // Observer's events carry the names it gives.
 func TestNewClientChecksDriverInfo(t *testing.T) {
-	for _, bad := range []dlock.DriverInfo{{}, {Backend: "mem"}, {Kind: dlock.KindMutex}, {Backend: "Mem", Kind: dlock.KindMutex},
-		{Backend: "mem", Kind: "a kind"}, {Backend: strings.Repeat("m", 65), Kind: dlock.KindMutex}} {
+	for _, bad := range []driver.DriverInfo{{}, {Backend: "mem"}, {Kind: driver.KindMutex}, {Backend: "Mem", Kind: driver.KindMutex},
+		{Backend: "mem", Kind: "a kind"}, {Backend: strings.Repeat("m", 65), Kind: driver.KindMutex}} {
 		if _, err := dlock.NewClient(named{memlock.NewStore(), bad}); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewClient with names %+v: %v, want ErrInvalid", bad, err)
 		}
 	}
 	r := &recorder{}
-	c, err := dlock.NewClient(named{memlock.NewStore(), dlock.DriverInfo{Backend: "my-store.v2", Kind: dlock.KindSemaphore}}, dlock.WithObserver(r))
+	c, err := dlock.NewClient(named{memlock.NewStore(), driver.DriverInfo{Backend: "my-store.v2", Kind: driver.KindSemaphore}}, dlock.WithObserver(r))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,14 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Defaults. A Client built without options uses these values.
 const (
 	// MaxKeyLen is the longest lock key accepted, in bytes, on every backend.
-	MaxKeyLen = 1024
+	MaxKeyLen = driver.MaxKeyLen
 
 	// MaxMetadataLen is the longest metadata string accepted, in bytes.
 	MaxMetadataLen = 4096
@@ -239,7 +241,7 @@ func (c *config) renewing() bool {
 }
 
 // check validates the combined configuration and normalises the TTL.
-func (c *config) check(lim TTLLimits) error {
+func (c *config) check(lim driver.TTLLimits) error {
 	if c.err != nil {
 		return c.err
 	}

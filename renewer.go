@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // The renewer: one per Client, it renews every renewing lease of the Client in
@@ -212,7 +214,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	// round waits for its reply no longer than the last of them.
 	ctx, cancel := context.WithDeadline(ctx, last)
 	defer cancel()
-	rn.extend(ctx, ps, func(i int, r ExtendResult) { rn.apply(rd, started, ps[i], r) })
+	rn.extend(ctx, ps, func(i int, r driver.ExtendResult) { rn.apply(rd, started, ps[i], r) })
 }
 
 // apply applies the outcome r of p's renewal in round rd, which started at
@@ -221,7 +223,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 // an outcome applied late never overrides its; see Lease.extended), and an
 // Observer told of the outcome may extend any lease (one whose renewal is still
 // in flight once that renewal has returned).
-func (rn *renewer) apply(rd *round, started time.Time, p pending, r ExtendResult) {
+func (rn *renewer) apply(rd *round, started time.Time, p pending, r driver.ExtendResult) {
 	rn.mu.Lock()
 	drop := p.l.re.unlocked
 	var applied chan struct{} // only an Observer's events are waited for
@@ -281,16 +283,16 @@ func (rn *renewer) done(l *Lease, rd *round, next time.Duration, stop bool) {
 // per lease (a few at a time), each bounded by its lease's deadline, whose
 // outcome is applied as soon as it has returned and every Extend of the round
 // has started, so that a renewal that hangs holds up no other lease's.
-func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, ExtendResult)) {
-	reqs := make([]ExtendRequest, len(ps))
+func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, driver.ExtendResult)) {
+	reqs := make([]driver.ExtendRequest, len(ps))
 	for i, p := range ps {
-		reqs[i] = ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
+		reqs[i] = driver.ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
 	}
-	if be, ok := rn.c.d.(BatchExtender); ok {
+	if be, ok := rn.c.d.(driver.BatchExtender); ok {
 		res := be.ExtendMany(ctx, reqs)
 		if len(res) != len(reqs) {
 			err := fmt.Errorf("%w: the driver's ExtendMany returned %d results for %d renewals", ErrUnavailable, len(res), len(reqs))
-			res = make([]ExtendResult, len(reqs))
+			res = make([]driver.ExtendResult, len(reqs))
 			for i := range res {
 				res[i].Err = err
 			}
@@ -303,7 +305,7 @@ func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, Ext
 		}
 		return
 	}
-	res := make([]ExtendResult, len(reqs))
+	res := make([]driver.ExtendResult, len(reqs))
 	returned := make(chan int, len(reqs)) // the renewals whose outcome is in res
 	for i := range reqs {
 		select {
@@ -330,18 +332,18 @@ func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, Ext
 }
 
 // extendOne is one Extend of a round, cancelled when l is unlocked.
-func (rn *renewer) extendOne(ctx context.Context, l *Lease, deadline time.Time, r ExtendRequest) ExtendResult {
+func (rn *renewer) extendOne(ctx context.Context, l *Lease, deadline time.Time, r driver.ExtendRequest) driver.ExtendResult {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	rn.mu.Lock()
 	if l.re.unlocked {
 		rn.mu.Unlock()
-		return ExtendResult{Err: context.Canceled}
+		return driver.ExtendResult{Err: context.Canceled}
 	}
 	l.re.cancel = cancel
 	rn.mu.Unlock()
 	ttl, err := rn.c.d.Extend(ctx, r.Holding, r.TTL)
-	return ExtendResult{TTL: ttl, Err: err}
+	return driver.ExtendResult{TTL: ttl, Err: err}
 }
 
 // renewQueue is a heap of leases by next renewal.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // start arms the deadline timer and, for a renewed lease, queues its first
@@ -81,7 +83,7 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 		defer func() {
 			go func() {
 				defer close(done)
-				ctx, cancel := CleanupContext(context.Background())
+				ctx, cancel := driver.CleanupContext(context.Background())
 				defer cancel()
 				_ = l.c.d.Release(ctx, h)
 			}()
@@ -151,7 +153,7 @@ func (l *Lease) renewBegin(started time.Time, bootStart, ttl time.Duration) (dea
 // for ttl: the lease is extended, lost (the store no longer holds it) or left to
 // a retry. It says when to renew next, or to stop. No extendMu is held: the
 // holder's own Extend may run meanwhile.
-func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res ExtendResult) (next time.Duration, stop bool) {
+func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res driver.ExtendResult) (next time.Duration, stop bool) {
 	l.mu.Lock()
 	gone := l.state != held
 	l.mu.Unlock()
@@ -219,7 +221,7 @@ func (l *Lease) dropUnless(ok *bool) {
 	if st != held {
 		return
 	}
-	ctx, cancel := CleanupContext(context.Background())
+	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
 	_ = l.c.d.Release(ctx, l.holding(l.currentTTL()))
 }

@@ -1,5 +1,5 @@
 // Package dashboard is a live view of the locks of any dlock backend: a Watcher
-// that reads a dlock.Inspector every interval and keeps, for every lock, what an
+// that reads a driver.Inspector every interval and keeps, for every lock, what an
 // operator looks at first (who holds it, for how long, the TTL left, the waiters,
 // how often it changes hands, and marks for a TTL about to run out and for a
 // holder that stopped renewing), with a short history for plots; and an
@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -40,7 +42,7 @@ const (
 // Options configure a Watcher and a Handler. The zero value watches every lock
 // ("*") every second, keeps five minutes of history and refuses force-unlock.
 type Options struct {
-	// Pattern selects the locks by name (a glob as dlock.MatchKey reads it);
+	// Pattern selects the locks by name (a glob as driver.MatchKey reads it);
 	// "" means "*".
 	Pattern string
 
@@ -94,7 +96,7 @@ type Row struct {
 	TTL    time.Duration `json:"-"` // time left; <0 unknown (a session-bound lock)
 	TTLMax time.Duration `json:"-"` // the longest TTL seen for this holding: the bar's full length
 
-	Waiters   int    `json:"waiters"` // waiters the store knows of; -1 (dlock.WaitersUnknown) when it does not know them
+	Waiters   int    `json:"waiters"` // waiters the store knows of; -1 (driver.WaitersUnknown) when it does not know them
 	Holders   int    `json:"holders"`
 	Limit     int    `json:"limit"` // 1 exclusive, N a semaphore, 0 shared by readers
 	Token     uint64 `json:"token,omitempty"`
@@ -166,7 +168,7 @@ const RateWindow = 10 * time.Second
 // methods are safe for concurrent use. It starts no goroutine: Refresh (or Run)
 // does the reading.
 type Watcher struct {
-	in       dlock.Inspector
+	in       driver.Inspector
 	opts     Options
 	now      func() time.Time
 	bucket   time.Duration
@@ -205,14 +207,14 @@ type acq struct {
 
 // NewWatcher returns a Watcher of the locks of in that match opts.Pattern. The
 // error matches dlock.ErrInvalid for a bad pattern or a nil Inspector.
-func NewWatcher(in dlock.Inspector, opts Options) (*Watcher, error) {
+func NewWatcher(in driver.Inspector, opts Options) (*Watcher, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: dashboard: nil Inspector", dlock.ErrInvalid)
 	}
 	if opts.Pattern == "" {
 		opts.Pattern = "*"
 	}
-	if err := dlock.ValidatePattern(opts.Pattern); err != nil {
+	if err := driver.ValidatePattern(opts.Pattern); err != nil {
 		return nil, err
 	}
 	switch {
@@ -513,7 +515,7 @@ func (tr *track) row(key string, now time.Time) Row {
 	}
 	if tr.who == nil {
 		who := Row{Owner: Printable(info.Owner)}
-		if id, _ := dlock.SplitOwner(info.Owner); id != info.Owner {
+		if id, _ := driver.SplitOwner(info.Owner); id != info.Owner {
 			who.OwnerID = Printable(id)
 		}
 		if m := tr.meta; m != nil {
@@ -569,10 +571,10 @@ func holderLine(r Row) string {
 // kindOf names the kind of lock info describes.
 func kindOf(info dlock.LockInfo) string {
 	switch {
-	case info.Kind == dlock.KindSemaphore || info.Kind == "" && info.Limit > 1:
+	case info.Kind == driver.KindSemaphore || info.Kind == "" && info.Limit > 1:
 		return "semaphore " + strconv.Itoa(info.Limit)
 	case info.Kind == "" && info.Held && info.Limit == 0 && info.Holders > 0:
-		return dlock.KindReadWrite
+		return driver.KindReadWrite
 	case info.Kind == "" && info.Limit == 1:
 		return "exclusive" // a mutex or a fair lock: the backend does not say
 	case info.Kind == "":

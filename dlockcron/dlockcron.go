@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/jobhold"
 	"github.com/robfig/cron/v3"
@@ -82,7 +84,7 @@ type Locker struct {
 // New returns a Locker over l. It returns an error matching dlock.ErrInvalid for
 // a nil l or a bad option.
 func New(l dlock.Locker, opts ...Option) (*Locker, error) {
-	if dlock.IsNil(l) {
+	if driver.IsNil(l) {
 		return nil, fmt.Errorf("%w: nil locker", dlock.ErrInvalid)
 	}
 	cfg := config{logger: cron.DiscardLogger}

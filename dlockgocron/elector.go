@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/go-co-op/gocron/v2"
 )
@@ -52,7 +54,7 @@ var _ gocron.Elector = (*Elector)(nil)
 // Close. It returns an error matching dlock.ErrInvalid for a nil locker or a bad
 // role.
 func NewElector(l dlock.Locker, role string, opts ...dlock.Option) (*Elector, error) {
-	if dlock.IsNil(l) {
+	if driver.IsNil(l) {
 		return nil, fmt.Errorf("%w: nil locker", dlock.ErrInvalid)
 	}
 	if err := dlock.ValidateKey(role); err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -195,7 +197,7 @@ func TestEveryAcquireOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	base := []attribute.KeyValue{dlockotel.AttrBackend.String("redislock"), dlockotel.AttrPrimitive.String(dlock.KindMutex), dlockotel.AttrKeyGroup.String("orders")}
+	base := []attribute.KeyValue{dlockotel.AttrBackend.String("redislock"), dlockotel.AttrPrimitive.String(driver.KindMutex), dlockotel.AttrKeyGroup.String("orders")}
 	for _, tc := range []struct {
 		o    dlock.Outcome
 		mode dlock.Mode
@@ -470,12 +472,12 @@ func TestPrimitiveOfEveryRedisKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockers := map[string]dlock.Locker{
-		dlock.KindMutex:     newClient(t, redisAddr, opts...),
-		dlock.KindFair:      fair,
-		dlock.KindReentrant: reentrant,
-		dlock.KindWrite:     rw,
-		dlock.KindRead:      rw.RLocker(),
-		dlock.KindSemaphore: sem,
+		driver.KindMutex:     newClient(t, redisAddr, opts...),
+		driver.KindFair:      fair,
+		driver.KindReentrant: reentrant,
+		driver.KindWrite:     rw,
+		driver.KindRead:      rw.RLocker(),
+		driver.KindSemaphore: sem,
 	}
 	for kind, l := range lockers {
 		lease, err := l.TryLock(ctx, "kinds:"+kind)

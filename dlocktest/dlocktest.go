@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"golang.org/x/sync/errgroup"
 )
@@ -44,10 +46,10 @@ type Backend struct {
 	// what the subtest checks).
 	Skip map[string]string
 
-	// Info, when set, is what the driver must name itself (dlock.Driver.Info).
+	// Info, when set, is what the driver must name itself (driver.Driver.Info).
 	// Whether set or not, the suite checks that the Locker's driver gives well
 	// formed names, and that its Observer events carry them.
-	Info dlock.DriverInfo
+	Info driver.DriverInfo
 }
 
 // Run runs the whole suite as subtests of t.
@@ -550,7 +552,7 @@ func testDo(t *testing.T, b Backend) {
 // TTL is no bad input.
 // scaled returns d, or the shortest TTL the backend of l grants if that is longer.
 func scaled(l dlock.Locker, d time.Duration) time.Duration {
-	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
+	if tl, ok := l.(interface{ TTLLimits() driver.TTLLimits }); ok {
 		if got, err := tl.TTLLimits().Normalize(max(d, tl.TTLLimits().Min)); err == nil {
 			return got
 		}
@@ -559,8 +561,8 @@ func scaled(l dlock.Locker, d time.Duration) time.Duration {
 }
 
 func roundedUp(l dlock.Locker, ttl time.Duration) bool {
-	lim := dlock.DefaultTTLLimits
-	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
+	lim := driver.DefaultTTLLimits
+	if tl, ok := l.(interface{ TTLLimits() driver.TTLLimits }); ok {
 		lim = tl.TTLLimits()
 	}
 	got, err := lim.Normalize(ttl)
@@ -644,9 +646,9 @@ func testConflict(t *testing.T, b Backend) {
 
 func testInspector(t *testing.T, b Backend) {
 	l := b.New(t)
-	insp, ok := l.(dlock.Inspector)
+	insp, ok := l.(driver.Inspector)
 	if !ok {
-		t.Skip("the Locker is not a dlock.Inspector")
+		t.Skip("the Locker is not a driver.Inspector")
 	}
 	ctx := ctxT(t, 10*time.Second)
 	key := Key(t)
@@ -715,7 +717,7 @@ func (o *targets) Release(_ context.Context, e dlock.ReleaseEvent) { o.add(e.Tar
 
 func testDriverInfo(t *testing.T, b Backend) {
 	l := b.New(t)
-	dl, ok := l.(interface{ Driver() dlock.Driver })
+	dl, ok := l.(interface{ Driver() driver.Driver })
 	if !ok {
 		t.Fatalf("the Locker %T has no Driver method: the suite cannot read the driver's names", l)
 	}
@@ -723,7 +725,7 @@ func testDriverInfo(t *testing.T, b Backend) {
 	if err := info.Check(); err != nil {
 		t.Fatalf("the driver's Info: %v", err)
 	}
-	if b.Info != (dlock.DriverInfo{}) && info != b.Info {
+	if b.Info != (driver.DriverInfo{}) && info != b.Info {
 		t.Fatalf("the driver names itself %+v, want %+v", info, b.Info)
 	}
 	o := &targets{}

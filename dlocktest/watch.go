@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -13,14 +15,14 @@ import (
 // watches its locks, sees a lock taken and released by another Client (taker)
 // as the store reports it: with a polling interval of a minute, each change
 // must arrive within within.
-func ObserveWatches(t *testing.T, in dlock.Inspector, taker dlock.Locker, within time.Duration) {
+func ObserveWatches(t *testing.T, in driver.Inspector, taker dlock.Locker, within time.Duration) {
 	t.Helper()
 	key := Key(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*within+10*time.Second)
 	defer cancel()
-	kw, ok := in.(dlock.KeyWatcher)
+	kw, ok := in.(driver.KeyWatcher)
 	if !ok {
-		t.Fatalf("%T is not a dlock.KeyWatcher", in)
+		t.Fatalf("%T is not a driver.KeyWatcher", in)
 	}
 	if _, err := kw.WatchKey(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("WatchKey of an empty key: %v, want ErrInvalid", err)

@@ -6,16 +6,18 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Inspect implements dlock.Inspector: it reads the lock named key without
+// Inspect implements driver.Inspector: it reads the lock named key without
 // changing it: its holder (the oldest entry), the holder's fencing token,
 // metadata and lease time left (whole seconds, rounded down), and the number of
 // waiters queued behind it. A held lock is exclusive and granted in arrival
-// order (Kind dlock.KindFair): Holders and Limit are 1, and LastToken is the
+// order (Kind driver.KindFair): Holders and Limit are 1, and LastToken is the
 // holder's token (etcd keeps none for a free lock). A free lock is not an
 // error: the result has Held false. The error matches dlock.ErrInvalid for a
 // bad key and dlock.ErrConflict when the oldest entry was not written by dlock.
@@ -51,20 +53,20 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 		Holders:   1,
 		Limit:     1,
 		LastToken: uint64(kv.CreateRevision),
-		Kind:      dlock.KindFair, // entries take the lock in creation order
+		Kind:      driver.KindFair, // entries take the lock in creation order
 	}
 }
 
-// List implements dlock.Inspector: it returns the locks held now whose names
+// List implements driver.Inspector: it returns the locks held now whose names
 // match pattern, sorted by name.
-// pattern is a glob over lock names (see dlock.MatchKey; '*' matches '/' too)
+// pattern is a glob over lock names (see driver.MatchKey; '*' matches '/' too)
 // and must pass dlock.ValidateKey. Locks whose oldest entry was not written by
 // dlock are skipped.
 func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
+	if err := driver.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	// Every entry: the holder of each lock is its oldest, and the others count
@@ -82,7 +84,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var names []string
 	for _, kv := range resp.Kvs {
 		name, ok := lockName(string(kv.Key))
-		if !ok || !dlock.MatchKey(pattern, name) {
+		if !ok || !driver.MatchKey(pattern, name) {
 			continue
 		}
 		l := locks[name]
@@ -125,7 +127,7 @@ func lockName(etcdKey string) (string, bool) {
 // hands between its read and its removal.
 const forceAttempts = 3
 
-// ForceUnlock implements dlock.Inspector: it removes the holder of the lock
+// ForceUnlock implements driver.Inspector: it removes the holder of the lock
 // named key, whoever it is, and returns what it removed (its lease, shared
 // with its holder's other locks, stays). The
 // holder learns of the loss at its next renewal, and the next waiter (if any)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -13,23 +15,23 @@ func TestInspectListForceUnlock(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	base := testKey(t)
 	keys := []string{base + ":a/1", base + ":a/2", base + ":b"}
-	grants := map[string]dlock.Grant{}
+	grants := map[string]driver.Grant{}
 	owners := map[string]string{}
 	for _, k := range keys {
 		o := owner()
 		owners[k] = o
-		grants[k] = mustGrant(t, d, dlock.AcquireRequest{Key: k, Owner: o, TTL: 10 * time.Second, Metadata: "meta " + k})
+		grants[k] = mustGrant(t, d, driver.AcquireRequest{Key: k, Owner: o, TTL: 10 * time.Second, Metadata: "meta " + k})
 	}
 	// Two waiters on the first lock.
 	for i := 0; i < 2; i++ {
-		mustBusy(t, d, dlock.AcquireRequest{Key: keys[0], Owner: owner(), TTL: 10 * time.Second, Waiting: true})
+		mustBusy(t, d, driver.AcquireRequest{Key: keys[0], Owner: owner(), TTL: 10 * time.Second, Waiting: true})
 	}
 	info, err := d.Inspect(ctx, keys[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := dlock.LockInfo{Key: keys[0], Held: true, Owner: owners[keys[0]], Metadata: "meta " + keys[0], Token: grants[keys[0]].Token, Waiters: 2,
-		Holders: 1, Limit: 1, LastToken: grants[keys[0]].Token, Kind: dlock.KindFair}
+		Holders: 1, Limit: 1, LastToken: grants[keys[0]].Token, Kind: driver.KindFair}
 	got := info
 	got.TTL = 0
 	if got != want || info.TTL <= 5*time.Second || info.TTL > 10*time.Second {
@@ -46,7 +48,7 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if removed, err := d.ForceUnlock(ctx, keys[0]); err != nil || removed.Owner != owners[keys[0]] || !removed.Held {
 		t.Fatalf("ForceUnlock: %+v, %v", removed, err)
 	}
-	h := dlock.Holding{Key: keys[0], Owner: owners[keys[0]], Handle: grants[keys[0]].Handle}
+	h := driver.Holding{Key: keys[0], Owner: owners[keys[0]], Handle: grants[keys[0]].Handle}
 	if _, err := d.Extend(ctx, h, 10*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Extend after ForceUnlock: %v, want ErrNotHeld", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -42,12 +44,12 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 // KindMutex), whose waiters are those of its waiting set. A free lock has no
 // kind.
 func (k kind) named(info LockInfo) LockInfo {
-	record := info.Kind == dlock.KindMutex
+	record := info.Kind == driver.KindMutex
 	info.Kind = ""
 	if info.Held {
 		info.Kind = k.name
-		if k.name == dlock.KindMutex && info.Waiters > 0 && !record {
-			info.Kind = dlock.KindFair
+		if k.name == driver.KindMutex && info.Waiters > 0 && !record {
+			info.Kind = driver.KindFair
 		}
 	}
 	return info
@@ -68,7 +70,7 @@ type kind struct {
 // mutexKind is the kind of the mutexes (New, NewFair), released by rel.
 func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 	return kind{
-		name: dlock.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
+		name: driver.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
 		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
 	}
 }
@@ -181,8 +183,8 @@ func lockName(redisKey string) (string, bool) {
 	return name, true
 }
 
-// ValidatePattern checks a List pattern (see dlock.ValidatePattern).
-func ValidatePattern(pattern string) error { return dlock.ValidatePattern(pattern) }
+// ValidatePattern checks a List pattern (see driver.ValidatePattern).
+func ValidatePattern(pattern string) error { return driver.ValidatePattern(pattern) }
 
 // forceAttempts bounds how often ForceUnlock re-reads a lock that changed hands
 // between its read and its release.
@@ -209,7 +211,7 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 // fairKind is the kind of the fair mutex, released by rel.
 func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
 	k := mutexKind(rel)
-	k.name = dlock.KindFair
+	k.name = driver.KindFair
 	return k
 }
 
@@ -217,18 +219,18 @@ func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
 // released by rel.
 func reentrantKind(rel func(ctx context.Context, key, holder string) error) kind {
 	k := mutexKind(rel)
-	k.name = dlock.KindReentrant
+	k.name = driver.KindReentrant
 	return k
 }
 
-// inspection is the dlock.Inspector of every driver: it reads and forces the
+// inspection is the driver.Inspector of every driver: it reads and forces the
 // locks of the driver's kind k. The drivers embed it.
 type inspection struct {
 	c *conn
 	k kind
 }
 
-// Inspect implements dlock.Inspector: it reads the lock named key without
+// Inspect implements driver.Inspector: it reads the lock named key without
 // changing it. A free lock is not an error: the result has Held false. The
 // error matches dlock.ErrInvalid for a bad key, dlock.ErrConflict when the key
 // holds foreign data or a lock of another kind, and dlock.ErrUnavailable when
@@ -237,7 +239,7 @@ func (i inspection) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	return i.c.inspect(ctx, key, i.k)
 }
 
-// List implements dlock.Inspector: the locks held now whose names match
+// List implements driver.Inspector: the locks held now whose names match
 // pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
 // all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
 // On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
@@ -246,7 +248,7 @@ func (i inspection) List(ctx context.Context, pattern string) ([]LockInfo, error
 	return i.c.list(ctx, pattern, i.k)
 }
 
-// ForceUnlock implements dlock.Inspector: it removes the lock named key whoever
+// ForceUnlock implements driver.Inspector: it removes the lock named key whoever
 // holds it, and returns what it removed. The holder is not told, and learns of
 // the loss at its next renewal. The fence counter is kept, so tokens keep
 // increasing. The release is owner-checked against the holder just read, so a
@@ -263,14 +265,14 @@ func (i inspection) ForceUnlock(ctx context.Context, key string) (LockInfo, erro
 // lock of another kind as dlock.ErrConflict. It tells the kind of a lock from
 // the fields of its hash and reads it as that kind, filling LockInfo.Kind; a
 // plain and a fair mutex differ only while the fair one has queued waiters, so
-// a fair mutex that nobody waits for shows as dlock.KindMutex. It is a
-// dlock.Inspector.
+// a fair mutex that nobody waits for shows as driver.KindMutex. It is a
+// driver.Inspector.
 type Inspector struct {
 	c                         *conn
 	mutex, reentrant, sem, rw kind
 }
 
-var _ dlock.Inspector = (*Inspector)(nil)
+var _ driver.Inspector = (*Inspector)(nil)
 
 // NewInspector returns an Inspector over rdb. It returns an error matching
 // dlock.ErrInvalid for a nil client; it does no I/O.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -80,7 +82,7 @@ type Optimistic struct {
 // values do not expire. It returns an error matching dlock.ErrInvalid for a nil
 // client or a negative ttl; it does no I/O.
 func NewOptimistic(rdb redis.UniversalClient, ttl time.Duration) (*Optimistic, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	if ttl < 0 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -51,11 +53,11 @@ func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 
 // checkAck releases a grant that fewer replicas than WithReplicaAck asks for
 // acknowledged, and reports it.
-func (d *Driver) checkAck(ctx context.Context, r dlock.AcquireRequest, acked int64) error {
+func (d *Driver) checkAck(ctx context.Context, r driver.AcquireRequest, acked int64) error {
 	if d.ack == 0 || acked >= int64(d.ack) {
 		return nil
 	}
-	_, _ = d.drop(context.WithoutCancel(ctx), dlock.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
+	_, _ = d.drop(context.WithoutCancel(ctx), driver.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
 	return fmt.Errorf("%w: redislock: the acquisition reached %d of %d replicas within %v, and was released",
 		dlock.ErrUnavailable, acked, d.ack, d.ackTimeout)
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -160,7 +162,7 @@ func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
 	return nil
 }
 
-// RWDriver is the dlock.Driver of one side (read or write) of a read-write lock.
+// RWDriver is the driver.Driver of one side (read or write) of a read-write lock.
 // Most users want NewRWMutex instead.
 type RWDriver struct {
 	leases
@@ -169,13 +171,13 @@ type RWDriver struct {
 }
 
 var (
-	_ dlock.Notifier  = (*RWDriver)(nil)
-	_ dlock.Abandoner = (*RWDriver)(nil)
-	_ dlock.Inspector = (*RWDriver)(nil)
+	_ driver.Notifier  = (*RWDriver)(nil)
+	_ driver.Abandoner = (*RWDriver)(nil)
+	_ driver.Inspector = (*RWDriver)(nil)
 )
 
-// Acquire implements dlock.Driver.
-func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	mode, refresh := "r", FairWaiterTTL/5 // the reader's entry is refreshed
 	if d.write {
 		mode, refresh = "w", WriterWaitMark/5 // the writer's queue entry is refreshed, and removed if it gives up
@@ -203,8 +205,8 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	})
 }
 
-// Release implements dlock.Driver.
-func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
+// Release implements driver.Driver.
+func (d *RWDriver) Release(ctx context.Context, h driver.Holding) error {
 	return d.run(ctx, h.Key, h.Owner, "")
 }
 
@@ -215,14 +217,14 @@ func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
 	return c.released(key, res, err)
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *RWDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: a holding that landed is released, a
+// Abandon implements driver.Abandoner: a holding that landed is released, a
 // waiting writer's or reader's entry is removed, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
-func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *RWDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

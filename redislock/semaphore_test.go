@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -62,7 +64,7 @@ func (ts tally) total() (n int64) {
 // TestSemaphoreOfOneConformance: a semaphore of one permit is a mutex.
 func TestSemaphoreOfOneConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindSemaphore},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindSemaphore},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newSemaphore(t, newRDB(t, srv.Addr), 1, opts...)
 		},
@@ -427,12 +429,12 @@ func TestClusterSemaphoreAndRWMutex(t *testing.T) {
 		return rdb
 	}
 	t.Run("SemaphoreOfOne", func(t *testing.T) {
-		dlocktest.Run(t, dlocktest.Backend{Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindSemaphore}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+		dlocktest.Run(t, dlocktest.Backend{Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindSemaphore}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newSemaphore(t, newCC(t), 1, opts...)
 		}})
 	})
 	t.Run("Write", func(t *testing.T) {
-		dlocktest.Run(t, dlocktest.Backend{Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindWrite}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+		dlocktest.Run(t, dlocktest.Backend{Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindWrite}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newRWMutex(t, newCC(t), opts...)
 		}})
 	})

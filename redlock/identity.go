@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -120,7 +122,7 @@ func (d *Driver) nodeName(i int) string {
 // refuseDuplicate ends an acquisition attempt that found two nodes to be one
 // server: whatever it took on any node is abandoned (also an attempt still on
 // its way cannot land), and the error says which nodes they are.
-func (d *Driver) refuseDuplicate(ctx context.Context, r dlock.AcquireRequest, dup error) error {
-	_ = d.Abandon(context.WithoutCancel(ctx), dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
+func (d *Driver) refuseDuplicate(ctx context.Context, r driver.AcquireRequest, dup error) error {
+	_ = d.Abandon(context.WithoutCancel(ctx), driver.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
 	return dup
 }

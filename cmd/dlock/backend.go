@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -157,7 +159,7 @@ type store interface {
 	// locker returns the lock of the requested kind, with opts as its defaults.
 	locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, error)
 	// inspector shows and forces the server's locks (status, list, unlock).
-	inspector() dlock.Inspector
+	inspector() driver.Inspector
 	// failures returns the log of the lock operations' failures; nil when
 	// the backend keeps none.
 	failures() *failureLog
@@ -329,7 +331,7 @@ func (s *redisStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Locker, 
 	return redislock.New(s.rdb, opts...)
 }
 
-func (s *redisStore) inspector() dlock.Inspector { return s.c }
+func (s *redisStore) inspector() driver.Inspector { return s.c }
 
 func (s *redisStore) failures() *failureLog { return s.fails }
 
@@ -403,9 +405,9 @@ func lockKindHint(key string, info dlock.LockInfo) string {
 	switch {
 	case !info.Held:
 		return ""
-	case info.Kind == dlock.KindSemaphore:
+	case info.Kind == driver.KindSemaphore:
 		return fmt.Sprintf("key %q is a semaphore of %d permits: take it with -n %d", key, info.Limit, info.Limit)
-	case info.Kind == dlock.KindReadWrite:
+	case info.Kind == driver.KindReadWrite:
 		return fmt.Sprintf("key %q is a read-write lock: take it with -s (shared) or -x (exclusive)", key)
 	}
 	return fmt.Sprintf("key %q is an exclusive lock: take it without -n, -s and -x", key)

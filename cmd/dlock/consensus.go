@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/zklock"
@@ -24,12 +26,12 @@ import (
 type consensusStore struct {
 	where  string
 	newc   func(opts ...dlock.Option) (dlock.Locker, error)
-	insp   dlock.Inspector
+	insp   driver.Inspector
 	closer func()
 	// purge deletes everything of the locks whose names start with prefix
 	// (dlock verify's cleanup) and returns how many entries it removed.
 	purge func(ctx context.Context, prefix string) (int, error)
-	sync  dlock.SyncDriver // latches and barriers (sync.go); nil without them
+	sync  driver.SyncDriver // latches and barriers (sync.go); nil without them
 }
 
 func (s *consensusStore) String() string { return s.where }
@@ -44,7 +46,7 @@ func (s *consensusStore) locker(kind lockKind, opts ...dlock.Option) (dlock.Lock
 	return s.newc(opts...)
 }
 
-func (s *consensusStore) inspector() dlock.Inspector { return s.insp }
+func (s *consensusStore) inspector() driver.Inspector { return s.insp }
 
 func (s *consensusStore) failures() *failureLog { return nil }
 
@@ -143,7 +145,7 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			return etcdlock.New(cli, opts...)
 		},
 		insp:   c,
-		sync:   c.Driver().(dlock.SyncDriver),
+		sync:   c.Driver().(driver.SyncDriver),
 		closer: func() { _ = cli.Close() },
 		purge: func(ctx context.Context, prefix string) (int, error) {
 			n := 0

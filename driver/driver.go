@@ -1,4 +1,4 @@
-package dlock
+package driver
 
 import (
 	"context"
@@ -198,14 +198,11 @@ func (b *Busy) Is(target error) bool { return target == ErrNotObtained }
 // As lets errors.As read a *Busy as the *BusyError a caller sees.
 func (b *Busy) As(target any) bool {
 	if t, ok := target.(**BusyError); ok {
-		*t = b.user()
+		*t = &BusyError{Remaining: b.Remaining}
 		return true
 	}
 	return false
 }
-
-// user is the *BusyError the Client's callers see for b.
-func (b *Busy) user() *BusyError { return &BusyError{Remaining: b.Remaining} }
 
 // BatchExtender is implemented by Drivers that can extend many holdings in fewer
 // round trips than one Extend each (one script call for a hundred holdings on
