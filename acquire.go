@@ -181,7 +181,7 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 			if !ok {
 				wake = nil // notifications stopped: poll
 			} else if a.ob != nil {
-				a.cfg.observer.Wake(a.ob.ctx, WakeEvent{Target: a.ob.t})
+				a.cfg.observer.Wake(a.ob.ctx, a.ob.t)
 			}
 		case <-timer.C:
 		}
@@ -262,7 +262,7 @@ func (a *acquisition) giveUp(ctx context.Context) {
 		_ = a.c.d.Release(cctx, h)
 	}()
 	if a.ob != nil {
-		a.cfg.observer.Abandon(a.ob.ctx, AbandonEvent{Target: a.ob.t})
+		a.cfg.observer.Abandon(a.ob.ctx, a.ob.t)
 	}
 }
 

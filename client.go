@@ -99,7 +99,7 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if cfg.observer != nil {
-		return c.observed(ctx, key, &cfg, ModeTry, err)
+		return c.observed(ctx, key, &cfg, false, err)
 	}
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func (c *Client) once(ctx context.Context, key string, cfg *config, ob *observin
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if cfg.observer != nil {
-		return c.observed(ctx, key, &cfg, ModeWait, err)
+		return c.observed(ctx, key, &cfg, true, err)
 	}
 	if err != nil {
 		return nil, err
