@@ -20,8 +20,8 @@ type acquisition struct {
 	cfg        *config
 	owner      string
 	waiting    bool
-	handle     any           // the last Busy's Handle
-	retryAfter time.Duration // the last Busy's RetryAfter
+	handle     any           // the last Taken's Handle
+	retryAfter time.Duration // the last Taken's RetryAfter
 	dirty      bool          // an attempt may have left state behind: abandon on give-up
 	start      time.Time
 	tried      time.Time  // the start of the last attempt
@@ -48,7 +48,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		Waiting: a.waiting, Handle: a.handle,
 	})
 	if err != nil {
-		var busy *driver.Busy
+		var busy *driver.Taken
 		switch {
 		case errors.As(err, &busy):
 			if busy.Handle != nil {

@@ -92,7 +92,7 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 	if err := cfg.check(c.lim); err != nil {
 		return cfg, err
 	}
-	return cfg, ValidateKey(key)
+	return cfg, driver.ValidateKey(key)
 }
 
 // TryLock makes a single attempt to take key. See Locker.

@@ -49,7 +49,7 @@ func checkSync(d driver.SyncDriver, name string, n int, what string, ttl time.Du
 	if driver.IsNil(d) {
 		return 0, invalidf("nil sync driver")
 	}
-	if err := ValidateKey(name); err != nil {
+	if err := driver.ValidateKey(name); err != nil {
 		return 0, err
 	}
 	if n < 1 {

@@ -174,12 +174,12 @@ func (d *sweepDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (g d
 	}
 	err = d.call(ctx, "acquire", r.Key, r.TTL, f, func(now time.Time) error {
 		if now.Before(d.busyUntil) {
-			return &driver.Busy{Remaining: d.busyUntil.Sub(now)}
+			return &driver.Taken{Remaining: d.busyUntil.Sub(now)}
 		}
 		h := d.live(r.Key, now)
 		switch {
 		case h != nil && h.owner != r.Owner:
-			return &driver.Busy{Remaining: h.expires.Sub(now)}
+			return &driver.Taken{Remaining: h.expires.Sub(now)}
 		case h == nil:
 			d.token++
 			h = &sweepHolding{owner: r.Owner}

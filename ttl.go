@@ -14,13 +14,13 @@ const (
 	// TTL are renewed automatically while held.
 	DefaultTTL = 15 * time.Second
 
-	// DefaultDriftFactor is the share of the TTL subtracted from a lease's local
+	// defaultDriftFactor is the share of the TTL subtracted from a lease's local
 	// validity to allow for clock rate differences between client and server.
-	DefaultDriftFactor = 0.01
+	defaultDriftFactor = 0.01
 
-	// DriftFloor is added to every drift margin: stores expire keys with a
+	// driftFloor is added to every drift margin: stores expire keys with a
 	// precision of one millisecond, plus one millisecond of minimum drift.
-	DriftFloor = 2 * time.Millisecond
+	driftFloor = 2 * time.Millisecond
 
 	// MinTTL and MaxTTL bound every lease time. A TTL that is not a whole number of
 	// milliseconds is rounded up to the next millisecond.
@@ -29,9 +29,9 @@ const (
 )
 
 // driftMargin is the part of a TTL kept in reserve for clock drift:
-// ttl*factor + DriftFloor. A lease's local validity is its TTL minus it.
+// ttl*factor + driftFloor. A lease's local validity is its TTL minus it.
 func driftMargin(ttl time.Duration, factor float64) time.Duration {
-	return time.Duration(float64(ttl)*factor) + DriftFloor
+	return time.Duration(float64(ttl)*factor) + driftFloor
 }
 
 // checkValidity refuses a TTL that the drift margin would leave less than half

@@ -97,7 +97,7 @@ func (l *Locker) Key(name string) string { return l.cfg.prefix + name }
 
 // Lock takes the lock of the job named key with a single TryLock. When another
 // scheduler runs the job, the error matches dlock.ErrNotObtained and gocron skips
-// the run; a key that is not a valid lock key (dlock.ValidateKey) is an error
+// the run; a key that is not a valid lock key (driver.ValidateKey) is an error
 // matching dlock.ErrInvalid, and store failures match dlock.ErrUnavailable. After
 // Close it returns ErrClosed.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {

@@ -573,7 +573,7 @@ func testBadInput(t *testing.T, b Backend) {
 	l := b.New(t)
 	ctx := ctxT(t, 10*time.Second)
 	key := Key(t)
-	badKeys := []string{"", "   ", "\t\n", "a\x00b", "a\x7fb", "bad\xffutf8", "a{b", "a}b", strings.Repeat("k", dlock.MaxKeyLen+1)}
+	badKeys := []string{"", "   ", "\t\n", "a\x00b", "a\x7fb", "bad\xffutf8", "a{b", "a}b", strings.Repeat("k", driver.MaxKeyLen+1)}
 	for _, k := range badKeys {
 		for name, f := range map[string]func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){"TryLock": l.TryLock, "Lock": l.Lock} {
 			if lease, err := f(ctx, k); !errors.Is(err, dlock.ErrInvalid) || lease != nil {
@@ -595,7 +595,7 @@ func testBadInput(t *testing.T, b Backend) {
 		"drift NaN":           dlock.WithDriftFactor(math.NaN()),
 		"drift negative":      dlock.WithDriftFactor(-0.1),
 		"drift 1":             dlock.WithDriftFactor(1),
-		"metadata too long":   dlock.WithMetadata(strings.Repeat("m", dlock.MaxMetadataLen+1)),
+		"metadata too long":   dlock.WithMetadata(strings.Repeat("m", driver.MaxMetadataLen+1)),
 		"nil option":          nil,
 		"renew >= ttl":        dlock.Combine(dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(time.Second)),
 		"default ttl renew>=": dlock.WithRenewEvery(dlock.DefaultTTL),

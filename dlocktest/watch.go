@@ -11,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// ObserveWatches checks that dlock.Observe on in, a KeyWatcher whose backend
+// ObserveWatches checks that dlock.WatchLeader on in, a KeyWatcher whose backend
 // watches its locks, sees a lock taken and released by another Client (taker)
 // as the store reports it: with a polling interval of a minute, each change
 // must arrive within within.
@@ -29,7 +29,7 @@ func ObserveWatches(t *testing.T, in driver.Inspector, taker dlock.Locker, withi
 	}
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
-	ch, err := dlock.Observe(octx, in, key, dlock.MaxObserveInterval)
+	ch, err := dlock.WatchLeader(octx, in, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +38,11 @@ func ObserveWatches(t *testing.T, in driver.Inspector, taker dlock.Locker, withi
 		select {
 		case info, ok := <-ch:
 			if !ok {
-				t.Fatalf("Observe closed before %s", what)
+				t.Fatalf("WatchLeader closed before %s", what)
 			}
 			return info
 		case <-time.After(within):
-			t.Fatalf("Observe did not report %s within %v (its polling interval is %v)", what, within, dlock.MaxObserveInterval)
+			t.Fatalf("WatchLeader did not report %s within %v (its polling interval is %v)", what, within, time.Minute)
 		}
 		return dlock.LockInfo{}
 	}

@@ -1,9 +1,36 @@
 package driver
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
+
+// ValidateKey checks a lock key against the rules every backend shares: 1 to
+// MaxKeyLen bytes of valid UTF-8, not only white space, no control characters, and
+// no '{' or '}' (reserved for Redis Cluster hash tags, which dlock adds itself so
+// that a lock's companion keys stay in one slot). The error matches ErrInvalid.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty key")
+	case len(key) > MaxKeyLen:
+		return invalidf("key of %d bytes exceeds %d", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return invalidf("key %q is not valid UTF-8", key)
+	case strings.TrimSpace(key) == "":
+		return invalidf("key %q is only white space", key)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return invalidf("key %q contains control character %U", key, r)
+		}
+		if r == '{' || r == '}' {
+			return invalidf("key %q contains %q (reserved for hash tags)", key, r)
+		}
+	}
+	return nil
+}
 
 // ValidatePattern checks a List pattern: 1 to MaxKeyLen bytes of valid UTF-8
 // without control characters, '{' or '}'. The error matches ErrInvalid.
@@ -106,5 +133,10 @@ func matchClass(p []rune, r rune) (bool, int) {
 	return false, 0
 }
 
-// MaxKeyLen is the longest key or pattern, in bytes; it is dlock.MaxKeyLen.
+// MaxKeyLen is the longest lock key or List pattern, in bytes, on every
+// backend.
 const MaxKeyLen = 1024
+
+// MaxMetadataLen is the longest metadata string (dlock.WithMetadata) accepted,
+// in bytes; every backend keeps that many.
+const MaxMetadataLen = 4096

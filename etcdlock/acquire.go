@@ -15,7 +15,7 @@ import (
 )
 
 // Acquire implements driver.Driver: one attempt to take r.Key for r.Owner. When
-// another owner holds the lock it returns a *driver.Busy; a waiting request
+// another owner holds the lock it returns a *driver.Taken; a waiting request
 // (r.Waiting) then stays queued, and the error's Handle comes back in the next
 // attempt. An attempt that finds an entry of r.Owner written by an earlier
 // attempt (whose reply was lost) takes that entry over. The entry is attached
@@ -82,12 +82,12 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if h != nil { // TryLock leaves nothing behind
 			_ = d.removeDetached(ctx, h)
 		}
-		return driver.Grant{}, &driver.Busy{Remaining: d.remaining(ctx, res.first)}
+		return driver.Grant{}, &driver.Taken{Remaining: d.remaining(ctx, res.first)}
 	}
 	// A waiter is woken by its subscription (see Subscribe), which watches the
 	// predecessor this attempt read.
 	h.setAhead(res.ahead)
-	return driver.Grant{}, &driver.Busy{Remaining: -1, RetryAfter: seconds(secs) / 3, Handle: h, Queued: true}
+	return driver.Grant{}, &driver.Taken{Remaining: -1, RetryAfter: seconds(secs) / 3, Handle: h, Queued: true}
 }
 
 // attempt makes one attempt on the Driver's lease of class secs, which it

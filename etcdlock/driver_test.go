@@ -93,12 +93,12 @@ func mustGrant(t testing.TB, d *Driver, r driver.AcquireRequest) driver.Grant {
 	return g
 }
 
-func mustBusy(t testing.TB, d *Driver, r driver.AcquireRequest) *driver.Busy {
+func mustBusy(t testing.TB, d *Driver, r driver.AcquireRequest) *driver.Taken {
 	t.Helper()
 	_, err := d.Acquire(ctxT(t, 5*time.Second), r)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) || !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("Acquire(%+v): %v, want *driver.Busy", r, err)
+		t.Fatalf("Acquire(%+v): %v, want *driver.Taken", r, err)
 	}
 	return busy
 }

@@ -559,7 +559,7 @@ func TestFaultServerRestart(t *testing.T) {
 		t.Fatalf("holder's lease after the restart: %v %v", ttlResp, err)
 	}
 	// A renewal that started after the restart moves the deadline beyond this.
-	renewedBy := up.Add(ttl - time.Duration(float64(ttl)*dlock.DefaultDriftFactor) - dlock.DriftFloor)
+	renewedBy := up.Add(ttl - time.Duration(float64(ttl)*0.01) - 2*time.Millisecond)
 	for limit := time.Now().Add(10 * time.Second); !h.Deadline().After(renewedBy); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(limit) || h.Err() != nil {
 			t.Fatalf("no renewal after the restart: %v", h.Err())

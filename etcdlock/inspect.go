@@ -60,7 +60,7 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 // List implements driver.Inspector: it returns the locks held now whose names
 // match pattern, sorted by name.
 // pattern is a glob over lock names (see driver.MatchKey; '*' matches '/' too)
-// and must pass dlock.ValidateKey. Locks whose oldest entry was not written by
+// and must pass driver.ValidateKey. Locks whose oldest entry was not written by
 // dlock are skipped.
 func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
@@ -117,7 +117,7 @@ func lockName(etcdKey string) (string, bool) {
 		return "", false
 	}
 	name, owner, ok := strings.Cut(rest, "}/")
-	if !ok || owner == "" || dlock.ValidateKey(name) != nil {
+	if !ok || owner == "" || driver.ValidateKey(name) != nil {
 		return "", false
 	}
 	return name, true
@@ -165,5 +165,5 @@ func checkArgs(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }

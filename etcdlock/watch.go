@@ -22,7 +22,7 @@ func (d *Driver) WatchKey(ctx context.Context, key string) (<-chan struct{}, err
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))

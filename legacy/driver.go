@@ -156,7 +156,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if f, _ := res[2].(int64); f == 1 {
 			d.foreign.Add(1)
 		}
-		return driver.Grant{}, &driver.Busy{Remaining: time.Duration(v) * time.Millisecond}
+		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(v) * time.Millisecond}
 	}
 	if v <= 0 {
 		return driver.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)

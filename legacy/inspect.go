@@ -32,7 +32,7 @@ var _ driver.Inspector = (*Driver)(nil)
 // Owner and no Token; Token and Owner are set when a dlock locker holds it.
 // LastToken is the newest token dlock handed out for the key.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	info, _, err := d.inspect(ctx, key)
@@ -128,7 +128,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 // holds it (a dlock locker or an old client), if it still holds the stamp just
 // read. The holder is not told; a dlock holder learns at its next renewal.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	for range 3 {

@@ -113,7 +113,7 @@ func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Gran
 			h.expires = now.Add(r.TTL)
 			return driver.Grant{Token: h.token, TTL: r.TTL}, nil
 		}
-		return driver.Grant{}, &driver.Busy{Remaining: h.expires.Sub(now)}
+		return driver.Grant{}, &driver.Taken{Remaining: h.expires.Sub(now)}
 	}
 	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
 	s.last[r.Key] = token
@@ -245,7 +245,7 @@ func (s *Store) Abandon(_ context.Context, h driver.Holding) error {
 
 // Inspect implements driver.Inspector.
 func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	s.mu.Lock()
@@ -283,7 +283,7 @@ func (s *Store) List(_ context.Context, pattern string) ([]dlock.LockInfo, error
 
 // ForceUnlock implements driver.Inspector.
 func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	s.mu.Lock()

@@ -69,7 +69,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 		t.Errorf("nil driver Migrate: %v", err)
 	}
 	d = newDriver(t, Config{})
-	for _, key := range []string{"", "a{b", "a\x00b", strings.Repeat("k", dlock.MaxKeyLen+1)} {
+	for _, key := range []string{"", "a{b", "a\x00b", strings.Repeat("k", driver.MaxKeyLen+1)} {
 		if _, err := d.Inspect(ctx, key); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Inspect(%q): %v", key, err)
 		}

@@ -157,7 +157,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	})
 	switch {
 	case sqlState(err) == "55P03": // a transaction fenced on the key holds its row
-		return driver.Grant{}, &driver.Busy{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
 	case err != nil:
 		return driver.Grant{}, err
 	case state == stateGranted:
@@ -165,7 +165,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	busy := &driver.Busy{Remaining: -1, Queued: queued}
+	busy := &driver.Taken{Remaining: -1, Queued: queued}
 	if rem >= 0 {
 		busy.Remaining = time.Duration(rem) * time.Microsecond
 	}

@@ -25,7 +25,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if d == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	var owner, meta string
@@ -110,7 +110,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 	if d == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	found := false

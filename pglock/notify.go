@@ -68,7 +68,7 @@ type sub struct {
 }
 
 // listenMark is what a listener had received when an acquisition attempt
-// began: the Handle of the attempt's driver.Busy, handed back to Subscribe.
+// began: the Handle of the attempt's driver.Taken, handed back to Subscribe.
 type listenMark struct{ gen, seen uint64 }
 
 // bucket is the counter of key's notifications.

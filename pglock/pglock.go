@@ -303,7 +303,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return err
 	})
 	if err == nil && locked {
-		return driver.Grant{}, &driver.Busy{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
 	}
 	switch {
 	case err != nil:
@@ -311,7 +311,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return driver.Grant{}, &driver.Busy{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
 	case state == stateGranted:
 		if token <= 0 {
 			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -320,7 +320,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return driver.Grant{}, &driver.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
+	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
 }
 
 // Info implements driver.Driver: the mutex of PostgreSQL.

@@ -240,7 +240,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	})
 	switch {
 	case sqlState(err) == "55P03": // another transaction holds the header a while
-		return driver.Grant{}, &driver.Busy{Remaining: -1}
+		return driver.Grant{}, &driver.Taken{Remaining: -1}
 	case err != nil:
 		return driver.Grant{}, err
 	}
@@ -252,7 +252,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	case stateMismatch:
 		return driver.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
 	}
-	return driver.Grant{}, &driver.Busy{Remaining: time.Duration(soonest) * time.Microsecond}
+	return driver.Grant{}, &driver.Taken{Remaining: time.Duration(soonest) * time.Microsecond}
 }
 
 // Info implements driver.Driver: the counting semaphore of PostgreSQL.
@@ -326,7 +326,7 @@ func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockIn
 	if s == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	err := s.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {

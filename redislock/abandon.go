@@ -74,7 +74,7 @@ func (f *flights) sent(r driver.AcquireRequest, err error) {
 
 // failed is sent for an attempt that failed with err.
 func (f *flights) failed(r driver.AcquireRequest, err error) {
-	var busy *driver.Busy
+	var busy *driver.Taken
 	switch {
 	case errors.As(err, &busy):
 		if r.Handle == nil && busy.Handle == nil && r.Waiting {

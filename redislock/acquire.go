@@ -62,13 +62,13 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 		t = c.hub.attempt(ctx, a.channel, r.Owner, false)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
-			return driver.Grant{}, &driver.Busy{Remaining: t.queued}
+			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
 		}
 	}
 	res, err := a.run(ctx, t)
 	g, _, err := a.decode(ctx, r, res, err)
 	t.done(err, "", 0)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if a.refresh > 0 && r.Waiting && errors.As(err, &busy) {
 		queued(busy, a.refresh)
 	}

@@ -150,7 +150,7 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 		return 0, fmt.Errorf("%w: fenced write without a fencing token", dlock.ErrInvalid)
 	}
 	lock, token := tok.Key(), tok.Token()
-	if err := dlock.ValidateKey(lock); err != nil {
+	if err := driver.ValidateKey(lock); err != nil {
 		return 0, err
 	}
 	rk, err := FenceRecordKey(resource)

@@ -31,7 +31,7 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 	if ctx == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
 	res, err := k.script.Run(ctx, c.rdb, k.keys(key), k.args...).Slice()
@@ -177,7 +177,7 @@ func lockName(redisKey string) (string, bool) {
 		return "", false
 	}
 	name, ok = strings.CutSuffix(name, "}")
-	if !ok || dlock.ValidateKey(name) != nil {
+	if !ok || driver.ValidateKey(name) != nil {
 		return "", false
 	}
 	return name, true
@@ -319,7 +319,7 @@ func (in *Inspector) classify(ctx context.Context, key string) (kind, error) {
 	if ctx == nil {
 		return kind{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return kind{}, err
 	}
 	f, err := in.c.rdb.HMGet(ctx, LockKey(key), kindFields...).Result()

@@ -80,7 +80,7 @@ func (l leases) kind() kind {
 // queued marks busy as the reply to a waiter that left state in the store (a
 // queue entry, a mark) which it must refresh at least every refresh, and which
 // the Client abandons if it gives up.
-func queued(busy *driver.Busy, refresh time.Duration) {
+func queued(busy *driver.Taken, refresh time.Duration) {
 	busy.Queued = true
 	if busy.Remaining < 0 || busy.Remaining > refresh {
 		busy.Remaining = refresh

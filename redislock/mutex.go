@@ -63,7 +63,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		t = d.c.hub.attempt(ctx, clientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
-			return driver.Grant{}, &driver.Busy{Remaining: t.queued}
+			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
 		}
 	}
 	lock, waiting, fence, abandon := plainKeys(r.Key, r.Owner)

@@ -616,7 +616,7 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, onSet: t.score != "" && !t.popped, done: func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		var busy *driver.Busy
+		var busy *driver.Taken
 		switch {
 		case errors.As(err, &busy):
 			if busy.Remaining > 0 {

@@ -98,7 +98,7 @@ func (o *Optimistic) check(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }
 
 // Get reads the value named key and its version (0 with an empty value when it

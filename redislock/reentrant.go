@@ -187,7 +187,7 @@ func (d *ReentrantDriver) Holds(ctx context.Context, key string) (n int, holder 
 	if ctx == nil {
 		return 0, "", fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return 0, "", err
 	}
 	v, err := d.c.rdb.HMGet(ctx, LockKey(key), "o", "c").Result()

@@ -37,7 +37,7 @@ func acquireReply(res []any, err error, ttl time.Duration) (driver.Grant, error)
 		if v < 0 {
 			rem = -1
 		}
-		return driver.Grant{}, &driver.Busy{Remaining: rem}
+		return driver.Grant{}, &driver.Taken{Remaining: rem}
 	}
 	if v <= 0 {
 		return driver.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)

@@ -110,7 +110,7 @@ func TestClusterPrimitives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := dlock.Leader(ctx, plain, key+".role"); err != nil || info.Metadata != "node-1" {
+	if info, err := dlock.CurrentLeader(ctx, plain, key+".role"); err != nil || info.Metadata != "node-1" {
 		t.Fatalf("Leader: %+v %v", info, err)
 	}
 	if err := lead.Resign(ctx); err != nil {

@@ -94,7 +94,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err // the Client abandons the acquisition on every node
 	}
 	g, err := d.settle(ctx, r, got, late, timeout)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if errors.As(err, &busy) && ws != nil {
 		// The waiter subscribes next: the nodes keep its places until then.
 		busy.Handle = ws
@@ -188,7 +188,7 @@ func (d *Driver) raise(ctx context.Context, r driver.AcquireRequest, got []reply
 
 // refused cleans up after an acquisition that no majority granted (the nodes
 // that granted it are released, see cleanUp) and returns the
-// error that explains the outcome: a *driver.Busy when holders elsewhere
+// error that explains the outcome: a *driver.Taken when holders elsewhere
 // kept the majority out, an error matching dlock.ErrUnavailable when failed
 // nodes did, and otherwise the nodes' own refusal (dlock.ErrConflict...).
 func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []reply[driver.Grant], timeout time.Duration) error {
@@ -196,7 +196,7 @@ func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []rep
 	var busy []time.Duration
 	var final error
 	for _, g := range got {
-		var b *driver.Busy
+		var b *driver.Taken
 		switch {
 		case g.err == nil:
 			yes++
@@ -224,7 +224,7 @@ func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []rep
 		if k := d.quorum - yes - failed - 1; k >= 0 && k < len(busy) && busy[0] >= 0 {
 			rem = busy[k]
 		}
-		return &driver.Busy{Remaining: rem, Queued: unknown > 0}
+		return &driver.Taken{Remaining: rem, Queued: unknown > 0}
 	}
 	return fmt.Errorf("redlock: %d of %d nodes granted the lock, %d needed: %w", yes, len(d.nodes), d.quorum, final)
 }

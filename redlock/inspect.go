@@ -24,7 +24,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if ctx == nil {
 		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
@@ -159,7 +159,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 	if ctx == nil {
 		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {

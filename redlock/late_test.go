@@ -151,7 +151,7 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	})
 
 	r := driver.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if _, err := d.Acquire(ctx, r); !errors.As(err, &busy) {
 		t.Fatalf("first attempt: %v, want busy", err)
 	}

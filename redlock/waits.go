@@ -35,7 +35,7 @@ func (w *waits) acquire(ctx context.Context, node *redislock.Driver, r driver.Ac
 	wctx, cancel := context.WithCancel(w.caller)
 	dl, _ := ctx.Deadline()
 	g, err := node.Acquire(waitCtx{Context: wctx, deadline: dl}, r)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) {
 		cancel() // the node's driver keeps nothing for a grant or a failure
 		return g, err

@@ -240,7 +240,7 @@ func (b *broken) prefixAcquire(ctx context.Context, r driver.AcquireRequest) (dr
 		return driver.Grant{Token: tok, Handle: tok}, nil
 	case 0:
 		pttl, _ := res[1].(int64)
-		return driver.Grant{}, &driver.Busy{Remaining: time.Duration(pttl) * time.Millisecond}
+		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(pttl) * time.Millisecond}
 	}
 	return driver.Grant{}, fmt.Errorf("%w: verify: acquire reply %v", dlock.ErrRefused, res)
 }

@@ -245,7 +245,7 @@ var (
 // nothing, and a node it made that turns out not to be first is deleted again.
 // A waiting attempt queues a node, or finds the one an earlier attempt of the
 // same owner made (also one whose create reply was lost), and returns a
-// *driver.Busy (Queued, with the node as its Handle) while it is not first.
+// *driver.Taken (Queued, with the node as its Handle) while it is not first.
 // The token is the node's czxid.
 //
 // The grant's Lost ends when the session expires (its nodes are gone then): the

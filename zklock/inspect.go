@@ -72,7 +72,7 @@ func (d *Driver) checkInspect(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }
 
 // List implements driver.Inspector: the held locks whose keys match pattern (see
@@ -98,7 +98,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var out []dlock.LockInfo
 	for _, n := range names {
 		key, ok := unescape(n)
-		if !ok || dlock.ValidateKey(key) != nil || !driver.MatchKey(pattern, key) {
+		if !ok || driver.ValidateKey(key) != nil || !driver.MatchKey(pattern, key) {
 			continue
 		}
 		info, err := d.Inspect(ctx, key)

@@ -36,7 +36,7 @@ func (d *Driver) checkArgs(key, owner string) error {
 	if d == nil {
 		return fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	return checkOwner(owner)
@@ -268,9 +268,9 @@ type grant struct {
 // TTL, and to remove a holder whose TTL has run out (which no event announces).
 func (d *Driver) busy(rem time.Duration, hd *handle, retry time.Duration) error {
 	if hd == nil {
-		return &driver.Busy{Remaining: rem}
+		return &driver.Taken{Remaining: rem}
 	}
-	return &driver.Busy{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
+	return &driver.Taken{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
 		Handle: hd}
 }
 
@@ -321,7 +321,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		w.lost()
 	}
 	g, err := d.attempt(ctx, key, k, w, start, ttl, metadata, waiting, unknown)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	switch {
 	case errors.As(err, &busy) && busy.Queued:
 		d.keepWaiter(k, w)

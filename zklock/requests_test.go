@@ -137,7 +137,7 @@ func TestRequestsPerOperation(t *testing.T) {
 		}()
 		waitQueue(t, obs, lp, 10*time.Second, func(q []child) bool { return len(q) == i+2 })
 	}
-	// Each waiter's first attempt has set its watch before its Busy returned;
+	// Each waiter's first attempt has set its watch before its Taken returned;
 	// the Client subscribes after that, with no request of its own.
 	waitOps := func(who string, n int) []string {
 		t.Helper()

@@ -107,7 +107,7 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.acquire(ctx, key, "try", time.Second, "", false)
-	var busy *driver.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) || busy.Remaining <= 4*time.Second || busy.Remaining > 5*time.Second {
 		t.Fatalf("TryLock of a held lock: %v", err)
 	}
