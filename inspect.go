@@ -35,14 +35,26 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	return in.Inspect(ctx, key)
 }
 
-// List returns the held locks whose names match pattern (see MatchKey), sorted
-// by key, through the Client's backend (see Inspector).
+// List returns the held locks whose names match pattern (a glob, see
+// driver.MatchKey), sorted by key, through the Client's backend (see
+// driver.List).
 func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	in, err := c.inspector()
 	if err != nil {
 		return nil, err
 	}
-	return in.List(ctx, pattern)
+	return driver.List(ctx, in, pattern)
+}
+
+// ListPrefix returns the backend's candidates for the locks whose names start
+// with prefix, unfiltered and unsorted (see driver.Inspector); List is what a
+// caller wants.
+func (c *Client) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
+	in, err := c.inspector()
+	if err != nil {
+		return nil, err
+	}
+	return in.ListPrefix(ctx, prefix)
 }
 
 // ForceUnlock removes the holding of key whoever holds it and returns what it

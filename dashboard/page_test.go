@@ -291,8 +291,8 @@ func TestPageFitsWindow(t *testing.T) {
 // unknownWaiters is an Inspector whose store does not know its waiters.
 type unknownWaiters struct{ *memlock.Store }
 
-func (u unknownWaiters) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	infos, err := u.Store.List(ctx, pattern)
+func (u unknownWaiters) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	infos, err := u.Store.ListPrefix(ctx, prefix)
 	for i := range infos {
 		infos[i].Waiters = driver.WaitersUnknown
 	}

@@ -309,7 +309,7 @@ func (w *Watcher) read(ctx context.Context) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(5*time.Second, 10*w.opts.Interval))
 	defer cancel()
 	start := w.now()
-	infos, err := w.in.List(ctx, w.opts.Pattern)
+	infos, err := driver.List(ctx, w.in, w.opts.Pattern)
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()

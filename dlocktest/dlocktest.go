@@ -667,11 +667,11 @@ func testInspector(t *testing.T, b Backend) {
 	if info.TTL > 5*time.Second || info.TTL == 0 {
 		t.Errorf("Inspect TTL %v of a 5s lease", info.TTL)
 	}
-	infos, err := insp.List(ctx, key[:len(key)-4]+"*")
+	infos, err := driver.List(ctx, insp, key[:len(key)-4]+"*")
 	if err != nil || len(infos) != 1 || infos[0].Key != key {
 		t.Fatalf("List: %+v, %v; want %s alone", infos, err, key)
 	}
-	if _, err := insp.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, insp, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("List(\"\"): %v, want ErrInvalid", err)
 	}
 	if _, err := insp.ForceUnlock(ctx, key); err != nil {

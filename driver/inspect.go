@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -64,19 +66,59 @@ const (
 )
 
 // Inspector is implemented by drivers (and clients) that can show and force locks,
-// for operators and tools such as the dlock command. Every method validates its
-// key or pattern first (ErrInvalid).
+// for operators and tools such as the dlock command. Inspect and ForceUnlock
+// validate their key first (ErrInvalid); List, not a method, validates the
+// pattern, filters and sorts for every driver.
 type Inspector interface {
 	// Inspect reads one lock without changing it. A free lock is not an error:
 	// the result has Held false.
 	Inspect(ctx context.Context, key string) (LockInfo, error)
 
-	// List returns the locks whose names match pattern (a glob as MatchKey reads
-	// it, checked by ValidatePattern), held ones, sorted by key.
-	List(ctx context.Context, pattern string) ([]LockInfo, error)
+	// ListPrefix returns the held locks whose names start with prefix (all of
+	// them when prefix is empty), in any order; it may return more (locks that
+	// are not held, or names without the prefix): List drops them. prefix is
+	// the literal start of a pattern that ValidatePattern accepted.
+	ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error)
 
 	// ForceUnlock removes the holding of key whoever holds it, and returns what
 	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
 	// holder learns of the loss at its next renewal or its local deadline.
 	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
+}
+
+// List returns the locks held in in's store whose names match pattern (a glob
+// as MatchKey reads it, checked by ValidatePattern), sorted by key: it asks
+// in.ListPrefix for the literal start of the pattern and keeps the held locks
+// that match.
+func List(ctx context.Context, in Inspector, pattern string) ([]LockInfo, error) {
+	if ctx == nil {
+		return nil, invalidf("nil context")
+	}
+	if IsNil(in) {
+		return nil, invalidf("nil inspector")
+	}
+	if err := ValidatePattern(pattern); err != nil {
+		return nil, err
+	}
+	all, err := in.ListPrefix(ctx, literalPrefix(pattern))
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, info := range all {
+		if info.Held && MatchKey(pattern, info.Key) {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b LockInfo) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// literalPrefix is the start of a pattern before its first wildcard or
+// escape: every key the pattern matches starts with it.
+func literalPrefix(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
 }

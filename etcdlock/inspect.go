@@ -57,17 +57,12 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 	}
 }
 
-// List implements driver.Inspector: it returns the locks held now whose names
-// match pattern, sorted by name.
-// pattern is a glob over lock names (see driver.MatchKey; '*' matches '/' too)
-// and must pass driver.ValidateKey. Locks whose oldest entry was not written by
-// dlock are skipped.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: it returns the locks held now whose
+// names start with prefix, sorted by name. Locks whose oldest entry was not
+// written by dlock are skipped.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
-	}
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
 	}
 	// Every entry: the holder of each lock is its oldest, and the others count
 	// as its waiters. Keys sort by lock name, since the name is closed by '}'.
@@ -84,7 +79,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var names []string
 	for _, kv := range resp.Kvs {
 		name, ok := lockName(string(kv.Key))
-		if !ok || !driver.MatchKey(pattern, name) {
+		if !ok || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		l := locks[name]

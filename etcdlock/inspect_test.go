@@ -37,11 +37,11 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if got != want || info.TTL <= 5*time.Second || info.TTL > 10*time.Second {
 		t.Fatalf("Inspect: %+v, want %+v with TTL in (5s, 10s]", info, want)
 	}
-	list, err := d.List(ctx, base+":a/*")
+	list, err := driver.List(ctx, d, base+":a/*")
 	if err != nil || len(list) != 2 || list[0].Key != keys[0] || list[1].Key != keys[1] || list[0].Waiters != 2 || list[1].Waiters != 0 {
 		t.Fatalf("List(a/*): %+v, %v", list, err)
 	}
-	if list, err := d.List(ctx, base+":?"); err != nil || len(list) != 1 || list[0].Key != keys[2] {
+	if list, err := driver.List(ctx, d, base+":?"); err != nil || len(list) != 1 || list[0].Key != keys[2] {
 		t.Fatalf("List(?): %+v, %v", list, err)
 	}
 	// ForceUnlock removes the holder; the first waiter becomes the holder.
@@ -69,11 +69,11 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if info, err := d.Inspect(ctx, keys[0]); err != nil || info.Held || info.Key != keys[0] {
 		t.Errorf("Inspect of a free lock: %+v, %v", info, err)
 	}
-	if list, err := d.List(ctx, base+"*"); err != nil || len(list) != 0 {
+	if list, err := driver.List(ctx, d, base+"*"); err != nil || len(list) != 0 {
 		t.Errorf("List after ForceUnlock of all: %+v, %v", list, err)
 	}
 	for _, bad := range []string{"", "a{", "x\x00"} {
-		if _, err := d.List(ctx, bad); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := driver.List(ctx, d, bad); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("List(%q): %v, want ErrInvalid", bad, err)
 		}
 	}

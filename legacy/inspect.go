@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,14 +70,11 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 	return info, cur, nil
 }
 
-// List implements driver.Inspector over the locks a dlock locker has taken in the
-// last FenceRetention (their companion hash names them), held now by anyone,
-// whose names match pattern (driver.MatchKey). Locks only old clients have taken
-// are not seen.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
+// ListPrefix implements driver.Inspector over the locks a dlock locker has taken
+// in the last FenceRetention (their companion hash names them), held now by
+// anyone, whose names start with prefix. Locks only old clients have taken are
+// not seen.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	var (
 		mu    sync.Mutex
 		names []string
@@ -85,7 +83,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		iter := node.Scan(ctx, 0, "{*}:dlock*", 1000).Iterator()
 		for iter.Next(ctx) {
 			name, err := node.HGet(ctx, iter.Val(), "k").Result()
-			if err != nil || !driver.MatchKey(pattern, name) {
+			if err != nil || !strings.HasPrefix(name, prefix) {
 				continue // not a companion, or one written before names were kept
 			}
 			mu.Lock()

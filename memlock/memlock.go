@@ -20,7 +20,7 @@ package memlock
 import (
 	"context"
 	"fmt"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -264,20 +264,16 @@ func (s *Store) info(key string) dlock.LockInfo {
 	return info
 }
 
-// List implements driver.Inspector.
-func (s *Store) List(_ context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
+// ListPrefix implements driver.Inspector.
+func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []dlock.LockInfo
 	for key := range s.locks {
-		if info := s.info(key); info.Held && driver.MatchKey(pattern, key) {
+		if info := s.info(key); info.Held && strings.HasPrefix(key, prefix) {
 			out = append(out, info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 

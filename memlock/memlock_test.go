@@ -46,7 +46,7 @@ func TestInspection(t *testing.T) {
 	if _, err := a.TryLock(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	infos, err := insp.List(ctx, "jobs:*")
+	infos, err := driver.List(ctx, insp, "jobs:*")
 	if err != nil || len(infos) != 1 || infos[0].Key != "jobs:1" {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}

@@ -77,7 +77,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 			t.Errorf("ForceUnlock(%q): %v", key, err)
 		}
 	}
-	if _, err := d.List(ctx, "a}"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, d, "a}"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("List(bad): %v", err)
 	}
 	//lint:ignore SA1012 a nil context is the bad input under test
@@ -349,7 +349,7 @@ func TestInspectionCreatesNothing(t *testing.T) {
 		if _, err := in.in.Inspect(ctx, "k"); !errors.Is(err, ErrNoTable) || !errors.Is(err, dlock.ErrRefused) {
 			t.Errorf("%s: Inspect without the table: %v, want ErrNoTable", in.name, err)
 		}
-		if _, err := in.in.List(ctx, "*"); !errors.Is(err, ErrNoTable) {
+		if _, err := driver.List(ctx, in.in, "*"); !errors.Is(err, ErrNoTable) {
 			t.Errorf("%s: List without the table: %v, want ErrNoTable", in.name, err)
 		}
 		if _, err := in.in.ForceUnlock(ctx, "k"); !errors.Is(err, ErrNoTable) {

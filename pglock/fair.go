@@ -267,12 +267,12 @@ func fairKind(info dlock.LockInfo) dlock.LockInfo {
 	return info
 }
 
-// List implements driver.Inspector, as Driver.List.
-func (f *FairDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector, as Driver.ListPrefix.
+func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if f == nil {
 		return nil, errNilDriver
 	}
-	infos, err := f.d.List(ctx, pattern)
+	infos, err := f.d.ListPrefix(ctx, prefix)
 	for i := range infos {
 		infos[i] = fairKind(infos[i])
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -50,17 +49,12 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	return info, nil
 }
 
-// List implements driver.Inspector: the held locks whose keys match pattern
-// (see driver.MatchKey), sorted by key. The database selects the keys that
-// start with the pattern's literal prefix; the pattern filters them.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the held locks whose keys start with
+// prefix, as the database selects them.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if d == nil {
 		return nil, errNilDriver
 	}
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	prefix := literalPrefix(pattern)
 	var out []dlock.LockInfo
 	err := d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		out = out[:0]
@@ -75,7 +69,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
 				return err
 			}
-			if !driver.MatchKey(pattern, info.Key) {
+			if !strings.HasPrefix(info.Key, prefix) {
 				continue
 			}
 			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
@@ -88,17 +82,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
-}
-
-// literalPrefix is the start of a List pattern before its first wildcard or
-// escape: every key the pattern matches starts with it.
-func literalPrefix(pattern string) string {
-	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
-		return pattern[:i]
-	}
-	return pattern
 }
 
 // ForceUnlock implements driver.Inspector: it removes the key's live holding,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -364,16 +363,12 @@ func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
 	}
 }
 
-// List implements driver.Inspector: the semaphores with permits in use whose
-// keys match pattern, sorted by key.
-func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the semaphores with permits in use
+// whose keys start with prefix.
+func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if s == nil {
 		return nil, errNilDriver
 	}
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	prefix := literalPrefix(pattern)
 	byKey := map[string]*dlock.LockInfo{}
 	err := s.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		clear(byKey)
@@ -390,7 +385,7 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
 				return err
 			}
-			if !driver.MatchKey(pattern, key) {
+			if !strings.HasPrefix(key, prefix) {
 				continue
 			}
 			if byKey[key] == nil {
@@ -409,7 +404,6 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 	for _, info := range byKey {
 		out = append(out, *info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 

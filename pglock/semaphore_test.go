@@ -115,7 +115,7 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 	if err != nil || !info.Held || info.Kind != driver.KindSemaphore || info.Holders != 2 || info.Limit != 2 || info.Owner != b.Owner() || info.Token != b.Token() || info.Metadata != "b" {
 		t.Fatalf("Inspect: %+v, %v; want 2 of 2, the last ending b", info, err)
 	}
-	infos, err := s.List(ctx, key[:len(key)-3]+"*")
+	infos, err := driver.List(ctx, s, key[:len(key)-3]+"*")
 	if err != nil || len(infos) != 1 || infos[0].Holders != 2 {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}

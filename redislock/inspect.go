@@ -75,9 +75,9 @@ func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 	}
 }
 
-// list lists the held locks of kind k whose names match pattern.
-func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, error) {
-	names, err := c.names(ctx, pattern)
+// list lists the held locks of kind k whose names start with prefix.
+func (c *conn) list(ctx context.Context, prefix string, k kind) ([]LockInfo, error) {
+	names, err := c.names(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -85,16 +85,13 @@ func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, er
 	return infos, err
 }
 
-// names returns the names of the locks whose names match pattern, of every
-// kind, held or not, sorted.
-func (c *conn) names(ctx context.Context, pattern string) ([]string, error) {
+// names returns the names of the locks whose names start with prefix, of every
+// kind, held or not, sorted. prefix holds no glob character (see driver.List).
+func (c *conn) names(ctx context.Context, prefix string) ([]string, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	match := LockKey(pattern)
+	match := LockKey(prefix + "*")
 	var (
 		mu    sync.Mutex
 		names []string
@@ -239,13 +236,12 @@ func (i inspection) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	return i.c.inspect(ctx, key, i.k)
 }
 
-// List implements driver.Inspector: the locks held now whose names match
-// pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
-// all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
-// On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
+// ListPrefix implements driver.Inspector: the locks held now whose names start
+// with prefix (driver.List and Client.List filter them by a pattern and sort
+// them). On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
 // shard. Keys that hold foreign data or locks of another kind are skipped.
-func (i inspection) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return i.c.list(ctx, pattern, i.k)
+func (i inspection) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
+	return i.c.list(ctx, prefix, i.k)
 }
 
 // ForceUnlock implements driver.Inspector: it removes the lock named key whoever
@@ -365,14 +361,15 @@ func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, err
 	return in.each(ctx, key, func(k kind) (LockInfo, error) { return in.c.forceUnlock(ctx, key, k) })
 }
 
-// List returns the held locks of every kind whose names match pattern, sorted
-// by name, as Driver.List does. The keys are scanned once, the kind of each
+// ListPrefix returns the held locks of every kind whose names start with
+// prefix, in any order, as inspection.ListPrefix does; driver.List filters
+// and sorts them. The keys are scanned once, the kind of each
 // lock read in pipelined batches, and each lock read as its kind.
-func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+func (in *Inspector) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
 	if in == nil || in.c == nil {
 		return nil, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
 	}
-	names, err := in.c.names(ctx, pattern)
+	names, err := in.c.names(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -406,7 +403,6 @@ func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, erro
 		}
 		all = append(all, infos...)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
 	return all, nil
 }
 

@@ -162,7 +162,7 @@ func TestInspectCountsPlainLockWaiters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := in.List(ctx, key)
+		l, err := driver.List(ctx, in, key)
 		if err != nil || len(l) != 1 {
 			t.Fatalf("List: %+v, %v", l, err)
 		}

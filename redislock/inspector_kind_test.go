@@ -65,7 +65,7 @@ func TestInspectorNamesKinds(t *testing.T) {
 			t.Errorf("Client.Inspect(%s): kind %q, %v", key, info.Kind, err)
 		}
 	}
-	infos, err := in.List(ctx, base+".*")
+	infos, err := driver.List(ctx, in, base+".*")
 	if err != nil || len(infos) != len(clients) {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}

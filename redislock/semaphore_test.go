@@ -479,7 +479,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	infos, err := in.List(ctx, base+".*")
+	infos, err := driver.List(ctx, in, base+".*")
 	if err != nil || len(infos) != 3 {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}
@@ -500,7 +500,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 	if err := mu.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("mutex after ForceUnlock: %v", err)
 	}
-	if infos, err := in.List(ctx, base+".*"); err != nil || len(infos) != 0 {
+	if infos, err := driver.List(ctx, in, base+".*"); err != nil || len(infos) != 0 {
 		t.Errorf("List after ForceUnlock: %+v, %v", infos, err)
 	}
 	occupyHash(t, rdb, base+".foreign")
@@ -508,7 +508,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 		t.Errorf("Inspect of a foreign hash: %v", err)
 	}
 	var nilIn *redislock.Inspector
-	if _, err := nilIn.List(ctx, "*"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, nilIn, "*"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil Inspector: %v", err)
 	}
 }

@@ -103,20 +103,16 @@ func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, b
 	return out, false
 }
 
-// List implements driver.Inspector: the locks whose names match pattern (as for
-// redislock's List) that a majority of the nodes hold, in the majority's view
-// (see Inspect), sorted by name. The error matches dlock.ErrInvalid for a bad
-// pattern, and dlock.ErrUnavailable when fewer than a majority of the nodes
+// ListPrefix implements driver.Inspector: the locks whose names start with
+// prefix that a majority of the nodes hold, in the majority's view (see
+// Inspect). The error matches dlock.ErrUnavailable when fewer than a majority of the nodes
 // answer.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := driver.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
-		return d.nodes[i].List(ctx, pattern)
+		return d.nodes[i].ListPrefix(ctx, prefix)
 	}, nil)
 	if err != nil {
 		return nil, err
@@ -137,15 +133,6 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 			out = append(out, info)
 		}
 	}
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
 	return out, nil
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 
@@ -75,13 +75,10 @@ func (d *Driver) checkInspect(ctx context.Context, key string) error {
 	return driver.ValidateKey(key)
 }
 
-// List implements driver.Inspector: the held locks whose keys match pattern (see
-// driver.MatchKey), sorted by key. It reads every lock node under the root.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the held locks whose keys start with
+// prefix. It reads every lock node under the root.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if err := d.checkInspect(ctx, "list"); err != nil {
-		return nil, err
-	}
-	if err := driver.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -98,7 +95,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var out []dlock.LockInfo
 	for _, n := range names {
 		key, ok := unescape(n)
-		if !ok || driver.ValidateKey(key) != nil || !driver.MatchKey(pattern, key) {
+		if !ok || driver.ValidateKey(key) != nil || !strings.HasPrefix(key, prefix) {
 			continue
 		}
 		info, err := d.Inspect(ctx, key)
@@ -110,7 +107,6 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		}
 		out = append(out, info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 

@@ -439,14 +439,14 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if free, err := b.Inspect(ctx, prefix+":free"); err != nil || free.Held {
 		t.Fatalf("Inspect of a free lock: %+v, %v", free, err)
 	}
-	all, err := b.List(ctx, prefix+":*")
+	all, err := driver.List(ctx, b, prefix+":*")
 	if err != nil || len(all) != 3 || all[0].Key != keys[0] || all[2].Key != keys[2] {
 		t.Fatalf("List: %+v, %v", all, err)
 	}
-	if some, err := b.List(ctx, prefix+":[xz]*"); err != nil || len(some) != 2 {
+	if some, err := driver.List(ctx, b, prefix+":[xz]*"); err != nil || len(some) != 2 {
 		t.Fatalf("List of a set: %+v, %v", some, err)
 	}
-	if _, err := b.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, b, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("List with an empty pattern: %v", err)
 	}
 	if forced, err := b.ForceUnlock(ctx, keys[1]); err != nil || forced.Owner != "holder" || forced.Token != tokens[1] {

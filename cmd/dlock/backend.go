@@ -346,7 +346,7 @@ func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {
 
 // listLocks lists the locks matching pattern through st's inspector.
 func listLocks(ctx context.Context, st store, pattern string) ([]lockInfo, error) {
-	infos, err := st.inspector().List(ctx, pattern)
+	infos, err := driver.List(ctx, st.inspector(), pattern)
 	if err != nil {
 		return nil, err
 	}

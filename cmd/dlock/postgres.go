@@ -153,8 +153,8 @@ func (p pgInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	return info, p.noTable(err)
 }
 
-func (p pgInspector) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	infos, err := p.in.List(ctx, pattern)
+func (p pgInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	infos, err := p.in.ListPrefix(ctx, prefix)
 	return infos, p.noTable(err)
 }
 
