@@ -102,10 +102,12 @@ func (d *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 }
 
 func (d *FairDriver) release(ctx context.Context, key, owner string) error {
-	return d.run(ctx, key, owner, "")
+	return d.leave(ctx, key, owner, "")
 }
 
-func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *FairDriver) leave(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
 	return d.c.released(key, res, err)
@@ -125,7 +127,7 @@ func (d *FairDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan st
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
 // cannot queue it again or take the lock.
 func (d *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
-	err := d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h))
+	err := d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h))
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

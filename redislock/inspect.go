@@ -279,7 +279,7 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 	}
 	return &Inspector{
 		c: m.c, mutex: mutexKind(m.releaseForced), reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
-		sem: newLeases(m.c, semMarker).kind(), rw: newLeases(m.c, rwMarker).kind(),
+		sem: newMultiHolder(m.c, semMarker).kind(), rw: newMultiHolder(m.c, rwMarker).kind(),
 	}, nil
 }
 

@@ -18,22 +18,22 @@ import (
 // leases that ended, so a crashed holder's share comes back at its TTL. Both
 // keys expire with the last lease.
 
-// leases is the part of a driver of a lock with several holders that does not
+// multiHolder is the part of a driver of a lock with several holders that does not
 // depend on its kind: extend, TTL and inspection. The drivers embed it.
-type leases struct {
+type multiHolder struct {
 	inspection
 	c      *conn
 	marker string // the lock hash field that marks the kind
 }
 
-func newLeases(c *conn, marker string) leases {
-	l := leases{c: c, marker: marker}
+func newMultiHolder(c *conn, marker string) multiHolder {
+	l := multiHolder{c: c, marker: marker}
 	l.inspection = inspection{c: c, k: l.kind()}
 	return l
 }
 
 // Extend implements driver.Driver.
-func (l leases) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
+func (l multiHolder) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.LeaseExtend.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, ttl.Milliseconds(), l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
@@ -45,7 +45,7 @@ func (l leases) Extend(ctx context.Context, h driver.Holding, ttl time.Duration)
 }
 
 // TTL implements driver.Driver.
-func (l leases) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
+func (l multiHolder) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	n, err := redisscript.LeaseTTL.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
@@ -57,7 +57,7 @@ func (l leases) TTL(ctx context.Context, h driver.Holding) (time.Duration, error
 }
 
 // kind returns the inspection of the lock kind.
-func (l leases) kind() kind {
+func (l multiHolder) kind() kind {
 	name, keys := driver.KindReadWrite, rwKeys
 	if l.marker == semMarker {
 		name, keys = driver.KindSemaphore, leaseKeys

@@ -80,8 +80,8 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	if err != nil {
 		return nil, err
 	}
-	l := newLeases(c, rwMarker)
-	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
+	l := newMultiHolder(c, rwMarker)
+	wd, rd := &RWDriver{multiHolder: l, write: true}, &RWDriver{multiHolder: l}
 	w, err := dlock.NewClient(wd, opts...)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 	}
 	// The read acquisition takes over the writer's holding: a Client of its
 	// own, over a read driver that names the writer, makes it.
-	c, err := dlock.NewClient(&RWDriver{leases: m.rd.leases, from: write.Owner()}, m.opts...)
+	c, err := dlock.NewClient(&RWDriver{multiHolder: m.rd.multiHolder, from: write.Owner()}, m.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
 // RWDriver is the driver.Driver of one side (read or write) of a read-write lock.
 // Most users want NewRWMutex instead.
 type RWDriver struct {
-	leases
+	multiHolder
 	write bool
 	from  string // for a Downgrade: the writer whose holding a read acquisition takes over
 }
@@ -207,10 +207,12 @@ func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver
 
 // Release implements driver.Driver.
 func (d *RWDriver) Release(ctx context.Context, h driver.Holding) error {
-	return d.run(ctx, h.Key, h.Owner, "")
+	return d.leave(ctx, h.Key, h.Owner, "")
 }
 
-func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *RWDriver) leave(ctx context.Context, key, owner, mark string) error {
 	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, rwKeys(key, owner),
 		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
@@ -226,5 +228,5 @@ func (d *RWDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan stru
 // waiting writer's or reader's entry is removed, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
 func (d *RWDriver) Abandon(ctx context.Context, h driver.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
+	return abandoned(d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

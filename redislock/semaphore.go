@@ -71,7 +71,7 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 // SemaphoreDriver is the driver.Driver of the counting semaphore. Most users want
 // NewSemaphore instead.
 type SemaphoreDriver struct {
-	leases
+	multiHolder
 	c *conn
 	n string // the number of permits, in decimal
 }
@@ -91,7 +91,7 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 	if err != nil {
 		return nil, err
 	}
-	return &SemaphoreDriver{leases: newLeases(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
+	return &SemaphoreDriver{multiHolder: newMultiHolder(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
 }
 
 // Acquire implements driver.Driver.
@@ -116,10 +116,12 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 // Release implements driver.Driver: the permit goes to the head of the queue,
 // which is woken.
 func (d *SemaphoreDriver) Release(ctx context.Context, h driver.Holding) error {
-	return d.run(ctx, h.Key, h.Owner, "")
+	return d.leave(ctx, h.Key, h.Owner, "")
 }
 
-func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *SemaphoreDriver) leave(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
@@ -134,5 +136,5 @@ func (d *SemaphoreDriver) Subscribe(ctx context.Context, h driver.Holding) (<-ch
 // holds or was handed goes on to the next waiter, and the acquisition is marked
 // abandoned (see AbandonMarkTTL).
 func (d *SemaphoreDriver) Abandon(ctx context.Context, h driver.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
+	return abandoned(d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }
