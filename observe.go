@@ -266,19 +266,6 @@ func (l *Lease) unlockUnless(told *bool) {
 	_ = l.Unlock(ctx)
 }
 
-// expiryCause names why a lease past its local deadline is lost (see expiry).
-func (l *Lease) expiryCause() LossCause {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.renewEvery == 0:
-		return LossFixedTTL
-	case l.capped:
-		return LossMaxHold
-	}
-	return LossLocalDeadline
-}
-
 // observeEnd tells the lease's observer of its loss (why, cause).
 func (l *Lease) observeEnd(octx context.Context, why LossCause, cause error) {
 	held := time.Since(l.acquired)
@@ -320,16 +307,6 @@ func (l *Lease) observeLeader() {
 	octx := l.obs.ctx
 	l.mu.Unlock()
 	l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Leader: true})
-}
-
-// observeRenewal tells the lease's observer of a renewal that started at
-// started, with the local deadline then at deadline, and ended with err.
-func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
-	l.mu.Lock()
-	octx := l.obs.ctx
-	l.mu.Unlock()
-	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Margin: deadline.Sub(started),
-		Duration: time.Since(started), Err: err})
 }
 
 // StaleTokenEvent is a fenced write refused because its token was stale.

@@ -3,6 +3,7 @@ package dlock
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -370,4 +371,106 @@ func (q *renewQueue) Pop() any {
 	l.re.idx = -1
 	*q = old[:n-1]
 	return l
+}
+
+// renewTTL returns the TTL of the lease's next renewal, capped by MaxHold, and
+// false when the cap is reached: renewal stops and the lease runs out at its TTL.
+// A capped TTL is rounded down to the store's step, so that the lease never
+// outlives the cap.
+func (l *Lease) renewTTL() (time.Duration, bool) {
+	ttl := l.ttl
+	if l.maxHold <= 0 {
+		return ttl, true
+	}
+	left := l.maxHold - time.Since(l.acquired)
+	if left > ttl {
+		return ttl, true
+	}
+	// This renewal, if any, is the last: the lease ends at the cap.
+	l.mu.Lock()
+	l.capped = true
+	l.mu.Unlock()
+	left -= left % max(l.c.lim.Step, 1)
+	if left < l.c.lim.Min {
+		return 0, false
+	}
+	return left, true
+}
+
+// renewBegin marks a renewal round trip asking for ttl starting at started
+// (bootStart on the boot clock), and returns the local deadline it must beat;
+// l.extendMu is held.
+func (l *Lease) renewBegin(started time.Time, bootStart, ttl time.Duration) (deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewAt = started
+	l.bound(started, bootStart, ttl)
+	return l.deadline
+}
+
+// renewEnd applies the outcome of a renewal round trip that started at started
+// (bootStart on the boot clock) with the local deadline then at deadline, asking
+// for ttl: the lease is extended, lost (the store no longer holds it) or left to
+// a retry. It says when to renew next, or to stop. No extendMu is held: the
+// holder's own Extend may run meanwhile.
+func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res driver.ExtendResult) (next time.Duration, stop bool) {
+	l.mu.Lock()
+	gone := l.state != held
+	l.mu.Unlock()
+	err := context.Canceled // the lease was lost while the renewal was in flight
+	if !gone {
+		err = l.extendOutcome(started, bootStart, ttl, res)
+	}
+	// In one step, so that a loss at the deadline finds either the renewal in
+	// flight or its failure.
+	l.mu.Lock()
+	l.renewAt = time.Time{}
+	ended := l.state != held
+	told := l.obs != nil && l.state != released // not when Unlock stopped it
+	switch {
+	case err == nil:
+		l.renewErr = nil
+	case errors.Is(err, ErrNotHeld), ended:
+	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
+		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
+	default:
+		l.renewErr = err
+	}
+	l.mu.Unlock()
+	if told {
+		// A panic here ends the program (nothing recovers on the renewer's
+		// goroutine): the lock is released first, not left until its TTL.
+		ok := false
+		defer l.dropUnless(&ok)
+		l.observeRenewal(started, deadline, err)
+		ok = true
+	}
+	switch {
+	case err == nil:
+		return l.renewEvery, false
+	case errors.Is(err, ErrNotHeld), ended:
+		return 0, true
+	}
+	return l.retryIn(deadline)
+}
+
+// retryIn says when to retry a renewal that could not be made, within the
+// validity left before deadline; stop when none is left (the deadline timer
+// reports the loss).
+func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return 0, true
+	}
+	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
+}
+
+// observeRenewal tells the lease's observer of a renewal that started at
+// started, with the local deadline then at deadline, and ended with err.
+func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
+	l.mu.Lock()
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Margin: deadline.Sub(started),
+		Duration: time.Since(started), Err: err})
 }
