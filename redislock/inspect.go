@@ -180,9 +180,6 @@ func lockName(redisKey string) (string, bool) {
 	return name, true
 }
 
-// ValidatePattern checks a List pattern (see driver.ValidatePattern).
-func ValidatePattern(pattern string) error { return driver.ValidatePattern(pattern) }
-
 // forceAttempts bounds how often ForceUnlock re-reads a lock that changed hands
 // between its read and its release.
 const forceAttempts = 3
