@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // acquisition is one TryLock or Lock call: its attempts share one owner, so that
@@ -18,8 +20,8 @@ type acquisition struct {
 	cfg        *config
 	owner      string
 	waiting    bool
-	handle     any           // the last Busy's Handle
-	retryAfter time.Duration // the last Busy's RetryAfter
+	handle     any           // the last Taken's Handle
+	retryAfter time.Duration // the last Taken's RetryAfter
 	dirty      bool          // an attempt may have left state behind: abandon on give-up
 	start      time.Time
 	tried      time.Time  // the start of the last attempt
@@ -41,12 +43,12 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 	if a.ob != nil {
 		a.ob.attempts++
 	}
-	g, err := a.c.d.Acquire(ctx, AcquireRequest{
+	g, err := a.c.d.Acquire(ctx, driver.AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
 		Waiting: a.waiting, Handle: a.handle,
 	})
 	if err != nil {
-		var busy *Busy
+		var busy *driver.Taken
 		switch {
 		case errors.As(err, &busy):
 			if busy.Handle != nil {
@@ -54,7 +56,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 			}
 			a.dirty = a.dirty || busy.Queued
 			a.retryAfter = busy.RetryAfter
-			return nil, busy.user() // callers see no driver state
+			return nil, &BusyError{Remaining: busy.Remaining} // callers see no driver state
 		case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict), neverSent(err):
 		default:
 			a.dirty = true // no answer, or one we cannot read: it may have landed
@@ -65,7 +67,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 	if ttl <= 0 {
 		ttl = a.cfg.ttl
 	}
-	l := newLease(a.c, Holding{Key: a.key, Owner: a.owner, TTL: ttl, Handle: g.Handle}, g.Token, start, a.cfg)
+	l := newLease(a.c, driver.Holding{Key: a.key, Owner: a.owner, TTL: ttl, Handle: g.Handle}, g.Token, start, a.cfg)
 	if !time.Now().Before(l.deadline) {
 		// The reply came back too late for the lease to be of any use. The
 		// holding is ours: a retry takes it again with a fresh validity.
@@ -143,8 +145,8 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 		}
 		if isBusy && !subscribed {
 			subscribed = true
-			if nf, ok := a.c.d.(Notifier); ok {
-				h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+			if nf, ok := a.c.d.(driver.Notifier); ok {
+				h := driver.Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
 				if w, cancel, serr := nf.Subscribe(ctx, h); serr == nil {
 					defer cancel()
 					wake = w
@@ -179,7 +181,7 @@ func (a *acquisition) wait(ctx context.Context) (l *Lease, err error) {
 			if !ok {
 				wake = nil // notifications stopped: poll
 			} else if a.ob != nil {
-				a.cfg.observer.Wake(a.ob.ctx, WakeEvent{Target: a.ob.t})
+				a.cfg.observer.Wake(a.ob.ctx, a.ob.t)
 			}
 		case <-timer.C:
 		}
@@ -247,20 +249,20 @@ func (a *acquisition) giveUp(ctx context.Context) {
 	if !a.dirty {
 		return
 	}
-	cctx, cancel := CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
-	h := Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
+	h := driver.Holding{Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Handle: a.handle}
 	// Deferred: the clean-up runs after the Abandon event, and also when the
 	// Observer panics.
 	defer func() {
-		if ab, ok := a.c.d.(Abandoner); ok {
+		if ab, ok := a.c.d.(driver.Abandoner); ok {
 			_ = ab.Abandon(cctx, h)
 			return
 		}
 		_ = a.c.d.Release(cctx, h)
 	}()
 	if a.ob != nil {
-		a.cfg.observer.Abandon(a.ob.ctx, AbandonEvent{Target: a.ob.t})
+		a.cfg.observer.Abandon(a.ob.ctx, a.ob.t)
 	}
 }
 

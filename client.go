@@ -2,8 +2,8 @@ package dlock
 
 import (
 	"context"
-	"reflect"
-	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Locker is what users of every backend touch: a one-shot TryLock and a blocking
@@ -24,29 +24,13 @@ type Locker interface {
 	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 }
 
-// CleanupTimeout bounds the detached clean-up calls made after a cancelled or
-// failed request (abandoning an acquisition whose outcome is unknown, an Unlock
-// called with an expired context, the release after a lease was lost), by the
-// Client and by drivers alike; see CleanupContext.
-const CleanupTimeout = 2 * time.Second
-
-// CleanupContext returns a context for a clean-up call that must run although
-// ctx ended: it keeps ctx's values, not its cancellation, and ends after
-// CleanupTimeout. Call cancel when the clean-up returns.
-func CleanupContext(ctx context.Context) (cctx context.Context, cancel context.CancelFunc) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-}
-
 // Client runs the backend-neutral lock algorithm (validation, waiting, retry,
 // fencing-token hand-out, renewal, loss notification) over a backend Driver. It is
 // safe for concurrent use; create one per backend connection and share it.
 type Client struct {
-	d    Driver
-	info DriverInfo // d.Info(), as the Observer's events name it
-	lim  TTLLimits
+	d    driver.Driver
+	info driver.DriverInfo // d.Info(), as the Observer's events name it
+	lim  driver.TTLLimits
 	base config
 	rn   *renewer // renews the Client's renewing leases, from one goroutine
 }
@@ -56,16 +40,16 @@ var _ Locker = (*Client)(nil)
 // NewClient returns a Client over d, with opts as defaults for every call. It
 // returns an error matching ErrInvalid for a nil driver, a driver whose TTLLimits
 // make no sense or whose Info names are malformed, or a bad option.
-func NewClient(d Driver, opts ...Option) (*Client, error) {
-	if isNil(d) {
+func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
+	if driver.IsNil(d) {
 		return nil, invalidf("nil driver")
 	}
 	info := d.Info()
 	if err := info.Check(); err != nil {
 		return nil, err
 	}
-	lim := DefaultTTLLimits
-	if tl, ok := d.(TTLLimiter); ok {
+	lim := driver.DefaultTTLLimits
+	if tl, ok := d.(driver.TTLLimiter); ok {
 		lim = tl.TTLLimits()
 		if lim.Min <= 0 || lim.Max < lim.Min || lim.Step <= 0 {
 			return nil, invalidf("driver TTL limits %+v", lim)
@@ -86,12 +70,12 @@ func NewClient(d Driver, opts ...Option) (*Client, error) {
 }
 
 // Driver returns the backend driver the Client runs on.
-func (c *Client) Driver() Driver { return c.d }
+func (c *Client) Driver() driver.Driver { return c.d }
 
 // TTLLimits returns the lease times the Client's backend can grant.
-func (c *Client) TTLLimits() TTLLimits {
+func (c *Client) TTLLimits() driver.TTLLimits {
 	if c == nil {
-		return DefaultTTLLimits
+		return driver.DefaultTTLLimits
 	}
 	return c.lim
 }
@@ -108,14 +92,14 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 	if err := cfg.check(c.lim); err != nil {
 		return cfg, err
 	}
-	return cfg, ValidateKey(key)
+	return cfg, driver.ValidateKey(key)
 }
 
 // TryLock makes a single attempt to take key. See Locker.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if cfg.observer != nil {
-		return c.observed(ctx, key, &cfg, ModeTry, err)
+		return c.observed(ctx, key, &cfg, false, err)
 	}
 	if err != nil {
 		return nil, err
@@ -149,7 +133,7 @@ func (c *Client) once(ctx context.Context, key string, cfg *config, ob *observin
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	cfg, err := c.resolve(ctx, key, opts)
 	if cfg.observer != nil {
-		return c.observed(ctx, key, &cfg, ModeWait, err)
+		return c.observed(ctx, key, &cfg, true, err)
 	}
 	if err != nil {
 		return nil, err
@@ -170,21 +154,3 @@ func (c *Client) lock(ctx context.Context, key string, cfg *config, ob *observin
 	a := &acquisition{c: c, key: key, cfg: cfg, owner: cfg.newOwner(), waiting: true, ob: ob}
 	return a.wait(ctx)
 }
-
-// isNil reports whether v is nil or an interface holding a nil pointer, map,
-// channel, function or slice.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice, reflect.Interface:
-		return rv.IsNil()
-	}
-	return false
-}
-
-// IsNil reports whether v is nil or an interface value holding a nil pointer (or
-// other nil reference). Backends use it to reject typed-nil clients with ErrInvalid
-// instead of panicking later.
-func IsNil(v any) bool { return isNil(v) }

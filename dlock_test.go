@@ -7,19 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
 func TestValidateKey(t *testing.T) {
-	good := []string{"a", "orders:42", "ключ", "with space", "x:fence", strings.Repeat("k", dlock.MaxKeyLen)}
+	good := []string{"a", "orders:42", "ключ", "with space", "x:fence", strings.Repeat("k", driver.MaxKeyLen)}
 	for _, k := range good {
-		if err := dlock.ValidateKey(k); err != nil {
+		if err := driver.ValidateKey(k); err != nil {
 			t.Errorf("ValidateKey(%q): %v", k, err)
 		}
 	}
-	bad := []string{"", " ", "\t", "a\nb", "a\x00", "\x7f", "a\u0085b", "\xff", "{a}", "a}", strings.Repeat("k", dlock.MaxKeyLen+1)}
+	bad := []string{"", " ", "\t", "a\nb", "a\x00", "\x7f", "a\u0085b", "\xff", "{a}", "a}", strings.Repeat("k", driver.MaxKeyLen+1)}
 	for _, k := range bad {
-		if err := dlock.ValidateKey(k); !errors.Is(err, dlock.ErrInvalid) {
+		if err := driver.ValidateKey(k); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("ValidateKey(%q): %v, want ErrInvalid", k, err)
 		}
 	}
@@ -30,11 +32,11 @@ func FuzzValidateKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, k string) {
-		err := dlock.ValidateKey(k)
+		err := driver.ValidateKey(k)
 		if err != nil && !errors.Is(err, dlock.ErrInvalid) {
 			t.Fatalf("untyped error %v", err)
 		}
-		if err == nil && (k == "" || strings.ContainsAny(k, "{}\x00") || len(k) > dlock.MaxKeyLen) {
+		if err == nil && (k == "" || strings.ContainsAny(k, "{}\x00") || len(k) > driver.MaxKeyLen) {
 			t.Fatalf("accepted %q", k)
 		}
 	})
@@ -55,7 +57,7 @@ func TestNormalizeTTL(t *testing.T) {
 		{dlock.MaxTTL + time.Millisecond, 0, false},
 	}
 	for _, c := range cases {
-		got, err := dlock.NormalizeTTL(c.in)
+		got, err := driver.NormalizeTTL(c.in)
 		if c.ok != (err == nil) || got != c.want {
 			t.Errorf("NormalizeTTL(%v) = %v, %v; want %v ok=%v", c.in, got, err, c.want, c.ok)
 		}
@@ -147,7 +149,7 @@ func TestMatchKey(t *testing.T) {
 		{"[ab", "a", false}, {"ключ*", "ключ:1", true}, {"a/*", "a/b/c", true},
 	}
 	for _, c := range cases {
-		if got := dlock.MatchKey(c.p, c.k); got != c.ok {
+		if got := driver.MatchKey(c.p, c.k); got != c.ok {
 			t.Errorf("MatchKey(%q, %q) = %v, want %v", c.p, c.k, got, c.ok)
 		}
 	}

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Do takes key with l.Lock, runs fn, and always unlocks: when fn returns, when it
@@ -31,7 +33,7 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 // not check.
 func checkRun(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
 	switch {
-	case isNil(l):
+	case driver.IsNil(l):
 		return invalidf("nil locker")
 	case fn == nil:
 		return invalidf("nil function")

@@ -48,7 +48,7 @@
 //     can.
 //  4. The holder learns of a loss first: a lease's local deadline is the start of
 //     its last successful acquire or extend round trip plus the TTL minus a drift
-//     margin (1% of the TTL plus DriftFloor), on the monotonic clock. When no
+//     margin (1% of the TTL plus 2ms), on the monotonic clock. When no
 //     renewal has succeeded by then, Done is closed, before the server lets anybody
 //     else in.
 //  5. Cancellation never leaves a lock behind: an acquisition that ends without

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Leadership is a won election: the holder of a role, returned by Campaign. It
@@ -23,7 +25,7 @@ type Leadership struct {
 // leadership. It runs on any Locker: the role is the lock key, opts are the
 // Lock options (WithTTL sets how long a dead leader keeps the role, the time
 // another candidate then takes to win; WithMetadata names the candidate for
-// Leader and Observe; WithWait bounds the campaign, and WithFailureLimit how
+// CurrentLeader and WatchLeader; WithWait bounds the campaign, and WithFailureLimit how
 // long it waits through a failing backend). The leadership is renewed for as
 // long as the leader lives, whatever its TTL: unlike a lock, a leadership with
 // WithTTL is not a fixed lease, unless WithAutoRenew(false) is given (in opts
@@ -35,13 +37,13 @@ type Leadership struct {
 // role or option, and otherwise Lock's errors: the context's when it ended the
 // campaign.
 func Campaign(ctx context.Context, l Locker, role string, opts ...Option) (*Leadership, error) {
-	if isNil(l) {
+	if driver.IsNil(l) {
 		return nil, invalidf("nil locker")
 	}
 	if ctx == nil {
 		return nil, invalidf("nil context")
 	}
-	if err := ValidateKey(role); err != nil {
+	if err := driver.ValidateKey(role); err != nil {
 		return nil, err
 	}
 	lease, err := l.Lock(ctx, role, append([]Option{renewUnlessSet}, opts...)...)
@@ -94,7 +96,7 @@ func RunAsLeader(ctx context.Context, l Locker, role string, fn func(ctx context
 	if err := checkRun(ctx, l, fn); err != nil {
 		return err
 	}
-	if err := ValidateKey(role); err != nil {
+	if err := driver.ValidateKey(role); err != nil {
 		return err
 	}
 	cfg := defaultConfig()
@@ -225,13 +227,13 @@ func (l *Leadership) Err() error { return l.Lease().Err() }
 // ended already.
 func (l *Leadership) Resign(ctx context.Context) error { return l.Lease().Unlock(ctx) }
 
-// Leader tells who holds role now, as the Inspector reads it: Held is false
+// CurrentLeader tells who holds role now, as the Inspector reads it: Held is false
 // when nobody leads; otherwise Owner is the leader's owner token (its
 // WithOwner ID, if it gave one), Metadata its WithMetadata text (an instance
 // name, say), Token its term's fencing token and TTL the time its leadership
 // lasts unless renewed. It is a snapshot. Errors are Inspect's.
-func Leader(ctx context.Context, in Inspector, role string) (LockInfo, error) {
-	if isNil(in) {
+func CurrentLeader(ctx context.Context, in driver.Inspector, role string) (LockInfo, error) {
+	if driver.IsNil(in) {
 		return LockInfo{}, invalidf("nil inspector")
 	}
 	if ctx == nil {
@@ -240,13 +242,13 @@ func Leader(ctx context.Context, in Inspector, role string) (LockInfo, error) {
 	return in.Inspect(ctx, role)
 }
 
-// Observe bounds for the polling interval of Observe.
+// The bounds of WatchLeader's polling interval.
 const (
-	MinObserveInterval = time.Millisecond
-	MaxObserveInterval = time.Minute
+	minWatchInterval = time.Millisecond
+	maxWatchInterval = time.Minute
 )
 
-// Observe reports changes of role's leader: it reads the role with the
+// WatchLeader reports changes of role's leader: it reads the role with the
 // Inspector at once and sends each later read whose leader (Held, Owner or
 // Token) differs from the last one sent, the first read included. Where the
 // Inspector is a KeyWatcher whose backend can watch (etcd, ZooKeeper), it reads
@@ -254,17 +256,17 @@ const (
 // besides; otherwise (Redis, Redlock, PostgreSQL) it polls every interval,
 // which then bounds how late a change is seen. A watch that fails falls back
 // to polling. A read that fails is skipped (the next one may succeed), except
-// the first, whose error Observe returns. The channel is closed when ctx ends;
+// the first, whose error WatchLeader returns. The channel is closed when ctx ends;
 // the caller must keep receiving until then or cancel ctx. interval must lie
-// in [MinObserveInterval, MaxObserveInterval]; otherwise, and for a nil
+// in [1ms, 1min]; otherwise, and for a nil
 // inspector or context or a bad role, the error matches ErrInvalid.
-func Observe(ctx context.Context, in Inspector, role string, interval time.Duration) (<-chan LockInfo, error) {
-	if interval < MinObserveInterval || interval > MaxObserveInterval {
-		return nil, invalidf("observe interval %v outside [%v, %v]", interval, MinObserveInterval, MaxObserveInterval)
+func WatchLeader(ctx context.Context, in driver.Inspector, role string, interval time.Duration) (<-chan LockInfo, error) {
+	if interval < minWatchInterval || interval > maxWatchInterval {
+		return nil, invalidf("watch interval %v outside [%v, %v]", interval, minWatchInterval, maxWatchInterval)
 	}
 	var changed <-chan struct{}
 	var stopWatch context.CancelFunc = func() {}
-	if kw, ok := in.(KeyWatcher); ok && ctx != nil && !isNil(in) {
+	if kw, ok := in.(driver.KeyWatcher); ok && ctx != nil && !driver.IsNil(in) {
 		// Watching first, so that no change after the first read is missed.
 		wctx, cancel := context.WithCancel(ctx)
 		if ch, err := kw.WatchKey(wctx, role); err == nil {
@@ -273,7 +275,7 @@ func Observe(ctx context.Context, in Inspector, role string, interval time.Durat
 			cancel()
 		}
 	}
-	first, err := Leader(ctx, in, role)
+	first, err := CurrentLeader(ctx, in, role)
 	if err != nil {
 		stopWatch()
 		return nil, err

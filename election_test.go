@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/memlock"
@@ -17,7 +19,7 @@ import (
 )
 
 // Several candidates, each with its own Client, win the role in turn: never two
-// at once, each term's token above the last, and Leader names the one leading.
+// at once, each term's token above the last, and CurrentLeader names the one leading.
 func TestCampaignOneLeaderAtATime(t *testing.T) {
 	const candidates, terms = 4, 6
 	role := dlocktest.Key(t)
@@ -46,12 +48,12 @@ func TestCampaignOneLeaderAtATime(t *testing.T) {
 				if !ok {
 					return fmt.Errorf("term token %d not above the last", lead.Token())
 				}
-				info, err := dlock.Leader(gctx, c, role)
+				info, err := dlock.CurrentLeader(gctx, c, role)
 				if err != nil {
 					return err
 				}
 				if !info.Held || info.Metadata != name || info.Owner != lead.Lease().Owner() || info.Token != lead.Token() {
-					return fmt.Errorf("Leader says %+v while %s leads", info, name)
+					return fmt.Errorf("CurrentLeader says %+v while %s leads", info, name)
 				}
 				inside.Store(0)
 				if err := lead.Resign(gctx); err != nil {
@@ -78,12 +80,12 @@ func TestCampaignTakesOverFromCrashedLeader(t *testing.T) {
 	obs := newRedisLocker(t)
 	// The crashed leader: a holding that nobody renews or releases.
 	const ttl = 400 * time.Millisecond
-	if _, err := newRedisLocker(t).Driver().Acquire(ctx, dlock.AcquireRequest{Key: role, Owner: "crashed", TTL: ttl, Metadata: "old"}); err != nil {
+	if _, err := newRedisLocker(t).Driver().Acquire(ctx, driver.AcquireRequest{Key: role, Owner: "crashed", TTL: ttl, Metadata: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
-	changes, err := dlock.Observe(octx, obs, role, 10*time.Millisecond)
+	changes, err := dlock.WatchLeader(octx, obs, role, 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func TestCampaignCancelledLeavesNothing(t *testing.T) {
 	if err := lead.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := dlock.Leader(ctx, c, role); err != nil || info.Held {
+	if info, err := dlock.CurrentLeader(ctx, c, role); err != nil || info.Held {
 		t.Fatalf("after Resign: %+v %v", info, err)
 	}
 }
@@ -177,11 +179,11 @@ func TestElectionBadInput(t *testing.T) {
 	_, checks["nil ctx"] = dlock.Campaign(nilCtx, c, "r")
 	_, checks["bad role"] = dlock.Campaign(ctx, c, "{r}")
 	_, checks["bad option"] = dlock.Campaign(ctx, c, "r", dlock.WithTTL(-1))
-	_, checks["Leader nil inspector"] = dlock.Leader(ctx, nil, "r")
-	_, checks["Leader bad role"] = dlock.Leader(ctx, c, "")
-	_, checks["Observe interval 0"] = dlock.Observe(ctx, c, "r", 0)
-	_, checks["Observe interval too long"] = dlock.Observe(ctx, c, "r", time.Hour)
-	_, checks["Observe bad role"] = dlock.Observe(ctx, c, "\n", time.Second)
+	_, checks["Leader nil inspector"] = dlock.CurrentLeader(ctx, nil, "r")
+	_, checks["Leader bad role"] = dlock.CurrentLeader(ctx, c, "")
+	_, checks["WatchLeader interval 0"] = dlock.WatchLeader(ctx, c, "r", 0)
+	_, checks["WatchLeader interval too long"] = dlock.WatchLeader(ctx, c, "r", time.Hour)
+	_, checks["WatchLeader bad role"] = dlock.WatchLeader(ctx, c, "\n", time.Second)
 	for name, err := range checks {
 		if !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
@@ -212,7 +214,7 @@ func TestCampaignWithTTLRenews(t *testing.T) {
 		t.Fatalf("leadership with TTL %v lost: %v", ttl, lead.Err())
 	case <-time.After(3 * ttl): // the time that passes is what is tested
 	}
-	info, err := dlock.Leader(ctx, c, role)
+	info, err := dlock.CurrentLeader(ctx, c, role)
 	if err != nil || !info.Held || info.Token != lead.Token() {
 		t.Fatalf("after %v the leader is %+v (%v), want this term (token %d)", 3*ttl, info, err, lead.Token())
 	}
@@ -244,7 +246,7 @@ func TestCampaignWithTTLRenews(t *testing.T) {
 
 // endedWatch is an Inspector whose KeyWatcher's watch ends at once, as a
 // watch does when its store's session expires.
-type endedWatch struct{ dlock.Inspector }
+type endedWatch struct{ driver.Inspector }
 
 func (endedWatch) WatchKey(context.Context, string) (<-chan struct{}, error) {
 	ch := make(chan struct{})
@@ -253,7 +255,7 @@ func (endedWatch) WatchKey(context.Context, string) (<-chan struct{}, error) {
 }
 
 // TestObserveFallsBackToPollingWhenTheWatchEnds: a watch that ends leaves
-// Observe polling, each change reported once.
+// WatchLeader polling, each change reported once.
 func TestObserveFallsBackToPollingWhenTheWatchEnds(t *testing.T) {
 	c, err := memlock.New(memlock.NewStore())
 	if err != nil {
@@ -261,7 +263,7 @@ func TestObserveFallsBackToPollingWhenTheWatchEnds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ch, err := dlock.Observe(ctx, endedWatch{c}, "role", 10*time.Millisecond)
+	ch, err := dlock.WatchLeader(ctx, endedWatch{c}, "role", 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

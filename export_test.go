@@ -17,3 +17,10 @@ func SetLostHook(f func(*Lease)) (restore func()) {
 	lostHook.Store(&f)
 	return func() { lostHook.Store(nil) }
 }
+
+// The limits that tests check against.
+const (
+	DriftFloor         = driftFloor
+	DefaultDriftFactor = defaultDriftFactor
+	MaxGroupKeys       = maxGroupKeys
+)

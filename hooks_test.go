@@ -50,9 +50,9 @@ func (p panicking) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) cont
 
 func (p panicking) Renewal(context.Context, dlock.RenewalEvent) { p.hook("Renewal") }
 
-func (p panicking) Loss(context.Context, dlock.LossEvent)       { p.hook("Loss") }
-func (p panicking) Abandon(context.Context, dlock.AbandonEvent) { p.hook("Abandon") }
-func (p panicking) Wake(context.Context, dlock.WakeEvent)       { p.hook("Wake") }
+func (p panicking) Loss(context.Context, dlock.LossEvent) { p.hook("Loss") }
+func (p panicking) Abandon(context.Context, dlock.Target) { p.hook("Abandon") }
+func (p panicking) Wake(context.Context, dlock.Target)    { p.hook("Wake") }
 func (p panicking) Leadership(_ context.Context, e dlock.LeadershipEvent) {
 	if e.Leader {
 		p.hook("Leadership")

@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
-var _ Inspector = (*Client)(nil)
+var _ driver.Inspector = (*Client)(nil)
 
 // inspector returns the Client's driver as an Inspector, or an error matching
 // errors.ErrUnsupported when the backend cannot read its locks.
-func (c *Client) inspector() (Inspector, error) {
+func (c *Client) inspector() (driver.Inspector, error) {
 	if c == nil {
 		return nil, invalidf("nil client")
 	}
-	in, ok := c.d.(Inspector)
+	in, ok := c.d.(driver.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("dlock: the %T backend cannot inspect its locks: %w", c.d, errors.ErrUnsupported)
 	}
@@ -34,14 +35,26 @@ func (c *Client) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	return in.Inspect(ctx, key)
 }
 
-// List returns the held locks whose names match pattern (see MatchKey), sorted
-// by key, through the Client's backend (see Inspector).
+// List returns the held locks whose names match pattern (a glob, see
+// driver.MatchKey), sorted by key, through the Client's backend (see
+// driver.List).
 func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	in, err := c.inspector()
 	if err != nil {
 		return nil, err
 	}
-	return in.List(ctx, pattern)
+	return driver.List(ctx, in, pattern)
+}
+
+// ListPrefix returns the backend's candidates for the locks whose names start
+// with prefix, unfiltered and unsorted (see driver.Inspector); List is what a
+// caller wants.
+func (c *Client) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
+	in, err := c.inspector()
+	if err != nil {
+		return nil, err
+	}
+	return in.ListPrefix(ctx, prefix)
 }
 
 // ForceUnlock removes the holding of key whoever holds it and returns what it
@@ -56,20 +69,7 @@ func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) 
 	return in.ForceUnlock(ctx, key)
 }
 
-// KeyWatcher is implemented by Inspectors (and by Drivers, which a Client then
-// forwards to) whose store can report changes of a lock as they happen: etcd's
-// watch, ZooKeeper's watches. Observe uses it instead of polling.
-type KeyWatcher interface {
-	// WatchKey returns a channel that receives a value whenever the lock named
-	// key may have changed (taken, released, handed over, expired, a waiter
-	// queued or gone). The channel has capacity 1 and is never blocked on: a
-	// value may stand for several changes. It is closed when ctx ends or the
-	// watch fails; a caller that still wants changes then polls. The error
-	// matches ErrInvalid for a bad key or a nil context.
-	WatchKey(ctx context.Context, key string) (<-chan struct{}, error)
-}
-
-var _ KeyWatcher = (*Client)(nil)
+var _ driver.KeyWatcher = (*Client)(nil)
 
 // WatchKey reports changes of the lock named key through the Client's backend
 // (see KeyWatcher). A backend that cannot watch its locks returns an error
@@ -78,72 +78,9 @@ func (c *Client) WatchKey(ctx context.Context, key string) (<-chan struct{}, err
 	if c == nil {
 		return nil, invalidf("nil client")
 	}
-	kw, ok := c.d.(KeyWatcher)
+	kw, ok := c.d.(driver.KeyWatcher)
 	if !ok {
 		return nil, fmt.Errorf("dlock: the %T backend cannot watch its locks: %w", c.d, errors.ErrUnsupported)
 	}
 	return kw.WatchKey(ctx, key)
-}
-
-// LockInfo is what a store holds about one lock, as read by an Inspector. It is a
-// snapshot: the lock may change hands right after.
-type LockInfo struct {
-	Key      string        // the lock name, as passed to Lock
-	Held     bool          // whether somebody holds the lock
-	Owner    string        // the holder's owner token; empty when free
-	Token    uint64        // the holder's fencing token; 0 when free
-	Metadata string        // the holder's WithMetadata text; may be empty
-	TTL      time.Duration // time left before the holding expires unless renewed; <0 unknown
-	Waiters  int           // waiters the store knows of; WaitersUnknown when its waiters wait unseen, in their own processes
-
-	// Holders is the number of leases held: 1 for a held exclusive lock, the
-	// permits in use of a semaphore, the readers of a read-write lock. Owner,
-	// Token, Metadata and TTL then describe one of them (see the backend).
-	Holders int
-
-	// Limit is the most holders the lock admits at once as it stands: 1 for an
-	// exclusive lock or a write lock, N for a semaphore of N permits, 0 for no
-	// limit (a read lock, shared by any number of readers) or when free.
-	Limit int
-
-	// LastToken is the newest fencing token handed out for the key, also after
-	// the lock was released, where the store keeps it; 0 when unknown.
-	LastToken uint64
-
-	// Kind is the kind of lock the key holds (KindMutex, KindFair,
-	// KindReentrant, KindReadWrite, KindSemaphore), or "" when free or when the
-	// backend cannot tell.
-	Kind string
-}
-
-// WaitersUnknown is LockInfo.Waiters for a lock whose waiters the store does
-// not know of (they wait in their own processes, and only they know): it says
-// nothing of whether anybody waits, while 0 means nobody does.
-const WaitersUnknown = -1
-
-// The kinds of lock a LockInfo names.
-const (
-	KindMutex     = "mutex"      // an exclusive lock, not fair (New on every backend)
-	KindFair      = "fair"       // an exclusive lock granted in arrival order
-	KindReentrant = "reentrant"  // an exclusive lock that its owner ID may take again
-	KindReadWrite = "read-write" // readers or one writer
-	KindSemaphore = "semaphore"  // at most Limit holders
-)
-
-// Inspector is implemented by drivers (and clients) that can show and force locks,
-// for operators and tools such as the dlock command. Every method validates its
-// key or pattern first (ErrInvalid).
-type Inspector interface {
-	// Inspect reads one lock without changing it. A free lock is not an error:
-	// the result has Held false.
-	Inspect(ctx context.Context, key string) (LockInfo, error)
-
-	// List returns the locks whose names match pattern (a glob as MatchKey reads
-	// it, checked by ValidatePattern), held ones, sorted by key.
-	List(ctx context.Context, pattern string) ([]LockInfo, error)
-
-	// ForceUnlock removes the holding of key whoever holds it, and returns what
-	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
-	// holder learns of the loss at its next renewal or its local deadline.
-	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -14,17 +16,17 @@ import (
 // Inspector.
 type lockOnly struct{ s *memlock.Store }
 
-func (d lockOnly) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d lockOnly) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return d.s.Acquire(ctx, r)
 }
-func (d lockOnly) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d lockOnly) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	return d.s.Extend(ctx, h, ttl)
 }
-func (d lockOnly) Release(ctx context.Context, h dlock.Holding) error { return d.s.Release(ctx, h) }
-func (d lockOnly) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (d lockOnly) Release(ctx context.Context, h driver.Holding) error { return d.s.Release(ctx, h) }
+func (d lockOnly) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	return d.s.TTL(ctx, h)
 }
-func (d lockOnly) Info() dlock.DriverInfo { return d.s.Info() }
+func (d lockOnly) Info() driver.DriverInfo { return d.s.Info() }
 
 func TestClientInspectsThroughItsDriver(t *testing.T) {
 	ctx := context.Background()

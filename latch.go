@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // syncPoll is how often a Latch or Barrier waiter re-reads the store when its
@@ -23,7 +25,7 @@ const latchRecheck = 10 * time.Second
 // notifications where it has them. A latch that nobody counts down or reads for
 // its TTL is forgotten, and starts again from n. It is safe for concurrent use.
 type Latch struct {
-	d    SyncDriver
+	d    driver.SyncDriver
 	name string
 	n    int
 	ttl  time.Duration
@@ -33,7 +35,7 @@ type Latch struct {
 // after ttl without use. It returns an error matching ErrInvalid for a nil
 // driver, a bad name, a count below 1 or a TTL outside the driver's limits; it
 // does no I/O. Backend packages have their own NewLatch over a connection.
-func NewLatch(d SyncDriver, name string, count int, ttl time.Duration) (*Latch, error) {
+func NewLatch(d driver.SyncDriver, name string, count int, ttl time.Duration) (*Latch, error) {
 	ttl, err := checkSync(d, name, count, "count", ttl)
 	if err != nil {
 		return nil, err
@@ -43,18 +45,18 @@ func NewLatch(d SyncDriver, name string, count int, ttl time.Duration) (*Latch, 
 
 // checkSync validates the arguments of NewLatch and NewBarrier and returns the
 // TTL normalized to d's limits.
-func checkSync(d SyncDriver, name string, n int, what string, ttl time.Duration) (time.Duration, error) {
-	if isNil(d) {
+func checkSync(d driver.SyncDriver, name string, n int, what string, ttl time.Duration) (time.Duration, error) {
+	if driver.IsNil(d) {
 		return 0, invalidf("nil sync driver")
 	}
-	if err := ValidateKey(name); err != nil {
+	if err := driver.ValidateKey(name); err != nil {
 		return 0, err
 	}
 	if n < 1 {
 		return 0, invalidf("%s %d: want at least 1", what, n)
 	}
-	lim := DefaultTTLLimits
-	if l, ok := d.(TTLLimiter); ok {
+	lim := driver.DefaultTTLLimits
+	if l, ok := d.(driver.TTLLimiter); ok {
 		lim = l.TTLLimits()
 	}
 	return lim.Normalize(ttl)
@@ -89,7 +91,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 // whenever the driver says that name may have changed, after recheck without
 // news, and every syncPoll when the driver cannot notify.
 // check may shorten the next recheck by returning a positive duration.
-func awaitSync(ctx context.Context, d SyncDriver, name string, recheck time.Duration, check func(context.Context) (bool, time.Duration, error)) error {
+func awaitSync(ctx context.Context, d driver.SyncDriver, name string, recheck time.Duration, check func(context.Context) (bool, time.Duration, error)) error {
 	wake, cancel, err := d.WatchSync(ctx, name)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -148,7 +150,7 @@ func awaitSync(ctx context.Context, d SyncDriver, name string, recheck time.Dura
 // moment. Parties that enter an open barrier pass at once. A Barrier is used by
 // one party at a time: Enter, then Leave, then Enter again for the next round.
 type Barrier struct {
-	d    SyncDriver
+	d    driver.SyncDriver
 	name string
 	n    int
 	ttl  time.Duration
@@ -163,7 +165,7 @@ type Barrier struct {
 // opens for parties parties, each present for ttl after its last renewal. It
 // returns an error matching ErrInvalid for a nil driver, a bad name, fewer than
 // 1 party or a TTL outside the driver's limits; it does no I/O.
-func NewBarrier(d SyncDriver, name string, parties int, ttl time.Duration) (*Barrier, error) {
+func NewBarrier(d driver.SyncDriver, name string, parties int, ttl time.Duration) (*Barrier, error) {
 	ttl, err := checkSync(d, name, parties, "parties", ttl)
 	if err != nil {
 		return nil, err
@@ -195,7 +197,7 @@ func (b *Barrier) Enter(ctx context.Context) error {
 		return open, 0, err
 	})
 	if err != nil {
-		cctx, cancel := CleanupContext(ctx)
+		cctx, cancel := driver.CleanupContext(ctx)
 		open, werr := b.d.Withdraw(cctx, b.name, party, b.n)
 		cancel()
 		if werr != nil || !open {
@@ -249,7 +251,7 @@ func (b *Barrier) Leave(ctx context.Context) error {
 	<-done
 	// The departure is told even when ctx has ended (as Unlock does): the
 	// others need not wait for this party's lease to lapse.
-	cctx, cancel := CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	n, _, err := b.d.Depart(cctx, b.name, party, b.n)
 	cancel()
 	if err == nil && n == 0 {

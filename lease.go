@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 type leaseState uint8
@@ -81,7 +83,7 @@ type leaseObs struct {
 	leader bool            // a Campaign's lease: its end is a Leadership event too
 }
 
-func newLease(c *Client, h Holding, token uint64, start time.Time, cfg *config) *Lease {
+func newLease(c *Client, h driver.Holding, token uint64, start time.Time, cfg *config) *Lease {
 	l := &Lease{
 		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
@@ -113,68 +115,6 @@ var bootClock = readBootClock
 // goroutines and before lose returns.
 var lostHook atomic.Pointer[func(*Lease)]
 
-// pastDeadline reports whether the local validity has run out, on either the
-// monotonic clock or the suspend-aware one. A suspended host wakes up with its
-// monotonic clock (and so its timers) behind the server's: only the second clock
-// sees the lease as gone. l.mu is held.
-func (l *Lease) pastDeadline() bool {
-	if !time.Now().Before(l.deadline) {
-		return true
-	}
-	if l.bootOK {
-		if b, ok := l.boot(); ok && b-l.bootAt >= l.valid {
-			return true
-		}
-	}
-	return false
-}
-
-// expireIfPast ends a held lease whose local validity has run out, without waiting
-// for the deadline timer: a holder resumed from a pause or a suspend learns of the
-// loss at its first check, not when a late timer fires.
-func (l *Lease) expireIfPast() {
-	l.mu.Lock()
-	past := l.state == held && l.pastDeadline()
-	l.mu.Unlock()
-	if past {
-		_ = l.lose(l.expiry(), l.expiryCause(), true)
-	}
-}
-
-// expiry is the loss of a lease whose local deadline has passed, naming why no
-// renewal kept it: a fixed lease (no watchdog) whose TTL ran out, the MaxHold
-// cap, renewals that failed (with the last failure), or a pause or suspend of
-// the process that outlasted the validity.
-func (l *Lease) expiry() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	suspended := ""
-	if time.Now().Before(l.deadline) {
-		suspended = " (the host was suspended past it)"
-	}
-	switch {
-	case l.renewEvery == 0:
-		return fmt.Errorf("%w: the fixed lease's TTL of %v ran out%s (no watchdog renews a lease with WithTTL unless WithAutoRenew(true) is given)",
-			ErrLockLost, l.cur, suspended)
-	case l.capped:
-		return fmt.Errorf("%w: held for the MaxHold cap of %v: renewal stopped and the TTL of %v ran out%s",
-			ErrLockLost, l.maxHold, l.cur, suspended)
-	}
-	// Failures are told, not wrapped: the loss must not match a context or
-	// backend error.
-	why := " (was the process paused?)"
-	switch {
-	case !l.renewAt.IsZero() && l.renewErr != nil:
-		why = fmt.Sprintf("; the last renewal failed (%s), and the one in flight for %v had no reply yet",
-			oneLine(l.renewErr), time.Since(l.renewAt).Round(time.Millisecond))
-	case !l.renewAt.IsZero():
-		why = fmt.Sprintf("; the renewal in flight for %v had no reply yet", time.Since(l.renewAt).Round(time.Millisecond))
-	case l.renewErr != nil:
-		why = "; the last renewal failed: " + oneLine(l.renewErr)
-	}
-	return fmt.Errorf("%w: no renewal succeeded before the local deadline%s%s", ErrLockLost, suspended, why)
-}
-
 // oneLine returns err's text on one line.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
@@ -183,8 +123,8 @@ func oneLine(err error) string { return strings.Join(strings.Fields(err.Error())
 func (l *Lease) zero() bool { return l == nil || l.c == nil }
 
 // holding names the lease's holding to the driver, with ttl as its TTL.
-func (l *Lease) holding(ttl time.Duration) Holding {
-	return Holding{Key: l.key, Owner: l.owner, TTL: ttl, Handle: l.handle}
+func (l *Lease) holding(ttl time.Duration) driver.Holding {
+	return driver.Holding{Key: l.key, Owner: l.owner, TTL: ttl, Handle: l.handle}
 }
 
 // Key returns the lock key.
@@ -305,13 +245,13 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	l.bound(start, bootStart, ttl)
 	l.mu.Unlock()
 	granted, err := l.c.d.Extend(ctx, l.holding(ttl), ttl)
-	return l.extendOutcome(start, bootStart, ttl, ExtendResult{TTL: granted, Err: err})
+	return l.extendOutcome(start, bootStart, ttl, driver.ExtendResult{TTL: granted, Err: err})
 }
 
 // extendOutcome applies the outcome of an extend round trip asking for ttl that
 // started at start (bootStart on the boot clock): the lease is extended, or lost
 // when the store no longer holds it; other failures are returned as they are.
-func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res ExtendResult) error {
+func (l *Lease) extendOutcome(start time.Time, bootStart, ttl time.Duration, res driver.ExtendResult) error {
 	switch {
 	case res.Err == nil:
 		return l.extended(start, bootStart, max(res.TTL, ttl))
@@ -403,7 +343,7 @@ func (l *Lease) release(ctx context.Context) error {
 			return err
 		}
 	}
-	cctx, cancel := CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
 	return l.c.d.Release(cctx, l.holding(l.currentTTL()))
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
-// MaxGroupKeys is the largest number of distinct keys LockAll takes at once.
-const MaxGroupKeys = 1024
+// maxGroupKeys is the largest number of distinct keys LockAll takes at once.
+const maxGroupKeys = 1024
 
 // Group holds several locks taken together by LockAll or TryLockAll: one Lease
 // per key, with one loss signal for the whole group. The group ends when any of
@@ -36,7 +38,7 @@ type Group struct {
 // (Token); the group's Done, Context and Err report the first of them to end.
 //
 // It returns an error matching ErrInvalid, before any I/O, for a nil locker or
-// context, an empty list, more than MaxGroupKeys distinct keys, a bad key or a
+// context, an empty list, more than 1024 distinct keys, a bad key or a
 // bad option.
 func LockAll(ctx context.Context, locker Locker, keys []string, opts ...Option) (*Group, error) {
 	return lockAll(ctx, locker, keys, opts, false)
@@ -50,7 +52,7 @@ func TryLockAll(ctx context.Context, locker Locker, keys []string, opts ...Optio
 }
 
 func lockAll(ctx context.Context, locker Locker, keys []string, opts []Option, try bool) (*Group, error) {
-	if isNil(locker) {
+	if driver.IsNil(locker) {
 		return nil, invalidf("nil locker")
 	}
 	if ctx == nil {
@@ -60,13 +62,13 @@ func lockAll(ctx context.Context, locker Locker, keys []string, opts []Option, t
 		return nil, invalidf("no keys")
 	}
 	for _, k := range keys {
-		if err := ValidateKey(k); err != nil {
+		if err := driver.ValidateKey(k); err != nil {
 			return nil, err
 		}
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(keys)))
-	if len(sorted) > MaxGroupKeys {
-		return nil, invalidf("%d keys exceed %d", len(sorted), MaxGroupKeys)
+	if len(sorted) > maxGroupKeys {
+		return nil, invalidf("%d keys exceed %d", len(sorted), maxGroupKeys)
 	}
 	cfg := defaultConfig()
 	cfg.apply(opts)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -141,7 +143,7 @@ func TestLockAllWaitsOutCrashedHolder(t *testing.T) {
 	defer cancel()
 	base := dlocktest.Key(t)
 	c := newRedisLocker(t)
-	if _, err := c.Driver().Acquire(ctx, dlock.AcquireRequest{Key: base + ".b", Owner: "crashed", TTL: 300 * time.Millisecond}); err != nil {
+	if _, err := c.Driver().Acquire(ctx, driver.AcquireRequest{Key: base + ".b", Owner: "crashed", TTL: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	grp, err := dlock.LockAll(ctx, c, []string{base + ".a", base + ".b"})

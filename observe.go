@@ -2,8 +2,9 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Observer is told of every lifecycle event of the locks a Client takes: the
@@ -56,10 +57,10 @@ type Observer interface {
 	// Abandon is called when an acquisition that gave up removes what its
 	// attempts may have left in the store, before AcquireEnd, with the context
 	// AcquireStart returned.
-	Abandon(ctx context.Context, e AbandonEvent)
+	Abandon(ctx context.Context, t Target)
 	// Wake is called when a waiter is woken by the store's notification, with
 	// the context AcquireStart returned.
-	Wake(ctx context.Context, e WakeEvent)
+	Wake(ctx context.Context, t Target)
 	// Leadership is called when Campaign wins a role and when that leadership
 	// ends (lost or resigned).
 	Leadership(ctx context.Context, e LeadershipEvent)
@@ -94,10 +95,10 @@ func (NopObserver) Loss(context.Context, LossEvent) {}
 func (NopObserver) Release(context.Context, ReleaseEvent) {}
 
 // Abandon does nothing.
-func (NopObserver) Abandon(context.Context, AbandonEvent) {}
+func (NopObserver) Abandon(context.Context, Target) {}
 
 // Wake does nothing.
-func (NopObserver) Wake(context.Context, WakeEvent) {}
+func (NopObserver) Wake(context.Context, Target) {}
 
 // Leadership does nothing.
 func (NopObserver) Leadership(context.Context, LeadershipEvent) {}
@@ -110,7 +111,7 @@ func (NopObserver) StaleToken(context.Context, StaleTokenEvent) {}
 // Client's default Observer for the call. The default is none.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
-		if isNil(o) {
+		if driver.IsNil(o) {
 			c.observer = nil
 			return
 		}
@@ -130,84 +131,36 @@ type Target struct {
 	Kind string
 }
 
-// Mode is how an acquisition waits.
-type Mode string
-
-// The modes of an acquisition.
-const (
-	ModeTry  Mode = "try"  // TryLock, or Lock with WithWait(0): one attempt
-	ModeWait Mode = "wait" // Lock: waits while the lock is held
-)
-
-// Outcome is how an acquisition ended.
-type Outcome string
-
-// The outcomes of an acquisition, from its error.
-const (
-	OutcomeAcquired    Outcome = "acquired"    // a lease was returned
-	OutcomeBusy        Outcome = "busy"        // held by another owner (ErrNotObtained)
-	OutcomeTimeout     Outcome = "timeout"     // the context's deadline or WithWait ended the wait
-	OutcomeCanceled    Outcome = "canceled"    // the context was cancelled
-	OutcomeUnavailable Outcome = "unavailable" // the backend failed (ErrUnavailable, or another error)
-	OutcomeRefused     Outcome = "refused"     // the backend refused the request (ErrRefused)
-	OutcomeInvalid     Outcome = "invalid"     // bad input (ErrInvalid, ErrConflict)
-)
-
-// OutcomeOf classifies an acquisition's error.
-func OutcomeOf(err error) Outcome {
-	switch {
-	case err == nil:
-		return OutcomeAcquired
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict):
-		return OutcomeInvalid
-	case errors.Is(err, ErrRefused):
-		return OutcomeRefused
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return OutcomeTimeout
-	case errors.Is(err, ErrNotObtained):
-		return OutcomeBusy
-	}
-	return OutcomeUnavailable
-}
-
 // AcquireStartEvent is the start of a TryLock or Lock.
 type AcquireStartEvent struct {
 	Target
-	Mode Mode
+	Try bool // true for TryLock or a Lock with WithWait(0), one attempt; false for a Lock that waits
 }
 
 // AcquireEndEvent is the end of a TryLock or Lock.
 type AcquireEndEvent struct {
 	Target
-	Mode     Mode
-	Outcome  Outcome
+	Try      bool          // as in AcquireStartEvent
 	Attempts int           // the attempts made (0 when the request was invalid)
 	Wait     time.Duration // from the start of the call to its return
-	Err      error         // nil when acquired
-	Lease    *Lease        // the lease when acquired, otherwise nil
+	// Err is nil when acquired; otherwise it matches ErrNotObtained (held by
+	// another owner), a context error (the wait ended), ErrInvalid or
+	// ErrConflict (bad input), ErrRefused or ErrUnavailable (the backend).
+	Err   error
+	Lease *Lease // the lease when acquired, otherwise nil
 }
-
-// RenewalOutcome is how a renewal ended.
-type RenewalOutcome string
-
-// The outcomes of a renewal.
-const (
-	RenewalOK        RenewalOutcome = "ok"        // the lease was extended
-	RenewalTransient RenewalOutcome = "transient" // it failed; it is retried within the validity
-	RenewalNotHeld   RenewalOutcome = "not_held"  // the store no longer holds the lock: the lease is lost
-)
 
 // RenewalEvent is one renewal by a lease's watchdog.
 type RenewalEvent struct {
 	Target
-	Outcome RenewalOutcome
 	// Margin is the time that was left to the local deadline when the renewal
 	// started: how close the lease came to its loss.
 	Margin   time.Duration
 	Duration time.Duration // the round trip
-	Err      error         // nil when ok
+	// Err is nil when the lease was extended. Otherwise the renewal failed: when
+	// it matches ErrNotHeld the store no longer holds the lock and the lease is
+	// lost; any other error is retried within the validity.
+	Err error
 }
 
 // LossCause is why a lease was lost.
@@ -230,32 +183,14 @@ type LossEvent struct {
 	Err   error         // the loss, matching ErrLockLost
 }
 
-// ReleaseOutcome is how an Unlock ended.
-type ReleaseOutcome string
-
-// The outcomes of a release.
-const (
-	ReleaseOK      ReleaseOutcome = "ok"       // the lock was released
-	ReleaseNotHeld ReleaseOutcome = "not_held" // the lock was already gone or someone else's
-	ReleaseError   ReleaseOutcome = "error"    // the backend failed; the lock ends at its TTL
-)
-
 // ReleaseEvent is an Unlock of a held lease.
 type ReleaseEvent struct {
 	Target
-	Outcome ReleaseOutcome
-	Held    time.Duration // from the acquisition to the release
-	Err     error
-}
-
-// AbandonEvent is the clean-up of an acquisition that gave up.
-type AbandonEvent struct {
-	Target
-}
-
-// WakeEvent is a wake-up a waiter received from the store's notifications.
-type WakeEvent struct {
-	Target
+	Held time.Duration // from the acquisition to the release
+	// Err is nil when the lock was released; it matches ErrNotHeld when the lock
+	// was already gone or someone else's; any other error is a backend failure,
+	// and the lock ends at its TTL.
+	Err error
 }
 
 // LeadershipEvent is a leadership won (Leader true) or ended.
@@ -278,11 +213,11 @@ type observing struct {
 	attempts int
 }
 
-// observed runs a TryLock (mode ModeTry) or Lock whose options, resolved with
+// observed runs a TryLock (wait false) or Lock whose options, resolved with
 // error err, name an Observer, telling it of the start and the end.
-func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mode, err error) (*Lease, error) {
-	if mode == ModeWait && cfg.waitSet && cfg.wait == 0 {
-		mode = ModeTry
+func (c *Client) observed(ctx context.Context, key string, cfg *config, wait bool, err error) (*Lease, error) {
+	if wait && cfg.waitSet && cfg.wait == 0 {
+		wait = false
 	}
 	octx := ctx
 	if octx == nil {
@@ -293,22 +228,22 @@ func (c *Client) observed(ctx context.Context, key string, cfg *config, mode Mod
 		t = c.target(key)
 	}
 	start := time.Now()
-	ob := &observing{t: t, ctx: cfg.observer.AcquireStart(octx, AcquireStartEvent{Target: t, Mode: mode})}
+	ob := &observing{t: t, ctx: cfg.observer.AcquireStart(octx, AcquireStartEvent{Target: t, Try: !wait})}
 	if ob.ctx == nil {
 		ob.ctx = octx
 	}
 	var l *Lease
 	if err == nil {
-		if mode == ModeTry {
-			l, err = c.once(ctx, key, cfg, ob)
-		} else {
+		if wait {
 			l, err = c.lock(ctx, key, cfg, ob)
+		} else {
+			l, err = c.once(ctx, key, cfg, ob)
 		}
 	}
 	told := false
 	defer l.unlockUnless(&told)
-	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Mode: mode, Outcome: OutcomeOf(err),
-		Attempts: ob.attempts, Wait: time.Since(start), Err: err, Lease: l})
+	lctx := cfg.observer.AcquireEnd(ob.ctx, AcquireEndEvent{Target: t, Try: !wait, Attempts: ob.attempts,
+		Wait: time.Since(start), Err: err, Lease: l})
 	told = true
 	if l != nil && l.obs != nil && lctx != nil {
 		l.mu.Lock()
@@ -326,22 +261,9 @@ func (l *Lease) unlockUnless(told *bool) {
 	if *told || l == nil {
 		return
 	}
-	ctx, cancel := CleanupContext(context.Background())
+	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
 	_ = l.Unlock(ctx)
-}
-
-// expiryCause names why a lease past its local deadline is lost (see expiry).
-func (l *Lease) expiryCause() LossCause {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.renewEvery == 0:
-		return LossFixedTTL
-	case l.capped:
-		return LossMaxHold
-	}
-	return LossLocalDeadline
 }
 
 // observeEnd tells the lease's observer of its loss (why, cause).
@@ -356,15 +278,8 @@ func (l *Lease) observeRelease(err error) {
 	l.mu.Lock()
 	octx := l.obs.ctx
 	l.mu.Unlock()
-	out := ReleaseOK
-	switch {
-	case errors.Is(err, ErrNotHeld):
-		out = ReleaseNotHeld
-	case err != nil:
-		out = ReleaseError
-	}
 	held := time.Since(l.acquired)
-	l.obs.o.Release(octx, ReleaseEvent{Target: l.obs.t, Outcome: out, Held: held, Err: err})
+	l.obs.o.Release(octx, ReleaseEvent{Target: l.obs.t, Held: held, Err: err})
 	cause := err
 	if cause == nil {
 		cause = ErrReleased
@@ -392,23 +307,6 @@ func (l *Lease) observeLeader() {
 	octx := l.obs.ctx
 	l.mu.Unlock()
 	l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Leader: true})
-}
-
-// observeRenewal tells the lease's observer of a renewal that started at
-// started, with the local deadline then at deadline, and ended with err.
-func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
-	out := RenewalOK
-	switch {
-	case errors.Is(err, ErrNotHeld):
-		out = RenewalNotHeld
-	case err != nil:
-		out = RenewalTransient
-	}
-	l.mu.Lock()
-	octx := l.obs.ctx
-	l.mu.Unlock()
-	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Outcome: out, Margin: deadline.Sub(started),
-		Duration: time.Since(started), Err: err})
 }
 
 // StaleTokenEvent is a fenced write refused because its token was stale.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -38,18 +40,18 @@ func (r *recorder) take() []string {
 }
 
 func (r *recorder) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
-	r.add("start %s %s %s %s", e.Key, e.Backend, e.Kind, e.Mode)
+	r.add("start %s %s %s %s", e.Key, e.Backend, e.Kind, mode(e.Try))
 	return context.WithValue(ctx, ctxKey{}, "acquire:"+e.Key)
 }
 
 func (r *recorder) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) context.Context {
-	r.add("end %s %s %s attempts=%d lease=%t ctx=%v", e.Key, e.Mode, e.Outcome, e.Attempts, e.Lease != nil, ctx.Value(ctxKey{}))
+	r.add("end %s %s %s attempts=%d lease=%t ctx=%v", e.Key, mode(e.Try), acquireOutcome(e.Err), e.Attempts, e.Lease != nil, ctx.Value(ctxKey{}))
 	return context.WithValue(ctx, ctxKey{}, "lease:"+e.Key)
 }
 
 func (r *recorder) Renewal(ctx context.Context, e dlock.RenewalEvent) {
-	r.add("renewal %s %s margin>0=%t ctx=%v", e.Key, e.Outcome, e.Margin > 0, ctx.Value(ctxKey{}))
-	if r.refused != nil && e.Outcome == dlock.RenewalNotHeld {
+	r.add("renewal %s %s margin>0=%t ctx=%v", e.Key, renewalOutcome(e.Err), e.Margin > 0, ctx.Value(ctxKey{}))
+	if r.refused != nil && errors.Is(e.Err, dlock.ErrNotHeld) {
 		close(r.refused)
 	}
 }
@@ -62,12 +64,12 @@ func (r *recorder) Loss(ctx context.Context, e dlock.LossEvent) {
 }
 
 func (r *recorder) Release(ctx context.Context, e dlock.ReleaseEvent) {
-	r.add("release %s %s ctx=%v", e.Key, e.Outcome, ctx.Value(ctxKey{}))
+	r.add("release %s %s ctx=%v", e.Key, releaseOutcome(e.Err), ctx.Value(ctxKey{}))
 }
 
-func (r *recorder) Abandon(_ context.Context, e dlock.AbandonEvent) { r.add("abandon %s", e.Key) }
+func (r *recorder) Abandon(_ context.Context, t dlock.Target) { r.add("abandon %s", t.Key) }
 
-func (r *recorder) Wake(_ context.Context, e dlock.WakeEvent) { r.add("wake %s", e.Key) }
+func (r *recorder) Wake(_ context.Context, t dlock.Target) { r.add("wake %s", t.Key) }
 
 func (r *recorder) Leadership(_ context.Context, e dlock.LeadershipEvent) {
 	r.add("leader %s %t", e.Key, e.Leader)
@@ -156,13 +158,13 @@ type subscribing struct {
 	subscribed chan struct{}
 }
 
-func (s subscribing) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (s subscribing) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	defer close(s.subscribed)
 	return s.Store.Subscribe(ctx, h)
 }
 
-func (subscribing) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "mem", Kind: dlock.KindFair}
+func (subscribing) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "mem", Kind: driver.KindFair}
 }
 
 func TestObserverWaitWakesAndAcquires(t *testing.T) {
@@ -251,7 +253,7 @@ func TestObserverRenewalOK(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if e.Outcome != dlock.RenewalOK || e.Margin <= 0 || e.Margin > 300*time.Millisecond || e.Backend != "memlock" {
+	if e.Err != nil || e.Margin <= 0 || e.Margin > 300*time.Millisecond || e.Backend != "memlock" {
 		t.Fatalf("renewal %+v", e)
 	}
 }
@@ -273,8 +275,8 @@ func (renewalObserver) AcquireEnd(ctx context.Context, _ dlock.AcquireEndEvent) 
 }
 func (renewalObserver) Loss(context.Context, dlock.LossEvent)             {}
 func (renewalObserver) Release(context.Context, dlock.ReleaseEvent)       {}
-func (renewalObserver) Abandon(context.Context, dlock.AbandonEvent)       {}
-func (renewalObserver) Wake(context.Context, dlock.WakeEvent)             {}
+func (renewalObserver) Abandon(context.Context, dlock.Target)             {}
+func (renewalObserver) Wake(context.Context, dlock.Target)                {}
 func (renewalObserver) Leadership(context.Context, dlock.LeadershipEvent) {}
 func (renewalObserver) StaleToken(context.Context, dlock.StaleTokenEvent) {}
 
@@ -356,22 +358,22 @@ func BenchmarkObserverUncontended(b *testing.B) {
 // named is a memlock Store that names itself info.
 type named struct {
 	*memlock.Store
-	info dlock.DriverInfo
+	info driver.DriverInfo
 }
 
-func (n named) Info() dlock.DriverInfo { return n.info }
+func (n named) Info() driver.DriverInfo { return n.info }
 
 // TestNewClientChecksDriverInfo: a driver must name its backend and kind; the
 // Observer's events carry the names it gives.
 func TestNewClientChecksDriverInfo(t *testing.T) {
-	for _, bad := range []dlock.DriverInfo{{}, {Backend: "mem"}, {Kind: dlock.KindMutex}, {Backend: "Mem", Kind: dlock.KindMutex},
-		{Backend: "mem", Kind: "a kind"}, {Backend: strings.Repeat("m", 65), Kind: dlock.KindMutex}} {
+	for _, bad := range []driver.DriverInfo{{}, {Backend: "mem"}, {Kind: driver.KindMutex}, {Backend: "Mem", Kind: driver.KindMutex},
+		{Backend: "mem", Kind: "a kind"}, {Backend: strings.Repeat("m", 65), Kind: driver.KindMutex}} {
 		if _, err := dlock.NewClient(named{memlock.NewStore(), bad}); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewClient with names %+v: %v, want ErrInvalid", bad, err)
 		}
 	}
 	r := &recorder{}
-	c, err := dlock.NewClient(named{memlock.NewStore(), dlock.DriverInfo{Backend: "my-store.v2", Kind: dlock.KindSemaphore}}, dlock.WithObserver(r))
+	c, err := dlock.NewClient(named{memlock.NewStore(), driver.DriverInfo{Backend: "my-store.v2", Kind: driver.KindSemaphore}}, dlock.WithObserver(r))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,4 +385,49 @@ func TestNewClientChecksDriverInfo(t *testing.T) {
 	if ev := r.take(); len(ev) == 0 || ev[0] != "start k my-store.v2 semaphore try" {
 		t.Fatalf("events %q, want the driver's names in the first", ev)
 	}
+}
+
+// mode names an acquisition's mode as the recorder writes it.
+func mode(try bool) string {
+	if try {
+		return "try"
+	}
+	return "wait"
+}
+
+// acquireOutcome names how an acquisition that returned err ended.
+func acquireOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, dlock.ErrInvalid), errors.Is(err, dlock.ErrConflict):
+		return "invalid"
+	case errors.Is(err, dlock.ErrRefused):
+		return "refused"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, dlock.ErrNotObtained):
+		return "busy"
+	}
+	return "unavailable"
+}
+
+// renewalOutcome names how a renewal that returned err ended.
+func renewalOutcome(err error) string { return heldOutcome(err, "transient") }
+
+// releaseOutcome names how an Unlock that returned err ended.
+func releaseOutcome(err error) string { return heldOutcome(err, "error") }
+
+// heldOutcome names how an operation on a held lock that returned err ended:
+// ok, not_held, or failed when the error is another.
+func heldOutcome(err error, failed string) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, dlock.ErrNotHeld):
+		return "not_held"
+	}
+	return failed
 }

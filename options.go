@@ -4,16 +4,12 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Defaults. A Client built without options uses these values.
 const (
-	// MaxKeyLen is the longest lock key accepted, in bytes, on every backend.
-	MaxKeyLen = 1024
-
-	// MaxMetadataLen is the longest metadata string accepted, in bytes.
-	MaxMetadataLen = 4096
-
 	// DefaultFailureLimit is how long a waiting acquisition keeps retrying a
 	// backend that only fails (no reply saying the lock is held) when
 	// WithFailureLimit is not given.
@@ -47,7 +43,7 @@ func defaultConfig() config {
 		ttl:       DefaultTTL,
 		retry:     defaultRetry,
 		failLimit: DefaultFailureLimit,
-		drift:     DefaultDriftFactor,
+		drift:     defaultDriftFactor,
 	}
 }
 
@@ -180,8 +176,8 @@ func WithRetry(s RetryStrategy) Option {
 }
 
 // WithDriftFactor sets the share of the TTL that the local validity deadline keeps
-// in reserve for clock drift; DriftFloor is always added. It must lie in [0, 0.5).
-// The default is DefaultDriftFactor (0.01).
+// in reserve for clock drift; 2ms are always added. It must lie in [0, 0.5).
+// The default is 0.01.
 func WithDriftFactor(f float64) Option {
 	return func(c *config) {
 		if math.IsNaN(f) || f < 0 || f >= 0.5 {
@@ -194,11 +190,11 @@ func WithDriftFactor(f float64) Option {
 
 // WithMetadata attaches a free-form description to the lock while it is held (for
 // example host, process and purpose), shown by inspection tools. At most
-// MaxMetadataLen bytes. The default is none.
+// driver.MaxMetadataLen bytes. The default is none.
 func WithMetadata(s string) Option {
 	return func(c *config) {
-		if len(s) > MaxMetadataLen {
-			c.setErr(invalidf("metadata of %d bytes exceeds %d", len(s), MaxMetadataLen))
+		if len(s) > driver.MaxMetadataLen {
+			c.setErr(invalidf("metadata of %d bytes exceeds %d", len(s), driver.MaxMetadataLen))
 			return
 		}
 		c.metadata = s
@@ -239,7 +235,7 @@ func (c *config) renewing() bool {
 }
 
 // check validates the combined configuration and normalises the TTL.
-func (c *config) check(lim TTLLimits) error {
+func (c *config) check(lim driver.TTLLimits) error {
 	if c.err != nil {
 		return c.err
 	}

@@ -4,15 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // MaxOwnerLen is the longest owner ID accepted by WithOwner, in bytes.
 const MaxOwnerLen = 128
-
-// OwnerSep separates the owner ID given with WithOwner from the random part
-// that names one acquisition in the owner token a Driver receives: "ID#RANDOM".
-// Every backend accepts it in an owner token.
-const OwnerSep = "#"
 
 // WithOwner makes the acquisitions of a Client (or of one call) act for the
 // caller's owner ID instead of an anonymous one. The owner token a Driver
@@ -62,18 +59,7 @@ func (c *config) newOwner() string {
 	if c.owner == "" {
 		return newOwner()
 	}
-	return c.owner + OwnerSep + newOwner()
-}
-
-// SplitOwner splits an owner token into the WithOwner ID and the part that names
-// the acquisition. A token made without WithOwner is its own ID: id and
-// acquisition are both the whole token.
-func SplitOwner(owner string) (id, acquisition string) {
-	i := strings.Index(owner, OwnerSep)
-	if i < 0 {
-		return owner, owner
-	}
-	return owner[:i], owner[i+len(OwnerSep):]
+	return c.owner + driver.OwnerSep + newOwner()
 }
 
 // newOwner returns a fresh owner token: 128 random bits, hex encoded.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/memlock"
 )
@@ -16,7 +18,7 @@ func TestSplitOwner(t *testing.T) {
 		{"deploy-42#0123abcd", "deploy-42", "0123abcd"},
 		{"host.example:81#ff", "host.example:81", "ff"},
 	} {
-		if id, acq := dlock.SplitOwner(c.owner); id != c.id || acq != c.acq {
+		if id, acq := driver.SplitOwner(c.owner); id != c.id || acq != c.acq {
 			t.Errorf("SplitOwner(%q) = %q, %q; want %q, %q", c.owner, id, acq, c.id, c.acq)
 		}
 	}
@@ -34,7 +36,7 @@ func TestWithOwnerOnPlainLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, acq := dlock.SplitOwner(l.Owner()); id != "worker-1" || len(acq) != 32 {
+	if id, acq := driver.SplitOwner(l.Owner()); id != "worker-1" || len(acq) != 32 {
 		t.Errorf("owner %q", l.Owner())
 	}
 	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, dlock.ErrNotObtained) {

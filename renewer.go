@@ -3,9 +3,12 @@ package dlock
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // The renewer: one per Client, it renews every renewing lease of the Client in
@@ -212,7 +215,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 	// round waits for its reply no longer than the last of them.
 	ctx, cancel := context.WithDeadline(ctx, last)
 	defer cancel()
-	rn.extend(ctx, ps, func(i int, r ExtendResult) { rn.apply(rd, started, ps[i], r) })
+	rn.extend(ctx, ps, func(i int, r driver.ExtendResult) { rn.apply(rd, started, ps[i], r) })
 }
 
 // apply applies the outcome r of p's renewal in round rd, which started at
@@ -221,7 +224,7 @@ func (rn *renewer) renew(ctx context.Context, rd *round, ls []*Lease) {
 // an outcome applied late never overrides its; see Lease.extended), and an
 // Observer told of the outcome may extend any lease (one whose renewal is still
 // in flight once that renewal has returned).
-func (rn *renewer) apply(rd *round, started time.Time, p pending, r ExtendResult) {
+func (rn *renewer) apply(rd *round, started time.Time, p pending, r driver.ExtendResult) {
 	rn.mu.Lock()
 	drop := p.l.re.unlocked
 	var applied chan struct{} // only an Observer's events are waited for
@@ -281,16 +284,16 @@ func (rn *renewer) done(l *Lease, rd *round, next time.Duration, stop bool) {
 // per lease (a few at a time), each bounded by its lease's deadline, whose
 // outcome is applied as soon as it has returned and every Extend of the round
 // has started, so that a renewal that hangs holds up no other lease's.
-func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, ExtendResult)) {
-	reqs := make([]ExtendRequest, len(ps))
+func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, driver.ExtendResult)) {
+	reqs := make([]driver.ExtendRequest, len(ps))
 	for i, p := range ps {
-		reqs[i] = ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
+		reqs[i] = driver.ExtendRequest{Holding: p.l.holding(p.ttl), TTL: p.ttl}
 	}
-	if be, ok := rn.c.d.(BatchExtender); ok {
+	if be, ok := rn.c.d.(driver.BatchExtender); ok {
 		res := be.ExtendMany(ctx, reqs)
 		if len(res) != len(reqs) {
 			err := fmt.Errorf("%w: the driver's ExtendMany returned %d results for %d renewals", ErrUnavailable, len(res), len(reqs))
-			res = make([]ExtendResult, len(reqs))
+			res = make([]driver.ExtendResult, len(reqs))
 			for i := range res {
 				res[i].Err = err
 			}
@@ -303,7 +306,7 @@ func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, Ext
 		}
 		return
 	}
-	res := make([]ExtendResult, len(reqs))
+	res := make([]driver.ExtendResult, len(reqs))
 	returned := make(chan int, len(reqs)) // the renewals whose outcome is in res
 	for i := range reqs {
 		select {
@@ -330,18 +333,18 @@ func (rn *renewer) extend(ctx context.Context, ps []pending, apply func(int, Ext
 }
 
 // extendOne is one Extend of a round, cancelled when l is unlocked.
-func (rn *renewer) extendOne(ctx context.Context, l *Lease, deadline time.Time, r ExtendRequest) ExtendResult {
+func (rn *renewer) extendOne(ctx context.Context, l *Lease, deadline time.Time, r driver.ExtendRequest) driver.ExtendResult {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	rn.mu.Lock()
 	if l.re.unlocked {
 		rn.mu.Unlock()
-		return ExtendResult{Err: context.Canceled}
+		return driver.ExtendResult{Err: context.Canceled}
 	}
 	l.re.cancel = cancel
 	rn.mu.Unlock()
 	ttl, err := rn.c.d.Extend(ctx, r.Holding, r.TTL)
-	return ExtendResult{TTL: ttl, Err: err}
+	return driver.ExtendResult{TTL: ttl, Err: err}
 }
 
 // renewQueue is a heap of leases by next renewal.
@@ -368,4 +371,106 @@ func (q *renewQueue) Pop() any {
 	l.re.idx = -1
 	*q = old[:n-1]
 	return l
+}
+
+// renewTTL returns the TTL of the lease's next renewal, capped by MaxHold, and
+// false when the cap is reached: renewal stops and the lease runs out at its TTL.
+// A capped TTL is rounded down to the store's step, so that the lease never
+// outlives the cap.
+func (l *Lease) renewTTL() (time.Duration, bool) {
+	ttl := l.ttl
+	if l.maxHold <= 0 {
+		return ttl, true
+	}
+	left := l.maxHold - time.Since(l.acquired)
+	if left > ttl {
+		return ttl, true
+	}
+	// This renewal, if any, is the last: the lease ends at the cap.
+	l.mu.Lock()
+	l.capped = true
+	l.mu.Unlock()
+	left -= left % max(l.c.lim.Step, 1)
+	if left < l.c.lim.Min {
+		return 0, false
+	}
+	return left, true
+}
+
+// renewBegin marks a renewal round trip asking for ttl starting at started
+// (bootStart on the boot clock), and returns the local deadline it must beat;
+// l.extendMu is held.
+func (l *Lease) renewBegin(started time.Time, bootStart, ttl time.Duration) (deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewAt = started
+	l.bound(started, bootStart, ttl)
+	return l.deadline
+}
+
+// renewEnd applies the outcome of a renewal round trip that started at started
+// (bootStart on the boot clock) with the local deadline then at deadline, asking
+// for ttl: the lease is extended, lost (the store no longer holds it) or left to
+// a retry. It says when to renew next, or to stop. No extendMu is held: the
+// holder's own Extend may run meanwhile.
+func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res driver.ExtendResult) (next time.Duration, stop bool) {
+	l.mu.Lock()
+	gone := l.state != held
+	l.mu.Unlock()
+	err := context.Canceled // the lease was lost while the renewal was in flight
+	if !gone {
+		err = l.extendOutcome(started, bootStart, ttl, res)
+	}
+	// In one step, so that a loss at the deadline finds either the renewal in
+	// flight or its failure.
+	l.mu.Lock()
+	l.renewAt = time.Time{}
+	ended := l.state != held
+	told := l.obs != nil && l.state != released // not when Unlock stopped it
+	switch {
+	case err == nil:
+		l.renewErr = nil
+	case errors.Is(err, ErrNotHeld), ended:
+	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
+		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
+	default:
+		l.renewErr = err
+	}
+	l.mu.Unlock()
+	if told {
+		// A panic here ends the program (nothing recovers on the renewer's
+		// goroutine): the lock is released first, not left until its TTL.
+		ok := false
+		defer l.dropUnless(&ok)
+		l.observeRenewal(started, deadline, err)
+		ok = true
+	}
+	switch {
+	case err == nil:
+		return l.renewEvery, false
+	case errors.Is(err, ErrNotHeld), ended:
+		return 0, true
+	}
+	return l.retryIn(deadline)
+}
+
+// retryIn says when to retry a renewal that could not be made, within the
+// validity left before deadline; stop when none is left (the deadline timer
+// reports the loss).
+func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return 0, true
+	}
+	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
+}
+
+// observeRenewal tells the lease's observer of a renewal that started at
+// started, with the local deadline then at deadline, and ended with err.
+func (l *Lease) observeRenewal(started, deadline time.Time, err error) {
+	l.mu.Lock()
+	octx := l.obs.ctx
+	l.mu.Unlock()
+	l.obs.o.Renewal(octx, RenewalEvent{Target: l.obs.t, Margin: deadline.Sub(started),
+		Duration: time.Since(started), Err: err})
 }

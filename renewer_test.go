@@ -23,7 +23,7 @@ type renewCounter struct {
 }
 
 func (r *renewCounter) Renewal(_ context.Context, e dlock.RenewalEvent) {
-	if e.Outcome != dlock.RenewalOK {
+	if e.Err != nil {
 		return
 	}
 	r.mu.Lock()

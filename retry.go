@@ -3,6 +3,8 @@ package dlock
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // RetryStrategy decides how long a waiting Lock sleeps before its next attempt.
@@ -90,7 +92,7 @@ func (l limit) validate() error {
 // this package that take one: nil and the package's strategies built with bad
 // arguments are reported as ErrInvalid.
 func ValidateRetry(s RetryStrategy) error {
-	if isNil(s) {
+	if driver.IsNil(s) {
 		return invalidf("nil retry strategy")
 	}
 	if v, ok := s.(interface{ validate() error }); ok {

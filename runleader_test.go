@@ -79,7 +79,7 @@ func TestRunAsLeaderOneAtATime(t *testing.T) {
 	if len(led) < 2 {
 		t.Errorf("terms by candidate %v: the role never changed hands", led)
 	}
-	if info, err := dlock.Leader(context.Background(), newRedisLocker(t), role); err != nil || info.Held {
+	if info, err := dlock.CurrentLeader(context.Background(), newRedisLocker(t), role); err != nil || info.Held {
 		t.Errorf("after every loop stopped: %+v %v", info, err)
 	}
 }
@@ -197,7 +197,7 @@ func TestRunAsLeaderCancelStops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("RunAsLeader still running 10s after its context was cancelled")
 	}
-	if info, err := dlock.Leader(context.Background(), newRedisLocker(t), role); err != nil || info.Held {
+	if info, err := dlock.CurrentLeader(context.Background(), newRedisLocker(t), role); err != nil || info.Held {
 		t.Fatalf("after cancel: %+v %v", info, err)
 	}
 }
@@ -238,7 +238,7 @@ func TestRunAsLeaderFunctionErrorsAndPanics(t *testing.T) {
 		}()
 		_ = dlock.RunAsLeader(context.Background(), c, role, func(context.Context) error { panic("boom") })
 	}()
-	if info, _ := dlock.Leader(context.Background(), store, role); info.Held {
+	if info, _ := dlock.CurrentLeader(context.Background(), store, role); info.Held {
 		t.Errorf("role held after the function panicked: %+v", info)
 	}
 }

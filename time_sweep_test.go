@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -37,14 +39,14 @@ func (f sweepFault) String() string {
 	return [...]string{"ok", "fail", "lost-reply", "hang"}[f]
 }
 
-// sweepDriver is a dlock.Driver of keys in memory, for a test in a
+// sweepDriver is a driver.Driver of keys in memory, for a test in a
 // synctest bubble. Each call takes rtt on the bubble's clock, before*rtt of it
 // on the way to the store; the store applies requests on its own clock, which
 // runs rate times as fast as the client's and counts in whole multiples of
 // prec: a holding granted or extended at t with ttl expires at t rounded down
 // to prec, plus ttl/rate.
 type sweepDriver struct {
-	lim    dlock.TTLLimits
+	lim    driver.TTLLimits
 	rtt    time.Duration
 	before float64
 	rate   float64
@@ -78,11 +80,11 @@ type sweepCall struct {
 	ok         bool
 }
 
-func (d *sweepDriver) TTLLimits() dlock.TTLLimits { return d.lim }
+func (d *sweepDriver) TTLLimits() driver.TTLLimits { return d.lim }
 
-// Info implements dlock.Driver.
-func (d *sweepDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "sweep", Kind: dlock.KindMutex}
+// Info implements driver.Driver.
+func (d *sweepDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "sweep", Kind: driver.KindMutex}
 }
 
 // expiry is when a holding given ttl at now expires; d.mu is held.
@@ -165,19 +167,19 @@ func (d *sweepDriver) call(ctx context.Context, op, key string, ttl time.Duratio
 	return err
 }
 
-func (d *sweepDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (g dlock.Grant, err error) {
+func (d *sweepDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (g driver.Grant, err error) {
 	f := faultNone
 	if d.acquireFault != nil {
 		f = d.acquireFault(time.Now())
 	}
 	err = d.call(ctx, "acquire", r.Key, r.TTL, f, func(now time.Time) error {
 		if now.Before(d.busyUntil) {
-			return &dlock.Busy{Remaining: d.busyUntil.Sub(now)}
+			return &driver.Taken{Remaining: d.busyUntil.Sub(now)}
 		}
 		h := d.live(r.Key, now)
 		switch {
 		case h != nil && h.owner != r.Owner:
-			return &dlock.Busy{Remaining: h.expires.Sub(now)}
+			return &driver.Taken{Remaining: h.expires.Sub(now)}
 		case h == nil:
 			d.token++
 			h = &sweepHolding{owner: r.Owner}
@@ -187,7 +189,7 @@ func (d *sweepDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (g dl
 			d.cur[r.Key], d.all[r.Owner] = h, h
 		}
 		h.expires = d.expiry(now, r.TTL)
-		g = dlock.Grant{Token: d.token, TTL: r.TTL}
+		g = driver.Grant{Token: d.token, TTL: r.TTL}
 		return nil
 	})
 	return g, err
@@ -209,7 +211,7 @@ func (d *sweepDriver) faultOf(key string) sweepFault {
 }
 
 // extendAt extends h in the store at now; d.mu is held.
-func (d *sweepDriver) extendAt(now time.Time, h dlock.Holding, ttl time.Duration) error {
+func (d *sweepDriver) extendAt(now time.Time, h driver.Holding, ttl time.Duration) error {
 	cur := d.live(h.Key, now)
 	if cur == nil || cur.owner != h.Owner {
 		return fmt.Errorf("%w: expired at the store", dlock.ErrNotHeld)
@@ -218,7 +220,7 @@ func (d *sweepDriver) extendAt(now time.Time, h dlock.Holding, ttl time.Duration
 	return nil
 }
 
-func (d *sweepDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *sweepDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	err := d.call(ctx, "extend", h.Key, ttl, d.faultOf(h.Key), func(now time.Time) error {
 		return d.extendAt(now, h, ttl)
 	})
@@ -232,7 +234,7 @@ func (d *sweepDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Dura
 // renewals, each entry with its own fault (a hang holds up the whole round).
 type sweepBatch struct{ *sweepDriver }
 
-func (b sweepBatch) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
+func (b sweepBatch) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
 	start := time.Now()
 	fs := make([]sweepFault, len(reqs))
 	hang := false
@@ -240,10 +242,10 @@ func (b sweepBatch) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) 
 		fs[i] = b.faultOf(r.Holding.Key)
 		hang = hang || fs[i] == faultHang
 	}
-	res := make([]dlock.ExtendResult, len(reqs))
+	res := make([]driver.ExtendResult, len(reqs))
 	terr := b.trip(ctx, hang, func(now time.Time) {
 		for i, r := range reqs {
-			res[i] = dlock.ExtendResult{TTL: r.TTL, Err: errSweepDown}
+			res[i] = driver.ExtendResult{TTL: r.TTL, Err: errSweepDown}
 			if fs[i] != faultFail {
 				res[i].Err = b.extendAt(now, r.Holding, r.TTL)
 			}
@@ -261,7 +263,7 @@ func (b sweepBatch) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) 
 	return res
 }
 
-func (d *sweepDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *sweepDriver) Release(ctx context.Context, h driver.Holding) error {
 	return d.call(ctx, "release", h.Key, h.TTL, faultNone, func(now time.Time) error {
 		cur := d.live(h.Key, now)
 		if cur == nil || cur.owner != h.Owner {
@@ -273,7 +275,7 @@ func (d *sweepDriver) Release(ctx context.Context, h dlock.Holding) error {
 	})
 }
 
-func (d *sweepDriver) TTL(ctx context.Context, h dlock.Holding) (ttl time.Duration, err error) {
+func (d *sweepDriver) TTL(ctx context.Context, h driver.Holding) (ttl time.Duration, err error) {
 	err = d.call(ctx, "ttl", h.Key, h.TTL, faultNone, func(now time.Time) error {
 		cur := d.live(h.Key, now)
 		if cur == nil || cur.owner != h.Owner {
@@ -353,8 +355,8 @@ func watchDone(l *dlock.Lease) <-chan time.Time {
 // runs fast by the default drift factor, expiries in whole milliseconds.
 func sweepClient(t *testing.T, d *sweepDriver, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	if d.lim == (dlock.TTLLimits{}) {
-		d.lim = dlock.DefaultTTLLimits
+	if d.lim == (driver.TTLLimits{}) {
+		d.lim = driver.DefaultTTLLimits
 	}
 	if d.rate == 0 {
 		d.rate = 1 + dlock.DefaultDriftFactor
@@ -362,7 +364,7 @@ func sweepClient(t *testing.T, d *sweepDriver, opts ...dlock.Option) *dlock.Clie
 	if d.prec == 0 {
 		d.prec = time.Millisecond
 	}
-	var drv dlock.Driver = d
+	var drv driver.Driver = d
 	if d.batch {
 		drv = sweepBatch{d}
 	}
@@ -665,7 +667,7 @@ func TestTimeSweepFindsDriftBeyondTheMargin(t *testing.T) {
 
 // maxHoldCase is one point of the MaxHold sweep.
 type maxHoldCase struct {
-	lim        dlock.TTLLimits
+	lim        driver.TTLLimits
 	ttl, every time.Duration
 	rtt        time.Duration
 	before     float64
@@ -684,11 +686,11 @@ func (c maxHoldCase) String() string {
 // and one step before it), with an error naming the cap, and its holder is told
 // no later than the store lets the lock go.
 func TestTimeSweepMaxHold(t *testing.T) {
-	ms := dlock.DefaultTTLLimits
-	secs := dlock.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
+	ms := driver.DefaultTTLLimits
+	secs := driver.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
 	var cs []maxHoldCase
 	for _, lt := range []struct {
-		lim dlock.TTLLimits
+		lim driver.TTLLimits
 		ttl time.Duration
 	}{{ms, 30 * time.Millisecond}, {ms, time.Second}, {secs, 3 * time.Second}} {
 		ttl, lim := lt.ttl, lt.lim
@@ -792,7 +794,7 @@ func TestTimeSweepFailureLimit(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						synctest.Test(t, func(t *testing.T) {
 							start := time.Now()
-							d := &sweepDriver{lim: dlock.DefaultTTLLimits, rtt: rtt, rate: 1, prec: time.Millisecond,
+							d := &sweepDriver{lim: driver.DefaultTTLLimits, rtt: rtt, rate: 1, prec: time.Millisecond,
 								acquireFault: func(time.Time) sweepFault { return faultFail }}
 							if busyFirst {
 								// Held by another owner for a while: those attempts

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	bsm "github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
@@ -131,7 +133,7 @@ type mutex interface {
 // Clients embed one).
 type dlockClient interface {
 	Lock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error)
-	Driver() dlock.Driver
+	Driver() driver.Driver
 }
 
 // dlockLocker is a dlock Client, with what closes the connection it was opened on
@@ -159,7 +161,7 @@ func (d dlockLocker) Close() error {
 }
 
 func (d dlockLocker) notified() bool {
-	_, ok := d.c.Driver().(dlock.Notifier)
+	_, ok := d.c.Driver().(driver.Notifier)
 	return ok
 }
 

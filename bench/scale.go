@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	bsm "github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
@@ -64,21 +66,21 @@ var scaleVariants = []scaleVariant{
 // call.
 type singleExtends struct{ d *redislock.Driver }
 
-func (s singleExtends) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (s singleExtends) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return s.d.Acquire(ctx, r)
 }
 
-func (s singleExtends) Info() dlock.DriverInfo { return s.d.Info() }
+func (s singleExtends) Info() driver.DriverInfo { return s.d.Info() }
 
-func (s singleExtends) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (s singleExtends) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	return s.d.Extend(ctx, h, ttl)
 }
 
-func (s singleExtends) Release(ctx context.Context, h dlock.Holding) error {
+func (s singleExtends) Release(ctx context.Context, h driver.Holding) error {
 	return s.d.Release(ctx, h)
 }
 
-func (s singleExtends) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (s singleExtends) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	return s.d.TTL(ctx, h)
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -38,7 +40,7 @@ const maxPlots = 32
 // opts.AllowUnlock is set, and always for a request from another origin. There
 // is no authentication: mount it where only operators reach it. A bad
 // opts.Pattern is reported by every request (500).
-func Handler(in dlock.Inspector, opts Options) http.Handler {
+func Handler(in driver.Inspector, opts Options) http.Handler {
 	w, err := NewWatcher(in, opts)
 	if err != nil {
 		return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {

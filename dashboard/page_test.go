@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/internal/headless"
@@ -29,7 +31,7 @@ import (
 // metadata, a fair lock with two waiters queued, a semaphore of 3 with 2
 // permits taken, a read lock with 2 readers, and a mutex whose description is
 // hostile. It returns the Inspector of the server.
-func redisLocks(t *testing.T) dlock.Inspector {
+func redisLocks(t *testing.T) driver.Inspector {
 	t.Helper()
 	ctx := context.Background()
 	srv := testserver.StartRedis(t)
@@ -116,10 +118,10 @@ func TestPageInChromium(t *testing.T) {
 		return dom[i : i+j]
 	}
 	for key, want := range map[string][]string{
-		"deploy:prod": {`<td class="kind">` + kind(t, in, "deploy:prod", dlock.KindFair) + `</td>`, `<td class="waiters num">2</td>`, `ops@ci-2 pid 99 "deploy"`, `class="bar"`, `force-unlock`},
+		"deploy:prod": {`<td class="kind">` + kind(t, in, "deploy:prod", driver.KindFair) + `</td>`, `<td class="waiters num">2</td>`, `ops@ci-2 pid 99 "deploy"`, `class="bar"`, `force-unlock`},
 		"pool:db":     {`<td class="kind">semaphore 3</td>`, `<td class="holders num">2/3</td>`},
 		"config":      {`<td class="kind">read-write</td>`, `<td class="holders num">2 shared</td>`},
-		"jobs:report": {`<td class="kind">` + kind(t, in, "jobs:report", dlock.KindMutex) + `</td>`, `ops@web-1 pid 4242 "nightly report"`, `<td class="waiters num">0</td>`},
+		"jobs:report": {`<td class="kind">` + kind(t, in, "jobs:report", driver.KindMutex) + `</td>`, `ops@web-1 pid 4242 "nightly report"`, `<td class="waiters num">0</td>`},
 		"jobs:evil":   {`ops@h\x1b[2J pid 1 "&lt;/td&gt;&lt;/tr&gt;&lt;tr data-key="forged"&gt;&lt;td&gt;\n\x1b[31mFORGED\u202e"</td>`},
 	} {
 		r := row(key)
@@ -146,7 +148,7 @@ func TestPageInChromium(t *testing.T) {
 
 // kind is the kind the views show for key: want where the backend names it,
 // "exclusive" where it does not.
-func kind(t *testing.T, in dlock.Inspector, key, want string) string {
+func kind(t *testing.T, in driver.Inspector, key, want string) string {
 	t.Helper()
 	info, err := in.Inspect(context.Background(), key)
 	if err != nil {
@@ -289,10 +291,10 @@ func TestPageFitsWindow(t *testing.T) {
 // unknownWaiters is an Inspector whose store does not know its waiters.
 type unknownWaiters struct{ *memlock.Store }
 
-func (u unknownWaiters) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	infos, err := u.Store.List(ctx, pattern)
+func (u unknownWaiters) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	infos, err := u.Store.ListPrefix(ctx, prefix)
 	for i := range infos {
-		infos[i].Waiters = dlock.WaitersUnknown
+		infos[i].Waiters = driver.WaitersUnknown
 	}
 	return infos, err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // Row is one lock as the views show it. Every string that comes from the holder
@@ -127,7 +128,7 @@ func (tr *track) row(key string, now time.Time) Row {
 	}
 	if tr.who == nil {
 		who := Row{Owner: Printable(info.Owner)}
-		if id, _ := dlock.SplitOwner(info.Owner); id != info.Owner {
+		if id, _ := driver.SplitOwner(info.Owner); id != info.Owner {
 			who.OwnerID = Printable(id)
 		}
 		if m := tr.meta; m != nil {
@@ -183,10 +184,10 @@ func holderLine(r Row) string {
 // kindOf names the kind of lock info describes.
 func kindOf(info dlock.LockInfo) string {
 	switch {
-	case info.Kind == dlock.KindSemaphore || info.Kind == "" && info.Limit > 1:
+	case info.Kind == driver.KindSemaphore || info.Kind == "" && info.Limit > 1:
 		return "semaphore " + strconv.Itoa(info.Limit)
 	case info.Kind == "" && info.Held && info.Limit == 0 && info.Holders > 0:
-		return dlock.KindReadWrite
+		return driver.KindReadWrite
 	case info.Kind == "" && info.Limit == 1:
 		return "exclusive" // a mutex or a fair lock: the backend does not say
 	case info.Kind == "":

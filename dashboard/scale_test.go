@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -17,7 +19,7 @@ import (
 // holdMany takes n locks named lock:00000... on a real redis-server, from
 // eight Clients, and returns an Inspector of the server. The locks are
 // released when the test ends.
-func holdMany(tb testing.TB, n int) dlock.Inspector {
+func holdMany(tb testing.TB, n int) driver.Inspector {
 	tb.Helper()
 	ctx := context.Background()
 	srv := testserver.StartRedis(tb)
@@ -108,9 +110,9 @@ func TestRefreshTenThousandLocks(t *testing.T) {
 	}
 }
 
-func listTime(t *testing.T, in dlock.Inspector) time.Duration {
+func listTime(t *testing.T, in driver.Inspector) time.Duration {
 	start := time.Now()
-	if _, err := in.List(context.Background(), "*"); err != nil {
+	if _, err := driver.List(context.Background(), in, "*"); err != nil {
 		t.Fatal(err)
 	}
 	return time.Since(start)

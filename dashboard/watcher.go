@@ -1,5 +1,5 @@
 // Package dashboard is a live view of the locks of any dlock backend: a Watcher
-// that reads a dlock.Inspector every interval and keeps, for every lock, what an
+// that reads a driver.Inspector every interval and keeps, for every lock, what an
 // operator looks at first (who holds it, for how long, the TTL left, the waiters,
 // how often it changes hands, and marks for a TTL about to run out and for a
 // holder that stopped renewing), with a short history for plots; and an
@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -26,7 +28,7 @@ import (
 // methods are safe for concurrent use. It starts no goroutine: Refresh (or Run)
 // does the reading.
 type Watcher struct {
-	in       dlock.Inspector
+	in       driver.Inspector
 	opts     Options
 	now      func() time.Time
 	bucket   time.Duration
@@ -40,14 +42,14 @@ type Watcher struct {
 
 // NewWatcher returns a Watcher of the locks of in that match opts.Pattern. The
 // error matches dlock.ErrInvalid for a bad pattern or a nil Inspector.
-func NewWatcher(in dlock.Inspector, opts Options) (*Watcher, error) {
+func NewWatcher(in driver.Inspector, opts Options) (*Watcher, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: dashboard: nil Inspector", dlock.ErrInvalid)
 	}
 	if opts.Pattern == "" {
 		opts.Pattern = "*"
 	}
-	if err := dlock.ValidatePattern(opts.Pattern); err != nil {
+	if err := driver.ValidatePattern(opts.Pattern); err != nil {
 		return nil, err
 	}
 	switch {
@@ -142,7 +144,7 @@ func (w *Watcher) read(ctx context.Context) (Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, max(5*time.Second, 10*w.opts.Interval))
 	defer cancel()
 	start := w.now()
-	infos, err := w.in.List(ctx, w.opts.Pattern)
+	infos, err := driver.List(ctx, w.in, w.opts.Pattern)
 	now := w.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/jobhold"
 	"github.com/robfig/cron/v3"
@@ -82,7 +84,7 @@ type Locker struct {
 // New returns a Locker over l. It returns an error matching dlock.ErrInvalid for
 // a nil l or a bad option.
 func New(l dlock.Locker, opts ...Option) (*Locker, error) {
-	if dlock.IsNil(l) {
+	if driver.IsNil(l) {
 		return nil, fmt.Errorf("%w: nil locker", dlock.ErrInvalid)
 	}
 	cfg := config{logger: cron.DiscardLogger}
@@ -101,11 +103,11 @@ func New(l dlock.Locker, opts ...Option) (*Locker, error) {
 // takes the lock key: while the key is held, by another instance or by a run
 // of this one still going, the run is skipped. Put it last in a cron.Chain, so
 // that it wraps the job itself and a ContextJob gets its context. It returns an
-// error matching dlock.ErrInvalid for a key dlock.ValidateKey refuses. A run
+// error matching dlock.ErrInvalid for a key driver.ValidateKey refuses. A run
 // whose TryLock fails for another reason (the store unreachable: an error
 // matching dlock.ErrUnavailable) is skipped and logged.
 func (l *Locker) SkipIfLocked(key string) (cron.JobWrapper, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	return func(j cron.Job) cron.Job {

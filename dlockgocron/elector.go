@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/go-co-op/gocron/v2"
 )
@@ -48,14 +50,14 @@ var _ gocron.Elector = (*Elector)(nil)
 // are the campaign's lock options (see dlock.Campaign): dlock.WithTTL with
 // dlock.WithAutoRenew(true) sets how long a dead leader keeps the role, so the
 // time another instance takes to replace it (the default is dlock.DefaultTTL);
-// dlock.WithMetadata names the instance for dlock.Leader. The caller must call
+// dlock.WithMetadata names the instance for dlock.CurrentLeader. The caller must call
 // Close. It returns an error matching dlock.ErrInvalid for a nil locker or a bad
 // role.
 func NewElector(l dlock.Locker, role string, opts ...dlock.Option) (*Elector, error) {
-	if dlock.IsNil(l) {
+	if driver.IsNil(l) {
 		return nil, fmt.Errorf("%w: nil locker", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(role); err != nil {
+	if err := driver.ValidateKey(role); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/jobhold"
 	"github.com/go-co-op/gocron/v2"
@@ -75,7 +77,7 @@ var _ gocron.Locker = (*Locker)(nil)
 // NewLocker returns a Locker that locks jobs through l. It returns an error
 // matching dlock.ErrInvalid for a nil l or a bad option.
 func NewLocker(l dlock.Locker, opts ...Option) (*Locker, error) {
-	if dlock.IsNil(l) {
+	if driver.IsNil(l) {
 		return nil, fmt.Errorf("%w: nil locker", dlock.ErrInvalid)
 	}
 	var cfg lockerConfig
@@ -95,7 +97,7 @@ func (l *Locker) Key(name string) string { return l.cfg.prefix + name }
 
 // Lock takes the lock of the job named key with a single TryLock. When another
 // scheduler runs the job, the error matches dlock.ErrNotObtained and gocron skips
-// the run; a key that is not a valid lock key (dlock.ValidateKey) is an error
+// the run; a key that is not a valid lock key (driver.ValidateKey) is an error
 // matching dlock.ErrInvalid, and store failures match dlock.ErrUnavailable. After
 // Close it returns ErrClosed.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {

@@ -35,6 +35,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -72,12 +74,12 @@ var _ resourcelock.Interface = (*Lock)(nil)
 // record expire, and must then be well above the LeaseDuration). cfg gives the
 // candidate's Identity (required, unique among the candidates) and an optional
 // EventRecorder. It returns an error matching dlock.ErrInvalid for a nil o, a
-// name that dlock.ValidateKey refuses, or an empty identity; it does no I/O.
+// name that driver.ValidateKey refuses, or an empty identity; it does no I/O.
 func New(o *redislock.Optimistic, name string, cfg resourcelock.ResourceLockConfig) (*Lock, error) {
 	if o == nil {
 		return nil, fmt.Errorf("%w: nil Optimistic", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(name); err != nil {
+	if err := driver.ValidateKey(name); err != nil {
 		return nil, err
 	}
 	if cfg.Identity == "" {

@@ -233,8 +233,8 @@ type parentKey struct{}
 
 // AcquireStart starts the dlock.acquire span and counts a waiter.
 func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) context.Context {
-	kv := o.attrs(e.Target, AttrMode.String(string(e.Mode)))
-	if e.Mode == dlock.ModeWait {
+	kv := o.attrs(e.Target, AttrMode.String(mode(e.Try)))
+	if !e.Try {
 		o.waiters.Add(ctx, 1, metric.WithAttributes(kv[:len(kv)-1]...))
 	}
 	sctx, _ := o.tracer.Start(context.WithValue(ctx, parentKey{}, ctx), "dlock.acquire",
@@ -245,13 +245,14 @@ func (o *Observer) AcquireStart(ctx context.Context, e dlock.AcquireStartEvent) 
 // AcquireEnd ends the dlock.acquire span, records the acquisition and, for a
 // lease, starts its dlock.hold span.
 func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) context.Context {
-	kv := o.attrs(e.Target, AttrMode.String(string(e.Mode)))
-	if e.Mode == dlock.ModeWait {
+	kv := o.attrs(e.Target, AttrMode.String(mode(e.Try)))
+	if !e.Try {
 		o.waiters.Add(ctx, -1, metric.WithAttributes(kv[:len(kv)-1]...))
 	}
-	kv = append(kv, AttrOutcome.String(string(e.Outcome)))
+	out := Outcome(e.Err)
+	kv = append(kv, AttrOutcome.String(out))
 	if e.Err != nil {
-		kv = append(kv, AttrErrorType.String(string(e.Outcome)))
+		kv = append(kv, AttrErrorType.String(out))
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
 	o.acquireDuration.Record(ctx, e.Wait.Seconds(), opt)
@@ -259,9 +260,9 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) cont
 		o.attempts.Record(ctx, int64(e.Attempts), opt)
 	}
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(AttrOutcome.String(string(e.Outcome)), attribute.Int("dlock.attempts", e.Attempts))
+	span.SetAttributes(AttrOutcome.String(out), attribute.Int("dlock.attempts", e.Attempts))
 	if e.Err != nil {
-		span.SetAttributes(AttrErrorType.String(string(e.Outcome)))
+		span.SetAttributes(AttrErrorType.String(out))
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End()
@@ -282,10 +283,11 @@ func (o *Observer) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) cont
 func (o *Observer) Renewal(ctx context.Context, e dlock.RenewalEvent) {
 	kv := o.attrs(e.Target)
 	o.renewalMargin.Record(ctx, e.Margin.Seconds(), metric.WithAttributes(kv...))
-	o.renewals.Add(ctx, 1, metric.WithAttributes(append(kv, AttrRenewalOutcome.String(string(e.Outcome)))...))
+	out := RenewalOutcome(e.Err)
+	o.renewals.Add(ctx, 1, metric.WithAttributes(append(kv, AttrRenewalOutcome.String(out))...))
 	if e.Err != nil {
 		trace.SpanFromContext(ctx).AddEvent("dlock.renewal.failed", trace.WithAttributes(
-			AttrRenewalOutcome.String(string(e.Outcome)), attribute.String("exception.message", e.Err.Error()),
+			AttrRenewalOutcome.String(out), attribute.String("exception.message", e.Err.Error()),
 			attribute.Float64("dlock.renewal.margin", e.Margin.Seconds())))
 	}
 }
@@ -308,8 +310,8 @@ func (o *Observer) Release(ctx context.Context, e dlock.ReleaseEvent) {
 	kv := o.attrs(e.Target)
 	o.held.Add(ctx, -1, metric.WithAttributes(kv...))
 	end := "released"
-	if e.Outcome != dlock.ReleaseOK {
-		end = string(e.Outcome)
+	if e.Err != nil {
+		end = ReleaseOutcome(e.Err)
 	}
 	o.holdDuration.Record(ctx, e.Held.Seconds(), metric.WithAttributes(append(kv, AttrEnd.String(end))...))
 	span := trace.SpanFromContext(ctx)
@@ -322,14 +324,14 @@ func (o *Observer) Release(ctx context.Context, e dlock.ReleaseEvent) {
 
 // Abandon counts a given-up acquisition's clean-up, an event of its
 // dlock.acquire span.
-func (o *Observer) Abandon(ctx context.Context, e dlock.AbandonEvent) {
-	o.abandons.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Target)...))
+func (o *Observer) Abandon(ctx context.Context, t dlock.Target) {
+	o.abandons.Add(ctx, 1, metric.WithAttributes(o.attrs(t)...))
 	trace.SpanFromContext(ctx).AddEvent("dlock.abandon")
 }
 
 // Wake counts a wake-up, an event of the waiter's dlock.acquire span.
-func (o *Observer) Wake(ctx context.Context, e dlock.WakeEvent) {
-	o.wakeups.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Target)...))
+func (o *Observer) Wake(ctx context.Context, t dlock.Target) {
+	o.wakeups.Add(ctx, 1, metric.WithAttributes(o.attrs(t)...))
 	trace.SpanFromContext(ctx).AddEvent("dlock.wake")
 }
 

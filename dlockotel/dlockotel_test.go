@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockotel"
 	"github.com/dlock-go/dlock/dlocktest"
@@ -149,8 +151,8 @@ func newClient(t *testing.T, addr string, opts ...dlock.Option) *redislock.Clien
 	return c
 }
 
-func outcome(o dlock.Outcome) attribute.KeyValue {
-	return dlockotel.AttrOutcome.String(string(o))
+func outcome(o string) attribute.KeyValue {
+	return dlockotel.AttrOutcome.String(o)
 }
 
 func TestEveryAcquireOutcome(t *testing.T) {
@@ -195,18 +197,18 @@ func TestEveryAcquireOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	base := []attribute.KeyValue{dlockotel.AttrBackend.String("redislock"), dlockotel.AttrPrimitive.String(dlock.KindMutex), dlockotel.AttrKeyGroup.String("orders")}
+	base := []attribute.KeyValue{dlockotel.AttrBackend.String("redislock"), dlockotel.AttrPrimitive.String(driver.KindMutex), dlockotel.AttrKeyGroup.String("orders")}
 	for _, tc := range []struct {
-		o    dlock.Outcome
-		mode dlock.Mode
+		o    string
+		mode string
 	}{
-		{dlock.OutcomeAcquired, dlock.ModeTry},
-		{dlock.OutcomeBusy, dlock.ModeTry},
-		{dlock.OutcomeTimeout, dlock.ModeWait},
-		{dlock.OutcomeCanceled, dlock.ModeWait},
-		{dlock.OutcomeUnavailable, dlock.ModeTry},
+		{dlockotel.OutcomeAcquired, "try"},
+		{dlockotel.OutcomeBusy, "try"},
+		{dlockotel.OutcomeTimeout, "wait"},
+		{dlockotel.OutcomeCanceled, "wait"},
+		{dlockotel.OutcomeUnavailable, "try"},
 	} {
-		want := append([]attribute.KeyValue{outcome(tc.o), dlockotel.AttrMode.String(string(tc.mode))}, base...)
+		want := append([]attribute.KeyValue{outcome(tc.o), dlockotel.AttrMode.String(tc.mode)}, base...)
 		if got := e.value(t, "dlock.acquire.duration", want...); got != 1 {
 			t.Errorf("acquire.duration{%s,%s}: %v acquisitions, want 1", tc.o, tc.mode, got)
 		}
@@ -257,7 +259,7 @@ func TestRenewalFailureAndLoss(t *testing.T) {
 	_ = l.Unlock(ctx)
 	p.SetDown(false)
 
-	if got := e.value(t, "dlock.renewals", dlockotel.AttrRenewalOutcome.String(string(dlock.RenewalTransient))); got < 1 {
+	if got := e.value(t, "dlock.renewals", dlockotel.AttrRenewalOutcome.String("transient")); got < 1 {
 		t.Errorf("no failed renewal counted")
 	}
 	if got := e.value(t, "dlock.leases.lost", dlockotel.AttrLossCause.String(string(dlock.LossLocalDeadline))); got != 1 {
@@ -470,12 +472,12 @@ func TestPrimitiveOfEveryRedisKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockers := map[string]dlock.Locker{
-		dlock.KindMutex:     newClient(t, redisAddr, opts...),
-		dlock.KindFair:      fair,
-		dlock.KindReentrant: reentrant,
-		dlock.KindWrite:     rw,
-		dlock.KindRead:      rw.RLocker(),
-		dlock.KindSemaphore: sem,
+		driver.KindMutex:     newClient(t, redisAddr, opts...),
+		driver.KindFair:      fair,
+		driver.KindReentrant: reentrant,
+		driver.KindWrite:     rw,
+		driver.KindRead:      rw.RLocker(),
+		driver.KindSemaphore: sem,
 	}
 	for kind, l := range lockers {
 		lease, err := l.TryLock(ctx, "kinds:"+kind)

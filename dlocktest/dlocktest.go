@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"golang.org/x/sync/errgroup"
 )
@@ -44,10 +46,10 @@ type Backend struct {
 	// what the subtest checks).
 	Skip map[string]string
 
-	// Info, when set, is what the driver must name itself (dlock.Driver.Info).
+	// Info, when set, is what the driver must name itself (driver.Driver.Info).
 	// Whether set or not, the suite checks that the Locker's driver gives well
 	// formed names, and that its Observer events carry them.
-	Info dlock.DriverInfo
+	Info driver.DriverInfo
 }
 
 // Run runs the whole suite as subtests of t.
@@ -551,7 +553,7 @@ func testDo(t *testing.T, b Backend) {
 // TTL is no bad input.
 // scaled returns d, or the shortest TTL the backend of l grants if that is longer.
 func scaled(l dlock.Locker, d time.Duration) time.Duration {
-	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
+	if tl, ok := l.(interface{ TTLLimits() driver.TTLLimits }); ok {
 		if got, err := tl.TTLLimits().Normalize(max(d, tl.TTLLimits().Min)); err == nil {
 			return got
 		}
@@ -560,8 +562,8 @@ func scaled(l dlock.Locker, d time.Duration) time.Duration {
 }
 
 func roundedUp(l dlock.Locker, ttl time.Duration) bool {
-	lim := dlock.DefaultTTLLimits
-	if tl, ok := l.(interface{ TTLLimits() dlock.TTLLimits }); ok {
+	lim := driver.DefaultTTLLimits
+	if tl, ok := l.(interface{ TTLLimits() driver.TTLLimits }); ok {
 		lim = tl.TTLLimits()
 	}
 	got, err := lim.Normalize(ttl)
@@ -572,7 +574,7 @@ func testBadInput(t *testing.T, b Backend) {
 	l := b.New(t)
 	ctx := ctxT(t, 10*time.Second)
 	key := Key(t)
-	badKeys := []string{"", "   ", "\t\n", "a\x00b", "a\x7fb", "bad\xffutf8", "a{b", "a}b", strings.Repeat("k", dlock.MaxKeyLen+1)}
+	badKeys := []string{"", "   ", "\t\n", "a\x00b", "a\x7fb", "bad\xffutf8", "a{b", "a}b", strings.Repeat("k", driver.MaxKeyLen+1)}
 	for _, k := range badKeys {
 		for name, f := range map[string]func(context.Context, string, ...dlock.Option) (*dlock.Lease, error){"TryLock": l.TryLock, "Lock": l.Lock} {
 			if lease, err := f(ctx, k); !errors.Is(err, dlock.ErrInvalid) || lease != nil {
@@ -594,7 +596,7 @@ func testBadInput(t *testing.T, b Backend) {
 		"drift NaN":           dlock.WithDriftFactor(math.NaN()),
 		"drift negative":      dlock.WithDriftFactor(-0.1),
 		"drift 1":             dlock.WithDriftFactor(1),
-		"metadata too long":   dlock.WithMetadata(strings.Repeat("m", dlock.MaxMetadataLen+1)),
+		"metadata too long":   dlock.WithMetadata(strings.Repeat("m", driver.MaxMetadataLen+1)),
 		"nil option":          nil,
 		"renew >= ttl":        dlock.Combine(dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(time.Second)),
 		"default ttl renew>=": dlock.WithRenewEvery(dlock.DefaultTTL),
@@ -645,9 +647,9 @@ func testConflict(t *testing.T, b Backend) {
 
 func testInspector(t *testing.T, b Backend) {
 	l := b.New(t)
-	insp, ok := l.(dlock.Inspector)
+	insp, ok := l.(driver.Inspector)
 	if !ok {
-		t.Skip("the Locker is not a dlock.Inspector")
+		t.Skip("the Locker is not a driver.Inspector")
 	}
 	ctx := ctxT(t, 10*time.Second)
 	key := Key(t)
@@ -666,11 +668,11 @@ func testInspector(t *testing.T, b Backend) {
 	if info.TTL > 5*time.Second || info.TTL == 0 {
 		t.Errorf("Inspect TTL %v of a 5s lease", info.TTL)
 	}
-	infos, err := insp.List(ctx, key[:len(key)-4]+"*")
+	infos, err := driver.List(ctx, insp, key[:len(key)-4]+"*")
 	if err != nil || len(infos) != 1 || infos[0].Key != key {
 		t.Fatalf("List: %+v, %v; want %s alone", infos, err, key)
 	}
-	if _, err := insp.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, insp, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("List(\"\"): %v, want ErrInvalid", err)
 	}
 	if _, err := insp.ForceUnlock(ctx, key); err != nil {
@@ -716,7 +718,7 @@ func (o *targets) Release(_ context.Context, e dlock.ReleaseEvent) { o.add(e.Tar
 
 func testDriverInfo(t *testing.T, b Backend) {
 	l := b.New(t)
-	dl, ok := l.(interface{ Driver() dlock.Driver })
+	dl, ok := l.(interface{ Driver() driver.Driver })
 	if !ok {
 		t.Fatalf("the Locker %T has no Driver method: the suite cannot read the driver's names", l)
 	}
@@ -724,7 +726,7 @@ func testDriverInfo(t *testing.T, b Backend) {
 	if err := info.Check(); err != nil {
 		t.Fatalf("the driver's Info: %v", err)
 	}
-	if b.Info != (dlock.DriverInfo{}) && info != b.Info {
+	if b.Info != (driver.DriverInfo{}) && info != b.Info {
 		t.Fatalf("the driver names itself %+v, want %+v", info, b.Info)
 	}
 	o := &targets{}

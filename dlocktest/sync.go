@@ -9,16 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
 // SyncBackend describes the latch and barrier side of a backend under test
-// (dlock.SyncDriver).
+// (driver.SyncDriver).
 type SyncBackend struct {
 	// New returns a SyncDriver with its own connection(s) to the server under
 	// test, closed by t.Cleanup. It is called several times per test to stand
 	// for separate processes.
-	New func(t testing.TB) dlock.SyncDriver
+	New func(t testing.TB) driver.SyncDriver
 
 	// Occupy, when set, stores data that is neither a latch nor a barrier
 	// where the latch and the barrier named name would live, and returns a
@@ -61,7 +63,7 @@ func RunSync(t *testing.T, b SyncBackend) {
 	}
 }
 
-func newLatch(t testing.TB, d dlock.SyncDriver, name string, n int, ttl time.Duration) *dlock.Latch {
+func newLatch(t testing.TB, d driver.SyncDriver, name string, n int, ttl time.Duration) *dlock.Latch {
 	t.Helper()
 	l, err := dlock.NewLatch(d, name, n, ttl)
 	if err != nil {
@@ -70,7 +72,7 @@ func newLatch(t testing.TB, d dlock.SyncDriver, name string, n int, ttl time.Dur
 	return l
 }
 
-func newBarrier(t testing.TB, d dlock.SyncDriver, name string, n int, ttl time.Duration) *dlock.Barrier {
+func newBarrier(t testing.TB, d driver.SyncDriver, name string, n int, ttl time.Duration) *dlock.Barrier {
 	t.Helper()
 	b, err := dlock.NewBarrier(d, name, n, ttl)
 	if err != nil {

@@ -6,28 +6,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
-// ObserveWatches checks that dlock.Observe on in, a KeyWatcher whose backend
+// ObserveWatches checks that dlock.WatchLeader on in, a KeyWatcher whose backend
 // watches its locks, sees a lock taken and released by another Client (taker)
 // as the store reports it: with a polling interval of a minute, each change
 // must arrive within within.
-func ObserveWatches(t *testing.T, in dlock.Inspector, taker dlock.Locker, within time.Duration) {
+func ObserveWatches(t *testing.T, in driver.Inspector, taker dlock.Locker, within time.Duration) {
 	t.Helper()
 	key := Key(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*within+10*time.Second)
 	defer cancel()
-	kw, ok := in.(dlock.KeyWatcher)
+	kw, ok := in.(driver.KeyWatcher)
 	if !ok {
-		t.Fatalf("%T is not a dlock.KeyWatcher", in)
+		t.Fatalf("%T is not a driver.KeyWatcher", in)
 	}
 	if _, err := kw.WatchKey(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("WatchKey of an empty key: %v, want ErrInvalid", err)
 	}
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
-	ch, err := dlock.Observe(octx, in, key, dlock.MaxObserveInterval)
+	ch, err := dlock.WatchLeader(octx, in, key, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +38,11 @@ func ObserveWatches(t *testing.T, in dlock.Inspector, taker dlock.Locker, within
 		select {
 		case info, ok := <-ch:
 			if !ok {
-				t.Fatalf("Observe closed before %s", what)
+				t.Fatalf("WatchLeader closed before %s", what)
 			}
 			return info
 		case <-time.After(within):
-			t.Fatalf("Observe did not report %s within %v (its polling interval is %v)", what, within, dlock.MaxObserveInterval)
+			t.Fatalf("WatchLeader did not report %s within %v (its polling interval is %v)", what, within, time.Minute)
 		}
 		return dlock.LockInfo{}
 	}

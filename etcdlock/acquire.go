@@ -6,30 +6,32 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// Acquire implements dlock.Driver: one attempt to take r.Key for r.Owner. When
-// another owner holds the lock it returns a *dlock.Busy; a waiting request
+// Acquire implements driver.Driver: one attempt to take r.Key for r.Owner. When
+// another owner holds the lock it returns a *driver.Taken; a waiting request
 // (r.Waiting) then stays queued, and the error's Handle comes back in the next
 // attempt. An attempt that finds an entry of r.Owner written by an earlier
 // attempt (whose reply was lost) takes that entry over. The entry is attached
 // to the Driver's lease of r.TTL's class (see the package documentation); an
 // attempt is one transaction, plus a renewal of that lease when it has less
 // than r.TTL left.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	ctx, done := d.request(ctx)
 	g, err := d.acquire(ctx, r)
 	return g, done(err)
 }
 
-// Info implements dlock.Driver: etcd's locks are granted in the order their
-// entries were created (dlock.KindFair).
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "etcdlock", Kind: dlock.KindFair}
+// Info implements driver.Driver: etcd's locks are granted in the order their
+// entries were created (driver.KindFair).
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "etcdlock", Kind: driver.KindFair}
 }
 
 // attemptResult is what one attempt wrote and read: the entry (nil when a
@@ -41,13 +43,13 @@ type attemptResult struct {
 	ahead *predecessor
 }
 
-func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if err := checkOwner(r.Owner); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	h, err := handleOf(r.Handle)
 	if err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	secs := leaseSeconds(r.TTL)
 	var res *attemptResult
@@ -64,33 +66,33 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		if h != nil {
 			h.markUncertain() // this attempt may still write
 		}
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	h = res.h
 	if h != nil && res.first != nil && res.first.CreateRevision == h.revision() {
-		return dlock.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
+		return driver.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
 	if res.first != nil && foreign(res.first) {
 		if h != nil {
 			_ = d.removeDetached(ctx, h)
 		}
-		return dlock.Grant{}, conflict(r.Key, res.first)
+		return driver.Grant{}, conflict(r.Key, res.first)
 	}
 	if !r.Waiting {
 		if h != nil { // TryLock leaves nothing behind
 			_ = d.removeDetached(ctx, h)
 		}
-		return dlock.Grant{}, &dlock.Busy{Remaining: d.remaining(ctx, res.first)}
+		return driver.Grant{}, &driver.Taken{Remaining: d.remaining(ctx, res.first)}
 	}
 	// A waiter is woken by its subscription (see Subscribe), which watches the
 	// predecessor this attempt read.
 	h.setAhead(res.ahead)
-	return dlock.Grant{}, &dlock.Busy{Remaining: -1, RetryAfter: seconds(secs) / 3, Handle: h, Queued: true}
+	return driver.Grant{}, &driver.Taken{Remaining: -1, RetryAfter: seconds(secs) / 3, Handle: h, Queued: true}
 }
 
 // attempt makes one attempt on the Driver's lease of class secs, which it
 // renews first when needed; errLeaseGone when the lease was found gone.
-func (d *Driver) attempt(ctx context.Context, r dlock.AcquireRequest, h *queueEntry, secs int64) (*attemptResult, error) {
+func (d *Driver) attempt(ctx context.Context, r driver.AcquireRequest, h *queueEntry, secs int64) (*attemptResult, error) {
 	start := time.Now()
 	sl, err := d.lease(ctx, secs, start)
 	if err != nil {
@@ -120,7 +122,7 @@ func (d *Driver) attempt(ctx context.Context, r dlock.AcquireRequest, h *queueEn
 // who is just ahead of it. It renews the entry's own deadline from start (sl
 // has been renewed as needed). It returns a nil result when the entry is gone
 // (its lease ran out) or elsewhere, to be written anew.
-func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEntry, sl *sharedLease, start time.Time) (*attemptResult, error) {
+func (d *Driver) recheck(ctx context.Context, r driver.AcquireRequest, h *queueEntry, sl *sharedLease, start time.Time) (*attemptResult, error) {
 	rev := h.revision()
 	qp := QueuePrefix(r.Key)
 	done := h.renewing()
@@ -154,7 +156,7 @@ func (d *Driver) recheck(ctx context.Context, r dlock.AcquireRequest, h *queueEn
 // attempt of the owner left an entry, write takes it over (moving it to sl when
 // it is elsewhere; its place and token stay). Nothing is written for an
 // abandoned acquisition.
-func (d *Driver) write(ctx context.Context, r dlock.AcquireRequest, sl *sharedLease, start time.Time) (*attemptResult, error) {
+func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedLease, start time.Time) (*attemptResult, error) {
 	entry, qp, gone := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner)
 	lease := sl.leaseID()
 	conds := []clientv3.Cmp{

@@ -45,7 +45,7 @@
 // third after the last renewal. A lease that is gone (expired while the
 // process was paused, revoked by an administrator) takes every entry on it:
 // when the Driver learns of it (a renewal or a write refused), every Lease on
-// it is lost at once (dlock.Grant.Lost), and the Driver grants a new lease for
+// it is lost at once (driver.Grant.Lost), and the Driver grants a new lease for
 // the next locks. Driver.Close revokes the Driver's leases; without it, they
 // expire on their own.
 //

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
@@ -18,7 +20,7 @@ import (
 const DefaultRequestTimeout = 5 * time.Second
 
 // Client is the dlock.Client an etcdlock constructor returns: a dlock.Locker on
-// etcd, and a dlock.Inspector through its Driver. It is safe for concurrent use.
+// etcd, and a driver.Inspector through its Driver. It is safe for concurrent use.
 type Client = dlock.Client
 
 // New returns a Client that locks through cli, with the default request
@@ -58,11 +60,11 @@ type Driver struct {
 }
 
 var (
-	_ dlock.Driver     = (*Driver)(nil)
-	_ dlock.TTLLimiter = (*Driver)(nil)
-	_ dlock.Notifier   = (*Driver)(nil)
-	_ dlock.Abandoner  = (*Driver)(nil)
-	_ dlock.Inspector  = (*Driver)(nil)
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.TTLLimiter = (*Driver)(nil)
+	_ driver.Notifier   = (*Driver)(nil)
+	_ driver.Abandoner  = (*Driver)(nil)
+	_ driver.Inspector  = (*Driver)(nil)
 )
 
 // Option configures a Driver.
@@ -120,6 +122,6 @@ func (d *Driver) request(ctx context.Context) (context.Context, func(error) erro
 // TTLLimits returns the lease times etcd can grant: whole seconds, at least one.
 // The server may grant more than asked (its minimum TTL); the granted TTL is
 // reported in every Grant and Extend.
-func (d *Driver) TTLLimits() dlock.TTLLimits {
-	return dlock.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
+func (d *Driver) TTLLimits() driver.TTLLimits {
+	return driver.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -82,7 +84,7 @@ func entries(t testing.TB, cli *clientv3.Client, key string) []string {
 	return owners
 }
 
-func mustGrant(t testing.TB, d *Driver, r dlock.AcquireRequest) dlock.Grant {
+func mustGrant(t testing.TB, d *Driver, r driver.AcquireRequest) driver.Grant {
 	t.Helper()
 	g, err := d.Acquire(ctxT(t, 5*time.Second), r)
 	if err != nil {
@@ -91,12 +93,12 @@ func mustGrant(t testing.TB, d *Driver, r dlock.AcquireRequest) dlock.Grant {
 	return g
 }
 
-func mustBusy(t testing.TB, d *Driver, r dlock.AcquireRequest) *dlock.Busy {
+func mustBusy(t testing.TB, d *Driver, r driver.AcquireRequest) *driver.Taken {
 	t.Helper()
 	_, err := d.Acquire(ctxT(t, 5*time.Second), r)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) || !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("Acquire(%+v): %v, want *dlock.Busy", r, err)
+		t.Fatalf("Acquire(%+v): %v, want *driver.Taken", r, err)
 	}
 	return busy
 }
@@ -105,11 +107,11 @@ func TestTryLockNeverQueues(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key := testKey(t)
 	a, b := owner(), owner()
-	ga := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second, Metadata: "job 1"})
+	ga := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second, Metadata: "job 1"})
 	if ga.Token == 0 || ga.TTL != 10*time.Second {
 		t.Fatalf("grant %+v", ga)
 	}
-	busy := mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
+	busy := mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
 	if busy.Remaining <= 0 || busy.Remaining > 10*time.Second || busy.Handle != nil {
 		t.Errorf("busy %+v, want remaining in (0, 10s] and no handle", busy)
 	}
@@ -118,34 +120,34 @@ func TestTryLockNeverQueues(t *testing.T) {
 	}
 	// A queued waiter also makes TryLock fail, once the holder has gone.
 	w := owner()
-	wb := mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true})
-	if err := d.Release(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: a, Handle: ga.Handle}); err != nil {
+	wb := mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true})
+	if err := d.Release(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: a, Handle: ga.Handle}); err != nil {
 		t.Fatal(err)
 	}
-	mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
-	gw := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true, Handle: wb.Handle})
+	mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
+	gw := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true, Handle: wb.Handle})
 	if gw.Token <= ga.Token {
 		t.Errorf("waiter token %d not above %d", gw.Token, ga.Token)
 	}
-	if err := d.Release(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: w, Handle: gw.Handle}); err != nil {
+	if err := d.Release(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: w, Handle: gw.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, cli, key); len(got) != 0 {
 		t.Fatalf("entries after every release: %v", got)
 	}
-	gb := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
+	gb := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: b, TTL: 10 * time.Second})
 	if gb.Token <= gw.Token {
 		t.Errorf("token %d not above %d", gb.Token, gw.Token)
 	}
-	_ = d.Release(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: b, Handle: gb.Handle})
+	_ = d.Release(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: b, Handle: gb.Handle})
 }
 
 func TestWaiterKeepsItsEntryAcrossAttempts(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key := testKey(t)
 	a, w := owner(), owner()
-	ga := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
-	r := dlock.AcquireRequest{Key: key, Owner: w, TTL: 3 * time.Second, Waiting: true}
+	ga := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
+	r := driver.AcquireRequest{Key: key, Owner: w, TTL: 3 * time.Second, Waiting: true}
 	b1 := mustBusy(t, d, r)
 	if b1.Handle == nil || b1.RetryAfter != time.Second {
 		t.Fatalf("waiter's busy %+v, want a handle and RetryAfter 1s (a third of its lease)", b1)
@@ -159,20 +161,20 @@ func TestWaiterKeepsItsEntryAcrossAttempts(t *testing.T) {
 		}
 	}
 	// A first attempt whose reply was lost (no handle) finds the entry again.
-	b := mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 3 * time.Second, Waiting: true})
+	b := mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: w, TTL: 3 * time.Second, Waiting: true})
 	if got, _, _ := b.Handle.(*queueEntry).state(); got != rev {
 		t.Fatalf("retried first attempt: revision %d, want %d", got, rev)
 	}
 	if got := entries(t, cli, key); len(got) != 2 || got[0] != a || got[1] != w {
 		t.Fatalf("entries %v, want holder then waiter", got)
 	}
-	if err := d.Abandon(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: w, Handle: b.Handle}); err != nil {
+	if err := d.Abandon(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: w, Handle: b.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, cli, key); len(got) != 1 {
 		t.Fatalf("entries after Abandon: %v", got)
 	}
-	_ = d.Release(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: a, Handle: ga.Handle})
+	_ = d.Release(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: a, Handle: ga.Handle})
 }
 
 // TestWaitersWakeOnlyWhenTheirTurnComes queues waiters, each on a driver of its
@@ -184,7 +186,7 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	key := testKey(t)
 	holder := newDriver(t)
 	ho := owner()
-	g := mustGrant(t, holder, dlock.AcquireRequest{Key: key, Owner: ho, TTL: 10 * time.Second})
+	g := mustGrant(t, holder, driver.AcquireRequest{Key: key, Owner: ho, TTL: 10 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
 	type waiter struct {
 		d      *Driver
@@ -196,9 +198,9 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	ws := make([]*waiter, n)
 	for i := range ws {
 		w := &waiter{d: newDriver(t), owner: owner()}
-		b := mustBusy(t, w.d, dlock.AcquireRequest{Key: key, Owner: w.owner, TTL: 10 * time.Second, Waiting: true})
+		b := mustBusy(t, w.d, driver.AcquireRequest{Key: key, Owner: w.owner, TTL: 10 * time.Second, Waiting: true})
 		w.h = b.Handle
-		wake, cancel, err := w.d.Subscribe(ctx, dlock.Holding{Key: key, Owner: w.owner, Handle: w.h})
+		wake, cancel, err := w.d.Subscribe(ctx, driver.Holding{Key: key, Owner: w.owner, Handle: w.h})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,14 +210,14 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	// The last waiter gives up: the one before it is not woken by that.
 	last := ws[n-1]
 	last.cancel()
-	if err := last.d.Abandon(ctx, dlock.Holding{Key: key, Owner: last.owner, Handle: last.h}); err != nil {
+	if err := last.d.Abandon(ctx, driver.Holding{Key: key, Owner: last.owner, Handle: last.h}); err != nil {
 		t.Fatal(err)
 	}
 	// The second waiter gives up: the third, woken, finds the lock held, and
 	// now waits on the first.
 	second := ws[1]
 	second.cancel()
-	if err := second.d.Abandon(ctx, dlock.Holding{Key: key, Owner: second.owner, Handle: second.h}); err != nil {
+	if err := second.d.Abandon(ctx, driver.Holding{Key: key, Owner: second.owner, Handle: second.h}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -223,12 +225,12 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the third waiter not woken when the one ahead of it gave up")
 	}
-	mustBusy(t, ws[2].d, dlock.AcquireRequest{Key: key, Owner: ws[2].owner, TTL: 10 * time.Second, Waiting: true, Handle: ws[2].h})
+	mustBusy(t, ws[2].d, driver.AcquireRequest{Key: key, Owner: ws[2].owner, TTL: 10 * time.Second, Waiting: true, Handle: ws[2].h})
 	if len(ws[0].wake) != 0 {
 		t.Fatal("the first waiter woken while the holder holds")
 	}
 	order := []*waiter{ws[0], ws[2]}
-	prev := dlock.Holding{Key: key, Owner: ho, Handle: g.Handle}
+	prev := driver.Holding{Key: key, Owner: ho, Handle: g.Handle}
 	prevD := holder
 	for i, w := range order {
 		if err := prevD.Release(ctx, prev); err != nil {
@@ -239,8 +241,8 @@ func TestWaitersWakeOnlyWhenTheirTurnComes(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("waiter %d never woken", i)
 		}
-		gw := mustGrant(t, w.d, dlock.AcquireRequest{Key: key, Owner: w.owner, TTL: 10 * time.Second, Waiting: true, Handle: w.h})
-		prev, prevD = dlock.Holding{Key: key, Owner: w.owner, Handle: gw.Handle}, w.d
+		gw := mustGrant(t, w.d, driver.AcquireRequest{Key: key, Owner: w.owner, TTL: 10 * time.Second, Waiting: true, Handle: w.h})
+		prev, prevD = driver.Holding{Key: key, Owner: w.owner, Handle: gw.Handle}, w.d
 		for j, o := range order[i+1:] {
 			if len(o.wake) != 0 {
 				t.Fatalf("waiter %d woken while waiter %d holds", i+1+j, i)
@@ -274,14 +276,14 @@ func TestDeadWaiterLeavesNoEntry(t *testing.T) {
 	watcher := newEtcd(t)
 	d := newDriver(t)
 	ho := owner()
-	g := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: ho, TTL: 10 * time.Second})
+	g := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: ho, TTL: 10 * time.Second})
 	deadCli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Addr}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead, _ := NewDriver(deadCli)
 	do := owner()
-	mustBusy(t, dead, dlock.AcquireRequest{Key: key, Owner: do, TTL: time.Second, Waiting: true})
+	mustBusy(t, dead, driver.AcquireRequest{Key: key, Owner: do, TTL: time.Second, Waiting: true})
 	resp, err := watcher.Get(ctxT(t, 5*time.Second), EntryKey(key, do))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("waiter's entry: %v %v", resp, err)
@@ -302,17 +304,17 @@ func TestDeadWaiterLeavesNoEntry(t *testing.T) {
 	if got := entries(t, watcher, key); len(got) != 1 || got[0] != ho {
 		t.Fatalf("entries %v", got)
 	}
-	_ = d.Release(ctxT(t, 5*time.Second), dlock.Holding{Key: key, Owner: ho, Handle: g.Handle})
+	_ = d.Release(ctxT(t, 5*time.Second), driver.Holding{Key: key, Owner: ho, Handle: g.Handle})
 }
 
 func TestExtendRenewsOrMovesTheLease(t *testing.T) {
 	d := newDriver(t)
 	key, o := testKey(t), owner()
-	g := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o, TTL: 1500 * time.Millisecond})
+	g := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o, TTL: 1500 * time.Millisecond})
 	if g.TTL != 2*time.Second {
 		t.Fatalf("1.5s rounds up to %v, want 2s", g.TTL)
 	}
-	h := dlock.Holding{Key: key, Owner: o, Handle: g.Handle}
+	h := driver.Holding{Key: key, Owner: o, Handle: g.Handle}
 	ctx := ctxT(t, 10*time.Second)
 	_, lease, _ := g.Handle.(*queueEntry).state()
 	if got, err := d.Extend(ctx, h, 2*time.Second); err != nil || got != 2*time.Second {
@@ -360,14 +362,14 @@ func TestStaleReleaseTouchesNothing(t *testing.T) {
 	d := newDriver(t)
 	key, o := testKey(t), owner()
 	ctx := ctxT(t, 10*time.Second)
-	g1 := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o, Handle: g1.Handle}); err != nil {
+	g1 := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: o, Handle: g1.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	// The same owner takes the lock again (a new holding); the stale handle's
 	// Release, Extend and TTL must not touch it.
-	g2 := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
-	stale := dlock.Holding{Key: key, Owner: o, Handle: g1.Handle}
+	g2 := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
+	stale := driver.Holding{Key: key, Owner: o, Handle: g1.Handle}
 	if err := d.Release(ctx, stale); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("stale Release: %v", err)
 	}
@@ -382,10 +384,10 @@ func TestStaleReleaseTouchesNothing(t *testing.T) {
 	}
 	// A release without a handle (clean-up of an attempt whose reply was lost)
 	// finds the entry by owner.
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o}); err != nil {
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: o}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o}); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: o}); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("second Release: %v", err)
 	}
 }
@@ -400,7 +402,7 @@ func TestForeignEntryIsConflict(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = cli.Delete(context.Background(), foreignKey) })
 	for _, waiting := range []bool{false, true} {
-		_, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second, Waiting: waiting})
+		_, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second, Waiting: waiting})
 		if !errors.Is(err, dlock.ErrConflict) {
 			t.Errorf("Acquire (waiting %v) over a foreign entry: %v, want ErrConflict", waiting, err)
 		}
@@ -421,14 +423,14 @@ func TestBadArguments(t *testing.T) {
 	ctx := ctxT(t, 5*time.Second)
 	key := testKey(t)
 	for _, o := range []string{"", "a/b", "a{b", "\x00"} {
-		if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: time.Second}); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: o, TTL: time.Second}); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Acquire with owner %q: %v", o, err)
 		}
 	}
-	if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second, Waiting: true, Handle: "x"}); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second, Waiting: true, Handle: "x"}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Acquire with a foreign handle: %v", err)
 	}
-	if _, _, err := d.Subscribe(ctx, dlock.Holding{Key: key, Owner: owner()}); !errors.Is(err, dlock.ErrInvalid) {
+	if _, _, err := d.Subscribe(ctx, driver.Holding{Key: key, Owner: owner()}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("Subscribe without a handle: %v", err)
 	}
 	if l := d.TTLLimits(); l.Min != time.Second || l.Step != time.Second || l.Max < l.Min {
@@ -456,18 +458,18 @@ func TestNoLeaseLeftBehind(t *testing.T) {
 	before := leases()
 	key := testKey(t)
 	a, w := owner(), owner()
-	ga := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
-	ha := dlock.Holding{Key: key, Owner: a, Handle: ga.Handle}
-	mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second})
-	bw := mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true})
-	bw = mustBusy(t, d, dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true, Handle: bw.Handle})
+	ga := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
+	ha := driver.Holding{Key: key, Owner: a, Handle: ga.Handle}
+	mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second})
+	bw := mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true})
+	bw = mustBusy(t, d, driver.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true, Handle: bw.Handle})
 	if _, err := d.Extend(ctx, ha, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Extend(ctx, ha, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Abandon(ctx, dlock.Holding{Key: key, Owner: w, Handle: bw.Handle}); err != nil {
+	if err := d.Abandon(ctx, driver.Holding{Key: key, Owner: w, Handle: bw.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Release(ctx, ha); err != nil {
@@ -512,9 +514,9 @@ func TestCancelledAttemptsLeaveNothing(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		o := owner()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(mrand.N(3000))*time.Microsecond)
-		g, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: i%2 == 0})
+		g, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: i%2 == 0})
 		cancel()
-		h := dlock.Holding{Key: key, Owner: o, TTL: 5 * time.Second, Handle: g.Handle}
+		h := driver.Holding{Key: key, Owner: o, TTL: 5 * time.Second, Handle: g.Handle}
 		if err == nil {
 			got++
 			err = d.Release(ctxT(t, 5*time.Second), h)
@@ -541,8 +543,8 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	d, cli := newDriver(t), newEtcd(t)
 	key, o := testKey(t), owner()
 	ctx := ctxT(t, 10*time.Second)
-	g1 := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
-	g2 := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o, TTL: 10 * time.Second})
+	g1 := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second})
+	g2 := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o, TTL: 10 * time.Second})
 	if g2.Token != g1.Token || g2.TTL != 10*time.Second {
 		t.Fatalf("second attempt: %+v, want token %d and TTL 10s", g2, g1.Token)
 	}
@@ -556,10 +558,10 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	if resp, err := cli.TimeToLive(ctx, old, clientv3.WithAttachedKeys()); err != nil || len(resp.Keys) != 0 {
 		t.Errorf("the first attempt's lease: %+v, %v; want empty", resp, err)
 	}
-	if ttl, err := d.TTL(ctx, dlock.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil || ttl <= 5*time.Second {
+	if ttl, err := d.TTL(ctx, driver.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil || ttl <= 5*time.Second {
 		t.Errorf("TTL after the take-over: %v, %v", ttl, err)
 	}
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil {
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: o, Handle: g2.Handle}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -572,11 +574,11 @@ func TestAbandonStopsALateAttempt(t *testing.T) {
 	key := testKey(t)
 	ctx := ctxT(t, 10*time.Second)
 	o := owner()
-	if err := d.Abandon(ctx, dlock.Holding{Key: key, Owner: o, TTL: 5 * time.Second}); err != nil {
+	if err := d.Abandon(ctx, driver.Holding{Key: key, Owner: o, TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	for _, waiting := range []bool{false, true} {
-		_, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: waiting})
+		_, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: o, TTL: 5 * time.Second, Waiting: waiting})
 		if !errors.Is(err, dlock.ErrNotObtained) {
 			t.Errorf("late attempt (waiting %v): %v, want ErrNotObtained", waiting, err)
 		}
@@ -587,17 +589,17 @@ func TestAbandonStopsALateAttempt(t *testing.T) {
 	// A holding abandoned (the Client gave up after its attempt's reply was
 	// lost) is released.
 	o2 := owner()
-	g := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: o2, TTL: 5 * time.Second})
-	if err := d.Abandon(ctx, dlock.Holding{Key: key, Owner: o2, TTL: 5 * time.Second}); err != nil {
+	g := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: o2, TTL: 5 * time.Second})
+	if err := d.Abandon(ctx, driver.Holding{Key: key, Owner: o2, TTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if got := entries(t, cli, key); len(got) != 0 {
 		t.Fatalf("entries after Abandon: %v", got)
 	}
-	if _, err := d.Extend(ctx, dlock.Holding{Key: key, Owner: o2, Handle: g.Handle}, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := d.Extend(ctx, driver.Holding{Key: key, Owner: o2, Handle: g.Handle}, 5*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Extend after Abandon: %v", err)
 	}
-	if err := d.Abandon(ctx, dlock.Holding{Key: key, Owner: o2, TTL: 5 * time.Second, Handle: g.Handle}); err != nil {
+	if err := d.Abandon(ctx, driver.Holding{Key: key, Owner: o2, TTL: 5 * time.Second, Handle: g.Handle}); err != nil {
 		t.Errorf("second Abandon: %v", err)
 	}
 }
@@ -610,11 +612,11 @@ func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	d, dw, dx := newDriver(t), newDriver(t), newDriver(t)
 	a, w, x := owner(), owner(), owner()
-	ga := mustGrant(t, d, dlock.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
-	rw := dlock.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true}
+	ga := mustGrant(t, d, driver.AcquireRequest{Key: key, Owner: a, TTL: 10 * time.Second})
+	rw := driver.AcquireRequest{Key: key, Owner: w, TTL: 10 * time.Second, Waiting: true}
 	bw := mustBusy(t, dw, rw)
 	rw.Handle = bw.Handle
-	wake, cancel, err := dw.Subscribe(ctx, dlock.Holding{Key: key, Owner: w, Handle: bw.Handle})
+	wake, cancel, err := dw.Subscribe(ctx, driver.Holding{Key: key, Owner: w, Handle: bw.Handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +625,7 @@ func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
 	if _, err := dw.cli.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	rx := dlock.AcquireRequest{Key: key, Owner: x, TTL: 10 * time.Second, Waiting: true}
+	rx := driver.AcquireRequest{Key: key, Owner: x, TTL: 10 * time.Second, Waiting: true}
 	bx := mustBusy(t, dx, rx)
 	rx.Handle = bx.Handle
 	bw2 := mustBusy(t, dw, rw)
@@ -633,14 +635,14 @@ func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
 	if got := entries(t, d.cli, key); len(got) != 3 || got[0] != a || got[1] != x || got[2] != w {
 		t.Fatalf("queue %v, want holder, x, w", got)
 	}
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: a, Handle: ga.Handle}); err != nil {
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: a, Handle: ga.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	gx := mustGrant(t, dx, rx)
 	if n := dw.wakes.Load(); n != 0 {
 		t.Fatalf("w woken %d times while x is ahead of it", n)
 	}
-	if err := dx.Release(ctx, dlock.Holding{Key: key, Owner: x, Handle: gx.Handle}); err != nil {
+	if err := dx.Release(ctx, driver.Holding{Key: key, Owner: x, Handle: gx.Handle}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -649,5 +651,5 @@ func TestLapsedWaiterRequeuesAndItsWatchFollows(t *testing.T) {
 		t.Fatal("w never woken after x released")
 	}
 	gw := mustGrant(t, dw, rw)
-	_ = dw.Release(ctx, dlock.Holding{Key: key, Owner: w, Handle: gw.Handle})
+	_ = dw.Release(ctx, driver.Holding{Key: key, Owner: w, Handle: gw.Handle})
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -170,7 +172,7 @@ func (h *queueEntry) left() time.Duration {
 // entryOf returns the queue entry of hd: its Handle, or when that is nil the
 // entry of hd.Owner read from the server (a clean-up after an attempt whose
 // reply was lost).
-func (d *Driver) entryOf(ctx context.Context, hd dlock.Holding) (*queueEntry, error) {
+func (d *Driver) entryOf(ctx context.Context, hd driver.Holding) (*queueEntry, error) {
 	if err := checkOwner(hd.Owner); err != nil {
 		return nil, err
 	}

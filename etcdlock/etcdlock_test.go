@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,7 +23,7 @@ func newClient(t testing.TB, opts ...dlock.Option) *Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "etcdlock", Kind: dlock.KindFair},
+		Info: driver.DriverInfo{Backend: "etcdlock", Kind: driver.KindFair},
 		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
 		Occupy: func(t testing.TB, key string) func() bool {
 			cli := newEtcd(t)

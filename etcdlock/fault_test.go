@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -337,7 +339,7 @@ type attempted struct {
 	first chan struct{}
 }
 
-func (a *attempted) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (a *attempted) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	g, err := a.Driver.Acquire(ctx, r)
 	a.once.Do(func() { close(a.first) })
 	return g, err
@@ -481,7 +483,7 @@ func TestFaultHolderCutOff(t *testing.T) {
 	// same TTL) or moves the entry to a new lease (another TTL): both refused.
 	for _, secs := range []int64{2, 3} {
 		h := newQueueEntry(EntryKey(key, a.Owner()), int64(a.Token()), clientv3.LeaseID(kv.Lease), 2)
-		hd := dlock.Holding{Key: key, Owner: a.Owner(), TTL: ttl, Handle: h}
+		hd := driver.Holding{Key: key, Owner: a.Owner(), TTL: ttl, Handle: h}
 		rctx := ctxT(t, 10*time.Second)
 		err := retryUnavailable(rctx, func() error {
 			_, err := holder.Driver().(*Driver).Extend(rctx, hd, seconds(secs))
@@ -557,7 +559,7 @@ func TestFaultServerRestart(t *testing.T) {
 		t.Fatalf("holder's lease after the restart: %v %v", ttlResp, err)
 	}
 	// A renewal that started after the restart moves the deadline beyond this.
-	renewedBy := up.Add(ttl - time.Duration(float64(ttl)*dlock.DefaultDriftFactor) - dlock.DriftFloor)
+	renewedBy := up.Add(ttl - time.Duration(float64(ttl)*0.01) - 2*time.Millisecond)
 	for limit := time.Now().Add(10 * time.Second); !h.Deadline().After(renewedBy); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(limit) || h.Err() != nil {
 			t.Fatalf("no renewal after the restart: %v", h.Err())

@@ -6,16 +6,18 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Inspect implements dlock.Inspector: it reads the lock named key without
+// Inspect implements driver.Inspector: it reads the lock named key without
 // changing it: its holder (the oldest entry), the holder's fencing token,
 // metadata and lease time left (whole seconds, rounded down), and the number of
 // waiters queued behind it. A held lock is exclusive and granted in arrival
-// order (Kind dlock.KindFair): Holders and Limit are 1, and LastToken is the
+// order (Kind driver.KindFair): Holders and Limit are 1, and LastToken is the
 // holder's token (etcd keeps none for a free lock). A free lock is not an
 // error: the result has Held false. The error matches dlock.ErrInvalid for a
 // bad key and dlock.ErrConflict when the oldest entry was not written by dlock.
@@ -51,21 +53,16 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 		Holders:   1,
 		Limit:     1,
 		LastToken: uint64(kv.CreateRevision),
-		Kind:      dlock.KindFair, // entries take the lock in creation order
+		Kind:      driver.KindFair, // entries take the lock in creation order
 	}
 }
 
-// List implements dlock.Inspector: it returns the locks held now whose names
-// match pattern, sorted by name.
-// pattern is a glob over lock names (see dlock.MatchKey; '*' matches '/' too)
-// and must pass dlock.ValidateKey. Locks whose oldest entry was not written by
-// dlock are skipped.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: it returns the locks held now whose
+// names start with prefix, sorted by name. Locks whose oldest entry was not
+// written by dlock are skipped.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
-	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
 	}
 	// Every entry: the holder of each lock is its oldest, and the others count
 	// as its waiters. Keys sort by lock name, since the name is closed by '}'.
@@ -82,7 +79,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var names []string
 	for _, kv := range resp.Kvs {
 		name, ok := lockName(string(kv.Key))
-		if !ok || !dlock.MatchKey(pattern, name) {
+		if !ok || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		l := locks[name]
@@ -115,7 +112,7 @@ func lockName(etcdKey string) (string, bool) {
 		return "", false
 	}
 	name, owner, ok := strings.Cut(rest, "}/")
-	if !ok || owner == "" || dlock.ValidateKey(name) != nil {
+	if !ok || owner == "" || driver.ValidateKey(name) != nil {
 		return "", false
 	}
 	return name, true
@@ -125,7 +122,7 @@ func lockName(etcdKey string) (string, bool) {
 // hands between its read and its removal.
 const forceAttempts = 3
 
-// ForceUnlock implements dlock.Inspector: it removes the holder of the lock
+// ForceUnlock implements driver.Inspector: it removes the holder of the lock
 // named key, whoever it is, and returns what it removed (its lease, shared
 // with its holder's other locks, stays). The
 // holder learns of the loss at its next renewal, and the next waiter (if any)
@@ -163,5 +160,5 @@ func checkArgs(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -23,7 +25,7 @@ func AbandonKey(key, owner string) string { return Prefix + "abandoned/{" + key 
 
 // checkOwner rejects owner tokens that cannot be the last element of an entry key.
 func checkOwner(owner string) error {
-	if owner == "" || strings.ContainsAny(owner, "/{}") || dlock.ValidateKey(owner) != nil {
+	if owner == "" || strings.ContainsAny(owner, "/{}") || driver.ValidateKey(owner) != nil {
 		return fmt.Errorf("%w: owner %q", dlock.ErrInvalid, owner)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
@@ -18,12 +20,12 @@ import (
 // Either way it is one transaction, which checks that the entry is still the
 // holding's (a read when the entry stays). It returns an error matching dlock.ErrNotHeld when the entry or
 // its lease is gone.
-func (d *Driver) Extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	granted, errs := d.extendMany(ctx, []dlock.Holding{hd}, []time.Duration{ttl})
+func (d *Driver) Extend(ctx context.Context, hd driver.Holding, ttl time.Duration) (time.Duration, error) {
+	granted, errs := d.extendMany(ctx, []driver.Holding{hd}, []time.Duration{ttl})
 	return granted[0], errs[0]
 }
 
-func (d *Driver) extend(ctx context.Context, hd dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) extend(ctx context.Context, hd driver.Holding, ttl time.Duration) (time.Duration, error) {
 	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return 0, err
@@ -89,19 +91,19 @@ func (d *Driver) renew(ctx context.Context, h *queueEntry, sl *sharedLease, star
 	return true, nil
 }
 
-// TTL implements dlock.Driver: the time the holding has left. The store keeps
+// TTL implements driver.Driver: the time the holding has left. The store keeps
 // the entry while its lease lives (whole seconds, rounded down); the Driver
 // removes it at its own deadline (the start of its last acquire or extend plus
 // its TTL) if its holder has not renewed it by then, so TTL returns the
 // smaller of the two when the holding's handle knows its deadline. It returns
 // an error matching dlock.ErrNotHeld when the entry or its lease is gone.
-func (d *Driver) TTL(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, hd driver.Holding) (time.Duration, error) {
 	ctx, done := d.request(ctx)
 	ttl, err := d.ttl(ctx, hd)
 	return ttl, done(err)
 }
 
-func (d *Driver) ttl(ctx context.Context, hd dlock.Holding) (time.Duration, error) {
+func (d *Driver) ttl(ctx context.Context, hd driver.Holding) (time.Duration, error) {
 	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return 0, err
@@ -152,7 +154,7 @@ func (d *Driver) keepAlive(ctx context.Context, lease clientv3.LeaseID) (int64, 
 // the clean-up of a call that failed or lost. A failure leaves the lease to
 // expire on its own.
 func (d *Driver) revokeDetached(ctx context.Context, lease clientv3.LeaseID) {
-	cctx, cancel := dlock.CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
 	_, _ = d.cli.Revoke(cctx, lease)
 }

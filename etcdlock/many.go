@@ -4,30 +4,30 @@ import (
 	"context"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // checksPerTxn bounds the entries one transaction of extendMany reads (etcd
 // refuses a transaction of more than 128 operations by default).
 const checksPerTxn = 100
 
-var _ dlock.BatchExtender = (*Driver)(nil)
+var _ driver.BatchExtender = (*Driver)(nil)
 
-// ExtendMany implements dlock.BatchExtender (see extendMany): a Client's
+// ExtendMany implements driver.BatchExtender (see extendMany): a Client's
 // renewals of many locks cost at most one renewal of each shared lease and
 // one read per hundred holdings.
-func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
-	hs := make([]dlock.Holding, len(reqs))
+func (d *Driver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
+	hs := make([]driver.Holding, len(reqs))
 	ttls := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
 		hs[i], ttls[i] = r.Holding, r.TTL
 	}
 	granted, errs := d.extendMany(ctx, hs, ttls)
-	out := make([]dlock.ExtendResult, len(reqs))
+	out := make([]driver.ExtendResult, len(reqs))
 	for i := range out {
-		out[i] = dlock.ExtendResult{TTL: granted[i], Err: errs[i]}
+		out[i] = driver.ExtendResult{TTL: granted[i], Err: errs[i]}
 	}
 	return out
 }
@@ -40,7 +40,7 @@ func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []d
 // alone (dlock.ErrNotHeld); a round trip that fails fails the holdings it
 // carried. Holdings without a handle, or whose entry is on the lease of
 // another TTL, are extended one by one.
-func (d *Driver) extendMany(ctx context.Context, hs []dlock.Holding, ttls []time.Duration) ([]time.Duration, []error) {
+func (d *Driver) extendMany(ctx context.Context, hs []driver.Holding, ttls []time.Duration) ([]time.Duration, []error) {
 	ctx, done := d.request(ctx)
 	granted := make([]time.Duration, len(hs))
 	errs := make([]error, len(hs))
@@ -92,7 +92,7 @@ func (d *Driver) extendMany(ctx context.Context, hs []dlock.Holding, ttls []time
 
 // checkEntries reads the entries of the holdings hs[i] for i in is, all on
 // sl, in one transaction, and records each one's outcome.
-func (d *Driver) checkEntries(ctx context.Context, hs []dlock.Holding, is []int, sl *sharedLease, start time.Time, secs int64,
+func (d *Driver) checkEntries(ctx context.Context, hs []driver.Holding, is []int, sl *sharedLease, start time.Time, secs int64,
 	granted []time.Duration, errs []error) {
 	ops := make([]clientv3.Op, len(is))
 	ends := make([]func(bool, time.Time), len(is))

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
@@ -19,7 +21,7 @@ func TestExtendManyChecksInBatches(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := testKey(t)
 	const n = 150
-	var hs []dlock.Holding
+	var hs []driver.Holding
 	var ttls []time.Duration
 	for i := 0; i <= n; i++ {
 		ttl := 15 * time.Second
@@ -27,8 +29,8 @@ func TestExtendManyChecksInBatches(t *testing.T) {
 			ttl = 5 * time.Second // another lease
 		}
 		k, o := key+"/"+strconv.Itoa(i), owner()
-		g := mustGrant(t, d, dlock.AcquireRequest{Key: k, Owner: o, TTL: ttl})
-		hs = append(hs, dlock.Holding{Key: k, Owner: o, TTL: ttl, Handle: g.Handle})
+		g := mustGrant(t, d, driver.AcquireRequest{Key: k, Owner: o, TTL: ttl})
+		hs = append(hs, driver.Holding{Key: k, Owner: o, TTL: ttl, Handle: g.Handle})
 		ttls = append(ttls, ttl)
 	}
 	const forced = 7

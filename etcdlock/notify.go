@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Subscribe implements dlock.Notifier. It wakes the waiter whose queue entry
+// Subscribe implements driver.Notifier. It wakes the waiter whose queue entry
 // is h.Handle when it should make another attempt: when the entry just older
 // than its own (its predecessor) is deleted, or at once when it has no
 // predecessor. It watches one key at a time, the current predecessor, so a
@@ -24,7 +26,7 @@ import (
 // connection failed for good) is set up again from a fresh read of the queue,
 // so a deletion during the break is not missed. The wake channel has capacity
 // 1; cancel stops the watch and must be called exactly once.
-func (d *Driver) Subscribe(ctx context.Context, hd dlock.Holding) (<-chan struct{}, func(), error) {
+func (d *Driver) Subscribe(ctx context.Context, hd driver.Holding) (<-chan struct{}, func(), error) {
 	h, err := handleOf(hd.Handle)
 	if err != nil {
 		return nil, nil, err

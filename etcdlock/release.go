@@ -4,21 +4,21 @@ import (
 	"context"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Release deletes the holding's entry if it is still the one written for it
 // (same create revision): one transaction. The lease stays, shared with the
 // Driver's other locks of the same TTL (see Close). It returns an error matching
 // dlock.ErrNotHeld, and touches no other entry, when the entry is gone.
-func (d *Driver) Release(ctx context.Context, hd dlock.Holding) error {
+func (d *Driver) Release(ctx context.Context, hd driver.Holding) error {
 	ctx, done := d.request(ctx)
 	return done(d.release(ctx, hd))
 }
 
-func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
+func (d *Driver) release(ctx context.Context, hd driver.Holding) error {
 	h, err := d.entryOf(ctx, hd)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 // (the attempt gives up within a request timeout) would write an entry that
 // only the lease's end removes.
 
-// Abandon implements dlock.Abandoner: it removes owner's entry, whether it holds
+// Abandon implements driver.Abandoner: it removes owner's entry, whether it holds
 // the lock or waits (so the waiters behind it move up at once). When an attempt
 // of the acquisition may still be in flight (its reply was lost or cut short,
 // or the holding names no handle), it also marks the acquisition abandoned, in
@@ -52,12 +52,12 @@ func (d *Driver) release(ctx context.Context, hd dlock.Holding) error {
 // attempt cannot write the entry again; when every attempt was answered (a
 // waiter that gives up), the removal is all. An entry already gone is not an
 // error.
-func (d *Driver) Abandon(ctx context.Context, hd dlock.Holding) error {
+func (d *Driver) Abandon(ctx context.Context, hd driver.Holding) error {
 	ctx, done := d.request(ctx)
 	return done(d.abandon(ctx, hd))
 }
 
-func (d *Driver) abandon(ctx context.Context, hd dlock.Holding) error {
+func (d *Driver) abandon(ctx context.Context, hd driver.Holding) error {
 	if err := checkOwner(hd.Owner); err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (d *Driver) remove(ctx context.Context, h *queueEntry) (bool, error) {
 // removeDetached is remove on a context detached from ctx's cancellation: the
 // clean-up of an attempt that wrote an entry it must not keep.
 func (d *Driver) removeDetached(ctx context.Context, h *queueEntry) error {
-	cctx, cancel := dlock.CleanupContext(ctx)
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
 	_, err := d.remove(cctx, h)
 	if err == nil {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -108,13 +110,13 @@ func TestHoldingEndsAtItsOwnTTL(t *testing.T) {
 	ka, kb := key+"/a", key+"/b"
 	a, b := owner(), owner()
 	start := time.Now()
-	ga := mustGrant(t, d, dlock.AcquireRequest{Key: ka, Owner: a, TTL: ttl})
-	gb := mustGrant(t, d, dlock.AcquireRequest{Key: kb, Owner: b, TTL: ttl})
+	ga := mustGrant(t, d, driver.AcquireRequest{Key: ka, Owner: a, TTL: ttl})
+	gb := mustGrant(t, d, driver.AcquireRequest{Key: kb, Owner: b, TTL: ttl})
 	if ga.Handle.(*queueEntry).shared() != gb.Handle.(*queueEntry).shared() {
 		t.Fatal("two locks of one TTL on one Driver on different leases")
 	}
 	deleted := newEtcd(t).Watch(ctx, EntryKey(ka, a), clientv3.WithFilterPut())
-	hb := dlock.Holding{Key: kb, Owner: b, TTL: ttl, Handle: gb.Handle}
+	hb := driver.Holding{Key: kb, Owner: b, TTL: ttl, Handle: gb.Handle}
 	tick := time.NewTicker(ttl / 4)
 	defer tick.Stop()
 	for i := 0; ; i++ {
@@ -140,7 +142,7 @@ func TestHoldingEndsAtItsOwnTTL(t *testing.T) {
 			if _, err := d.Extend(ctx, hb, ttl); err != nil {
 				t.Fatalf("b after a's removal: %v", err)
 			}
-			if _, err := d.Extend(ctx, dlock.Holding{Key: ka, Owner: a, TTL: ttl, Handle: ga.Handle}, ttl); !errors.Is(err, dlock.ErrNotHeld) {
+			if _, err := d.Extend(ctx, driver.Holding{Key: ka, Owner: a, TTL: ttl, Handle: ga.Handle}, ttl); !errors.Is(err, dlock.ErrNotHeld) {
 				t.Errorf("Extend of a after its removal: %v, want ErrNotHeld", err)
 			}
 			return

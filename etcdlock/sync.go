@@ -8,12 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Latches and double barriers (dlock.SyncDriver) live under SyncPrefix(name),
+// Latches and double barriers (driver.SyncDriver) live under SyncPrefix(name),
 // apart from the locks (which List and Inspect read): the latch is one key,
 // "n count", on a lease of the latch's TTL that every use renews; the barrier
 // is a header key, "n open", on a lease of the party TTL that every arrival
@@ -33,7 +35,7 @@ func partyKey(name, party string) string { return partiesPrefix(name) + party }
 // casTries bounds the attempts of one call whose transaction lost a race.
 const casTries = 20
 
-var _ dlock.SyncDriver = (*Driver)(nil)
+var _ driver.SyncDriver = (*Driver)(nil)
 
 // NewLatch returns the latch name over cli, counting down from count and
 // forgotten ttl (rounded up to whole seconds) after its last use (see
@@ -96,7 +98,7 @@ func (d *Driver) latch(ctx context.Context, name string, n int) (*mvccpb.KeyValu
 	return kv, count, nil
 }
 
-// CountDown implements dlock.SyncDriver.
+// CountDown implements driver.SyncDriver.
 func (d *Driver) CountDown(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	ctx, done := d.request(ctx)
 	c, err := d.countDown(ctx, name, n, ttl)
@@ -145,7 +147,7 @@ func (d *Driver) countDown(ctx context.Context, name string, n int, ttl time.Dur
 	return 0, fmt.Errorf("%w: etcdlock: latch %q changed under %d count-downs in a row", dlock.ErrUnavailable, name, casTries)
 }
 
-// LatchCount implements dlock.SyncDriver.
+// LatchCount implements driver.SyncDriver.
 func (d *Driver) LatchCount(ctx context.Context, name string, n int, _ time.Duration) (int, error) {
 	ctx, done := d.request(ctx)
 	kv, count, err := d.latch(ctx, name, n)
@@ -206,7 +208,7 @@ func (s barrierState) headCmp(name string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.ModRevision(barrierKey(name)), "=", s.head.ModRevision)
 }
 
-// Arrive implements dlock.SyncDriver.
+// Arrive implements driver.SyncDriver.
 func (d *Driver) Arrive(ctx context.Context, name, party string, n int, ttl time.Duration) (bool, error) {
 	ctx, done := d.request(ctx)
 	open, err := d.arrive(ctx, name, party, n, ttl)
@@ -285,14 +287,14 @@ func (d *Driver) revoke(ids []clientv3.LeaseID) {
 	}
 }
 
-// Withdraw implements dlock.SyncDriver.
+// Withdraw implements driver.SyncDriver.
 func (d *Driver) Withdraw(ctx context.Context, name, party string, n int) (bool, error) {
 	ctx, done := d.request(ctx)
 	open, err := d.leave(ctx, name, party, n, true)
 	return open, done(err)
 }
 
-// Depart implements dlock.SyncDriver. A lapsed party's key is deleted by
+// Depart implements driver.SyncDriver. A lapsed party's key is deleted by
 // etcd, which wakes the watchers: no lapse time is needed.
 func (d *Driver) Depart(ctx context.Context, name, party string, n int) (int, time.Duration, error) {
 	ctx, done := d.request(ctx)
@@ -345,7 +347,7 @@ func (d *Driver) leave(ctx context.Context, name, party string, n int, withdraw 
 	return false, fmt.Errorf("%w: etcdlock: barrier %q changed under %d departures in a row", dlock.ErrUnavailable, name, casTries)
 }
 
-// WatchSync implements dlock.SyncDriver with an etcd watch on the name's keys:
+// WatchSync implements driver.SyncDriver with an etcd watch on the name's keys:
 // every change wakes the waiter (a lapsed party's key is deleted by etcd, a
 // change too). A watch that ends (compaction, a closed client) closes the
 // channel, and the waiter polls.

@@ -4,14 +4,15 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock/dlocktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestSyncConformance(t *testing.T) {
 	dlocktest.RunSync(t, dlocktest.SyncBackend{
-		New: func(t testing.TB) dlock.SyncDriver { return newDriver(t) },
+		New: func(t testing.TB) driver.SyncDriver { return newDriver(t) },
 		TTL: 1e9, // etcd's leases count whole seconds
 		Occupy: func(t testing.TB, name string) func() bool {
 			cli := newEtcd(t)

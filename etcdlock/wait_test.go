@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -19,7 +21,7 @@ type counted struct {
 	attempts atomic.Int64
 }
 
-func (c *counted) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (c *counted) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	c.attempts.Add(1)
 	return c.Driver.Acquire(ctx, r)
 }

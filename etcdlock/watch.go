@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-var _ dlock.KeyWatcher = (*Driver)(nil)
+var _ driver.KeyWatcher = (*Driver)(nil)
 
-// WatchKey implements dlock.KeyWatcher with an etcd watch on the entries of the
+// WatchKey implements driver.KeyWatcher with an etcd watch on the entries of the
 // lock named key: every entry created or deleted (an acquisition, a waiter
 // queued, a release, an expired lease) sends a value. The channel is closed
 // when ctx ends, and when the watch fails (no leader, the revision compacted,
@@ -20,7 +22,7 @@ func (d *Driver) WatchKey(ctx context.Context, key string) (<-chan struct{}, err
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))

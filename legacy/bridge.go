@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -48,7 +50,7 @@ func NewBridge(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dloc
 	return dlock.NewClient(d, opts...)
 }
 
-// BridgeDriver is the dlock.Driver of a Bridge (see NewBridge). Most users want
+// BridgeDriver is the driver.Driver of a Bridge (see NewBridge). Most users want
 // NewBridge.
 type BridgeDriver struct {
 	safe   *redislock.Driver
@@ -72,30 +74,30 @@ func NewBridgeDriver(rdb redis.UniversalClient, f Format) (*BridgeDriver, error)
 // Legacy returns the driver of the legacy half (for LockKey and ForeignHolds).
 func (b *BridgeDriver) Legacy() *Driver { return b.legacy }
 
-// Acquire implements dlock.Driver: the redislock key, then the legacy key.
-func (b *BridgeDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver: the redislock key, then the legacy key.
+func (b *BridgeDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	r.Waiting = false // waiters poll; no wake-up marks on the redislock key
 	g, err := b.safe.Acquire(ctx, r)
 	if err != nil {
 		return g, err
 	}
 	if _, err := b.legacy.Acquire(ctx, r); err != nil {
-		cctx, cancel := dlock.CleanupContext(ctx)
+		cctx, cancel := driver.CleanupContext(ctx)
 		defer cancel()
-		_ = b.safe.Release(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
-		return dlock.Grant{}, err
+		_ = b.safe.Release(cctx, driver.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
+		return driver.Grant{}, err
 	}
 	return g, nil
 }
 
-// Info implements dlock.Driver: a Bridge is a mutex of the legacy backend.
-func (b *BridgeDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex}
+// Info implements driver.Driver: a Bridge is a mutex of the legacy backend.
+func (b *BridgeDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "legacy", Kind: driver.KindMutex}
 }
 
-// Extend implements dlock.Driver: both halves, at the same time (a renewal has
+// Extend implements driver.Driver: both halves, at the same time (a renewal has
 // to fit in what is left of the lease). Losing either loses the lease.
-func (b *BridgeDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (b *BridgeDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	safe := make(chan error, 1)
 	go func() {
 		_, err := b.safe.Extend(ctx, h, ttl)
@@ -105,16 +107,16 @@ func (b *BridgeDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Dur
 	return ttl, errors.Join(<-safe, err)
 }
 
-// Release implements dlock.Driver: the legacy key, then the redislock key; each
+// Release implements driver.Driver: the legacy key, then the redislock key; each
 // only if this owner still holds it. The error matches dlock.ErrNotHeld when
 // either half was no longer held.
-func (b *BridgeDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (b *BridgeDriver) Release(ctx context.Context, h driver.Holding) error {
 	err := b.legacy.Release(ctx, h)
 	return errors.Join(err, b.safe.Release(ctx, h))
 }
 
-// TTL implements dlock.Driver: the shorter of the two halves' time left.
-func (b *BridgeDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver: the shorter of the two halves' time left.
+func (b *BridgeDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	s, err := b.safe.TTL(ctx, h)
 	if err != nil {
 		return 0, err

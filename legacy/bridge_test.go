@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/legacy"
@@ -35,7 +37,7 @@ func newSafe(t testing.TB, opts ...dlock.Option) *redislock.Client {
 func TestBridgeConformance(t *testing.T) {
 	f := legacy.Format{Key: legacy.Prefix("lock."), Expire: true}
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "legacy", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newBridge(t, f, opts...)
 		},

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -37,7 +39,7 @@ var (
 const FenceRetention = 24 * time.Hour
 
 // Client is the dlock.Client New returns: a dlock.Locker that speaks the legacy
-// protocol, and a dlock.Inspector through its Driver. Its driver, for the key
+// protocol, and a driver.Inspector through its Driver. Its driver, for the key
 // names and counters, is Client.Driver().(*Driver).
 type Client = dlock.Client
 
@@ -52,7 +54,7 @@ func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Clie
 	return dlock.NewClient(d, opts...)
 }
 
-// Driver is the dlock.Driver of the legacy protocol: one Lua script round trip
+// Driver is the driver.Driver of the legacy protocol: one Lua script round trip
 // per operation. Most users want New instead.
 type Driver struct {
 	rdb     redis.UniversalClient
@@ -65,7 +67,7 @@ type Driver struct {
 
 // NewDriver returns the legacy-protocol driver over rdb in format f.
 func NewDriver(rdb redis.UniversalClient, f Format) (*Driver, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	d := &Driver{rdb: rdb, f: f}
@@ -131,22 +133,22 @@ func (d *Driver) expire() string {
 
 var retentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 
-// Acquire implements dlock.Driver.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	keys, err := d.keys(r.Key)
 	if err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if err := d.load(ctx); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	res, err := acquireScript.Run(ctx, d.rdb, keys,
 		d.args(r.Owner, r.TTL.Milliseconds(), d.expire(), retentionMS, r.Metadata, r.Key)...).Slice()
 	if err != nil {
-		return dlock.Grant{}, mapErr(err)
+		return driver.Grant{}, mapErr(err)
 	}
 	if len(res) != 3 {
-		return dlock.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", dlock.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
@@ -154,21 +156,21 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		if f, _ := res[2].(int64); f == 1 {
 			d.foreign.Add(1)
 		}
-		return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(v) * time.Millisecond}
+		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(v) * time.Millisecond}
 	}
 	if v <= 0 {
-		return dlock.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)
+		return driver.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)
 	}
-	return dlock.Grant{Token: uint64(v), TTL: r.TTL}, nil
+	return driver.Grant{Token: uint64(v), TTL: r.TTL}, nil
 }
 
-// Info implements dlock.Driver: a mutex in the legacy protocol.
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex}
+// Info implements driver.Driver: a mutex in the legacy protocol.
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "legacy", Kind: driver.KindMutex}
 }
 
-// Extend implements dlock.Driver.
-func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	keys, err := d.keys(h.Key)
 	if err != nil {
 		return 0, err
@@ -177,8 +179,8 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	return ttl, heldReply(h.Key, n == 1, err)
 }
 
-// Release implements dlock.Driver.
-func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+// Release implements driver.Driver.
+func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	keys, err := d.keys(h.Key)
 	if err != nil {
 		return err
@@ -187,8 +189,8 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	return heldReply(h.Key, n == 1, err)
 }
 
-// TTL implements dlock.Driver.
-func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	key, owner := h.Key, h.Owner
 	keys, err := d.keys(key)
 	if err != nil {

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -23,14 +26,14 @@ var (
 	forceScript   = redis.NewScript(forceSrc)
 )
 
-var _ dlock.Inspector = (*Driver)(nil)
+var _ driver.Inspector = (*Driver)(nil)
 
-// Inspect implements dlock.Inspector: it reads the legacy key and dlock's
+// Inspect implements driver.Inspector: it reads the legacy key and dlock's
 // companion. A lock held by an old client of the fleet is Held with an empty
 // Owner and no Token; Token and Owner are set when a dlock locker holds it.
 // LastToken is the newest token dlock handed out for the key.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	info, _, err := d.inspect(ctx, key)
@@ -67,14 +70,11 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 	return info, cur, nil
 }
 
-// List implements dlock.Inspector over the locks a dlock locker has taken in the
-// last FenceRetention (their companion hash names them), held now by anyone,
-// whose names match pattern (dlock.MatchKey). Locks only old clients have taken
-// are not seen.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
+// ListPrefix implements driver.Inspector over the locks a dlock locker has taken
+// in the last FenceRetention (their companion hash names them), held now by
+// anyone, whose names start with prefix. Locks only old clients have taken are
+// not seen.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	var (
 		mu    sync.Mutex
 		names []string
@@ -83,7 +83,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		iter := node.Scan(ctx, 0, "{*}:dlock*", 1000).Iterator()
 		for iter.Next(ctx) {
 			name, err := node.HGet(ctx, iter.Val(), "k").Result()
-			if err != nil || !dlock.MatchKey(pattern, name) {
+			if err != nil || !strings.HasPrefix(name, prefix) {
 				continue // not a companion, or one written before names were kept
 			}
 			mu.Lock()
@@ -122,11 +122,11 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	return out, nil
 }
 
-// ForceUnlock implements dlock.Inspector: it deletes the legacy key whoever
+// ForceUnlock implements driver.Inspector: it deletes the legacy key whoever
 // holds it (a dlock locker or an old client), if it still holds the stamp just
 // read. The holder is not told; a dlock holder learns at its next renewal.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	for range 3 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
@@ -12,7 +14,7 @@ import (
 // dlock.ErrInvalid when Format.Key maps it to a name dlock cannot use.
 func (d *Driver) LockKey(key string) (string, error) {
 	k := d.f.Key(key)
-	if k == "" || len(k) > 2*dlock.MaxKeyLen {
+	if k == "" || len(k) > 2*driver.MaxKeyLen {
 		return "", fmt.Errorf("%w: legacy key name of %d bytes for %q", dlock.ErrInvalid, len(k), key)
 	}
 	return k, nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -79,7 +81,7 @@ func TestConformance(t *testing.T) {
 	for _, tc := range formats {
 		t.Run(tc.name, func(t *testing.T) {
 			dlocktest.Run(t, dlocktest.Backend{
-				Info: dlock.DriverInfo{Backend: "legacy", Kind: dlock.KindMutex},
+				Info: driver.DriverInfo{Backend: "legacy", Kind: driver.KindMutex},
 				New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 					return newLegacy(t, tc.f, opts...)
 				},
@@ -356,7 +358,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		}
 		ctx := context.Background()
 		key := dlocktest.Key(t)
-		r := dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: 3 * time.Second}
+		r := driver.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: 3 * time.Second}
 		g1, err := d.Acquire(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -369,7 +371,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		if _, err := d.Acquire(ctx, r); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("another owner: %v, want busy", err)
 		}
-		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "0123456789abcdef0123456789abcdef"}); err != nil {
+		if err := d.Release(ctx, driver.Holding{Key: key, Owner: "0123456789abcdef0123456789abcdef"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,15 +20,17 @@ package memlock
 import (
 	"context"
 	"fmt"
-	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
 )
 
-// Store holds the locks of every Client made over it. It is a dlock.Driver, a
-// dlock.Notifier, a dlock.Abandoner and a dlock.Inspector. The zero value is not
+// Store holds the locks of every Client made over it. It is a driver.Driver, a
+// driver.Notifier, a driver.Abandoner and a driver.Inspector. The zero value is not
 // usable; create it with NewStore. It is safe for concurrent use.
 type Store struct {
 	mu      sync.Mutex
@@ -53,11 +55,11 @@ type waiter struct {
 }
 
 var (
-	_ dlock.Driver     = (*Store)(nil)
-	_ dlock.Notifier   = (*Store)(nil)
-	_ dlock.Abandoner  = (*Store)(nil)
-	_ dlock.Inspector  = (*Store)(nil)
-	_ dlock.TTLLimiter = (*Store)(nil)
+	_ driver.Driver     = (*Store)(nil)
+	_ driver.Notifier   = (*Store)(nil)
+	_ driver.Abandoner  = (*Store)(nil)
+	_ driver.Inspector  = (*Store)(nil)
+	_ driver.TTLLimiter = (*Store)(nil)
 )
 
 // NewStore returns an empty Store.
@@ -72,7 +74,7 @@ func NewStore() *Store {
 }
 
 // Client is the dlock.Client that New returns: a dlock.Locker over a Store, and
-// a dlock.Inspector through it.
+// a driver.Inspector through it.
 type Client = dlock.Client
 
 // New returns a Client over store with opts as the defaults of every call. It
@@ -84,8 +86,8 @@ func New(store *Store, opts ...dlock.Option) (*Client, error) {
 	return dlock.NewClient(store, opts...)
 }
 
-// TTLLimits implements dlock.TTLLimiter: the defaults of every dlock backend.
-func (s *Store) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+// TTLLimits implements driver.TTLLimiter: the defaults of every dlock backend.
+func (s *Store) TTLLimits() driver.TTLLimits { return driver.DefaultTTLLimits }
 
 // live returns the holding of key if it has not expired; s.mu is held.
 func (s *Store) live(key string) *holding {
@@ -98,34 +100,34 @@ func (s *Store) live(key string) *holding {
 	return h
 }
 
-// Acquire implements dlock.Driver.
-func (s *Store) Acquire(_ context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if until, ok := s.gone[r.Key][r.Owner]; ok && now.Before(until) {
-		return dlock.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
 	}
 	if h := s.live(r.Key); h != nil {
 		if h.owner == r.Owner { // a retry of the holder: the same holding
 			h.expires = now.Add(r.TTL)
-			return dlock.Grant{Token: h.token, TTL: r.TTL}, nil
+			return driver.Grant{Token: h.token, TTL: r.TTL}, nil
 		}
-		return dlock.Grant{}, &dlock.Busy{Remaining: h.expires.Sub(now)}
+		return driver.Grant{}, &driver.Taken{Remaining: h.expires.Sub(now)}
 	}
 	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
 	s.last[r.Key] = token
 	s.locks[r.Key] = &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL)}
-	return dlock.Grant{Token: token, TTL: r.TTL}, nil
+	return driver.Grant{Token: token, TTL: r.TTL}, nil
 }
 
-// Info implements dlock.Driver: a mutex in this process's memory.
-func (s *Store) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "memlock", Kind: dlock.KindMutex}
+// Info implements driver.Driver: a mutex in this process's memory.
+func (s *Store) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "memlock", Kind: driver.KindMutex}
 }
 
-// Extend implements dlock.Driver.
-func (s *Store) Extend(_ context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (s *Store) Extend(_ context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.live(h.Key)
@@ -136,8 +138,8 @@ func (s *Store) Extend(_ context.Context, h dlock.Holding, ttl time.Duration) (t
 	return ttl, nil
 }
 
-// Release implements dlock.Driver.
-func (s *Store) Release(_ context.Context, h dlock.Holding) error {
+// Release implements driver.Driver.
+func (s *Store) Release(_ context.Context, h driver.Holding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.live(h.Key)
@@ -154,8 +156,8 @@ func (s *Store) free(key string) {
 	s.wakeOne(key)
 }
 
-// TTL implements dlock.Driver.
-func (s *Store) TTL(_ context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (s *Store) TTL(_ context.Context, h driver.Holding) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.live(h.Key)
@@ -165,9 +167,9 @@ func (s *Store) TTL(_ context.Context, h dlock.Holding) (time.Duration, error) {
 	return cur.expires.Sub(s.now()), nil
 }
 
-// Subscribe implements dlock.Notifier: a release (or an expiry noticed by any
+// Subscribe implements driver.Notifier: a release (or an expiry noticed by any
 // call) wakes the waiter that has waited longest.
-func (s *Store) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (s *Store) Subscribe(_ context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := &waiter{owner: h.Owner, wake: make(chan struct{}, 1)}
@@ -214,10 +216,10 @@ func (s *Store) wakeOne(key string) {
 // least: the acquisition's TTL if that is longer.
 const abandonFor = time.Minute
 
-// Abandon implements dlock.Abandoner: it releases the owner's holding, if any,
+// Abandon implements driver.Abandoner: it releases the owner's holding, if any,
 // and refuses the owner's later attempts on the key for a minute or the
 // acquisition's TTL, whichever is longer.
-func (s *Store) Abandon(_ context.Context, h dlock.Holding) error {
+func (s *Store) Abandon(_ context.Context, h driver.Holding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur := s.live(h.Key); cur != nil && cur.owner == h.Owner {
@@ -241,9 +243,9 @@ func (s *Store) Abandon(_ context.Context, h dlock.Holding) error {
 	return nil
 }
 
-// Inspect implements dlock.Inspector.
+// Inspect implements driver.Inspector.
 func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	s.mu.Lock()
@@ -257,31 +259,27 @@ func (s *Store) info(key string) dlock.LockInfo {
 	if h := s.live(key); h != nil {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())
-		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
 	}
 	return info
 }
 
-// List implements dlock.Inspector.
-func (s *Store) List(_ context.Context, pattern string) ([]dlock.LockInfo, error) {
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
+// ListPrefix implements driver.Inspector.
+func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []dlock.LockInfo
 	for key := range s.locks {
-		if info := s.info(key); info.Held && dlock.MatchKey(pattern, key) {
+		if info := s.info(key); info.Held && strings.HasPrefix(key, prefix) {
 			out = append(out, info)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// ForceUnlock implements dlock.Inspector.
+// ForceUnlock implements driver.Inspector.
 func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, error) {
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	s.mu.Lock()

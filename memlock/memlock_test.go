@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/memlock"
@@ -17,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestConformance(t *testing.T) {
 	store := memlock.NewStore()
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "memlock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "memlock", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, err := memlock.New(store, opts...)
 			if err != nil {
@@ -36,7 +38,7 @@ func TestInspection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var insp dlock.Inspector = a
+	var insp driver.Inspector = a
 	info, err := insp.Inspect(ctx, "jobs:1")
 	if err != nil || !info.Held || info.Owner != l.Owner() || info.Token != l.Token() || info.Metadata != "host a" || info.TTL <= 0 {
 		t.Fatalf("Inspect: %+v, %v", info, err)
@@ -44,7 +46,7 @@ func TestInspection(t *testing.T) {
 	if _, err := a.TryLock(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	infos, err := insp.List(ctx, "jobs:*")
+	infos, err := driver.List(ctx, insp, "jobs:*")
 	if err != nil || len(infos) != 1 || infos[0].Key != "jobs:1" {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}

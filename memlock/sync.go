@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
-var _ dlock.SyncDriver = (*Store)(nil)
+var _ driver.SyncDriver = (*Store)(nil)
 
 // syncs holds a Store's latches and barriers. Its zero value is empty.
 type syncs struct {
@@ -63,7 +65,7 @@ func mismatch(what, name string, stored, n int) error {
 	return fmt.Errorf("%w: %s %q made with %d, this one with %d", dlock.ErrConflict, what, name, stored, n)
 }
 
-// CountDown implements dlock.SyncDriver.
+// CountDown implements driver.SyncDriver.
 func (s *Store) CountDown(_ context.Context, name string, n int, ttl time.Duration) (int, error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()
@@ -87,7 +89,7 @@ func (s *Store) CountDown(_ context.Context, name string, n int, ttl time.Durati
 	return l.count, nil
 }
 
-// LatchCount implements dlock.SyncDriver.
+// LatchCount implements driver.SyncDriver.
 func (s *Store) LatchCount(_ context.Context, name string, n int, ttl time.Duration) (int, error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()
@@ -122,7 +124,7 @@ func (s *Store) barrier(name string) *barrier {
 	return b
 }
 
-// Arrive implements dlock.SyncDriver.
+// Arrive implements driver.SyncDriver.
 func (s *Store) Arrive(_ context.Context, name, party string, n int, ttl time.Duration) (bool, error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()
@@ -144,7 +146,7 @@ func (s *Store) Arrive(_ context.Context, name, party string, n int, ttl time.Du
 	return b.open, nil
 }
 
-// Withdraw implements dlock.SyncDriver.
+// Withdraw implements driver.SyncDriver.
 func (s *Store) Withdraw(_ context.Context, name, party string, n int) (bool, error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()
@@ -163,7 +165,7 @@ func (s *Store) Withdraw(_ context.Context, name, party string, n int) (bool, er
 	return false, nil
 }
 
-// Depart implements dlock.SyncDriver.
+// Depart implements driver.SyncDriver.
 func (s *Store) Depart(_ context.Context, name, party string, n int) (int, time.Duration, error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()
@@ -193,7 +195,7 @@ func (s *Store) Depart(_ context.Context, name, party string, n int) (int, time.
 	return len(b.parties), lapse, nil
 }
 
-// WatchSync implements dlock.SyncDriver: every change wakes every watcher.
+// WatchSync implements driver.SyncDriver: every change wakes every watcher.
 func (s *Store) WatchSync(_ context.Context, name string) (<-chan struct{}, func(), error) {
 	s.syn.mu.Lock()
 	defer s.syn.mu.Unlock()

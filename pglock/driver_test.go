@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
@@ -57,7 +59,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 		}
 	}
 	var d *Driver
-	if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := d.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil driver Acquire: %v", err)
 	}
 	if _, err := d.Inspect(ctx, "k"); !errors.Is(err, dlock.ErrInvalid) {
@@ -67,7 +69,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 		t.Errorf("nil driver Migrate: %v", err)
 	}
 	d = newDriver(t, Config{})
-	for _, key := range []string{"", "a{b", "a\x00b", strings.Repeat("k", dlock.MaxKeyLen+1)} {
+	for _, key := range []string{"", "a{b", "a\x00b", strings.Repeat("k", driver.MaxKeyLen+1)} {
 		if _, err := d.Inspect(ctx, key); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Inspect(%q): %v", key, err)
 		}
@@ -75,7 +77,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 			t.Errorf("ForceUnlock(%q): %v", key, err)
 		}
 	}
-	if _, err := d.List(ctx, "a}"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, d, "a}"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("List(bad): %v", err)
 	}
 	//lint:ignore SA1012 a nil context is the bad input under test
@@ -226,22 +228,22 @@ func TestAbandonedAcquisitionCannotLand(t *testing.T) {
 	d := newDriver(t, Config{})
 	ctx := ctxT(t, 30*time.Second)
 	key := dlocktest.Key(t)
-	req := dlock.AcquireRequest{Key: key, Owner: "owner-a", TTL: time.Minute}
+	req := driver.AcquireRequest{Key: key, Owner: "owner-a", TTL: time.Minute}
 	if _, err := d.Acquire(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Abandon(ctx, dlock.Holding{Key: key, Owner: "owner-a", TTL: time.Minute}); err != nil {
+	if err := d.Abandon(ctx, driver.Holding{Key: key, Owner: "owner-a", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Acquire(ctx, req); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Acquire after Abandon: %v, want ErrNotObtained", err)
 	}
-	g, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "owner-b", TTL: time.Minute})
+	g, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "owner-b", TTL: time.Minute})
 	if err != nil {
 		t.Fatalf("another owner after Abandon: %v", err)
 	}
 	// The mark outlives another holding of the key.
-	if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "owner-b"}); err != nil {
+	if err := d.Release(ctx, driver.Holding{Key: key, Owner: "owner-b"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Acquire(ctx, req); !errors.Is(err, dlock.ErrNotObtained) {
@@ -251,12 +253,12 @@ func TestAbandonedAcquisitionCannotLand(t *testing.T) {
 	// owner never ends up holding the key.
 	for i := 0; i < 30; i++ {
 		owner := fmt.Sprintf("racer-%d", i)
-		h := dlock.Holding{Key: key, Owner: owner, TTL: time.Minute}
+		h := driver.Holding{Key: key, Owner: owner, TTL: time.Minute}
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_, _ = d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute})
+			_, _ = d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute})
 		}()
 		go func() { defer wg.Done(); _ = d.Abandon(ctx, h) }()
 		wg.Wait()
@@ -278,11 +280,11 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	live, dead, fresh := dlocktest.Key(t)+"live", dlocktest.Key(t)+"dead", dlocktest.Key(t)+"fresh"
 	for _, k := range []string{live, dead, fresh} {
-		if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: k, Owner: "o", TTL: time.Minute}); err != nil {
+		if _, err := d.Acquire(ctx, driver.AcquireRequest{Key: k, Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_ = d.Release(ctx, dlock.Holding{Key: fresh, Owner: "o"})
+	_ = d.Release(ctx, driver.Holding{Key: fresh, Owner: "o"})
 	admin(t, "UPDATE dlock_locks SET expires_at = now() - interval '2 hours' WHERE key = $1", dead)
 	if _, err := d.Sweep(ctx); err != nil {
 		t.Fatal(err)
@@ -299,7 +301,7 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 	}
 	// A semaphore's permit and header go too, long after their expiry.
 	s, _ := d.Semaphore(2)
-	if _, err := s.Acquire(ctx, dlock.AcquireRequest{Key: dead, Owner: "o", TTL: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: dead, Owner: "o", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	admin(t, "UPDATE dlock_locks_sem SET expires_at = now() - interval '2 hours' WHERE key = $1", dead)
@@ -342,12 +344,12 @@ func TestInspectionCreatesNothing(t *testing.T) {
 	}
 	for _, in := range []struct {
 		name string
-		in   dlock.Inspector
+		in   driver.Inspector
 	}{{"locks", d}, {"semaphores", sem}, {"fair locks", fair}} {
 		if _, err := in.in.Inspect(ctx, "k"); !errors.Is(err, ErrNoTable) || !errors.Is(err, dlock.ErrRefused) {
 			t.Errorf("%s: Inspect without the table: %v, want ErrNoTable", in.name, err)
 		}
-		if _, err := in.in.List(ctx, "*"); !errors.Is(err, ErrNoTable) {
+		if _, err := driver.List(ctx, in.in, "*"); !errors.Is(err, ErrNoTable) {
 			t.Errorf("%s: List without the table: %v, want ErrNoTable", in.name, err)
 		}
 		if _, err := in.in.ForceUnlock(ctx, "k"); !errors.Is(err, ErrNoTable) {
@@ -375,7 +377,7 @@ func TestInspectionCreatesNothing(t *testing.T) {
 	if got := strings.Join(exist(), " "); got != table+" "+table+"_token" {
 		t.Errorf("a lock created %q, want the locks' table and the sequence", got)
 	}
-	if info, err := d.Inspect(ctx, "k"); err != nil || info.Waiters != dlock.WaitersUnknown {
+	if info, err := d.Inspect(ctx, "k"); err != nil || info.Waiters != driver.WaitersUnknown {
 		t.Errorf("Inspect of a plain lock: %+v, %v; want Waiters WaitersUnknown", info, err)
 	}
 	if info, err := fair.Inspect(ctx, "k"); err != nil || info.Waiters != 0 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,13 +19,13 @@ import (
 // no longer in the way of those behind it.
 const FairWaiterTTL = 5 * time.Second
 
-// FairDriver is the dlock.Driver of fair locks: the exclusive locks of a
+// FairDriver is the driver.Driver of fair locks: the exclusive locks of a
 // Driver's table, granted in arrival order. A waiting Lock enqueues its owner
 // (a row of the Driver's table with "_queue" appended, created by Migrate) on
 // its first attempt and keeps its place across attempts; the lock goes to the
 // oldest live entry of the queue, and TryLock does not take it while anybody
-// queues. It is also a dlock.Notifier, a dlock.Abandoner (an abandoned Lock
-// leaves the queue at once) and a dlock.Inspector (with the queued waiters).
+// queues. It is also a driver.Notifier, a driver.Abandoner (an abandoned Lock
+// leaves the queue at once) and a driver.Inspector (with the queued waiters).
 // Most users want NewFair.
 //
 // Fair and plain locks share the table: a fair lock's holder is a plain
@@ -34,11 +36,11 @@ type FairDriver struct {
 }
 
 var (
-	_ dlock.Driver     = (*FairDriver)(nil)
-	_ dlock.Notifier   = (*FairDriver)(nil)
-	_ dlock.Abandoner  = (*FairDriver)(nil)
-	_ dlock.Inspector  = (*FairDriver)(nil)
-	_ dlock.TTLLimiter = (*FairDriver)(nil)
+	_ driver.Driver     = (*FairDriver)(nil)
+	_ driver.Notifier   = (*FairDriver)(nil)
+	_ driver.Abandoner  = (*FairDriver)(nil)
+	_ driver.Inspector  = (*FairDriver)(nil)
+	_ driver.TTLLimiter = (*FairDriver)(nil)
 )
 
 // NewFair returns a Client whose locks are granted in arrival order (see
@@ -128,19 +130,19 @@ FROM lk`),
 	return q, create, check
 }
 
-// TTLLimits implements dlock.TTLLimiter.
-func (f *FairDriver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+// TTLLimits implements driver.TTLLimiter.
+func (f *FairDriver) TTLLimits() driver.TTLLimits { return driver.DefaultTTLLimits }
 
-// Acquire implements dlock.Driver in one round trip and one transaction of
+// Acquire implements driver.Driver in one round trip and one transaction of
 // two statements: lock the key's row, then grant it if it is free and the
 // owner heads the queue (or nobody queues), and otherwise queue the owner
 // when r.Waiting.
-func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if f == nil {
-		return dlock.Grant{}, errNilDriver
+		return driver.Grant{}, errNilDriver
 	}
 	if err := checkMetadata(r.Metadata); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	var state int
 	var token, rem int64
@@ -155,15 +157,15 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	})
 	switch {
 	case sqlState(err) == "55P03": // a transaction fenced on the key holds its row
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Queued: r.Waiting, RetryAfter: FairWaiterTTL / 5}
 	case err != nil:
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	case state == stateGranted:
-		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
 	case state == stateAbandoned:
-		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	busy := &dlock.Busy{Remaining: -1, Queued: queued}
+	busy := &driver.Taken{Remaining: -1, Queued: queued}
 	if rem >= 0 {
 		busy.Remaining = time.Duration(rem) * time.Microsecond
 	}
@@ -175,25 +177,25 @@ func (f *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 			busy.RetryAfter = min(busy.RetryAfter, busy.Remaining+time.Millisecond)
 		}
 	}
-	return dlock.Grant{}, busy
+	return driver.Grant{}, busy
 }
 
-// Info implements dlock.Driver: the fair mutex of PostgreSQL.
-func (f *FairDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindFair}
+// Info implements driver.Driver: the fair mutex of PostgreSQL.
+func (f *FairDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindFair}
 }
 
-// Extend implements dlock.Driver, as Driver.Extend.
-func (f *FairDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver, as Driver.Extend.
+func (f *FairDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if f == nil {
 		return 0, errNilDriver
 	}
 	return f.d.Extend(ctx, h, ttl)
 }
 
-// Release implements dlock.Driver, as Driver.Release: the release notifies
+// Release implements driver.Driver, as Driver.Release: the release notifies
 // the key's waiters, and the head of the queue takes the lock.
-func (f *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (f *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 	if f == nil {
 		return errNilDriver
 	}
@@ -201,27 +203,27 @@ func (f *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
 	return f.d.release(ctx, f.d.q.releaseAll, h, h.Key, h.Owner)
 }
 
-// TTL implements dlock.Driver, as Driver.TTL.
-func (f *FairDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver, as Driver.TTL.
+func (f *FairDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	if f == nil {
 		return 0, errNilDriver
 	}
 	return f.d.TTL(ctx, h)
 }
 
-// Subscribe implements dlock.Notifier, as Driver.Subscribe.
-func (f *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier, as Driver.Subscribe.
+func (f *FairDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	if f == nil {
 		return nil, nil, errNilDriver
 	}
 	return f.d.Subscribe(ctx, h)
 }
 
-// Abandon implements dlock.Abandoner: as Driver.Abandon (the holding freed,
+// Abandon implements driver.Abandoner: as Driver.Abandon (the holding freed,
 // the acquisition marked), and the owner leaves the queue, in one
 // transaction that holds the key's row, so that an attempt in flight cannot
 // queue again.
-func (f *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (f *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	if f == nil {
 		return errNilDriver
 	}
@@ -236,7 +238,7 @@ func (f *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 	})
 }
 
-// Inspect implements dlock.Inspector: Driver.Inspect, with the waiters queued.
+// Inspect implements driver.Inspector: Driver.Inspect, with the waiters queued.
 func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if f == nil {
 		return dlock.LockInfo{Key: key}, errNilDriver
@@ -260,24 +262,24 @@ func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 // cannot tell a fair holding from a plain one: the Client's kind decides).
 func fairKind(info dlock.LockInfo) dlock.LockInfo {
 	if info.Held {
-		info.Kind = dlock.KindFair
+		info.Kind = driver.KindFair
 	}
 	return info
 }
 
-// List implements dlock.Inspector, as Driver.List.
-func (f *FairDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector, as Driver.ListPrefix.
+func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if f == nil {
 		return nil, errNilDriver
 	}
-	infos, err := f.d.List(ctx, pattern)
+	infos, err := f.d.ListPrefix(ctx, prefix)
 	for i := range infos {
 		infos[i] = fairKind(infos[i])
 	}
 	return infos, err
 }
 
-// ForceUnlock implements dlock.Inspector, as Driver.ForceUnlock: the head of
+// ForceUnlock implements driver.Inspector, as Driver.ForceUnlock: the head of
 // the queue takes the lock next.
 func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	if f == nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 )
@@ -23,7 +25,7 @@ func newFair(t testing.TB, opts ...dlock.Option) (*Client, *FairDriver) {
 
 func TestFairConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindFair},
+		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := newFair(t, opts...)
 			return c
@@ -128,11 +130,11 @@ func TestFairWaitersThatLeaveOrDie(t *testing.T) {
 		t.Fatalf("queue after a waiter gave up: %+v, %v", info, err)
 	}
 	// A dead waiter: queued by one attempt, never seen again.
-	if _, err := f.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "dead", TTL: time.Minute, Waiting: true}); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := f.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "dead", TTL: time.Minute, Waiting: true}); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatal(err)
 	}
 	queued(t, f, key, 1)
-	if info, err := f.Inspect(ctx, key); err != nil || info.Kind != dlock.KindFair || info.Owner != l.Owner() || info.Waiters != 1 {
+	if info, err := f.Inspect(ctx, key); err != nil || info.Kind != driver.KindFair || info.Owner != l.Owner() || info.Waiters != 1 {
 		t.Fatalf("Inspect of a fair lock with a waiter: %+v, %v", info, err)
 	}
 	if err := l.Unlock(ctx); err != nil {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -295,10 +297,10 @@ func TestFaultIdleConnectionTerminatedIsRetried(t *testing.T) {
 	d, _ := NewDriver(pool, Config{})
 	ctx := ctxT(t, 20*time.Second)
 	key := dlocktest.Key(t)
-	h := dlock.Holding{Key: key, Owner: "o", TTL: time.Minute}
+	h := driver.Holding{Key: key, Owner: "o", TTL: time.Minute}
 	for i, op := range []func() error{
 		func() error {
-			_, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute})
+			_, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "o", TTL: time.Minute})
 			return err
 		},
 		func() error { _, err := d.Extend(ctx, h, time.Minute); return err },

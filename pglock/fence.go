@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 )
@@ -41,7 +43,7 @@ func (d *Driver) Fence(ctx context.Context, tx pgx.Tx, lease *dlock.Lease) error
 	if d == nil {
 		return errNilDriver
 	}
-	if dlock.IsNil(tx) {
+	if driver.IsNil(tx) {
 		return fmt.Errorf("%w: pglock: Fence: nil transaction", dlock.ErrInvalid)
 	}
 	return d.fence(ctx, lease, func(ctx context.Context, key string, dest ...any) error {

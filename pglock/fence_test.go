@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/jackc/pgx/v5"
@@ -201,7 +203,7 @@ func TestFenceOfALeaseFromNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The Client reads the lock through its driver.
-	if info, err := c.Inspect(ctx, lease.Key()); err != nil || !info.Held || info.Kind != dlock.KindMutex || info.Token != lease.Token() {
+	if info, err := c.Inspect(ctx, lease.Key()); err != nil || !info.Held || info.Kind != driver.KindMutex || info.Token != lease.Token() {
 		t.Fatalf("Inspect through the Client: %+v, %v", info, err)
 	}
 }
@@ -238,7 +240,7 @@ func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
 		// The grant waits a moment for the row, then reports the key busy
 		// (within its bounded lock wait, well before the request timeout).
 		start = time.Now()
-		_, err = newDriver(t, Config{}).Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: "next-" + strconv.FormatBool(force), TTL: time.Second})
+		_, err = newDriver(t, Config{}).Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next-" + strconv.FormatBool(force), TTL: time.Second})
 		var busy *dlock.BusyError
 		if !errors.As(err, &busy) || time.Since(start) > 2*time.Second {
 			t.Fatalf("grant during a fenced transaction (forced: %v): %v after %v, want busy", force, err, time.Since(start))

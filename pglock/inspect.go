@@ -4,26 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 )
 
-// Inspect implements dlock.Inspector: the key's row as the database sees it
+// Inspect implements driver.Inspector: the key's row as the database sees it
 // now. LastToken is the token of the key's row, also after the holding
 // expired, until the row is released or swept. Waiters is
-// dlock.WaitersUnknown: a plain lock's waiters wait in their own processes
+// driver.WaitersUnknown: a plain lock's waiters wait in their own processes
 // (FairDriver.Inspect counts its queue). An inspection never creates a table:
 // in a database without one it returns an error matching ErrNoTable.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
+	info := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 	if d == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	var owner, meta string
@@ -43,22 +44,17 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if held {
 		info.Held, info.Owner, info.Token, info.Metadata = true, owner, uint64(token), meta
 		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
 	}
 	return info, nil
 }
 
-// List implements dlock.Inspector: the held locks whose keys match pattern
-// (see dlock.MatchKey), sorted by key. The database selects the keys that
-// start with the pattern's literal prefix; the pattern filters them.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the held locks whose keys start with
+// prefix, as the database selects them.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if d == nil {
 		return nil, errNilDriver
 	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	prefix := literalPrefix(pattern)
 	var out []dlock.LockInfo
 	err := d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		out = out[:0]
@@ -68,17 +64,17 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		}
 		defer rows.Close()
 		for rows.Next() {
-			info := dlock.LockInfo{Waiters: dlock.WaitersUnknown}
+			info := dlock.LockInfo{Waiters: driver.WaitersUnknown}
 			var token, us int64
 			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
 				return err
 			}
-			if !dlock.MatchKey(pattern, info.Key) {
+			if !strings.HasPrefix(info.Key, prefix) {
 				continue
 			}
 			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
 			info.TTL = time.Duration(us) * time.Microsecond
-			info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+			info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
 			out = append(out, info)
 		}
 		return rows.Err()
@@ -86,29 +82,19 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// literalPrefix is the start of a List pattern before its first wildcard or
-// escape: every key the pattern matches starts with it.
-func literalPrefix(pattern string) string {
-	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
-		return pattern[:i]
-	}
-	return pattern
-}
-
-// ForceUnlock implements dlock.Inspector: it removes the key's live holding,
+// ForceUnlock implements driver.Inspector: it removes the key's live holding,
 // whoever holds it, notifies its waiters, and returns what it removed. It does
 // not wait for transactions fenced on the key, but the next grant does (see
 // Fence). A free lock is dlock.ErrNotHeld.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
+	info := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 	if d == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	found := false
@@ -125,7 +111,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 		found = true
 		info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
 		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit, info.Kind = 1, 1, dlock.KindMutex
+		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
 		return nil
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 )
@@ -69,7 +71,7 @@ type sub struct {
 }
 
 // listenMark is what a listener had received when an acquisition attempt
-// began: the Handle of the attempt's dlock.Busy, handed back to Subscribe.
+// began: the Handle of the attempt's driver.Taken, handed back to Subscribe.
 type listenMark struct{ gen, seen uint64 }
 
 // bucket is the counter of key's notifications.
@@ -108,7 +110,7 @@ func newListener(d *Driver) *listener {
 	}
 }
 
-// Subscribe implements dlock.Notifier. The waiter is woken when a NOTIFY for
+// Subscribe implements driver.Notifier. The waiter is woken when a NOTIFY for
 // h.Key arrives (a release, a forced unlock, an abandoned acquisition), when
 // the listening connection is (re)established (notifications may have been
 // missed), and at once when it subscribes to a connection that is already
@@ -118,7 +120,7 @@ func newListener(d *Driver) *listener {
 // Config.Poll, or while LISTEN is refused, it returns an error and the Client
 // polls. cancel must be called exactly once; the connection closes
 // listenLinger after the last cancel, unless a waiter comes meanwhile.
-func (d *Driver) Subscribe(_ context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (d *Driver) Subscribe(_ context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	if d == nil {
 		return nil, nil, errNilDriver
 	}

@@ -84,6 +84,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -143,9 +145,9 @@ type Config struct {
 	Unlogged bool
 }
 
-// Driver is the dlock.Driver of a table of locks in PostgreSQL. It is also a
-// dlock.Notifier, a dlock.Abandoner, a dlock.TTLLimiter and a
-// dlock.Inspector. It holds no connection of its own except the listening one
+// Driver is the driver.Driver of a table of locks in PostgreSQL. It is also a
+// driver.Notifier, a driver.Abandoner, a driver.TTLLimiter and a
+// driver.Inspector. It holds no connection of its own except the listening one
 // while it has waiters: the caller creates the pool, shares it, and closes it
 // after the last lock is released. It is safe for concurrent use.
 type Driver struct {
@@ -167,15 +169,15 @@ type Driver struct {
 }
 
 var (
-	_ dlock.Driver     = (*Driver)(nil)
-	_ dlock.Notifier   = (*Driver)(nil)
-	_ dlock.Abandoner  = (*Driver)(nil)
-	_ dlock.Inspector  = (*Driver)(nil)
-	_ dlock.TTLLimiter = (*Driver)(nil)
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.Notifier   = (*Driver)(nil)
+	_ driver.Abandoner  = (*Driver)(nil)
+	_ driver.Inspector  = (*Driver)(nil)
+	_ driver.TTLLimiter = (*Driver)(nil)
 )
 
 // Client is the dlock.Client that New returns: a dlock.Locker over a Driver,
-// and a dlock.Inspector through it.
+// and a driver.Inspector through it.
 type Client = dlock.Client
 
 // New returns a Client that locks in the DefaultTable of pool's database, with
@@ -257,9 +259,9 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 // Config returns the Driver's configuration, defaults filled in.
 func (d *Driver) Config() Config { return d.cfg }
 
-// TTLLimits implements dlock.TTLLimiter: dlock's defaults (timestamps in
+// TTLLimits implements driver.TTLLimiter: dlock's defaults (timestamps in
 // PostgreSQL have a resolution of a microsecond).
-func (d *Driver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+func (d *Driver) TTLLimits() driver.TTLLimits { return driver.DefaultTTLLimits }
 
 // micros is d in whole microseconds, rounded up.
 func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
@@ -269,18 +271,18 @@ func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / t
 // key (see Fence) until it ends, and the key counts as busy meanwhile.
 const acquireLockWait = 200 * time.Millisecond
 
-// Acquire implements dlock.Driver in one statement: take over the key's row
+// Acquire implements driver.Driver in one statement: take over the key's row
 // when it is free, expired or r.Owner's already, and otherwise report the
 // holder's time left (marking the row as waited for when r.Waiting). A key
 // without a row (its first acquisition, or its first after Sweep) costs a
 // second statement, which inserts it. The key is busy (with an unknown
 // remaining time) while a transaction fenced on it is open.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if d == nil {
-		return dlock.Grant{}, errNilDriver
+		return driver.Grant{}, errNilDriver
 	}
 	if err := checkMetadata(r.Metadata); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	var state int
 	var token, remaining int64
@@ -301,35 +303,35 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		return err
 	})
 	if err == nil && locked {
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
 	}
 	switch {
 	case err != nil:
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
 	case state == stateGranted:
 		if token <= 0 {
-			return dlock.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
+			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
 		}
-		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
 	case state == stateAbandoned:
-		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return dlock.Grant{}, &dlock.Busy{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
+	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
 }
 
-// Info implements dlock.Driver: the mutex of PostgreSQL.
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex}
+// Info implements driver.Driver: the mutex of PostgreSQL.
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex}
 }
 
 // acquire runs the acquisition statement and passes its row, if any, to row.
 // A key without a row gets one inserted (a second statement); when another
 // acquisition inserted it first, the update runs again.
-func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(state int, token, remaining int64)) error {
+func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, row func(state int, token, remaining int64)) error {
 	var res struct {
 		state            int
 		token, remaining int64
@@ -358,9 +360,9 @@ func (d *Driver) acquire(ctx context.Context, r dlock.AcquireRequest, row func(s
 	}
 }
 
-// Extend implements dlock.Driver: it moves the expiry of the owner's live row
+// Extend implements driver.Driver: it moves the expiry of the owner's live row
 // to ttl from now by the database's clock.
-func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if d == nil {
 		return 0, errNilDriver
 	}
@@ -369,7 +371,7 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 
 // extend runs the extend statement q ($1 key, $2 owner, $3 ttl in µs) of a
 // lock table.
-func (d *Driver) extend(ctx context.Context, q string, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) extend(ctx context.Context, q string, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	var n int64
 	err := d.do(ctx, "extend", func(ctx context.Context) error {
 		tag, err := d.pool.Exec(ctx, q, h.Key, h.Owner, micros(ttl))
@@ -385,10 +387,10 @@ func (d *Driver) extend(ctx context.Context, q string, h dlock.Holding, ttl time
 	return ttl, nil
 }
 
-// Release implements dlock.Driver: it frees the owner's row (the row and its
+// Release implements driver.Driver: it frees the owner's row (the row and its
 // token stay; see Sweep) and notifies the key's waiters. An expired row of the
 // owner is freed too, and reported as dlock.ErrNotHeld.
-func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}
@@ -398,7 +400,7 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 // release runs the release statement q of a lock table with args (a row of
 // whether the holding was live and whether a notification was sent, when the
 // owner had one).
-func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, args ...any) error {
+func (d *Driver) release(ctx context.Context, q string, h driver.Holding, args ...any) error {
 	var live, found, notified bool
 	err := d.do(ctx, "release", func(ctx context.Context) error {
 		err := d.pool.QueryRow(ctx, q, args...).Scan(&live, &notified)
@@ -417,9 +419,9 @@ func (d *Driver) release(ctx context.Context, q string, h dlock.Holding, args ..
 	return nil
 }
 
-// TTL implements dlock.Driver: the time the owner's row has left by the
+// TTL implements driver.Driver: the time the owner's row has left by the
 // database's clock.
-func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	if d == nil {
 		return 0, errNilDriver
 	}
@@ -427,7 +429,7 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 }
 
 // ttl runs the TTL statement q of a lock table ($1 key, $2 owner).
-func (d *Driver) ttl(ctx context.Context, q string, h dlock.Holding) (time.Duration, error) {
+func (d *Driver) ttl(ctx context.Context, q string, h driver.Holding) (time.Duration, error) {
 	var us int64
 	found := false
 	err := d.do(ctx, "ttl", func(ctx context.Context) error {
@@ -447,12 +449,12 @@ func (d *Driver) ttl(ctx context.Context, q string, h dlock.Holding) (time.Durat
 	return time.Duration(us) * time.Microsecond, nil
 }
 
-// Abandon implements dlock.Abandoner: it frees the owner's row if the owner
+// Abandon implements driver.Abandoner: it frees the owner's row if the owner
 // holds it, and marks the acquisition abandoned in the key's row for
 // AbandonMarkTTL (or h.TTL when longer), so that an attempt of the owner still
 // in flight cannot take the key. An attempt meets the mark whatever the order:
 // both write the same row, and the database orders the two writes.
-func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	if d == nil {
 		return errNilDriver
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -85,7 +87,7 @@ func newClient(t testing.TB, cfg Config, opts ...dlock.Option) *Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex},
 		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, Config{}, opts...) },
 		Skip: map[string]string{
 			"ForeignDataIsConflict": "a table row is always a lock; a table of another shape is ErrConflict (TestForeignTableIsConflict)",
@@ -95,7 +97,7 @@ func TestConformance(t *testing.T) {
 
 func TestConformancePolling(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newClient(t, Config{Poll: true}, opts...)
 		},

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -16,10 +17,10 @@ import (
 // MaxPermits is the largest number of permits a semaphore may have.
 const MaxPermits = 1 << 16
 
-// SemaphoreDriver is the dlock.Driver of counting semaphores of n permits in
+// SemaphoreDriver is the driver.Driver of counting semaphores of n permits in
 // the Driver's database: at most n leases of a key are held at once, each with
 // its own owner, fencing token, TTL and loss signal. It is also a
-// dlock.Notifier, a dlock.Abandoner and a dlock.Inspector. Most users want
+// driver.Notifier, a driver.Abandoner and a driver.Inspector. Most users want
 // NewSemaphore.
 //
 // A semaphore's permits are rows of their own table (the Driver's table with
@@ -41,11 +42,11 @@ type SemaphoreDriver struct {
 }
 
 var (
-	_ dlock.Driver     = (*SemaphoreDriver)(nil)
-	_ dlock.Notifier   = (*SemaphoreDriver)(nil)
-	_ dlock.Abandoner  = (*SemaphoreDriver)(nil)
-	_ dlock.Inspector  = (*SemaphoreDriver)(nil)
-	_ dlock.TTLLimiter = (*SemaphoreDriver)(nil)
+	_ driver.Driver     = (*SemaphoreDriver)(nil)
+	_ driver.Notifier   = (*SemaphoreDriver)(nil)
+	_ driver.Abandoner  = (*SemaphoreDriver)(nil)
+	_ driver.Inspector  = (*SemaphoreDriver)(nil)
+	_ driver.TTLLimiter = (*SemaphoreDriver)(nil)
 )
 
 // NewSemaphore returns a Client whose locks are counting semaphores of n
@@ -77,12 +78,12 @@ func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
 	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
 }
 
-// TTLLimits implements dlock.TTLLimiter.
-func (s *SemaphoreDriver) TTLLimits() dlock.TTLLimits { return dlock.DefaultTTLLimits }
+// TTLLimits implements driver.TTLLimiter.
+func (s *SemaphoreDriver) TTLLimits() driver.TTLLimits { return driver.DefaultTTLLimits }
 
-// Subscribe implements dlock.Notifier, as Driver.Subscribe: a waiter is woken
+// Subscribe implements driver.Notifier, as Driver.Subscribe: a waiter is woken
 // when a permit of its key is released.
-func (s *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (s *SemaphoreDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return s.d.Subscribe(ctx, h)
 }
 
@@ -214,17 +215,17 @@ func (e *limitError) Error() string {
 // Is makes a limitError match dlock.ErrConflict.
 func (e *limitError) Is(target error) bool { return target == dlock.ErrConflict }
 
-// Acquire implements dlock.Driver in one round trip and one transaction of
+// Acquire implements driver.Driver in one round trip and one transaction of
 // two statements: lock the key's header row (made if missing; waiting at most
 // as long as an acquisition of an exclusive lock), then, with a snapshot
 // taken under that lock, take the owner's permit again or the lowest free
 // one.
-func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if s == nil {
-		return dlock.Grant{}, errNilDriver
+		return driver.Grant{}, errNilDriver
 	}
 	if err := checkMetadata(r.Metadata); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	var state int
 	var token, soonest, stored int64
@@ -238,59 +239,59 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	})
 	switch {
 	case sqlState(err) == "55P03": // another transaction holds the header a while
-		return dlock.Grant{}, &dlock.Busy{Remaining: -1}
+		return driver.Grant{}, &driver.Taken{Remaining: -1}
 	case err != nil:
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	switch state {
 	case stateGranted:
-		return dlock.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
 	case stateAbandoned:
-		return dlock.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	case stateMismatch:
-		return dlock.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
+		return driver.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
 	}
-	return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(soonest) * time.Microsecond}
+	return driver.Grant{}, &driver.Taken{Remaining: time.Duration(soonest) * time.Microsecond}
 }
 
-// Info implements dlock.Driver: the counting semaphore of PostgreSQL.
-func (s *SemaphoreDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindSemaphore}
+// Info implements driver.Driver: the counting semaphore of PostgreSQL.
+func (s *SemaphoreDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindSemaphore}
 }
 
 // stateMismatch is the outcome of a semaphore acquisition with another
 // number of permits than the key's holders.
 const stateMismatch = 3
 
-// Extend implements dlock.Driver.
-func (s *SemaphoreDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (s *SemaphoreDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if s == nil {
 		return 0, errNilDriver
 	}
 	return s.d.extend(ctx, s.q.extend, h, ttl)
 }
 
-// Release implements dlock.Driver: it frees the owner's permit and notifies
+// Release implements driver.Driver: it frees the owner's permit and notifies
 // the key's waiters.
-func (s *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (s *SemaphoreDriver) Release(ctx context.Context, h driver.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
 	return s.d.release(ctx, s.q.release, h, h.Key, h.Owner, s.d.channel)
 }
 
-// TTL implements dlock.Driver.
-func (s *SemaphoreDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (s *SemaphoreDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	if s == nil {
 		return 0, errNilDriver
 	}
 	return s.d.ttl(ctx, s.q.ttl, h)
 }
 
-// Abandon implements dlock.Abandoner: under the key's header row, it marks
+// Abandon implements driver.Abandoner: under the key's header row, it marks
 // the owner's acquisition abandoned (an attempt still in flight waits for the
 // header and then meets the mark) and frees the owner's permit.
-func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (s *SemaphoreDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	if s == nil {
 		return errNilDriver
 	}
@@ -301,7 +302,7 @@ func (s *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
 
 // abandon marks h's acquisition abandoned in tx, under the key's header, and
 // frees h's permit.
-func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h dlock.Holding) error {
+func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h driver.Holding) error {
 	if _, err := tx.Exec(ctx, s.q.header, h.Key, s.n, acquireLockWait.Milliseconds()); err != nil {
 		return err
 	}
@@ -316,7 +317,7 @@ func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h dlock.Holdin
 	return err
 }
 
-// Inspect implements dlock.Inspector: Holders is the permits in use, Limit
+// Inspect implements driver.Inspector: Holders is the permits in use, Limit
 // the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
 // that ends last.
 func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
@@ -324,11 +325,11 @@ func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockIn
 	if s == nil {
 		return info, errNilDriver
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return info, err
 	}
 	err := s.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		info = dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
+		info = dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
 		if err != nil {
 			return err
@@ -355,23 +356,19 @@ func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockIn
 
 // addPermit counts the held permit p of a semaphore of n permits into info.
 func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
-	info.Held, info.Limit, info.Kind = true, n, dlock.KindSemaphore
+	info.Held, info.Limit, info.Kind = true, n, driver.KindSemaphore
 	info.Holders++
 	if info.Holders == 1 || p.TTL > info.TTL {
 		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
 	}
 }
 
-// List implements dlock.Inspector: the semaphores with permits in use whose
-// keys match pattern, sorted by key.
-func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the semaphores with permits in use
+// whose keys start with prefix.
+func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if s == nil {
 		return nil, errNilDriver
 	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	prefix := literalPrefix(pattern)
 	byKey := map[string]*dlock.LockInfo{}
 	err := s.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		clear(byKey)
@@ -388,11 +385,11 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
 				return err
 			}
-			if !dlock.MatchKey(pattern, key) {
+			if !strings.HasPrefix(key, prefix) {
 				continue
 			}
 			if byKey[key] == nil {
-				byKey[key] = &dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
+				byKey[key] = &dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 			}
 			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
 			addPermit(byKey[key], p, n)
@@ -407,11 +404,10 @@ func (s *SemaphoreDriver) List(ctx context.Context, pattern string) ([]dlock.Loc
 	for _, info := range byKey {
 		out = append(out, *info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// ForceUnlock implements dlock.Inspector: it frees every permit of key in
+// ForceUnlock implements driver.Inspector: it frees every permit of key in
 // use, notifies the waiters, and returns what it freed. A semaphore without a
 // permit in use is dlock.ErrNotHeld.
 func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"golang.org/x/sync/errgroup"
@@ -28,7 +30,7 @@ func newSemaphore(t testing.TB, n int, opts ...dlock.Option) (*Client, *Semaphor
 
 func TestSemaphoreOfOneConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "pglock", Kind: dlock.KindSemaphore},
+		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindSemaphore},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := newSemaphore(t, 1, opts...)
 			return c
@@ -110,10 +112,10 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 		t.Fatalf("a semaphore of 3 over one of 2: %v, want ErrConflict", err)
 	}
 	info, err := s.Inspect(ctx, key)
-	if err != nil || !info.Held || info.Kind != dlock.KindSemaphore || info.Holders != 2 || info.Limit != 2 || info.Owner != b.Owner() || info.Token != b.Token() || info.Metadata != "b" {
+	if err != nil || !info.Held || info.Kind != driver.KindSemaphore || info.Holders != 2 || info.Limit != 2 || info.Owner != b.Owner() || info.Token != b.Token() || info.Metadata != "b" {
 		t.Fatalf("Inspect: %+v, %v; want 2 of 2, the last ending b", info, err)
 	}
-	infos, err := s.List(ctx, key[:len(key)-3]+"*")
+	infos, err := driver.List(ctx, s, key[:len(key)-3]+"*")
 	if err != nil || len(infos) != 1 || infos[0].Holders != 2 {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}
@@ -149,19 +151,19 @@ func TestSemaphoreAbandonedAcquisitionCannotLand(t *testing.T) {
 	_, s := newSemaphore(t, 2)
 	for i := 0; i < 20; i++ {
 		owner := "racer-" + string(rune('a'+i))
-		h := dlock.Holding{Key: key, Owner: owner, TTL: time.Minute}
+		h := driver.Holding{Key: key, Owner: owner, TTL: time.Minute}
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			_, _ = s.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute})
+			_, _ = s.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute})
 		}()
 		go func() { defer wg.Done(); _ = s.Abandon(ctx, h) }()
 		wg.Wait()
 		if _, err := s.TTL(ctx, h); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Fatalf("round %d: the abandoned owner holds a permit (%v)", i, err)
 		}
-		if _, err := s.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute}); !errors.Is(err, dlock.ErrNotObtained) {
+		if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: time.Minute}); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("round %d: Acquire after Abandon: %v", i, err)
 		}
 	}

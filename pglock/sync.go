@@ -6,12 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Latches and double barriers (dlock.SyncDriver) live in a table of their own,
+// Latches and double barriers (driver.SyncDriver) live in a table of their own,
 // the Driver's table with "_sync" appended, created on first use: one row per
 // latch (party ''), one header row per barrier in use (party '') and one row
 // per party's arrival, each with the time it lapses. Every change is one
@@ -19,7 +21,7 @@ import (
 // waiters (a latch reaching zero, a barrier opening or emptying) sends a NOTIFY
 // on the Driver's channel, which wakes the waiters of that name only.
 
-var _ dlock.SyncDriver = (*Driver)(nil)
+var _ driver.SyncDriver = (*Driver)(nil)
 
 // NewLatch returns the latch name in pool's database (the DefaultTable's sync
 // table), counting down from count and forgotten ttl after its last use (see
@@ -118,7 +120,7 @@ WHERE expires < clock_timestamp() - interval '1 minute' LIMIT 16 FOR UPDATE SKIP
 	return err
 }
 
-// CountDown implements dlock.SyncDriver.
+// CountDown implements driver.SyncDriver.
 func (d *Driver) CountDown(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	var left int
 	err := d.syncTx(ctx, "count down", func(ctx context.Context, tx pgx.Tx, t string) error {
@@ -147,7 +149,7 @@ WHERE kind = $1 AND name = $2 AND party = ''`, kindLatch, name, n, left, micros(
 	return left, err
 }
 
-// LatchCount implements dlock.SyncDriver.
+// LatchCount implements driver.SyncDriver.
 func (d *Driver) LatchCount(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	count := n
 	err := d.syncTx(ctx, "latch count", func(ctx context.Context, tx pgx.Tx, t string) error {
@@ -199,7 +201,7 @@ WHERE kind = $1 AND name = $2 AND party <> ''), clock_timestamp()) WHERE kind = 
 	return err
 }
 
-// Arrive implements dlock.SyncDriver.
+// Arrive implements driver.SyncDriver.
 func (d *Driver) Arrive(ctx context.Context, name, party string, n int, ttl time.Duration) (bool, error) {
 	var open bool
 	err := d.syncTx(ctx, "arrive", func(ctx context.Context, tx pgx.Tx, t string) error {
@@ -230,7 +232,7 @@ ON CONFLICT (kind, name, party) DO UPDATE SET expires = excluded.expires RETURNI
 	return open, err
 }
 
-// Withdraw implements dlock.SyncDriver.
+// Withdraw implements driver.SyncDriver.
 func (d *Driver) Withdraw(ctx context.Context, name, party string, n int) (bool, error) {
 	var open bool
 	err := d.syncTx(ctx, "withdraw", func(ctx context.Context, tx pgx.Tx, t string) error {
@@ -244,7 +246,7 @@ func (d *Driver) Withdraw(ctx context.Context, name, party string, n int) (bool,
 	return open, err
 }
 
-// Depart implements dlock.SyncDriver.
+// Depart implements driver.SyncDriver.
 func (d *Driver) Depart(ctx context.Context, name, party string, n int) (int, time.Duration, error) {
 	var present int
 	var lapse time.Duration
@@ -277,10 +279,10 @@ WHERE kind = $1 AND name = $2 AND party <> ''`, kindBarrier, name).Scan(&us); er
 	return present, lapse, err
 }
 
-// WatchSync implements dlock.SyncDriver with the Driver's LISTEN connection
+// WatchSync implements driver.SyncDriver with the Driver's LISTEN connection
 // (see Subscribe): a waiter wakes on the NOTIFY of its name and whenever the
 // connection is (re)established. With Config.Poll it returns an error and
 // waiters poll.
 func (d *Driver) WatchSync(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return d.Subscribe(ctx, dlock.Holding{Key: syncPayload(name)})
+	return d.Subscribe(ctx, driver.Holding{Key: syncPayload(name)})
 }

@@ -5,13 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 )
 
 func TestSyncConformance(t *testing.T) {
 	dlocktest.RunSync(t, dlocktest.SyncBackend{
-		New: func(t testing.TB) dlock.SyncDriver { return newDriver(t, Config{}) },
+		New: func(t testing.TB) driver.SyncDriver { return newDriver(t, Config{}) },
 		TTL: 300 * time.Millisecond,
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 )
@@ -153,7 +155,7 @@ func TestRefusedListenFallsBackToPolling(t *testing.T) {
 	}
 	t.Logf("waiter got the lock %v after a %v lease was taken, polling", time.Since(taken), ttl)
 	_ = l.Unlock(ctx)
-	if _, _, err := wd.Subscribe(ctx, dlock.Holding{Key: key}); !errors.Is(err, dlock.ErrRefused) {
+	if _, _, err := wd.Subscribe(ctx, driver.Holding{Key: key}); !errors.Is(err, dlock.ErrRefused) {
 		t.Errorf("Subscribe after LISTEN was refused: %v, want ErrRefused", err)
 	}
 	if _, _, subs := wd.ListenerStats(); subs != 0 {

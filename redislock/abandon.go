@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -60,7 +62,7 @@ func answered(err error) bool {
 
 // sent records the outcome err of an attempt of r: it hands a waiting
 // acquisition's first busy reply its Handle, and notes an unanswered attempt.
-func (f *flights) sent(r dlock.AcquireRequest, err error) {
+func (f *flights) sent(r driver.AcquireRequest, err error) {
 	if err == nil {
 		if r.Handle == nil {
 			f.forget(r.Key, r.Owner)
@@ -71,8 +73,8 @@ func (f *flights) sent(r dlock.AcquireRequest, err error) {
 }
 
 // failed is sent for an attempt that failed with err.
-func (f *flights) failed(r dlock.AcquireRequest, err error) {
-	var busy *dlock.Busy
+func (f *flights) failed(r driver.AcquireRequest, err error) {
+	var busy *driver.Taken
 	switch {
 	case errors.As(err, &busy):
 		if r.Handle == nil && busy.Handle == nil && r.Waiting {
@@ -116,7 +118,7 @@ func (f *flights) forget(key, owner string) bool {
 
 // mark returns the lifetime (ms, decimal) of the abandon mark of h's abandoned
 // acquisition, or "0" (no mark) when every attempt of it was answered.
-func (f *flights) mark(h dlock.Holding) string {
+func (f *flights) mark(h driver.Holding) string {
 	flew := f.forget(h.Key, h.Owner)
 	if a, ok := h.Handle.(*attempts); ok && !flew && !a.unanswered.Load() {
 		return "0"

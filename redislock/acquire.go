@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // The acquisition of every lock kind takes the same steps: a waiting attempt
@@ -56,19 +56,19 @@ type acquisition struct {
 }
 
 // acquire makes one attempt of r as a describes it.
-func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisition) (dlock.Grant, error) {
+func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisition) (driver.Grant, error) {
 	t := ticket{done: func(error, string, uint64) {}}
 	if r.Waiting {
 		t = c.hub.attempt(ctx, a.channel, r.Owner, false)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
-			return dlock.Grant{}, &dlock.Busy{Remaining: t.queued}
+			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
 		}
 	}
 	res, err := a.run(ctx, t)
 	g, _, err := a.decode(ctx, r, res, err)
 	t.done(err, "", 0)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	if a.refresh > 0 && r.Waiting && errors.As(err, &busy) {
 		queued(busy, a.refresh)
 	}
@@ -78,10 +78,10 @@ func (c *conn) acquire(ctx context.Context, r dlock.AcquireRequest, a acquisitio
 
 // decode decodes the reply of a's script: a grant, the arrival it carries, or
 // the attempt's error.
-func (a acquisition) decode(ctx context.Context, r dlock.AcquireRequest, res []any, err error) (dlock.Grant, string, error) {
+func (a acquisition) decode(ctx context.Context, r driver.AcquireRequest, res []any, err error) (driver.Grant, string, error) {
 	if a.refused != nil {
 		if rerr := a.refused(res, err); rerr != nil {
-			return dlock.Grant{}, "", rerr
+			return driver.Grant{}, "", rerr
 		}
 	}
 	arrival := ""

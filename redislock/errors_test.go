@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -129,7 +131,7 @@ func TestEveryErrorWrapsASentinel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, cancel, err := d.Subscribe(ctx, dlock.Holding{Key: dlocktest.Key(t), Owner: "00112233445566778899aabbccddeeff", TTL: time.Minute})
+			_, cancel, err := d.Subscribe(ctx, driver.Holding{Key: dlocktest.Key(t), Owner: "00112233445566778899aabbccddeeff", TTL: time.Minute})
 			if err == nil {
 				cancel()
 			}

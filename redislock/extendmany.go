@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -19,24 +21,24 @@ import (
 const ExtendBatch = 100
 
 var (
-	_ dlock.BatchExtender = (*Driver)(nil)
-	_ dlock.BatchExtender = (*FairDriver)(nil)
+	_ driver.BatchExtender = (*Driver)(nil)
+	_ driver.BatchExtender = (*FairDriver)(nil)
 )
 
-// ExtendMany implements dlock.BatchExtender.
-func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
+// ExtendMany implements driver.BatchExtender.
+func (d *Driver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
 	return d.c.extendMany(ctx, reqs, true)
 }
 
-// ExtendMany implements dlock.BatchExtender.
-func (d *FairDriver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
+// ExtendMany implements driver.BatchExtender.
+func (d *FairDriver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
 	return d.c.extendMany(ctx, reqs, false)
 }
 
 // extendMany extends mutex holdings in one pipeline of batch extend scripts:
 // plain mutexes' lock records when plain is true, fair mutexes' lock hashes
 // otherwise.
-func (c *conn) extendMany(ctx context.Context, reqs []dlock.ExtendRequest, plain bool) []dlock.ExtendResult {
+func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest, plain bool) []driver.ExtendResult {
 	per := ExtendBatch
 	if _, single := c.rdb.(*redis.Client); !single {
 		per = 1 // a Cluster or a Ring: every script call stays on one slot
@@ -80,7 +82,7 @@ func (c *conn) extendMany(ctx context.Context, reqs []dlock.ExtendRequest, plain
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command
 	}
-	out := make([]dlock.ExtendResult, len(reqs))
+	out := make([]driver.ExtendResult, len(reqs))
 	for _, cl := range calls {
 		res, err := cl.cmd.Slice()
 		if err == nil && len(res) != cl.to-cl.from {
@@ -98,13 +100,13 @@ func (c *conn) extendMany(ctx context.Context, reqs []dlock.ExtendRequest, plain
 }
 
 // extendEntry decodes one entry of the batch extend script's reply.
-func extendEntry(r dlock.ExtendRequest, v any) dlock.ExtendResult {
+func extendEntry(r driver.ExtendRequest, v any) driver.ExtendResult {
 	switch v := v.(type) {
 	case int64:
 		ttl, err := extendReply(r.Holding.Key, v, nil, r.TTL)
-		return dlock.ExtendResult{TTL: ttl, Err: err}
+		return driver.ExtendResult{TTL: ttl, Err: err}
 	case error:
-		return dlock.ExtendResult{Err: mapErr(v)}
+		return driver.ExtendResult{Err: mapErr(v)}
 	}
-	return dlock.ExtendResult{Err: fmt.Errorf("%w: redislock: unexpected extend reply %v", dlock.ErrRefused, v)}
+	return driver.ExtendResult{Err: fmt.Errorf("%w: redislock: unexpected extend reply %v", dlock.ErrRefused, v)}
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -42,7 +44,7 @@ func NewFair(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 	return dlock.NewClient(d, opts...)
 }
 
-// FairDriver is the dlock.Driver of the fair (FIFO) Redis mutex. Most users want
+// FairDriver is the driver.Driver of the fair (FIFO) Redis mutex. Most users want
 // NewFair instead.
 type FairDriver struct {
 	inspection
@@ -50,9 +52,9 @@ type FairDriver struct {
 }
 
 var (
-	_ dlock.Notifier  = (*FairDriver)(nil)
-	_ dlock.Abandoner = (*FairDriver)(nil)
-	_ dlock.Inspector = (*FairDriver)(nil)
+	_ driver.Notifier  = (*FairDriver)(nil)
+	_ driver.Abandoner = (*FairDriver)(nil)
+	_ driver.Inspector = (*FairDriver)(nil)
 )
 
 // NewFairDriver returns the fair mutex driver over rdb.
@@ -66,8 +68,8 @@ func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
 	return d, nil
 }
 
-// Acquire implements dlock.Driver.
-func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	later := "0"
 	if r.Handle != nil {
 		later = "1" // a waiter's later attempt: most likely a claim
@@ -83,27 +85,29 @@ func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock
 	})
 }
 
-// Extend implements dlock.Driver.
-func (d *FairDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (d *FairDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	return d.c.extend(ctx, h, ttl)
 }
 
-// TTL implements dlock.Driver.
-func (d *FairDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (d *FairDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	return d.c.ttl(ctx, h)
 }
 
-// Release implements dlock.Driver: the lock goes straight to the head of the
+// Release implements driver.Driver: the lock goes straight to the head of the
 // queue, whose Client alone is woken, on its own channel.
-func (d *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 	return d.release(ctx, h.Key, h.Owner)
 }
 
 func (d *FairDriver) release(ctx context.Context, key, owner string) error {
-	return d.run(ctx, key, owner, "")
+	return d.leave(ctx, key, owner, "")
 }
 
-func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *FairDriver) leave(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
 	return d.c.released(key, res, err)
@@ -113,17 +117,17 @@ func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
 // characters), which the hand-over wakes on its own channel, and the owner.
 func (d *FairDriver) entry(owner string) string { return d.c.hub.id + owner }
 
-// Subscribe implements dlock.Notifier.
-func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *FairDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, clientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: a waiter that gives up leaves the queue at
+// Abandon implements driver.Abandoner: a waiter that gives up leaves the queue at
 // once and passes the lock on if it had just been handed to it; its acquisition
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
 // cannot queue it again or take the lock.
-func (d *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	err := d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h))
+func (d *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
+	err := d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h))
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -58,7 +60,7 @@ type Fence struct {
 // Sentinel failover client or any redis.UniversalClient). It returns an error
 // matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewFence(rdb redis.UniversalClient) (*Fence, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	return &Fence{rdb: rdb}, nil
@@ -144,11 +146,11 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if dlock.IsNil(tok) || tok.Token() == 0 {
+	if driver.IsNil(tok) || tok.Token() == 0 {
 		return 0, fmt.Errorf("%w: fenced write without a fencing token", dlock.ErrInvalid)
 	}
 	lock, token := tok.Key(), tok.Token()
-	if err := dlock.ValidateKey(lock); err != nil {
+	if err := driver.ValidateKey(lock); err != nil {
 		return 0, err
 	}
 	rk, err := FenceRecordKey(resource)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -270,7 +272,7 @@ func TestFenceReportsStaleTokens(t *testing.T) {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	want := []dlock.StaleTokenEvent{{Target: dlock.Target{Key: key, Backend: "redislock", Kind: dlock.KindMutex},
+	want := []dlock.StaleTokenEvent{{Target: dlock.Target{Key: key, Backend: "redislock", Kind: driver.KindMutex},
 		Resource: res, Token: old.Token(), Newest: cur.Token()}}
 	if fmt.Sprint(obs.events) != fmt.Sprint(want) {
 		t.Errorf("events %+v, want %+v", obs.events, want)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
@@ -22,8 +24,8 @@ import (
 )
 
 type abandonDriver interface {
-	dlock.Driver
-	dlock.Abandoner
+	driver.Driver
+	driver.Abandoner
 }
 
 // TestAbandonStopsALateAttempt: an acquisition's clean-up that reaches the server
@@ -44,12 +46,12 @@ func TestAbandonStopsALateAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := dlocktest.Key(t)
-		h := dlock.Holding{Key: key, Owner: "00112233445566778899aabbccddeeff", TTL: time.Minute}
+		h := driver.Holding{Key: key, Owner: "00112233445566778899aabbccddeeff", TTL: time.Minute}
 		if err := d.Abandon(ctx, h); err != nil {
 			t.Fatal(err)
 		}
 		for _, waiting := range []bool{false, true} {
-			_, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: h.Owner, TTL: time.Minute, Waiting: waiting})
+			_, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: h.Owner, TTL: time.Minute, Waiting: waiting})
 			if err == nil {
 				t.Fatalf("a late attempt (waiting %v) of an abandoned acquisition took the lock", waiting)
 			}
@@ -79,14 +81,14 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	bothKinds(t, func(t *testing.T, fair bool) {
 		ctx := context.Background()
 		rdb := newRDB(t, srv.Addr)
-		var d dlock.Driver
+		var d driver.Driver
 		if fair {
 			d, _ = redislock.NewFairDriver(rdb)
 		} else {
 			d, _ = redislock.NewDriver(rdb)
 		}
 		key := dlocktest.Key(t)
-		r := dlock.AcquireRequest{Key: key, Owner: "ffeeddccbbaa99887766554433221100", TTL: 500 * time.Millisecond}
+		r := driver.AcquireRequest{Key: key, Owner: "ffeeddccbbaa99887766554433221100", TTL: 500 * time.Millisecond}
 		g1, err := d.Acquire(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +101,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, redislock.LockKey(key)).Val(); ttl < 30*time.Second {
 			t.Errorf("PTTL %v after the retry, want the retry's TTL", ttl)
 		}
-		_ = d.Release(ctx, dlock.Holding{Key: key, Owner: r.Owner})
+		_ = d.Release(ctx, driver.Holding{Key: key, Owner: r.Owner})
 	})
 }
 

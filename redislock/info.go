@@ -1,32 +1,32 @@
 package redislock
 
-import "github.com/dlock-go/dlock"
+import "github.com/dlock-go/dlock/driver"
 
-// Info implements dlock.Driver: the plain mutex of Redis.
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex}
+// Info implements driver.Driver: the plain mutex of Redis.
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "redislock", Kind: driver.KindMutex}
 }
 
-// Info implements dlock.Driver: the fair mutex of Redis.
-func (d *FairDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindFair}
+// Info implements driver.Driver: the fair mutex of Redis.
+func (d *FairDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "redislock", Kind: driver.KindFair}
 }
 
-// Info implements dlock.Driver: the reentrant mutex of Redis.
-func (d *ReentrantDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindReentrant}
+// Info implements driver.Driver: the reentrant mutex of Redis.
+func (d *ReentrantDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "redislock", Kind: driver.KindReentrant}
 }
 
-// Info implements dlock.Driver: the read or the write side of a read-write
-// lock (dlock.KindRead, dlock.KindWrite).
-func (d *RWDriver) Info() dlock.DriverInfo {
+// Info implements driver.Driver: the read or the write side of a read-write
+// lock (driver.KindRead, driver.KindWrite).
+func (d *RWDriver) Info() driver.DriverInfo {
 	if d.write {
-		return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindWrite}
+		return driver.DriverInfo{Backend: "redislock", Kind: driver.KindWrite}
 	}
-	return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindRead}
+	return driver.DriverInfo{Backend: "redislock", Kind: driver.KindRead}
 }
 
-// Info implements dlock.Driver: the counting semaphore of Redis.
-func (d *SemaphoreDriver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindSemaphore}
+// Info implements driver.Driver: the counting semaphore of Redis.
+func (d *SemaphoreDriver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "redislock", Kind: driver.KindSemaphore}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +31,7 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 	if ctx == nil {
 		return LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
 	res, err := k.script.Run(ctx, c.rdb, k.keys(key), k.args...).Slice()
@@ -42,12 +44,12 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 // KindMutex), whose waiters are those of its waiting set. A free lock has no
 // kind.
 func (k kind) named(info LockInfo) LockInfo {
-	record := info.Kind == dlock.KindMutex
+	record := info.Kind == driver.KindMutex
 	info.Kind = ""
 	if info.Held {
 		info.Kind = k.name
-		if k.name == dlock.KindMutex && info.Waiters > 0 && !record {
-			info.Kind = dlock.KindFair
+		if k.name == driver.KindMutex && info.Waiters > 0 && !record {
+			info.Kind = driver.KindFair
 		}
 	}
 	return info
@@ -68,14 +70,14 @@ type kind struct {
 // mutexKind is the kind of the mutexes (New, NewFair), released by rel.
 func mutexKind(rel func(ctx context.Context, key, owner string) error) kind {
 	return kind{
-		name: dlock.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
+		name: driver.KindMutex, script: redisscript.Inspect, keys: inspectKeys, reply: inspectReply,
 		force: func(ctx context.Context, key string, info LockInfo) error { return rel(ctx, key, info.Owner) },
 	}
 }
 
-// list lists the held locks of kind k whose names match pattern.
-func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, error) {
-	names, err := c.names(ctx, pattern)
+// list lists the held locks of kind k whose names start with prefix.
+func (c *conn) list(ctx context.Context, prefix string, k kind) ([]LockInfo, error) {
+	names, err := c.names(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -83,16 +85,13 @@ func (c *conn) list(ctx context.Context, pattern string, k kind) ([]LockInfo, er
 	return infos, err
 }
 
-// names returns the names of the locks whose names match pattern, of every
-// kind, held or not, sorted.
-func (c *conn) names(ctx context.Context, pattern string) ([]string, error) {
+// names returns the names of the locks whose names start with prefix, of every
+// kind, held or not, sorted. prefix holds no glob character (see driver.List).
+func (c *conn) names(ctx context.Context, prefix string) ([]string, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
-	match := LockKey(pattern)
+	match := LockKey(prefix + "*")
 	var (
 		mu    sync.Mutex
 		names []string
@@ -175,14 +174,11 @@ func lockName(redisKey string) (string, bool) {
 		return "", false
 	}
 	name, ok = strings.CutSuffix(name, "}")
-	if !ok || dlock.ValidateKey(name) != nil {
+	if !ok || driver.ValidateKey(name) != nil {
 		return "", false
 	}
 	return name, true
 }
-
-// ValidatePattern checks a List pattern (see dlock.ValidatePattern).
-func ValidatePattern(pattern string) error { return dlock.ValidatePattern(pattern) }
 
 // forceAttempts bounds how often ForceUnlock re-reads a lock that changed hands
 // between its read and its release.
@@ -209,7 +205,7 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 // fairKind is the kind of the fair mutex, released by rel.
 func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
 	k := mutexKind(rel)
-	k.name = dlock.KindFair
+	k.name = driver.KindFair
 	return k
 }
 
@@ -217,18 +213,18 @@ func fairKind(rel func(ctx context.Context, key, owner string) error) kind {
 // released by rel.
 func reentrantKind(rel func(ctx context.Context, key, holder string) error) kind {
 	k := mutexKind(rel)
-	k.name = dlock.KindReentrant
+	k.name = driver.KindReentrant
 	return k
 }
 
-// inspection is the dlock.Inspector of every driver: it reads and forces the
+// inspection is the driver.Inspector of every driver: it reads and forces the
 // locks of the driver's kind k. The drivers embed it.
 type inspection struct {
 	c *conn
 	k kind
 }
 
-// Inspect implements dlock.Inspector: it reads the lock named key without
+// Inspect implements driver.Inspector: it reads the lock named key without
 // changing it. A free lock is not an error: the result has Held false. The
 // error matches dlock.ErrInvalid for a bad key, dlock.ErrConflict when the key
 // holds foreign data or a lock of another kind, and dlock.ErrUnavailable when
@@ -237,16 +233,15 @@ func (i inspection) Inspect(ctx context.Context, key string) (LockInfo, error) {
 	return i.c.inspect(ctx, key, i.k)
 }
 
-// List implements dlock.Inspector: the locks held now whose names match
-// pattern, sorted by name. pattern is a Redis glob over lock names ("*" for
-// all, "jobs:*", "job-?"); it must not contain '{', '}' or control characters.
-// On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
+// ListPrefix implements driver.Inspector: the locks held now whose names start
+// with prefix (driver.List and Client.List filter them by a pattern and sort
+// them). On a *redis.ClusterClient every master is scanned, on a *redis.Ring every
 // shard. Keys that hold foreign data or locks of another kind are skipped.
-func (i inspection) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	return i.c.list(ctx, pattern, i.k)
+func (i inspection) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
+	return i.c.list(ctx, prefix, i.k)
 }
 
-// ForceUnlock implements dlock.Inspector: it removes the lock named key whoever
+// ForceUnlock implements driver.Inspector: it removes the lock named key whoever
 // holds it, and returns what it removed. The holder is not told, and learns of
 // the loss at its next renewal. The fence counter is kept, so tokens keep
 // increasing. The release is owner-checked against the holder just read, so a
@@ -263,14 +258,14 @@ func (i inspection) ForceUnlock(ctx context.Context, key string) (LockInfo, erro
 // lock of another kind as dlock.ErrConflict. It tells the kind of a lock from
 // the fields of its hash and reads it as that kind, filling LockInfo.Kind; a
 // plain and a fair mutex differ only while the fair one has queued waiters, so
-// a fair mutex that nobody waits for shows as dlock.KindMutex. It is a
-// dlock.Inspector.
+// a fair mutex that nobody waits for shows as driver.KindMutex. It is a
+// driver.Inspector.
 type Inspector struct {
 	c                         *conn
 	mutex, reentrant, sem, rw kind
 }
 
-var _ dlock.Inspector = (*Inspector)(nil)
+var _ driver.Inspector = (*Inspector)(nil)
 
 // NewInspector returns an Inspector over rdb. It returns an error matching
 // dlock.ErrInvalid for a nil client; it does no I/O.
@@ -281,7 +276,7 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 	}
 	return &Inspector{
 		c: m.c, mutex: mutexKind(m.releaseForced), reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
-		sem: newLeases(m.c, semMarker).kind(), rw: newLeases(m.c, rwMarker).kind(),
+		sem: newMultiHolder(m.c, semMarker).kind(), rw: newMultiHolder(m.c, rwMarker).kind(),
 	}, nil
 }
 
@@ -317,7 +312,7 @@ func (in *Inspector) classify(ctx context.Context, key string) (kind, error) {
 	if ctx == nil {
 		return kind{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return kind{}, err
 	}
 	f, err := in.c.rdb.HMGet(ctx, LockKey(key), kindFields...).Result()
@@ -363,14 +358,15 @@ func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, err
 	return in.each(ctx, key, func(k kind) (LockInfo, error) { return in.c.forceUnlock(ctx, key, k) })
 }
 
-// List returns the held locks of every kind whose names match pattern, sorted
-// by name, as Driver.List does. The keys are scanned once, the kind of each
+// ListPrefix returns the held locks of every kind whose names start with
+// prefix, in any order, as inspection.ListPrefix does; driver.List filters
+// and sorts them. The keys are scanned once, the kind of each
 // lock read in pipelined batches, and each lock read as its kind.
-func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, error) {
+func (in *Inspector) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
 	if in == nil || in.c == nil {
 		return nil, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
 	}
-	names, err := in.c.names(ctx, pattern)
+	names, err := in.c.names(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +400,6 @@ func (in *Inspector) List(ctx context.Context, pattern string) ([]LockInfo, erro
 		}
 		all = append(all, infos...)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
 	return all, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -160,7 +162,7 @@ func TestInspectCountsPlainLockWaiters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := in.List(ctx, key)
+		l, err := driver.List(ctx, in, key)
 		if err != nil || len(l) != 1 {
 			t.Fatalf("List: %+v, %v", l, err)
 		}
@@ -170,8 +172,8 @@ func TestInspectCountsPlainLockWaiters(t *testing.T) {
 	for {
 		a, b, l := waiters()
 		if a.Waiters == 2 && b.Waiters == 2 && l[0].Waiters == 2 {
-			if a.Kind != dlock.KindMutex || l[0].Kind != dlock.KindMutex {
-				t.Errorf("a plain lock with waiters is named %q (List %q), want %q", a.Kind, l[0].Kind, dlock.KindMutex)
+			if a.Kind != driver.KindMutex || l[0].Kind != driver.KindMutex {
+				t.Errorf("a plain lock with waiters is named %q (List %q), want %q", a.Kind, l[0].Kind, driver.KindMutex)
 			}
 			break
 		}

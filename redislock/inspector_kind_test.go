@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -28,11 +30,11 @@ func TestInspectorNamesKinds(t *testing.T) {
 	fair, _ := counted(t, true)
 	rw := newRWMutex(t, rdb)
 	clients := map[string]*redislock.Client{
-		dlock.KindMutex:     newClient(t),
-		dlock.KindReentrant: re,
-		dlock.KindSemaphore: newSemaphore(t, rdb, 3),
-		dlock.KindReadWrite: rw.RLocker(),
-		dlock.KindFair:      fair,
+		driver.KindMutex:     newClient(t),
+		driver.KindReentrant: re,
+		driver.KindSemaphore: newSemaphore(t, rdb, 3),
+		driver.KindReadWrite: rw.RLocker(),
+		driver.KindFair:      fair,
 	}
 	for kind, c := range clients {
 		l, err := c.TryLock(ctx, base+"."+kind, dlock.WithTTL(time.Minute))
@@ -47,11 +49,11 @@ func TestInspectorNamesKinds(t *testing.T) {
 	other, _ := counted(t, true)
 	waited := make(chan error, 1)
 	go func() {
-		_, err := other.Lock(waitCtx, base+"."+dlock.KindFair)
+		_, err := other.Lock(waitCtx, base+"."+driver.KindFair)
 		waited <- err
 	}()
 	eventually(t, "a queued fair waiter", func() bool {
-		info, err := fair.Inspect(ctx, base+"."+dlock.KindFair)
+		info, err := fair.Inspect(ctx, base+"."+driver.KindFair)
 		return err == nil && info.Waiters == 1
 	})
 	for kind, c := range clients {
@@ -63,7 +65,7 @@ func TestInspectorNamesKinds(t *testing.T) {
 			t.Errorf("Client.Inspect(%s): kind %q, %v", key, info.Kind, err)
 		}
 	}
-	infos, err := in.List(ctx, base+".*")
+	infos, err := driver.List(ctx, in, base+".*")
 	if err != nil || len(infos) != len(clients) {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}

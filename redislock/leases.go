@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
@@ -16,22 +18,22 @@ import (
 // leases that ended, so a crashed holder's share comes back at its TTL. Both
 // keys expire with the last lease.
 
-// leases is the part of a driver of a lock with several holders that does not
+// multiHolder is the part of a driver of a lock with several holders that does not
 // depend on its kind: extend, TTL and inspection. The drivers embed it.
-type leases struct {
+type multiHolder struct {
 	inspection
 	c      *conn
 	marker string // the lock hash field that marks the kind
 }
 
-func newLeases(c *conn, marker string) leases {
-	l := leases{c: c, marker: marker}
+func newMultiHolder(c *conn, marker string) multiHolder {
+	l := multiHolder{c: c, marker: marker}
 	l.inspection = inspection{c: c, k: l.kind()}
 	return l
 }
 
-// Extend implements dlock.Driver.
-func (l leases) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (l multiHolder) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.LeaseExtend.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, ttl.Milliseconds(), l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
@@ -42,8 +44,8 @@ func (l leases) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) 
 	return ttl, nil
 }
 
-// TTL implements dlock.Driver.
-func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (l multiHolder) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	n, err := redisscript.LeaseTTL.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
@@ -55,10 +57,10 @@ func (l leases) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error)
 }
 
 // kind returns the inspection of the lock kind.
-func (l leases) kind() kind {
-	name, keys := dlock.KindReadWrite, rwKeys
+func (l multiHolder) kind() kind {
+	name, keys := driver.KindReadWrite, rwKeys
 	if l.marker == semMarker {
-		name, keys = dlock.KindSemaphore, leaseKeys
+		name, keys = driver.KindSemaphore, leaseKeys
 	}
 	return kind{
 		name:   name,
@@ -78,7 +80,7 @@ func (l leases) kind() kind {
 // queued marks busy as the reply to a waiter that left state in the store (a
 // queue entry, a mark) which it must refresh at least every refresh, and which
 // the Client abandons if it gives up.
-func queued(busy *dlock.Busy, refresh time.Duration) {
+func queued(busy *driver.Taken, refresh time.Duration) {
 	busy.Queued = true
 	if busy.Remaining < 0 || busy.Remaining > refresh {
 		busy.Remaining = refresh
@@ -87,7 +89,7 @@ func queued(busy *dlock.Busy, refresh time.Duration) {
 
 // waitingArg is the acquire scripts' argument that says whether the caller
 // will wait: "1" or "0".
-func waitingArg(r dlock.AcquireRequest) string {
+func waitingArg(r driver.AcquireRequest) string {
 	if r.Waiting {
 		return "1"
 	}

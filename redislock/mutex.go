@@ -7,14 +7,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
-// Driver is the dlock.Driver of the plain (not fair) Redis mutex: single
+// Driver is the driver.Driver of the plain (not fair) Redis mutex: single
 // owner-checked attempts, one Lua script round trip each. It is also a
-// dlock.Inspector of the plain mutexes. Most users want New instead.
+// driver.Inspector of the plain mutexes. Most users want New instead.
 type Driver struct {
 	inspection
 	c          *conn
@@ -23,9 +25,9 @@ type Driver struct {
 }
 
 var (
-	_ dlock.Notifier  = (*Driver)(nil)
-	_ dlock.Abandoner = (*Driver)(nil)
-	_ dlock.Inspector = (*Driver)(nil)
+	_ driver.Notifier  = (*Driver)(nil)
+	_ driver.Abandoner = (*Driver)(nil)
+	_ driver.Inspector = (*Driver)(nil)
 )
 
 // NewDriver returns the plain mutex driver over rdb. NewClient makes a Client
@@ -48,11 +50,11 @@ func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error)
 	return d, nil
 }
 
-// Acquire implements dlock.Driver. A grant's Handle names its token, which
+// Acquire implements driver.Driver. A grant's Handle names its token, which
 // Release records in the released lock record (see Release).
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if strings.IndexByte(r.Owner, ' ') >= 0 {
-		return dlock.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
 	}
 	var t ticket
 	if r.Waiting && d.c.hub.waiting() {
@@ -61,7 +63,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 		t = d.c.hub.attempt(ctx, clientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
 		if t.queued > 0 {
 			// Other waiters of this process came first: wait for a wake in turn.
-			return dlock.Grant{}, &dlock.Busy{Remaining: t.queued}
+			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
 		}
 	}
 	lock, waiting, fence, abandon := plainKeys(r.Key, r.Owner)
@@ -102,7 +104,7 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	}
 	d.c.fl.sent(r, err)
 	if err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	g.Handle = &plainHolding{token: g.Token, waiting: waiting}
 	return g, nil
@@ -110,13 +112,13 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 
 // plainGrant decodes the reply of the acquire script: a grant, the arrival it
 // carries, or the attempt's error.
-func plainGrant(res any, err error, ttl time.Duration) (dlock.Grant, string, error) {
+func plainGrant(res any, err error, ttl time.Duration) (driver.Grant, string, error) {
 	if v, ok := res.(int64); ok && err == nil {
 		// A grant that carries no arrival is its token alone.
 		if v <= 0 {
-			return dlock.Grant{}, "", fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
+			return driver.Grant{}, "", fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
 		}
-		return dlock.Grant{Token: uint64(v), TTL: ttl}, "", nil
+		return driver.Grant{Token: uint64(v), TTL: ttl}, "", nil
 	}
 	s, _ := res.([]any)
 	arrival := ""
@@ -125,7 +127,7 @@ func plainGrant(res any, err error, ttl time.Duration) (dlock.Grant, string, err
 		s = s[:2]
 	}
 	if err == nil && s == nil {
-		return dlock.Grant{}, "", fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, "", fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
 	}
 	g, err := acquireReply(s, err, ttl)
 	return g, arrival, err
@@ -154,13 +156,13 @@ func (d *Driver) runAcquire(ctx context.Context, argv []any) (any, int64, error)
 	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
 }
 
-// Extend implements dlock.Driver.
-func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver.
+func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
 	return extendReply(h.Key, n, err, ttl)
 }
 
-// Release implements dlock.Driver. When h.Handle is the Handle of the Grant
+// Release implements driver.Driver. When h.Handle is the Handle of the Grant
 // that Acquire returned, or a token (a uint64), the release is one command on
 // the server: the lock record stays, released, with that token, until the
 // holding's TTL would have run out, so that the next acquisition draws a token
@@ -169,7 +171,7 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 // so. With another Handle (an acquisition that failed and is cleaned up) the
 // record goes, only the holding with the token of a redisscript.Drawn Handle
 // when it is one, and the next token is drawn from the server clock.
-func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	switch hd := h.Handle.(type) {
 	case *plainHolding:
 		if lock, waiting, ok := hd.releaseKeys(h.Key); ok {
@@ -216,22 +218,22 @@ func (d *Driver) release(ctx context.Context, key, lock, waiting, owner string, 
 	return err
 }
 
-// TTL implements dlock.Driver.
-func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
 	return ttlReply(h.Key, n, err)
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *Driver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, clientWakeChannel(h.Key, d.c.hub.id), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: it releases the owner's holding if an
+// Abandon implements driver.Abandoner: it releases the owner's holding if an
 // attempt landed, and marks the acquisition abandoned (see AbandonMarkTTL) so
 // that an attempt still in flight on another connection cannot take the lock
 // after it.
-func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	_, err := d.drop(ctx, h, d.c.fl.mark(h), "")
 	return err
 }
@@ -240,7 +242,7 @@ func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
 // unless drawn is ""), waking a waiting process as a release does, and marks
 // the acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
 // removed a holding, 0 otherwise.
-func (d *Driver) drop(ctx context.Context, h dlock.Holding, mark, drawn string) (int64, error) {
+func (d *Driver) drop(ctx context.Context, h driver.Holding, mark, drawn string) (int64, error) {
 	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
 		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark, drawn).Int64()
 	if err == nil && n == 1 {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -614,7 +616,7 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 	return ticket{subscribed: true, othersWait: others > 0, arrival: t.score, onSet: t.score != "" && !t.popped, done: func(err error, score string, token uint64) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		var busy *dlock.Busy
+		var busy *driver.Taken
 		switch {
 		case errors.As(err, &busy):
 			if busy.Remaining > 0 {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -125,7 +127,7 @@ func bothKinds(t *testing.T, f func(t *testing.T, fair bool)) {
 
 func TestFairConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindFair},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, _ := counted(t, true, opts...)
 			return c
@@ -539,7 +541,7 @@ func TestClusterNotifiedWaiting(t *testing.T) {
 	}
 	t.Run("FairConformance", func(t *testing.T) {
 		dlocktest.Run(t, dlocktest.Backend{
-			Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindFair},
+			Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindFair},
 			New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 				c, err := redislock.NewFair(newCC(t), opts...)
 				if err != nil {

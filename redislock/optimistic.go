@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -80,7 +82,7 @@ type Optimistic struct {
 // values do not expire. It returns an error matching dlock.ErrInvalid for a nil
 // client or a negative ttl; it does no I/O.
 func NewOptimistic(rdb redis.UniversalClient, ttl time.Duration) (*Optimistic, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	if ttl < 0 {
@@ -96,7 +98,7 @@ func (o *Optimistic) check(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }
 
 // Get reads the value named key and its version (0 with an empty value when it

@@ -111,6 +111,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -162,7 +164,7 @@ type conn struct {
 }
 
 func newConn(rdb redis.UniversalClient) (*conn, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
@@ -176,13 +178,13 @@ func markTTL(ttl time.Duration) int64 {
 }
 
 // extend resets the TTL of a lock hash owned by owner (both lock kinds).
-func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (c *conn) extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
 	return extendReply(h.Key, n, err, ttl)
 }
 
 // ttl reads the time left on a lock hash owned by owner (both lock kinds).
-func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (c *conn) ttl(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
 	return ttlReply(h.Key, n, err)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -34,7 +36,7 @@ func newClient(t testing.TB, opts ...dlock.Option) *redislock.Client {
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindMutex},
 		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
 		Occupy: func(t testing.TB, key string) func() bool {
 			rdb := newRDB(t, srv.Addr)

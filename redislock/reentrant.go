@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -34,7 +36,7 @@ import (
 // holding to the next) and its expiry: acquiring or extending any hold never
 // shortens the key's time, so a Lease's watchdog keeps the whole holding alive,
 // and every Lease's local deadline stays within it. Each hold is recorded under
-// its acquisition's random part (see dlock.SplitOwner): a retried attempt whose
+// its acquisition's random part (see driver.SplitOwner): a retried attempt whose
 // earlier reply was lost finds its hold and does not count twice, one Lease
 // cannot give up another's hold, and a second Unlock of the same Lease reports
 // dlock.ErrNotHeld. Holds reports the count. A Lease lost while its
@@ -80,7 +82,7 @@ var (
 	reentryBarMS    = strconv.FormatInt(ReentryBar.Milliseconds(), 10)
 )
 
-// ReentrantDriver is the dlock.Driver of the reentrant Redis mutex. Most users
+// ReentrantDriver is the driver.Driver of the reentrant Redis mutex. Most users
 // want NewReentrant instead.
 type ReentrantDriver struct {
 	inspection
@@ -88,9 +90,9 @@ type ReentrantDriver struct {
 }
 
 var (
-	_ dlock.Notifier  = (*ReentrantDriver)(nil)
-	_ dlock.Abandoner = (*ReentrantDriver)(nil)
-	_ dlock.Inspector = (*ReentrantDriver)(nil)
+	_ driver.Notifier  = (*ReentrantDriver)(nil)
+	_ driver.Abandoner = (*ReentrantDriver)(nil)
+	_ driver.Inspector = (*ReentrantDriver)(nil)
 )
 
 // NewReentrantDriver returns the reentrant mutex driver over rdb.
@@ -105,10 +107,10 @@ func NewReentrantDriver(rdb redis.UniversalClient) (*ReentrantDriver, error) {
 }
 
 // run runs one operation of the reentrant script for owner (holder ID and
-// acquisition, see dlock.SplitOwner; acq overrides the acquisition when all is
+// acquisition, see driver.SplitOwner; acq overrides the acquisition when all is
 // set: every hold).
 func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bool, args ...any) *redis.Cmd {
-	holder, acq := dlock.SplitOwner(owner)
+	holder, acq := driver.SplitOwner(owner)
 	if all {
 		holder, acq = owner, ""
 	}
@@ -117,10 +119,10 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 		append([]any{op, holder, acq}, args...)...)
 }
 
-// Acquire implements dlock.Driver. The holder's other holds make it succeed
+// Acquire implements driver.Driver. The holder's other holds make it succeed
 // with the holding's token. A waiter never queues behind this process's other
 // waiters: the holder may be the one re-entering.
-func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *ReentrantDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, t ticket) ([]any, error) {
@@ -137,21 +139,21 @@ func (d *ReentrantDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	})
 }
 
-// Extend implements dlock.Driver: it keeps the whole holding alive at least ttl.
-func (d *ReentrantDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+// Extend implements driver.Driver: it keeps the whole holding alive at least ttl.
+func (d *ReentrantDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	n, err := d.run(ctx, "extend", h.Key, h.Owner, false, ttl.Milliseconds()).Int64()
 	return extendReply(h.Key, n, err, ttl)
 }
 
-// TTL implements dlock.Driver.
-func (d *ReentrantDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+// TTL implements driver.Driver.
+func (d *ReentrantDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	n, err := d.run(ctx, "ttl", h.Key, h.Owner, false).Int64()
 	return ttlReply(h.Key, n, err)
 }
 
-// Release implements dlock.Driver: it gives up h's hold, and frees the lock
+// Release implements driver.Driver: it gives up h's hold, and frees the lock
 // (waking waiters) when it was the last.
-func (d *ReentrantDriver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *ReentrantDriver) Release(ctx context.Context, h driver.Holding) error {
 	res, err := d.run(ctx, "release", h.Key, h.Owner, false, d.c.hub.publishCmd(), wakeChannel(h.Key)).Result()
 	return d.c.released(h.Key, res, err)
 }
@@ -162,16 +164,16 @@ func (d *ReentrantDriver) releaseAll(ctx context.Context, key, holder string) er
 	return d.c.released(key, res, err)
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *ReentrantDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *ReentrantDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: it gives up the acquisition's hold if an
+// Abandon implements driver.Abandoner: it gives up the acquisition's hold if an
 // attempt landed, takes its owner ID's place among the waiting owners away (see
 // OwnerWaitMark), and marks the acquisition abandoned (see AbandonMarkTTL), so
 // that an attempt still in flight cannot add a hold after it.
-func (d *ReentrantDriver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *ReentrantDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	_, err := d.run(ctx, "abandon", h.Key, h.Owner, false,
 		d.c.hub.publishCmd(), wakeChannel(h.Key), d.c.fl.mark(h)).Result()
 	return mapErr(err)
@@ -185,7 +187,7 @@ func (d *ReentrantDriver) Holds(ctx context.Context, key string) (n int, holder 
 	if ctx == nil {
 		return 0, "", fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return 0, "", err
 	}
 	v, err := d.c.rdb.HMGet(ctx, LockKey(key), "o", "c").Result()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -35,7 +37,7 @@ func holds(t *testing.T, c *redislock.Client, key string) (int, string) {
 // Without an owner ID every acquisition is its own owner: a plain mutex.
 func TestReentrantConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindReentrant},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindReentrant},
 		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newReentrant(t, opts...) },
 	})
 }
@@ -54,7 +56,7 @@ func TestReentrantCountsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l2.Token() != l1.Token() || !strings.HasPrefix(l2.Owner(), "job-a"+dlock.OwnerSep) {
+	if l2.Token() != l1.Token() || !strings.HasPrefix(l2.Owner(), "job-a"+driver.OwnerSep) {
 		t.Errorf("re-entry token %d owner %q, want token %d and owner job-a#...", l2.Token(), l2.Owner(), l1.Token())
 	}
 	if n, holder := holds(t, a, key); n != 2 || holder != "job-a" {
@@ -101,7 +103,7 @@ func TestReentrantRetriedAttemptCountsOnce(t *testing.T) {
 	key := dlocktest.Key(t)
 	c := newReentrant(t)
 	d := c.Driver()
-	r := dlock.AcquireRequest{Key: key, Owner: "svc#0123abcd", TTL: 5 * time.Second}
+	r := driver.AcquireRequest{Key: key, Owner: "svc#0123abcd", TTL: 5 * time.Second}
 	g1, err := d.Acquire(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -118,10 +120,10 @@ func TestReentrantRetriedAttemptCountsOnce(t *testing.T) {
 		t.Fatalf("%d holds, want 2", n)
 	}
 	for _, o := range []string{"svc#0123abcd", "svc#4567ef01"} {
-		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o}); err != nil {
+		if err := d.Release(ctx, driver.Holding{Key: key, Owner: o}); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: o}); !errors.Is(err, dlock.ErrNotHeld) {
+		if err := d.Release(ctx, driver.Holding{Key: key, Owner: o}); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Fatalf("release of a hold given up already: %v", err)
 		}
 	}
@@ -169,7 +171,7 @@ func TestReentrantCrashedHolderFreesAtTTL(t *testing.T) {
 	key := dlocktest.Key(t)
 	d := newReentrant(t).Driver()
 	for _, o := range []string{"dead#01", "dead#02"} {
-		if _, err := d.Acquire(ctx, dlock.AcquireRequest{Key: key, Owner: o, TTL: 300 * time.Millisecond}); err != nil {
+		if _, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: o, TTL: 300 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -151,26 +151,26 @@ func TestBatchedRenewalCost(t *testing.T) {
 type renewals struct {
 	dlock.NopObserver
 	mu  sync.Mutex
-	got map[string][]dlock.RenewalOutcome
+	got map[string][]string
 }
 
 func (r *renewals) Renewal(_ context.Context, e dlock.RenewalEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.got == nil {
-		r.got = map[string][]dlock.RenewalOutcome{}
+		r.got = map[string][]string{}
 	}
-	r.got[e.Key] = append(r.got[e.Key], e.Outcome)
+	r.got[e.Key] = append(r.got[e.Key], renewalOutcome(e.Err))
 }
 
 // since returns the outcomes of key's renewals from the n-th on.
-func (r *renewals) since(key string, n int) []dlock.RenewalOutcome {
+func (r *renewals) since(key string, n int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.got[key]) <= n {
 		return nil
 	}
-	return append([]dlock.RenewalOutcome(nil), r.got[key][n:]...)
+	return append([]string(nil), r.got[key][n:]...)
 }
 
 func (r *renewals) count(key string) int {
@@ -245,18 +245,18 @@ func losesOnlyTheGoneLease(t *testing.T, rdb, admin redis.UniversalClient) {
 		got := obs.since(l.Key(), marks[l.Key()])
 		switch l {
 		case gone:
-			if len(got) != 1 || got[0] != dlock.RenewalNotHeld {
+			if len(got) != 1 || got[0] != "not_held" {
 				t.Errorf("gone lease's renewals: %v, want one not_held", got)
 			}
 		case foreign:
 			for _, o := range got {
-				if o != dlock.RenewalTransient {
+				if o != "transient" {
 					t.Errorf("foreign key's renewals: %v, want transient failures", got)
 				}
 			}
 		default:
 			for _, o := range got {
-				if o != dlock.RenewalOK {
+				if o != "ok" {
 					t.Errorf("lease %s: renewals %v, want ok", l.Key(), got)
 				}
 			}
@@ -289,7 +289,7 @@ func TestBatchedRenewalRidesOutAnOutage(t *testing.T) {
 	}
 	eventually(t, "a failed renewal of every lease", func() bool {
 		for _, l := range leases {
-			if !contains(obs.since(l.Key(), marks[l.Key()]), dlock.RenewalTransient) {
+			if !contains(obs.since(l.Key(), marks[l.Key()]), "transient") {
 				return false
 			}
 		}
@@ -299,7 +299,7 @@ func TestBatchedRenewalRidesOutAnOutage(t *testing.T) {
 	eventually(t, "a renewal of every lease after the outage", func() bool {
 		for _, l := range leases {
 			got := obs.since(l.Key(), marks[l.Key()])
-			if len(got) == 0 || got[len(got)-1] != dlock.RenewalOK {
+			if len(got) == 0 || got[len(got)-1] != "ok" {
 				return false
 			}
 		}
@@ -328,11 +328,22 @@ func holdMany(t *testing.T, c *redislock.Client, k int) []*dlock.Lease {
 	return leases
 }
 
-func contains(os []dlock.RenewalOutcome, o dlock.RenewalOutcome) bool {
+func contains(os []string, o string) bool {
 	for _, x := range os {
 		if x == o {
 			return true
 		}
 	}
 	return false
+}
+
+// renewalOutcome names how a renewal that returned err ended.
+func renewalOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, dlock.ErrNotHeld):
+		return "not_held"
+	}
+	return "transient"
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -51,12 +53,12 @@ func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 
 // checkAck releases a grant that fewer replicas than WithReplicaAck asks for
 // acknowledged, and reports it.
-func (d *Driver) checkAck(ctx context.Context, r dlock.AcquireRequest, acked int64) error {
+func (d *Driver) checkAck(ctx context.Context, r driver.AcquireRequest, acked int64) error {
 	if d.ack == 0 || acked >= int64(d.ack) {
 		return nil
 	}
-	cctx, cancel := dlock.CleanupContext(ctx)
-	_, _ = d.drop(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
+	cctx, cancel := driver.CleanupContext(ctx)
+	_, _ = d.drop(cctx, driver.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
 	cancel()
 	return fmt.Errorf("%w: redislock: the acquisition reached %d of %d replicas within %v, and was released",
 		dlock.ErrUnavailable, acked, d.ack, d.ackTimeout)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -17,30 +19,30 @@ import (
 
 // acquireReply decodes the {1, token}, {0, pttl} or {2, 0} reply of an acquire
 // script.
-func acquireReply(res []any, err error, ttl time.Duration) (dlock.Grant, error) {
+func acquireReply(res []any, err error, ttl time.Duration) (driver.Grant, error) {
 	if err != nil {
-		return dlock.Grant{}, mapErr(err)
+		return driver.Grant{}, mapErr(err)
 	}
 	if len(res) != 2 {
-		return dlock.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
 	switch ok {
 	case 1:
 	case 2:
-		return dlock.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
 	default:
 		rem := time.Duration(v) * time.Millisecond
 		if v < 0 {
 			rem = -1
 		}
-		return dlock.Grant{}, &dlock.Busy{Remaining: rem}
+		return driver.Grant{}, &driver.Taken{Remaining: rem}
 	}
 	if v <= 0 {
-		return dlock.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
 	}
-	return dlock.Grant{Token: uint64(v), TTL: ttl}, nil
+	return driver.Grant{Token: uint64(v), TTL: ttl}, nil
 }
 
 // extendReply decodes the reply of an extend script: 1 extended, 0 not held.
@@ -104,7 +106,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	}
 	info := LockInfo{Key: key}
 	if res[6] == int64(1) {
-		info.Kind = dlock.KindMutex // a plain lock's record: its waiters are no fair queue
+		info.Kind = driver.KindMutex // a plain lock's record: its waiters are no fair queue
 	}
 	info.LastToken = replyUint(res[4])
 	info.Waiters = int(replyUint(res[5]))

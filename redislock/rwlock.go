@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -78,8 +80,8 @@ func NewRWMutex(rdb redis.UniversalClient, opts ...dlock.Option) (*RWMutex, erro
 	if err != nil {
 		return nil, err
 	}
-	l := newLeases(c, rwMarker)
-	wd, rd := &RWDriver{leases: l, write: true}, &RWDriver{leases: l}
+	l := newMultiHolder(c, rwMarker)
+	wd, rd := &RWDriver{multiHolder: l, write: true}, &RWDriver{multiHolder: l}
 	w, err := dlock.NewClient(wd, opts...)
 	if err != nil {
 		return nil, err
@@ -136,7 +138,7 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 	}
 	// The read acquisition takes over the writer's holding: a Client of its
 	// own, over a read driver that names the writer, makes it.
-	c, err := dlock.NewClient(&RWDriver{leases: m.rd.leases, from: write.Owner()}, m.opts...)
+	c, err := dlock.NewClient(&RWDriver{multiHolder: m.rd.multiHolder, from: write.Owner()}, m.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -160,22 +162,22 @@ func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
 	return nil
 }
 
-// RWDriver is the dlock.Driver of one side (read or write) of a read-write lock.
+// RWDriver is the driver.Driver of one side (read or write) of a read-write lock.
 // Most users want NewRWMutex instead.
 type RWDriver struct {
-	leases
+	multiHolder
 	write bool
 	from  string // for a Downgrade: the writer whose holding a read acquisition takes over
 }
 
 var (
-	_ dlock.Notifier  = (*RWDriver)(nil)
-	_ dlock.Abandoner = (*RWDriver)(nil)
-	_ dlock.Inspector = (*RWDriver)(nil)
+	_ driver.Notifier  = (*RWDriver)(nil)
+	_ driver.Abandoner = (*RWDriver)(nil)
+	_ driver.Inspector = (*RWDriver)(nil)
 )
 
-// Acquire implements dlock.Driver.
-func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	mode, refresh := "r", FairWaiterTTL/5 // the reader's entry is refreshed
 	if d.write {
 		mode, refresh = "w", WriterWaitMark/5 // the writer's queue entry is refreshed, and removed if it gives up
@@ -203,26 +205,28 @@ func (d *RWDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.G
 	})
 }
 
-// Release implements dlock.Driver.
-func (d *RWDriver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.run(ctx, h.Key, h.Owner, "")
+// Release implements driver.Driver.
+func (d *RWDriver) Release(ctx context.Context, h driver.Holding) error {
+	return d.leave(ctx, h.Key, h.Owner, "")
 }
 
-func (d *RWDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *RWDriver) leave(ctx context.Context, key, owner, mark string) error {
 	c := d.c
 	res, err := redisscript.RWRelease.Run(ctx, c.rdb, rwKeys(key, owner),
 		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *RWDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *RWDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: a holding that landed is released, a
+// Abandon implements driver.Abandoner: a holding that landed is released, a
 // waiting writer's or reader's entry is removed, and the acquisition is marked abandoned (see
 // AbandonMarkTTL).
-func (d *RWDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
+func (d *RWDriver) Abandon(ctx context.Context, h driver.Holding) error {
+	return abandoned(d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

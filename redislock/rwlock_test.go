@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -28,7 +30,7 @@ func newRWMutex(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *
 // TestRWMutexWriteConformance: the write side is a mutex.
 func TestRWMutexWriteConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindWrite},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindWrite},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newRWMutex(t, newRDB(t, srv.Addr), opts...)
 		},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -51,7 +53,7 @@ const semMarker = "n"
 // either as a semaphore or as another kind of lock: the others see
 // dlock.ErrConflict.
 //
-// The Client is a dlock.Inspector: Inspect shows the permits in use
+// The Client is a driver.Inspector: Inspect shows the permits in use
 // (LockInfo.Holders), n (LockInfo.Limit), the queued waiters, and the lease
 // that ends last; ForceUnlock removes every permit.
 //
@@ -66,18 +68,18 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 	return dlock.NewClient(d, opts...)
 }
 
-// SemaphoreDriver is the dlock.Driver of the counting semaphore. Most users want
+// SemaphoreDriver is the driver.Driver of the counting semaphore. Most users want
 // NewSemaphore instead.
 type SemaphoreDriver struct {
-	leases
+	multiHolder
 	c *conn
 	n string // the number of permits, in decimal
 }
 
 var (
-	_ dlock.Notifier  = (*SemaphoreDriver)(nil)
-	_ dlock.Abandoner = (*SemaphoreDriver)(nil)
-	_ dlock.Inspector = (*SemaphoreDriver)(nil)
+	_ driver.Notifier  = (*SemaphoreDriver)(nil)
+	_ driver.Abandoner = (*SemaphoreDriver)(nil)
+	_ driver.Inspector = (*SemaphoreDriver)(nil)
 )
 
 // NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
@@ -89,11 +91,11 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, err
 	if err != nil {
 		return nil, err
 	}
-	return &SemaphoreDriver{leases: newLeases(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
+	return &SemaphoreDriver{multiHolder: newMultiHolder(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
 }
 
-// Acquire implements dlock.Driver.
-func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+// Acquire implements driver.Driver.
+func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
@@ -111,26 +113,28 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (
 	})
 }
 
-// Release implements dlock.Driver: the permit goes to the head of the queue,
+// Release implements driver.Driver: the permit goes to the head of the queue,
 // which is woken.
-func (d *SemaphoreDriver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.run(ctx, h.Key, h.Owner, "")
+func (d *SemaphoreDriver) Release(ctx context.Context, h driver.Holding) error {
+	return d.leave(ctx, h.Key, h.Owner, "")
 }
 
-func (d *SemaphoreDriver) run(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding, or its entry when it
+// waits. With mark set (Abandon) the acquisition is also marked abandoned.
+func (d *SemaphoreDriver) leave(ctx context.Context, key, owner, mark string) error {
 	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
 
-// Subscribe implements dlock.Notifier.
-func (d *SemaphoreDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+// Subscribe implements driver.Notifier.
+func (d *SemaphoreDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	return d.c.hub.subscribe(ctx, h.Key, wakeChannel(h.Key), h.Owner)
 }
 
-// Abandon implements dlock.Abandoner: the waiter leaves the queue, a permit it
+// Abandon implements driver.Abandoner: the waiter leaves the queue, a permit it
 // holds or was handed goes on to the next waiter, and the acquisition is marked
 // abandoned (see AbandonMarkTTL).
-func (d *SemaphoreDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	return abandoned(d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
+func (d *SemaphoreDriver) Abandon(ctx context.Context, h driver.Holding) error {
+	return abandoned(d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -62,7 +64,7 @@ func (ts tally) total() (n int64) {
 // TestSemaphoreOfOneConformance: a semaphore of one permit is a mutex.
 func TestSemaphoreOfOneConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindSemaphore},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindSemaphore},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newSemaphore(t, newRDB(t, srv.Addr), 1, opts...)
 		},
@@ -427,12 +429,12 @@ func TestClusterSemaphoreAndRWMutex(t *testing.T) {
 		return rdb
 	}
 	t.Run("SemaphoreOfOne", func(t *testing.T) {
-		dlocktest.Run(t, dlocktest.Backend{Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindSemaphore}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+		dlocktest.Run(t, dlocktest.Backend{Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindSemaphore}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newSemaphore(t, newCC(t), 1, opts...)
 		}})
 	})
 	t.Run("Write", func(t *testing.T) {
-		dlocktest.Run(t, dlocktest.Backend{Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindWrite}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
+		dlocktest.Run(t, dlocktest.Backend{Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindWrite}, New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			return newRWMutex(t, newCC(t), opts...)
 		}})
 	})
@@ -477,7 +479,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	infos, err := in.List(ctx, base+".*")
+	infos, err := driver.List(ctx, in, base+".*")
 	if err != nil || len(infos) != 3 {
 		t.Fatalf("List: %+v, %v", infos, err)
 	}
@@ -498,7 +500,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 	if err := mu.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("mutex after ForceUnlock: %v", err)
 	}
-	if infos, err := in.List(ctx, base+".*"); err != nil || len(infos) != 0 {
+	if infos, err := driver.List(ctx, in, base+".*"); err != nil || len(infos) != 0 {
 		t.Errorf("List after ForceUnlock: %+v, %v", infos, err)
 	}
 	occupyHash(t, rdb, base+".foreign")
@@ -506,7 +508,7 @@ func TestInspectorReadsEveryKind(t *testing.T) {
 		t.Errorf("Inspect of a foreign hash: %v", err)
 	}
 	var nilIn *redislock.Inspector
-	if _, err := nilIn.List(ctx, "*"); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, nilIn, "*"); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil Inspector: %v", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -24,7 +26,7 @@ func BarrierKey(name string) string { return Prefix + "{" + name + "}:barrier" }
 // announces its changes.
 func syncChannel(name string) string { return Prefix + "{" + name + "}:sync" }
 
-// SyncDriver is the dlock.SyncDriver of Redis: latches and double barriers,
+// SyncDriver is the driver.SyncDriver of Redis: latches and double barriers,
 // each in its name's hash slot (so one slot on Redis Cluster), whose waiters are
 // woken by pub/sub messages (sharded pub/sub on Cluster). Most users want
 // NewLatch and NewBarrier instead.
@@ -33,12 +35,12 @@ type SyncDriver struct {
 	pub string // PUBLISH, or SPUBLISH on Cluster
 }
 
-var _ dlock.SyncDriver = (*SyncDriver)(nil)
+var _ driver.SyncDriver = (*SyncDriver)(nil)
 
 // NewSyncDriver returns the latch and barrier driver over rdb. It returns an
 // error matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewSyncDriver(rdb redis.UniversalClient) (*SyncDriver, error) {
-	if dlock.IsNil(rdb) {
+	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
 	}
 	pub := "PUBLISH"
@@ -184,31 +186,31 @@ func barrierKeys(name string) []string {
 	return []string{BarrierKey(name), BarrierKey(name) + ":parties"}
 }
 
-// CountDown implements dlock.SyncDriver.
+// CountDown implements driver.SyncDriver.
 func (d *SyncDriver) CountDown(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	c, err := latchCountDown.Run(ctx, d.rdb, []string{LatchKey(name)}, n, ttl.Milliseconds(), d.pub, syncChannel(name)).Int()
 	return c, mapErr(err)
 }
 
-// LatchCount implements dlock.SyncDriver.
+// LatchCount implements driver.SyncDriver.
 func (d *SyncDriver) LatchCount(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	c, err := latchCount.Run(ctx, d.rdb, []string{LatchKey(name)}, n, ttl.Milliseconds()).Int()
 	return c, mapErr(err)
 }
 
-// Arrive implements dlock.SyncDriver.
+// Arrive implements driver.SyncDriver.
 func (d *SyncDriver) Arrive(ctx context.Context, name, party string, n int, ttl time.Duration) (bool, error) {
 	open, err := barrierArrive.Run(ctx, d.rdb, barrierKeys(name), n, party, ttl.Milliseconds(), d.pub, syncChannel(name)).Int()
 	return open == 1, mapErr(err)
 }
 
-// Withdraw implements dlock.SyncDriver.
+// Withdraw implements driver.SyncDriver.
 func (d *SyncDriver) Withdraw(ctx context.Context, name, party string, n int) (bool, error) {
 	open, err := barrierWithdraw.Run(ctx, d.rdb, barrierKeys(name), n, party).Int()
 	return open == 1, mapErr(err)
 }
 
-// Depart implements dlock.SyncDriver.
+// Depart implements driver.SyncDriver.
 func (d *SyncDriver) Depart(ctx context.Context, name, party string, n int) (int, time.Duration, error) {
 	r, err := barrierDepart.Run(ctx, d.rdb, barrierKeys(name), n, party, d.pub, syncChannel(name)).Int64Slice()
 	if err != nil {
@@ -220,7 +222,7 @@ func (d *SyncDriver) Depart(ctx context.Context, name, party string, n int) (int
 	return int(r[0]), time.Duration(r[1]) * time.Millisecond, nil
 }
 
-// WatchSync implements dlock.SyncDriver: a subscription of its own to the
+// WatchSync implements driver.SyncDriver: a subscription of its own to the
 // name's channel (sharded on Cluster), which wakes the waiter on every message
 // and whenever it is confirmed (first, and again after a reconnection). A
 // subscription the server refuses closes the channel, and the waiter polls.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -13,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func newSyncDriver(t testing.TB) dlock.SyncDriver {
+func newSyncDriver(t testing.TB) driver.SyncDriver {
 	d, err := redislock.NewSyncDriver(newRDB(t, srv.Addr))
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestSyncClusterConformance(t *testing.T) {
 	cluster := testserver.StartCluster(t, 3)
 	dlocktest.RunSync(t, dlocktest.SyncBackend{
 		TTL: 300 * time.Millisecond,
-		New: func(t testing.TB) dlock.SyncDriver {
+		New: func(t testing.TB) driver.SyncDriver {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			d, err := redislock.NewSyncDriver(rdb)

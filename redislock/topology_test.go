@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -18,7 +20,7 @@ import (
 func TestClusterConformance(t *testing.T) {
 	cluster := testserver.StartCluster(t, 3)
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
@@ -44,7 +46,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	master := testserver.StartRedis(t)
 	s := testserver.StartSentinel(t, master)
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "redislock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "redislock", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 				MasterName: s.MasterName, SentinelAddrs: []string{s.Addr}, ContextTimeoutEnabled: true,
@@ -108,7 +110,7 @@ func TestClusterPrimitives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := dlock.Leader(ctx, plain, key+".role"); err != nil || info.Metadata != "node-1" {
+	if info, err := dlock.CurrentLeader(ctx, plain, key+".role"); err != nil || info.Metadata != "node-1" {
 		t.Fatalf("Leader: %+v %v", info, err)
 	}
 	if err := lead.Resign(ctx); err != nil {

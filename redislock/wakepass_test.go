@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/redislock"
@@ -275,7 +277,7 @@ func TestPlainLockWakeNotKeptByGoneWaiter(t *testing.T) {
 	// A second acquisition of S's process: one busy attempt, then its caller
 	// gives up before subscribing.
 	zctx, zcancel := context.WithCancel(ctx)
-	_, err = d.Acquire(zctx, dlock.AcquireRequest{Key: w.key, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second, Waiting: true})
+	_, err = d.Acquire(zctx, driver.AcquireRequest{Key: w.key, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Second, Waiting: true})
 	var busy *dlock.BusyError
 	if !errors.As(err, &busy) {
 		t.Fatalf("attempt on a held lock: %v", err)

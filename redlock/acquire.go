@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/dlock-go/dlock/redislock"
@@ -19,8 +21,8 @@ import (
 type holding struct {
 	token   uint64 // the token handed out, which each node's release records
 	granted []int
-	silent  []int                    // nodes whose attempt did not answer in time
-	late    *stragglers[dlock.Grant] // attempts still on their way when the majority granted
+	silent  []int                     // nodes whose attempt did not answer in time
+	late    *stragglers[driver.Grant] // attempts still on their way when the majority granted
 
 	once   sync.Once
 	unsure map[int]bool // silent, and late ones that never answered
@@ -47,7 +49,7 @@ func (h *holding) unknown() map[int]bool {
 	return h.unsure
 }
 
-// Acquire implements dlock.Driver: the acquire script of redislock's mutex on
+// Acquire implements driver.Driver: the acquire script of redislock's mutex on
 // every node, a majority needed; then the largest token of the majority is
 // recorded on it and handed out. The release records that token on every node
 // (see Release), so that the nodes' next tokens agree, and the recording round
@@ -56,10 +58,10 @@ func (h *holding) unknown() map[int]bool {
 // attempt keeps its places in the nodes' waiting sets until its waiter has
 // subscribed (see waits): its busy reply carries them as its Handle, which
 // Subscribe, the next attempt or Abandon lets go.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	timeout := d.nodeTimeout(r.TTL)
 	if err := d.identifyAll(ctx, timeout); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	nr := r
 	// A node that a clean-up of an earlier attempt has yet to reach grants
@@ -76,23 +78,23 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 	// to the timeout), so that it knows which ones to release. A node is asked
 	// what server it is before its first request: no node takes part before it
 	// has been compared with the others that have answered.
-	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (dlock.Grant, error) {
+	got, late, err := askNodesWithStragglers(ctx, ctx, d.all(), timeout, func(ctx context.Context, i int) (driver.Grant, error) {
 		if err := d.identify(ctx, i); err != nil {
-			return dlock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		if ws != nil {
 			return ws.acquire(ctx, d.nodes[i], nr)
 		}
 		return d.nodes[i].Acquire(ctx, nr)
-	}, func(got []reply[dlock.Grant], _ int) bool {
+	}, func(got []reply[driver.Grant], _ int) bool {
 		return count(got) >= d.quorum
 	})
 	if err != nil {
 		ws.end()
-		return dlock.Grant{}, err // the Client abandons the acquisition on every node
+		return driver.Grant{}, err // the Client abandons the acquisition on every node
 	}
 	g, err := d.settle(ctx, r, got, late, timeout)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	if errors.As(err, &busy) && ws != nil {
 		// The waiter subscribes next: the nodes keep its places until then.
 		busy.Handle = ws
@@ -103,9 +105,9 @@ func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 }
 
 // settle is the outcome of an acquisition whose nodes answered got.
-func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], late *stragglers[dlock.Grant], timeout time.Duration) (dlock.Grant, error) {
+func (d *Driver) settle(ctx context.Context, r driver.AcquireRequest, got []reply[driver.Grant], late *stragglers[driver.Grant], timeout time.Duration) (driver.Grant, error) {
 	if dup := d.duplicate(); dup != nil {
-		return dlock.Grant{}, d.refuseDuplicate(ctx, r, dup)
+		return driver.Grant{}, d.refuseDuplicate(ctx, r, dup)
 	}
 	var yes, quiet []int
 	var top uint64
@@ -119,25 +121,25 @@ func (d *Driver) settle(ctx context.Context, r dlock.AcquireRequest, got []reply
 		}
 	}
 	if len(yes) < d.quorum {
-		return dlock.Grant{}, d.refused(ctx, r, got, timeout)
+		return driver.Grant{}, d.refused(ctx, r, got, timeout)
 	}
 	if raised, err := d.raise(ctx, r, got, top, timeout); err != nil {
 		d.cleanUp(ctx, r, got, raised, top, timeout)
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
-	return dlock.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
+	return driver.Grant{Token: top, TTL: r.TTL, Handle: &holding{token: top, granted: yes, silent: quiet, late: late}}, nil
 }
 
-// Info implements dlock.Driver: a mutex on a quorum of Redis masters.
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "redlock", Kind: dlock.KindMutex}
+// Info implements driver.Driver: a mutex on a quorum of Redis masters.
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "redlock", Kind: driver.KindMutex}
 }
 
 // raise records top, the largest token the granting majority drew, on that
 // majority: on each granting node that drew less (the ones that drew top have it
 // already). It fails unless a majority then holds the lock with a counter at
 // top or above, and returns the nodes that said they recorded it.
-func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], top uint64, timeout time.Duration) (map[int]bool, error) {
+func (d *Driver) raise(ctx context.Context, r driver.AcquireRequest, got []reply[driver.Grant], top uint64, timeout time.Duration) (map[int]bool, error) {
 	have := 0
 	var below []int
 	for _, g := range got {
@@ -186,15 +188,15 @@ func (d *Driver) raise(ctx context.Context, r dlock.AcquireRequest, got []reply[
 
 // refused cleans up after an acquisition that no majority granted (the nodes
 // that granted it are released, see cleanUp) and returns the
-// error that explains the outcome: a *dlock.Busy when holders elsewhere
+// error that explains the outcome: a *driver.Taken when holders elsewhere
 // kept the majority out, an error matching dlock.ErrUnavailable when failed
 // nodes did, and otherwise the nodes' own refusal (dlock.ErrConflict...).
-func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], timeout time.Duration) error {
+func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []reply[driver.Grant], timeout time.Duration) error {
 	var yes, unknown, failed int
 	var busy []time.Duration
 	var final error
 	for _, g := range got {
-		var b *dlock.Busy
+		var b *driver.Taken
 		switch {
 		case g.err == nil:
 			yes++
@@ -222,7 +224,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 		if k := d.quorum - yes - failed - 1; k >= 0 && k < len(busy) && busy[0] >= 0 {
 			rem = busy[k]
 		}
-		return &dlock.Busy{Remaining: rem, Queued: unknown > 0}
+		return &driver.Taken{Remaining: rem, Queued: unknown > 0}
 	}
 	return fmt.Errorf("redlock: %d of %d nodes granted the lock, %d needed: %w", yes, len(d.nodes), d.quorum, final)
 }
@@ -239,7 +241,7 @@ func (d *Driver) refused(ctx context.Context, r dlock.AcquireRequest, got []repl
 // when the acquisition ends, and a holding left meanwhile runs out with its
 // TTL. The releases run detached from ctx's cancellation, each bounded by
 // timeout as every call of askNodes is.
-func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []reply[dlock.Grant], raised map[int]bool, top uint64, timeout time.Duration) {
+func (d *Driver) cleanUp(ctx context.Context, r driver.AcquireRequest, got []reply[driver.Grant], raised map[int]bool, top uint64, timeout time.Duration) {
 	drawn := map[int]uint64{}
 	var nodes []int
 	for _, g := range got {
@@ -259,7 +261,7 @@ func (d *Driver) cleanUp(ctx context.Context, r dlock.AcquireRequest, got []repl
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, _ = askNodes(ctx, nodes, timeout, func(ctx context.Context, i int) (struct{}, error) {
-		h := dlock.Holding{Key: r.Key, Owner: r.Owner, Handle: redisscript.Drawn{Token: drawn[i]}}
+		h := driver.Holding{Key: r.Key, Owner: r.Owner, Handle: redisscript.Drawn{Token: drawn[i]}}
 		return struct{}{}, d.nodes[i].Release(ctx, h)
 	}, nil)
 }

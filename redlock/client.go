@@ -8,7 +8,7 @@ import (
 )
 
 // Client is the dlock.Client a redlock constructor returns: a dlock.Locker over
-// N independent Redis masters, and a dlock.Inspector through its Driver. It is
+// N independent Redis masters, and a driver.Inspector through its Driver. It is
 // safe for concurrent use.
 type Client = dlock.Client
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -23,9 +25,9 @@ const (
 // no WithNodeTimeout is given.
 const inspectTimeout = 2 * time.Second
 
-// Driver is the dlock.Driver of Redlock: each call goes to every node in parallel
-// and succeeds with a majority. It is also a dlock.Notifier, a dlock.Abandoner and
-// a dlock.Inspector. Most users want New instead.
+// Driver is the driver.Driver of Redlock: each call goes to every node in parallel
+// and succeeds with a majority. It is also a driver.Notifier, a driver.Abandoner and
+// a driver.Inspector. Most users want New instead.
 type Driver struct {
 	nodes   []*redislock.Driver
 	rdbs    []redis.UniversalClient
@@ -36,10 +38,10 @@ type Driver struct {
 }
 
 var (
-	_ dlock.Driver    = (*Driver)(nil)
-	_ dlock.Notifier  = (*Driver)(nil)
-	_ dlock.Abandoner = (*Driver)(nil)
-	_ dlock.Inspector = (*Driver)(nil)
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.Notifier  = (*Driver)(nil)
+	_ driver.Abandoner = (*Driver)(nil)
+	_ driver.Inspector = (*Driver)(nil)
 )
 
 // Option configures a Driver.
@@ -90,7 +92,7 @@ func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d := &Driver{quorum: len(nodes)/2 + 1, ident: identities{ids: make([]string, len(nodes))}}
 	seen := map[string]int{}
 	for i, rdb := range nodes {
-		if dlock.IsNil(rdb) {
+		if driver.IsNil(rdb) {
 			return nil, fmt.Errorf("%w: redlock: node %d is nil", dlock.ErrInvalid, i)
 		}
 		switch rdb.(type) {
@@ -165,10 +167,10 @@ func (d *Driver) all() []int {
 	return d.every
 }
 
-// Extend implements dlock.Driver: the holding is extended on every node that
+// Extend implements driver.Driver: the holding is extended on every node that
 // still holds it, and the extend succeeds when a majority did. It fails with
 // dlock.ErrNotHeld when so many nodes no longer hold it that no majority can.
-func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	nh := h
 	nh.Handle = nil
 	// The extends still on their way when a majority has answered go on: a
@@ -187,12 +189,12 @@ func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 	return 0, d.noQuorum("extended", got)
 }
 
-// Release implements dlock.Driver: the holding is released on every node, after
+// Release implements driver.Driver: the holding is released on every node, after
 // the acquisition's attempts still on their way have answered; it is abandoned
 // (see redislock's Driver.Abandon) on the nodes where an attempt may still
 // land. It succeeds when a majority released it, and fails with
 // dlock.ErrNotHeld when a majority did not hold it any more.
-func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	nh := h
 	nh.Handle = nil
 	// The releases still on their way when a majority has answered must not
@@ -230,9 +232,9 @@ func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
 	return d.noQuorum("released", got)
 }
 
-// TTL implements dlock.Driver: the time until fewer than a majority of the nodes
+// TTL implements driver.Driver: the time until fewer than a majority of the nodes
 // hold the lock, as the nodes see it.
-func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	nh := h
 	nh.Handle = nil
 	got, err := askNodes(ctx, d.all(), d.settleTimeout(h.TTL), func(ctx context.Context, i int) (time.Duration, error) {
@@ -254,9 +256,9 @@ func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error
 	return ttls[len(ttls)-d.quorum], nil
 }
 
-// Abandon implements dlock.Abandoner: redislock's abandon (release, and a mark
+// Abandon implements driver.Abandoner: redislock's abandon (release, and a mark
 // that stops a late attempt) on every node.
-func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	nh := h
 	nh.Handle = nil
 	if w, ok := h.Handle.(*waits); ok {

@@ -4,29 +4,29 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
-var _ dlock.BatchExtender = (*Driver)(nil)
+var _ driver.BatchExtender = (*Driver)(nil)
 
-// ExtendMany implements dlock.BatchExtender: the holdings go to every node in
+// ExtendMany implements driver.BatchExtender: the holdings go to every node in
 // parallel, each node's share as one pipeline of batch extend scripts (see
 // redislock's ExtendBatch), and each holding is extended when a majority of
 // the nodes extended it, exactly as Extend decides for one.
-func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []dlock.ExtendResult {
-	nreqs := make([]dlock.ExtendRequest, len(reqs))
+func (d *Driver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
+	nreqs := make([]driver.ExtendRequest, len(reqs))
 	var longest time.Duration
 	for i, r := range reqs {
 		nreqs[i] = r
 		nreqs[i].Holding.Handle = nil
 		longest = max(longest, r.TTL)
 	}
-	out := make([]dlock.ExtendResult, len(reqs))
+	out := make([]driver.ExtendResult, len(reqs))
 	// As Extend: the extends still on their way once every holding is decided
 	// go on, detached from the caller.
-	got, err := askNodesDetached(ctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(longest), func(ctx context.Context, i int) ([]dlock.ExtendResult, error) {
+	got, err := askNodesDetached(ctx, context.WithoutCancel(ctx), d.all(), d.settleTimeout(longest), func(ctx context.Context, i int) ([]driver.ExtendResult, error) {
 		return d.nodes[i].ExtendMany(ctx, nreqs), nil
-	}, func(got []reply[[]dlock.ExtendResult], pending int) bool {
+	}, func(got []reply[[]driver.ExtendResult], pending int) bool {
 		for j := range nreqs {
 			if !d.quorumDecided(count(entry(got, j)), pending) {
 				return false
@@ -51,7 +51,7 @@ func (d *Driver) ExtendMany(ctx context.Context, reqs []dlock.ExtendRequest) []d
 }
 
 // entry returns every node's reply about the j-th holding of an ExtendMany.
-func entry(got []reply[[]dlock.ExtendResult], j int) []reply[time.Duration] {
+func entry(got []reply[[]driver.ExtendResult], j int) []reply[time.Duration] {
 	e := make([]reply[time.Duration], len(got))
 	for k, r := range got {
 		e[k] = reply[time.Duration]{node: r.node, err: r.err}

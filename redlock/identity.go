@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -120,9 +122,9 @@ func (d *Driver) nodeName(i int) string {
 // refuseDuplicate ends an acquisition attempt that found two nodes to be one
 // server: whatever it took on any node is abandoned (also an attempt still on
 // its way cannot land), and the error says which nodes they are.
-func (d *Driver) refuseDuplicate(ctx context.Context, r dlock.AcquireRequest, dup error) error {
-	cctx, cancel := dlock.CleanupContext(ctx)
+func (d *Driver) refuseDuplicate(ctx context.Context, r driver.AcquireRequest, dup error) error {
+	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
-	_ = d.Abandon(cctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
+	_ = d.Abandon(cctx, driver.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL})
 	return dup
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 )
 
-// Inspect implements dlock.Inspector: it reads the lock named key on every node
+// Inspect implements driver.Inspector: it reads the lock named key on every node
 // and returns the majority's view. The lock is held when a majority of the nodes
 // hold it for one owner; its TTL is then the time until fewer than a majority
 // hold it, and its token the one recorded on the majority. LastToken is the
@@ -22,7 +24,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if ctx == nil {
 		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
@@ -66,7 +68,7 @@ func (d *Driver) unanswered(got []reply[dlock.LockInfo]) error {
 // majority holds it.
 func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, bool) {
 	// Waiters wait in their own processes, unseen by the masters.
-	out := dlock.LockInfo{Key: key, Waiters: dlock.WaitersUnknown}
+	out := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 	byOwner := map[string][]dlock.LockInfo{}
 	for _, in := range infos {
 		out.LastToken = max(out.LastToken, in.LastToken)
@@ -101,20 +103,16 @@ func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, b
 	return out, false
 }
 
-// List implements dlock.Inspector: the locks whose names match pattern (as for
-// redislock's List) that a majority of the nodes hold, in the majority's view
-// (see Inspect), sorted by name. The error matches dlock.ErrInvalid for a bad
-// pattern, and dlock.ErrUnavailable when fewer than a majority of the nodes
+// ListPrefix implements driver.Inspector: the locks whose names start with
+// prefix that a majority of the nodes hold, in the majority's view (see
+// Inspect). The error matches dlock.ErrUnavailable when fewer than a majority of the nodes
 // answer.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
-		return nil, err
-	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
-		return d.nodes[i].List(ctx, pattern)
+		return d.nodes[i].ListPrefix(ctx, prefix)
 	}, nil)
 	if err != nil {
 		return nil, err
@@ -135,19 +133,10 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 			out = append(out, info)
 		}
 	}
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
 	return out, nil
 }
 
-// ForceUnlock implements dlock.Inspector: it removes the lock named key on every
+// ForceUnlock implements driver.Inspector: it removes the lock named key on every
 // node, whoever holds it there, and returns the majority's view of what it
 // removed. The fence counters are kept, so tokens keep increasing. The holder
 // is not told, and learns of the loss at its next renewal. The error matches
@@ -157,7 +146,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 	if ctx == nil {
 		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
 	}
 	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -100,7 +102,7 @@ func lateNodes(t *testing.T) (*redlock.Driver, []*redis.Client, []*heldBack) {
 
 // checkHeld fails the test unless the lease h holds a majority of nodes 0-2,
 // as its owner believes, so that no other owner can take the lock.
-func checkHeld(ctx context.Context, t *testing.T, d *redlock.Driver, h dlock.Holding) {
+func checkHeld(ctx context.Context, t *testing.T, d *redlock.Driver, h driver.Holding) {
 	t.Helper()
 	if got := held(t, h.Key, 0, 1, 2); len(got) < 2 {
 		t.Errorf("nodes held after the late releases: %v, want a majority", got)
@@ -108,10 +110,10 @@ func checkHeld(ctx context.Context, t *testing.T, d *redlock.Driver, h dlock.Hol
 	if _, err := d.TTL(ctx, h); err != nil {
 		t.Errorf("TTL of the lease after the late releases: %v (a minority holds it)", err)
 	}
-	y := dlock.AcquireRequest{Key: h.Key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: h.TTL}
+	y := driver.AcquireRequest{Key: h.Key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: h.TTL}
 	if _, err := d.Acquire(ctx, y); err == nil {
 		t.Errorf("another owner took the lock while the lease holds it")
-		_ = d.Release(ctx, dlock.Holding{Key: h.Key, Owner: y.Owner, TTL: y.TTL})
+		_ = d.Release(ctx, driver.Holding{Key: h.Key, Owner: y.Owner, TTL: y.TTL})
 	}
 	if err := d.Release(ctx, h); err != nil {
 		t.Errorf("release of the lease: %v", err)
@@ -129,7 +131,7 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	const ttl = 10 * time.Second
 	d, direct, hbs := lateNodes(t)
 	// Another owner holds nodes 0 and 1, each on its own.
-	x := dlock.AcquireRequest{Key: key, Owner: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", TTL: ttl}
+	x := driver.AcquireRequest{Key: key, Owner: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", TTL: ttl}
 	var xs []*redislock.Driver
 	for _, rdb := range direct[:2] {
 		nd, err := redislock.NewDriver(rdb)
@@ -141,15 +143,15 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 		}
 		xs = append(xs, nd)
 	}
-	xh := dlock.Holding{Key: key, Owner: x.Owner, TTL: ttl}
+	xh := driver.Holding{Key: key, Owner: x.Owner, TTL: ttl}
 	t.Cleanup(func() {
 		for _, nd := range xs {
 			_ = nd.Release(context.Background(), xh)
 		}
 	})
 
-	r := dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
-	var busy *dlock.Busy
+	r := driver.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
+	var busy *driver.Taken
 	if _, err := d.Acquire(ctx, r); !errors.As(err, &busy) {
 		t.Fatalf("first attempt: %v, want busy", err)
 	}
@@ -172,14 +174,14 @@ func TestLateCleanupLeavesLaterAttempt(t *testing.T) {
 	if got := held(t, key, 0, 1, 2); len(got) != 2 || got[0] != 0 || got[1] != 2 {
 		t.Errorf("nodes held after the late release: %v, want 0 and 2", got)
 	}
-	h := dlock.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle}
+	h := driver.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle}
 	if _, err := d.TTL(ctx, h); err != nil {
 		t.Errorf("TTL of the lease after the late release: %v (a minority holds it)", err)
 	}
-	y := dlock.AcquireRequest{Key: key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: ttl}
+	y := driver.AcquireRequest{Key: key, Owner: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", TTL: ttl}
 	if _, err := d.Acquire(ctx, y); err == nil {
 		t.Errorf("another owner took the lock while the lease holds it")
-		_ = d.Release(ctx, dlock.Holding{Key: key, Owner: y.Owner, TTL: ttl})
+		_ = d.Release(ctx, driver.Holding{Key: key, Owner: y.Owner, TTL: ttl})
 	}
 	if err := d.Release(ctx, h); err != nil {
 		t.Errorf("release of the lease: %v", err)
@@ -203,7 +205,7 @@ func TestLateCleanupAfterFailedRaiseLeavesLaterAttempt(t *testing.T) {
 	t.Cleanup(func() { direct[0].Del(context.Background(), redislock.FenceKey(key)) })
 	hbs[1].setFailRaise(true)
 	hbs[2].setFailRaise(true)
-	r := dlock.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
+	r := driver.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
 	if _, err := d.Acquire(ctx, r); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("first attempt, whose token is not recorded: %v, want ErrUnavailable", err)
 	}
@@ -220,5 +222,5 @@ func TestLateCleanupAfterFailedRaiseLeavesLaterAttempt(t *testing.T) {
 	if landed < 2 {
 		t.Fatalf("%d releases held back, want the first attempt's clean-up of its majority", landed)
 	}
-	checkHeld(ctx, t, d, dlock.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle})
+	checkHeld(ctx, t, d, driver.Holding{Key: key, Owner: r.Owner, TTL: ttl, Handle: g.Handle})
 }

@@ -7,13 +7,13 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
-// Subscribe implements dlock.Notifier: the waiter subscribes on every node, and
+// Subscribe implements driver.Notifier: the waiter subscribes on every node, and
 // a wake from any node wakes it. It fails only when no node could subscribe; the
 // channel closes when every node's notifications have stopped.
-func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (d *Driver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	nh := h
 	nh.Handle = nil
 	var (

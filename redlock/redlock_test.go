@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
@@ -147,7 +149,7 @@ func TestConformance(t *testing.T) {
 				return true
 			}
 		},
-		Info: dlock.DriverInfo{Backend: "redlock", Kind: dlock.KindMutex},
+		Info: driver.DriverInfo{Backend: "redlock", Kind: driver.KindMutex},
 	})
 }
 
@@ -421,7 +423,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t, 10*time.Second)
-	r := dlock.AcquireRequest{Key: dlocktest.Key(t), Owner: "0123456789abcdef0123456789abcdef", TTL: 5 * time.Second}
+	r := driver.AcquireRequest{Key: dlocktest.Key(t), Owner: "0123456789abcdef0123456789abcdef", TTL: 5 * time.Second}
 	g1, err := d.Acquire(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -438,7 +440,7 @@ func TestAcquireIsIdempotentForItsOwner(t *testing.T) {
 	if _, err := d.Acquire(ctx, other); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("another owner: %v, want ErrNotObtained", err)
 	}
-	if err := d.Release(ctx, dlock.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL}); err != nil {
+	if err := d.Release(ctx, driver.Holding{Key: r.Key, Owner: r.Owner, TTL: r.TTL}); err != nil {
 		t.Fatal(err)
 	}
 }

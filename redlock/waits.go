@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -30,11 +31,11 @@ type waits struct {
 // acquire runs r on node under a context that ends with the caller's or with
 // w, and whose deadline, ctx's, bounds the request's network I/O (with
 // go-redis's ContextTimeoutEnabled).
-func (w *waits) acquire(ctx context.Context, node *redislock.Driver, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (w *waits) acquire(ctx context.Context, node *redislock.Driver, r driver.AcquireRequest) (driver.Grant, error) {
 	wctx, cancel := context.WithCancel(w.caller)
 	dl, _ := ctx.Deadline()
 	g, err := node.Acquire(waitCtx{Context: wctx, deadline: dl}, r)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) {
 		cancel() // the node's driver keeps nothing for a grant or a failure
 		return g, err

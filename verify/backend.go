@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/legacy"
@@ -192,7 +194,7 @@ var (
 )
 
 // Acquire takes the plain lock, broken as b.variant says.
-func (b *broken) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (b *broken) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if b.variant == "prefix" {
 		return b.prefixAcquire(ctx, r)
 	}
@@ -221,26 +223,26 @@ func (b *broken) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Gra
 }
 
 // prefixAcquire runs the pre-fix acquire script, not waiting (no waiting set).
-func (b *broken) prefixAcquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (b *broken) prefixAcquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	keys := []string{redislock.LockKey(r.Key), redislock.FenceKey(r.Key),
 		redislock.LockKey(r.Key) + ":gone:" + r.Owner, redislock.LockKey(r.Key) + ":waiting"}
 	res, err := prefixScript.Run(ctx, b.rdb, keys, r.Owner, r.TTL.Milliseconds(), "", "", "0", "0", "", "", "0").Slice()
 	if err != nil {
-		return dlock.Grant{}, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+		return driver.Grant{}, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
 	}
 	code, _ := res[0].(int64)
 	switch code {
 	case 1:
 		tok, err := toUint(res[1])
 		if err != nil {
-			return dlock.Grant{}, err
+			return driver.Grant{}, err
 		}
-		return dlock.Grant{Token: tok, Handle: tok}, nil
+		return driver.Grant{Token: tok, Handle: tok}, nil
 	case 0:
 		pttl, _ := res[1].(int64)
-		return dlock.Grant{}, &dlock.Busy{Remaining: time.Duration(pttl) * time.Millisecond}
+		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(pttl) * time.Millisecond}
 	}
-	return dlock.Grant{}, fmt.Errorf("%w: verify: acquire reply %v", dlock.ErrRefused, res)
+	return driver.Grant{}, fmt.Errorf("%w: verify: acquire reply %v", dlock.ErrRefused, res)
 }
 
 func toUint(v any) (uint64, error) {
@@ -254,7 +256,7 @@ func toUint(v any) (uint64, error) {
 }
 
 // Extend extends the holding (noexpiry: nothing to extend).
-func (b *broken) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (b *broken) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if b.variant == "noexpiry" {
 		return ttl, nil // nothing expires: nothing to extend
 	}
@@ -262,7 +264,7 @@ func (b *broken) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 }
 
 // Release releases the holding, broken as b.variant says.
-func (b *broken) Release(ctx context.Context, h dlock.Holding) error {
+func (b *broken) Release(ctx context.Context, h driver.Holding) error {
 	switch b.variant {
 	case "rawdel":
 		return b.rdb.Del(ctx, redislock.LockKey(h.Key)).Err()

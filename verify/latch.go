@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/pglock"
@@ -55,7 +57,7 @@ type SyncSpec struct {
 
 // NewSyncDriver returns the latch and barrier driver of s's store, and the
 // function that closes its connections.
-func NewSyncDriver(s SyncSpec) (dlock.SyncDriver, func(), error) {
+func NewSyncDriver(s SyncSpec) (driver.SyncDriver, func(), error) {
 	switch s.Backend {
 	case "redis":
 		rdb := redis.NewClient(redisOptions(s.Addr[0]))

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/memlock"
@@ -332,7 +334,7 @@ func Run(t testing.TB, c Config) *Result {
 		time.Sleep(100 * time.Millisecond) // polling the store's expiry
 	}
 	if spec.mem != nil {
-		infos, err := spec.mem.List(context.Background(), "*")
+		infos, err := driver.List(context.Background(), spec.mem, "*")
 		if err != nil {
 			t.Errorf("verify: listing the memlock store: %v", err)
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/go-zookeeper/zk"
@@ -12,7 +14,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
-		Info: dlock.DriverInfo{Backend: "zklock", Kind: dlock.KindFair},
+		Info: driver.DriverInfo{Backend: "zklock", Kind: driver.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
 			c, err := New(newDriver(t), opts...)
 			if err != nil {

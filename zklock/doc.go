@@ -1,4 +1,4 @@
-// Package zklock is dlock's ZooKeeper backend: a dlock.Driver that keeps locks as
+// Package zklock is dlock's ZooKeeper backend: a driver.Driver that keeps locks as
 // ephemeral sequential znodes, the lock recipe of the ZooKeeper documentation made
 // safe against lost replies. It lives in a module of its own, so that programs
 // that use only the Redis backend never build the ZooKeeper client.
@@ -91,7 +91,7 @@
 //     every node, also one whose data is not dlock's.
 //   - A session that expires takes its nodes with it: the holder's Lease is
 //     lost as soon as the client hears of the expiry (at its first contact
-//     with the server after it), not at its next renewal (dlock.Grant.Lost).
+//     with the server after it), not at its next renewal (driver.Grant.Lost).
 //
 // dlock.DefaultTTL (15s, renewed) needs a session timeout of at least 15s, the
 // default of WithSessionTimeout; a server clamps it lower only with a tick under

@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
 // Client is the dlock.Client zklock.New returns: a dlock.Locker on ZooKeeper,
-// over a Driver, and a dlock.Inspector through it. It is safe for concurrent
+// over a Driver, and a driver.Inspector through it. It is safe for concurrent
 // use.
 type Client = dlock.Client
 
@@ -44,8 +46,8 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 )
 
-// Driver is a dlock.Driver on one ZooKeeper session: also a dlock.Notifier,
-// dlock.Abandoner, dlock.TTLLimiter and dlock.Inspector. It is safe for
+// Driver is a driver.Driver on one ZooKeeper session: also a driver.Notifier,
+// driver.Abandoner, driver.TTLLimiter and driver.Inspector. It is safe for
 // concurrent use. NewDriver makes the session; Close ends it, which deletes
 // every node it holds: close a Driver once no Client uses it any more.
 type Driver struct {
@@ -231,79 +233,79 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ dlock.Driver     = (*Driver)(nil)
-	_ dlock.Notifier   = (*Driver)(nil)
-	_ dlock.Abandoner  = (*Driver)(nil)
-	_ dlock.TTLLimiter = (*Driver)(nil)
-	_ dlock.Inspector  = (*Driver)(nil)
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.Notifier   = (*Driver)(nil)
+	_ driver.Abandoner  = (*Driver)(nil)
+	_ driver.TTLLimiter = (*Driver)(nil)
+	_ driver.Inspector  = (*Driver)(nil)
 )
 
-// Acquire implements dlock.Driver: one attempt to take r.Key for r.Owner. A
+// Acquire implements driver.Driver: one attempt to take r.Key for r.Owner. A
 // TryLock attempt (r.Waiting false) never queues: on a held lock it creates
 // nothing, and a node it made that turns out not to be first is deleted again.
 // A waiting attempt queues a node, or finds the one an earlier attempt of the
 // same owner made (also one whose create reply was lost), and returns a
-// *dlock.Busy (Queued, with the node as its Handle) while it is not first.
+// *driver.Taken (Queued, with the node as its Handle) while it is not first.
 // The token is the node's czxid.
 //
 // The grant's Lost ends when the session expires (its nodes are gone then): the
 // Lease is lost at once, not at its next renewal or its deadline.
-func (d *Driver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	ctx, done := d.request(ctx)
 	g, err := d.acquire(ctx, r.Key, r.Owner, r.TTL, r.Metadata, r.Waiting)
 	if err = done(err); err != nil {
-		return dlock.Grant{}, err
+		return driver.Grant{}, err
 	}
-	return dlock.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta},
+	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta},
 		Lost: d.sess.lost(g.session, d.conn.SessionID())}, nil
 }
 
-// Info implements dlock.Driver: ZooKeeper's locks are granted in the order
-// their nodes were created (dlock.KindFair).
-func (d *Driver) Info() dlock.DriverInfo {
-	return dlock.DriverInfo{Backend: "zklock", Kind: dlock.KindFair}
+// Info implements driver.Driver: ZooKeeper's locks are granted in the order
+// their nodes were created (driver.KindFair).
+func (d *Driver) Info() driver.DriverInfo {
+	return driver.DriverInfo{Backend: "zklock", Kind: driver.KindFair}
 }
 
-// Extend implements dlock.Driver: it rewrites the holder's node with ttl, which
+// Extend implements driver.Driver: it rewrites the holder's node with ttl, which
 // must not exceed the session timeout. It fails with dlock.ErrNotHeld when the
 // node is gone (released, forced, or deleted with its expired session).
-func (d *Driver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	ctx, done := d.request(ctx)
 	granted, err := d.extend(ctx, h, ttl)
 	return granted, done(err)
 }
 
-// Release implements dlock.Driver: it deletes the holder's node, and touches no
+// Release implements driver.Driver: it deletes the holder's node, and touches no
 // other owner's. It returns dlock.ErrNotHeld when the node is gone.
-func (d *Driver) Release(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	ctx, done := d.request(ctx)
 	return done(d.release(ctx, h))
 }
 
-// TTL implements dlock.Driver: the time left of the holder's TTL, counted from
+// TTL implements driver.Driver: the time left of the holder's TTL, counted from
 // the last write of its node.
-func (d *Driver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	ctx, done := d.request(ctx)
 	left, err := d.ttlLeft(ctx, h)
 	return left, done(err)
 }
 
-// Abandon implements dlock.Abandoner: it deletes every node of h.Owner under
+// Abandon implements driver.Abandoner: it deletes every node of h.Owner under
 // the lock, held or queued, after the owner's requests still in flight have
 // been answered (so that a create answered late is deleted too); when the
 // server cannot be reached in time, the Driver deletes them once it can. It is
 // not an error when there is none.
-func (d *Driver) Abandon(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	ctx, done := d.request(ctx)
 	_, err := d.remove(ctx, h.Key, h.Owner)
 	return done(err)
 }
 
-// Subscribe implements dlock.Notifier. It waits on the watch the waiter's
+// Subscribe implements driver.Notifier. It waits on the watch the waiter's
 // attempts set on the node just before its own in the queue (not on the whole
 // queue), and sends on the returned channel when that node is deleted, or when
 // the waiter should try again because the watch or the session is gone.
-func (d *Driver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan struct{}, func(), error) {
+func (d *Driver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	if err := d.checkArgs(h.Key, h.Owner); err != nil {
 		return nil, nil, err
 	}

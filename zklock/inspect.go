@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"strings"
+
+	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
-// Inspect implements dlock.Inspector: it reads the lock named key without
+// Inspect implements driver.Inspector: it reads the lock named key without
 // changing it. A free lock has Held false. The TTL is the holder's TTL counted
 // from the last write of its node by the ZooKeeper leader's clock, against this
 // host's clock; <0 when past or unknown (a holder that stopped renewing, whose
@@ -18,7 +20,7 @@ import (
 // third more until its first renewal: the margin its node carries (see the
 // package documentation). Waiters counts the nodes queued behind the
 // holder. A held lock is exclusive and granted in arrival order (Holders and
-// Limit 1, Kind dlock.KindFair) and its LastToken is the holder's token; a free lock's LastToken is 0: ZooKeeper keeps no record
+// Limit 1, Kind driver.KindFair) and its LastToken is the holder's token; a free lock's LastToken is 0: ZooKeeper keeps no record
 // of a released lock.
 func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, _, err := d.inspect(ctx, key)
@@ -54,7 +56,7 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 		nd, _ := decodeData(data)
 		return dlock.LockInfo{Key: key, Held: true, Owner: q[0].owner, Metadata: nd.Metadata,
 			Token: uint64(st.Czxid), TTL: remaining(nd, st.Mtime), Waiters: len(q) - 1,
-			Holders: 1, Limit: 1, LastToken: uint64(st.Czxid), Kind: dlock.KindFair}, q[0].name, nil
+			Holders: 1, Limit: 1, LastToken: uint64(st.Czxid), Kind: driver.KindFair}, q[0].name, nil
 	}
 	return dlock.LockInfo{}, "", changing(key)
 }
@@ -70,16 +72,13 @@ func (d *Driver) checkInspect(ctx context.Context, key string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	return dlock.ValidateKey(key)
+	return driver.ValidateKey(key)
 }
 
-// List implements dlock.Inspector: the held locks whose keys match pattern (see
-// dlock.MatchKey), sorted by key. It reads every lock node under the root.
-func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
+// ListPrefix implements driver.Inspector: the held locks whose keys start with
+// prefix. It reads every lock node under the root.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if err := d.checkInspect(ctx, "list"); err != nil {
-		return nil, err
-	}
-	if err := dlock.ValidatePattern(pattern); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -96,7 +95,7 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 	var out []dlock.LockInfo
 	for _, n := range names {
 		key, ok := unescape(n)
-		if !ok || dlock.ValidateKey(key) != nil || !dlock.MatchKey(pattern, key) {
+		if !ok || driver.ValidateKey(key) != nil || !strings.HasPrefix(key, prefix) {
 			continue
 		}
 		info, err := d.Inspect(ctx, key)
@@ -108,11 +107,10 @@ func (d *Driver) List(ctx context.Context, pattern string) ([]dlock.LockInfo, er
 		}
 		out = append(out, info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
-// ForceUnlock implements dlock.Inspector: it deletes the holder's node of the
+// ForceUnlock implements driver.Inspector: it deletes the holder's node of the
 // lock named key, whoever holds it, and returns what it removed. The holder
 // finds out at its next renewal (or its local deadline), and the next waiter
 // takes the lock. It is for operators clearing a lock whose holder is known to

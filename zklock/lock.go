@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
@@ -14,11 +16,11 @@ import (
 // only when a node it read went away in between.
 const maxRounds = 5
 
-// TTLLimits implements dlock.TTLLimiter: TTLs from dlock.MinTTL to the
+// TTLLimits implements driver.TTLLimiter: TTLs from dlock.MinTTL to the
 // negotiated session timeout, in whole milliseconds (see the package
 // documentation).
-func (d *Driver) TTLLimits() dlock.TTLLimits {
-	return dlock.TTLLimits{Min: dlock.MinTTL, Max: d.SessionTimeout(), Step: time.Millisecond}
+func (d *Driver) TTLLimits() driver.TTLLimits {
+	return driver.TTLLimits{Min: dlock.MinTTL, Max: d.SessionTimeout(), Step: time.Millisecond}
 }
 
 // checkTTL checks ttl against the limits once more: the session timeout can
@@ -34,7 +36,7 @@ func (d *Driver) checkArgs(key, owner string) error {
 	if d == nil {
 		return fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}
-	if err := dlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	return checkOwner(owner)
@@ -266,9 +268,9 @@ type grant struct {
 // TTL, and to remove a holder whose TTL has run out (which no event announces).
 func (d *Driver) busy(rem time.Duration, hd *handle, retry time.Duration) error {
 	if hd == nil {
-		return &dlock.Busy{Remaining: rem}
+		return &driver.Taken{Remaining: rem}
 	}
-	return &dlock.Busy{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
+	return &driver.Taken{Remaining: rem, RetryAfter: max(min(retry, d.SessionTimeout()), time.Millisecond), Queued: true,
 		Handle: hd}
 }
 
@@ -282,7 +284,7 @@ type handle struct {
 
 // nodeOf returns the node name in h's handle, if h has one of this driver's and
 // it is h.Owner's.
-func nodeOf(h dlock.Holding) (*handle, bool) {
+func nodeOf(h driver.Holding) (*handle, bool) {
 	hd, ok := h.Handle.(*handle)
 	if !ok || hd == nil {
 		return nil, false
@@ -319,7 +321,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 		w.lost()
 	}
 	g, err := d.attempt(ctx, key, k, w, start, ttl, metadata, waiting, unknown)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	switch {
 	case errors.As(err, &busy) && busy.Queued:
 		d.keepWaiter(k, w)
@@ -423,7 +425,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			// A TryLock that lost the race to another create.
 			rem, gone, err := d.holderTTL(ctx, lp, q[0], true)
 			if err != nil {
-				cctx, cancel := dlock.CleanupContext(ctx)
+				cctx, cancel := driver.CleanupContext(ctx)
 				_ = d.deleteNode(cctx, lp, owner, w.node)
 				cancel()
 				return grant{}, err
@@ -595,7 +597,7 @@ func (d *Driver) expired(ctx context.Context, lp, name string, nd nodeData, st *
 // holderNode returns the lock node of h.Key and h.Owner's node in it, which
 // holds the lock: from h's handle, or else found in the queue, where it must be
 // first.
-func (d *Driver) holderNode(ctx context.Context, h dlock.Holding) (string, *handle, error) {
+func (d *Driver) holderNode(ctx context.Context, h driver.Holding) (string, *handle, error) {
 	if err := d.checkArgs(h.Key, h.Owner); err != nil {
 		return "", nil, err
 	}
@@ -627,7 +629,7 @@ func (d *Driver) holderNode(ctx context.Context, h dlock.Holding) (string, *hand
 
 // extend rewrites the holder's node with ttl: it succeeds only while the node
 // exists, in this (live) session.
-func (d *Driver) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
+func (d *Driver) extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if err := d.checkTTL(ttl); err != nil {
 		return 0, err
 	}
@@ -652,7 +654,7 @@ func (d *Driver) extend(ctx context.Context, h dlock.Holding, ttl time.Duration)
 }
 
 // ttlLeft returns the time the holder's node has left, from its last write.
-func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, error) {
+func (d *Driver) ttlLeft(ctx context.Context, h driver.Holding) (time.Duration, error) {
 	lp, hd, err := d.holderNode(ctx, h)
 	if err != nil {
 		return 0, err
@@ -674,7 +676,7 @@ func (d *Driver) ttlLeft(ctx context.Context, h dlock.Holding) (time.Duration, e
 
 // release deletes the holder's node named by h's handle, or else every node of
 // h.Owner (see remove). It fails with dlock.ErrNotHeld when there is none.
-func (d *Driver) release(ctx context.Context, h dlock.Holding) error {
+func (d *Driver) release(ctx context.Context, h driver.Holding) error {
 	hd, ok := nodeOf(h)
 	if !ok {
 		found, err := d.remove(ctx, h.Key, h.Owner)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/go-zookeeper/zk"
@@ -135,7 +137,7 @@ func TestRequestsPerOperation(t *testing.T) {
 		}()
 		waitQueue(t, obs, lp, 10*time.Second, func(q []child) bool { return len(q) == i+2 })
 	}
-	// Each waiter's first attempt has set its watch before its Busy returned;
+	// Each waiter's first attempt has set its watch before its Taken returned;
 	// the Client subscribes after that, with no request of its own.
 	waitOps := func(who string, n int) []string {
 		t.Helper()
@@ -229,7 +231,7 @@ func TestStaleWaiterNodeIsRewrittenAtTake(t *testing.T) {
 		t.Fatal("no waiter record")
 	}
 	w.written = w.written.Add(-waiterMargin(ttl) - time.Millisecond)
-	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "a"}); err != nil {
+	if err := a.Release(ctx, driver.Holding{Key: key, Owner: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	log.take()
@@ -270,7 +272,7 @@ func TestClockNotWritable(t *testing.T) {
 		if err != nil || uint64(st.Czxid) != g.token || g.session != d.SessionID() {
 			t.Fatalf("grant %+v, node %+v, %v", g, st, err)
 		}
-		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}}); err != nil {
+		if err := d.Release(ctx, driver.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -285,7 +287,7 @@ func TestClockNotWritable(t *testing.T) {
 	if ops := log.take(); !slices.Equal(ops, []string{"create", "getChildren2", "getData"}) {
 		t.Errorf("requests %s, want create getChildren2 getData", strings.Join(ops, " "))
 	}
-	_ = d.Release(ctx, dlock.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}})
+	_ = d.Release(ctx, driver.Holding{Key: key, Owner: "o", Handle: &handle{node: g.node}})
 }
 
 // maxAllocsPerCycle bounds the client's heap allocations per uncontended Lock

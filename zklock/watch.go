@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/go-zookeeper/zk"
 )
 
-var _ dlock.KeyWatcher = (*Driver)(nil)
+var _ driver.KeyWatcher = (*Driver)(nil)
 
-// WatchKey implements dlock.KeyWatcher with ZooKeeper watches on the lock node
+// WatchKey implements driver.KeyWatcher with ZooKeeper watches on the lock node
 // of key: a child created or deleted (an acquisition, a waiter queued, a
 // release, a session that expired) sends a value; while the lock node does not
 // exist, its creation does. The channel is closed when ctx ends, and when a

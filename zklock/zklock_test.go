@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/internal/testproxy"
@@ -88,7 +90,7 @@ func TestTokenIsCzxidAndSurvivesLockNodeRemoval(t *testing.T) {
 			t.Fatalf("token %d, node czxid %v (%v)", g.token, st, err)
 		}
 		last = g.token
-		if err := d.Release(ctx, dlock.Holding{Key: key, Owner: "o" + strconv.Itoa(i)}); err != nil {
+		if err := d.Release(ctx, driver.Holding{Key: key, Owner: "o" + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.conn.Delete(lp, -1); err != nil {
@@ -105,7 +107,7 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.acquire(ctx, key, "try", time.Second, "", false)
-	var busy *dlock.Busy
+	var busy *driver.Taken
 	if !errors.As(err, &busy) || busy.Remaining <= 4*time.Second || busy.Remaining > 5*time.Second {
 		t.Fatalf("TryLock of a held lock: %v", err)
 	}
@@ -130,13 +132,13 @@ func TestTryLockDoesNotQueue(t *testing.T) {
 	if got := strings.Join(owners(q), ","); got != "holder,waiter" {
 		t.Fatalf("queue %s, want holder,waiter", got)
 	}
-	if err := b.Abandon(ctx, dlock.Holding{Key: key, Owner: "waiter"}); err != nil {
+	if err := b.Abandon(ctx, driver.Holding{Key: key, Owner: "waiter"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "holder"}); err != nil {
+	if err := a.Release(ctx, driver.Holding{Key: key, Owner: "holder"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx, dlock.Holding{Key: key, Owner: "holder"}); !errors.Is(err, dlock.ErrNotHeld) {
+	if err := a.Release(ctx, driver.Holding{Key: key, Owner: "holder"}); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("second Release: %v", err)
 	}
 	// A TryLock that finds the lock free makes its node, but another owner's
@@ -215,7 +217,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 		if _, err := d.acquire(ctx, key, n, 10*time.Second, "", true); !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("waiter %s: %v", n, err)
 		}
-		w, cancel, err := d.Subscribe(ctx, dlock.Holding{Key: key, Owner: n})
+		w, cancel, err := d.Subscribe(ctx, driver.Holding{Key: key, Owner: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +264,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 		}
 	}
 	check(q, true)
-	if err := holder.Release(ctx, dlock.Holding{Key: key, Owner: "a"}); err != nil {
+	if err := holder.Release(ctx, driver.Holding{Key: key, Owner: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -284,7 +286,7 @@ func TestWaiterWatchesOnlyItsPredecessor(t *testing.T) {
 	}
 	// A waiter that gives up in the middle wakes its successor only, whose
 	// next attempt watches the new predecessor.
-	if err := ds["c"].Abandon(ctx, dlock.Holding{Key: key, Owner: "c"}); err != nil {
+	if err := ds["c"].Abandon(ctx, driver.Holding{Key: key, Owner: "c"}); err != nil {
 		t.Fatal(err)
 	}
 	gone[sid(ds["c"])] = true
@@ -326,7 +328,7 @@ func TestLostCreateReplyLeavesNoOrphan(t *testing.T) {
 	waitQueue(t, obs, lp, 5*time.Second, hasOwner("lost"))
 	// The Client's abandon cannot get through either.
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = d.Abandon(ctx, dlock.Holding{Key: key, Owner: "lost"})
+	err = d.Abandon(ctx, driver.Holding{Key: key, Owner: "lost"})
 	cancel()
 	if err == nil {
 		t.Fatal("abandon through a black hole succeeded")
@@ -437,20 +439,20 @@ func TestInspectListForceUnlock(t *testing.T) {
 	if free, err := b.Inspect(ctx, prefix+":free"); err != nil || free.Held {
 		t.Fatalf("Inspect of a free lock: %+v, %v", free, err)
 	}
-	all, err := b.List(ctx, prefix+":*")
+	all, err := driver.List(ctx, b, prefix+":*")
 	if err != nil || len(all) != 3 || all[0].Key != keys[0] || all[2].Key != keys[2] {
 		t.Fatalf("List: %+v, %v", all, err)
 	}
-	if some, err := b.List(ctx, prefix+":[xz]*"); err != nil || len(some) != 2 {
+	if some, err := driver.List(ctx, b, prefix+":[xz]*"); err != nil || len(some) != 2 {
 		t.Fatalf("List of a set: %+v, %v", some, err)
 	}
-	if _, err := b.List(ctx, ""); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := driver.List(ctx, b, ""); !errors.Is(err, dlock.ErrInvalid) {
 		t.Fatalf("List with an empty pattern: %v", err)
 	}
 	if forced, err := b.ForceUnlock(ctx, keys[1]); err != nil || forced.Owner != "holder" || forced.Token != tokens[1] {
 		t.Fatalf("ForceUnlock: %+v, %v", forced, err)
 	}
-	if _, err := a.Extend(ctx, dlock.Holding{Key: keys[1], Owner: "holder"}, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := a.Extend(ctx, driver.Holding{Key: keys[1], Owner: "holder"}, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend after ForceUnlock: %v", err)
 	}
 	if g, err := b.acquire(ctx, keys[1], "waiter", time.Second, "", true); err != nil || g.token <= tokens[1] {

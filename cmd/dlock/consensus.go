@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/zklock"
@@ -105,7 +107,7 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			return etcdlock.New(cli, opts...)
 		},
 		insp:   c,
-		sync:   c.Driver().(dlock.SyncDriver),
+		sync:   c.Driver().(driver.SyncDriver),
 		closer: func() { _ = cli.Close() },
 		purge: func(ctx context.Context, prefix string) (int, error) {
 			n := 0

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/internal/holder"
@@ -192,7 +194,7 @@ func withStore(ctx context.Context, e *env, c command, args []string, def string
 		return fail(e, c.name, usageErrorf("missing KEY"))
 	}
 	if def == "" {
-		if err := dlock.ValidateKey(arg); err != nil {
+		if err := driver.ValidateKey(arg); err != nil {
 			return fail(e, c.name, err)
 		}
 	}

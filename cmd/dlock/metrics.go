@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -51,7 +52,7 @@ func (m *runMetrics) options() []dlock.Option {
 func (m *runMetrics) AcquireEnd(ctx context.Context, e dlock.AcquireEndEvent) context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.Key, m.Backend, m.Outcome = e.Key, e.Backend, string(e.Outcome)
+	m.Key, m.Backend, m.Outcome = e.Key, e.Backend, acquireOutcome(e.Err)
 	m.Attempts += e.Attempts
 	m.WaitSeconds += roundSeconds(e.Wait)
 	if e.Lease != nil {
@@ -65,7 +66,7 @@ func (m *runMetrics) Renewal(_ context.Context, e dlock.RenewalEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.Renewals++
-	if e.Outcome != dlock.RenewalOK {
+	if e.Err != nil {
 		m.RenewalFailures++
 	}
 }
@@ -82,8 +83,11 @@ func (m *runMetrics) Release(_ context.Context, e dlock.ReleaseEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.End, m.HoldSeconds = "released", roundSeconds(e.Held)
-	if e.Outcome != dlock.ReleaseOK {
-		m.End = string(e.Outcome)
+	switch {
+	case errors.Is(e.Err, dlock.ErrNotHeld):
+		m.End = "not_held"
+	case e.Err != nil:
+		m.End = "error"
 	}
 }
 
@@ -120,3 +124,23 @@ func (m *runMetrics) write(e *env, key string, code int) {
 
 // roundSeconds keeps the JSON short: durations to the microsecond.
 func roundSeconds(d time.Duration) float64 { return d.Round(time.Microsecond).Seconds() }
+
+// acquireOutcome names how an acquisition that ended with err ended, as the
+// metrics line's outcome.
+func acquireOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, dlock.ErrInvalid), errors.Is(err, dlock.ErrConflict):
+		return "invalid"
+	case errors.Is(err, dlock.ErrRefused):
+		return "refused"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, dlock.ErrNotObtained):
+		return "busy"
+	}
+	return "unavailable"
+}

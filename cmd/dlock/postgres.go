@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -135,7 +137,7 @@ func pgConnectError(where, raw string, err error) error {
 // pgInspector is the inspector of a pgStore: an inspection in a database
 // without the lock table (which it does not create) says so, exit 1.
 type pgInspector struct {
-	in    dlock.Inspector
+	in    driver.Inspector
 	where string
 }
 
@@ -151,8 +153,8 @@ func (p pgInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	return info, p.noTable(err)
 }
 
-func (p pgInspector) List(ctx context.Context, pattern string) ([]dlock.LockInfo, error) {
-	infos, err := p.in.List(ctx, pattern)
+func (p pgInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	infos, err := p.in.ListPrefix(ctx, prefix)
 	return infos, p.noTable(err)
 }
 

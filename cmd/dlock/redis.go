@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -167,7 +168,7 @@ func (s *redisStore) locker(kind lockKind, permits int, opts ...dlock.Option) (d
 	return redislock.New(s.rdb, opts...)
 }
 
-func (s *redisStore) inspector() dlock.Inspector { return s.c }
+func (s *redisStore) inspector() driver.Inspector { return s.c }
 
 func (s *redisStore) failures() *failureLog { return s.fails }
 
@@ -204,9 +205,9 @@ func lockKindHint(key string, info dlock.LockInfo) string {
 	switch {
 	case !info.Held:
 		return ""
-	case info.Kind == dlock.KindSemaphore:
+	case info.Kind == driver.KindSemaphore:
 		return fmt.Sprintf("key %q is a semaphore of %d permits: take it with -n %d", key, info.Limit, info.Limit)
-	case info.Kind == dlock.KindReadWrite:
+	case info.Kind == driver.KindReadWrite:
 		return fmt.Sprintf("key %q is a read-write lock: take it with -s (shared) or -x (exclusive)", key)
 	}
 	return fmt.Sprintf("key %q is an exclusive lock: take it without -n, -s and -x", key)

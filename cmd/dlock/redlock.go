@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
@@ -112,7 +114,7 @@ func (s *redlockStore) locker(kind lockKind, permits int, opts ...dlock.Option) 
 	return redlock.NewClient(s.d, opts...)
 }
 
-func (s *redlockStore) inspector() dlock.Inspector { return s.c }
+func (s *redlockStore) inspector() driver.Inspector { return s.c }
 
 func (s *redlockStore) failures() *failureLog { return s.fails }
 

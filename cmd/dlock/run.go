@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/holder"
 	"github.com/dlock-go/dlock/redislock"
@@ -242,7 +244,7 @@ func parseRun(e *env, c command, args []string) (*runRequest, int, bool) {
 // check validates what the flags and the key say, before any I/O.
 func (r *runRequest) check() error {
 	o := r.flags
-	if err := dlock.ValidateKey(r.key); err != nil {
+	if err := driver.ValidateKey(r.key); err != nil {
 		return err
 	}
 	if o.renewEvery.set && o.renewEvery.d >= o.ttl.d/2 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // store is what the subcommands need from a lock server.
@@ -16,7 +17,7 @@ type store interface {
 	// permits), with opts as its defaults.
 	locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error)
 	// inspector shows and forces the server's locks (status, list, unlock).
-	inspector() dlock.Inspector
+	inspector() driver.Inspector
 	// failures returns the log of the lock operations' failures; nil when
 	// the backend keeps none.
 	failures() *failureLog
@@ -45,12 +46,12 @@ const (
 type mutexStore struct {
 	where  string
 	newc   func(opts ...dlock.Option) (dlock.Locker, error)
-	insp   dlock.Inspector
+	insp   driver.Inspector
 	closer func()
 	// purge deletes everything of the locks whose names start with prefix
 	// (dlock verify's cleanup) and returns how many entries it removed.
 	purge func(ctx context.Context, prefix string) (int, error)
-	sync  dlock.SyncDriver // latches and barriers (sync.go); nil without them
+	sync  driver.SyncDriver // latches and barriers (sync.go); nil without them
 }
 
 func (s *mutexStore) String() string { return s.where }
@@ -65,7 +66,7 @@ func (s *mutexStore) locker(kind lockKind, permits int, opts ...dlock.Option) (d
 	return s.newc(opts...)
 }
 
-func (s *mutexStore) inspector() dlock.Inspector { return s.insp }
+func (s *mutexStore) inspector() driver.Inspector { return s.insp }
 
 func (s *mutexStore) failures() *failureLog { return nil }
 
@@ -87,7 +88,7 @@ func inspectLock(ctx context.Context, st store, key string) (lockInfo, error) {
 
 // listLocks lists the locks matching pattern through st's inspector.
 func listLocks(ctx context.Context, st store, pattern string) ([]lockInfo, error) {
-	infos, err := st.inspector().List(ctx, pattern)
+	infos, err := driver.List(ctx, st.inspector(), pattern)
 	if err != nil {
 		return nil, err
 	}

@@ -10,13 +10,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 )
 
 // syncStore returns the latch and barrier driver of st, or a usage error on a
 // backend without them.
-func syncStore(st store) (dlock.SyncDriver, error) {
+func syncStore(st store) (driver.SyncDriver, error) {
 	switch s := st.(type) {
 	case *redisStore:
 		return redislock.NewSyncDriver(s.rdb)
@@ -88,7 +90,7 @@ examples:
 }
 
 // syncArgs parses a latch or barrier command line and connects.
-func syncArgs(ctx context.Context, e *env, c command, args []string) (o *syncFlags, a parsedArgs, d dlock.SyncDriver, st store, code int) {
+func syncArgs(ctx context.Context, e *env, c command, args []string) (o *syncFlags, a parsedArgs, d driver.SyncDriver, st store, code int) {
 	o = new(syncFlags)
 	a, code, ok := parseFlags(e, c, o.define(c.name), args)
 	if !ok {

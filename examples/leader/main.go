@@ -196,7 +196,7 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) (report, e
 	// Anyone alive can ask who leads.
 	for _, in := range insts {
 		if in != victim {
-			info, err := dlock.Leader(ctx, in.locker, cfg.Role)
+			info, err := dlock.CurrentLeader(ctx, in.locker, cfg.Role)
 			if err != nil {
 				return rep, err
 			}

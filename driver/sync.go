@@ -1,4 +1,4 @@
-package dlock
+package driver
 
 import (
 	"context"

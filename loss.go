@@ -2,9 +2,10 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // start arms the deadline timer and, for a renewed lease, queues its first
@@ -81,7 +82,7 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 		defer func() {
 			go func() {
 				defer close(done)
-				ctx, cancel := CleanupContext(context.Background())
+				ctx, cancel := driver.CleanupContext(context.Background())
 				defer cancel()
 				_ = l.c.d.Release(ctx, h)
 			}()
@@ -111,98 +112,6 @@ func (l *Lease) onDeadline() {
 	_ = l.lose(l.expiry(), l.expiryCause(), true)
 }
 
-// renewTTL returns the TTL of the lease's next renewal, capped by MaxHold, and
-// false when the cap is reached: renewal stops and the lease runs out at its TTL.
-// A capped TTL is rounded down to the store's step, so that the lease never
-// outlives the cap.
-func (l *Lease) renewTTL() (time.Duration, bool) {
-	ttl := l.ttl
-	if l.maxHold <= 0 {
-		return ttl, true
-	}
-	left := l.maxHold - time.Since(l.acquired)
-	if left > ttl {
-		return ttl, true
-	}
-	// This renewal, if any, is the last: the lease ends at the cap.
-	l.mu.Lock()
-	l.capped = true
-	l.mu.Unlock()
-	left -= left % max(l.c.lim.Step, 1)
-	if left < l.c.lim.Min {
-		return 0, false
-	}
-	return left, true
-}
-
-// renewBegin marks a renewal round trip asking for ttl starting at started
-// (bootStart on the boot clock), and returns the local deadline it must beat;
-// l.extendMu is held.
-func (l *Lease) renewBegin(started time.Time, bootStart, ttl time.Duration) (deadline time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.renewAt = started
-	l.bound(started, bootStart, ttl)
-	return l.deadline
-}
-
-// renewEnd applies the outcome of a renewal round trip that started at started
-// (bootStart on the boot clock) with the local deadline then at deadline, asking
-// for ttl: the lease is extended, lost (the store no longer holds it) or left to
-// a retry. It says when to renew next, or to stop. No extendMu is held: the
-// holder's own Extend may run meanwhile.
-func (l *Lease) renewEnd(started time.Time, bootStart time.Duration, deadline time.Time, ttl time.Duration, res ExtendResult) (next time.Duration, stop bool) {
-	l.mu.Lock()
-	gone := l.state != held
-	l.mu.Unlock()
-	err := context.Canceled // the lease was lost while the renewal was in flight
-	if !gone {
-		err = l.extendOutcome(started, bootStart, ttl, res)
-	}
-	// In one step, so that a loss at the deadline finds either the renewal in
-	// flight or its failure.
-	l.mu.Lock()
-	l.renewAt = time.Time{}
-	ended := l.state != held
-	told := l.obs != nil && l.state != released // not when Unlock stopped it
-	switch {
-	case err == nil:
-		l.renewErr = nil
-	case errors.Is(err, ErrNotHeld), ended:
-	case errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline):
-		l.renewErr = fmt.Errorf("no reply in the %v it had before the local deadline", deadline.Sub(started).Round(time.Millisecond))
-	default:
-		l.renewErr = err
-	}
-	l.mu.Unlock()
-	if told {
-		// A panic here ends the program (nothing recovers on the renewer's
-		// goroutine): the lock is released first, not left until its TTL.
-		ok := false
-		defer l.dropUnless(&ok)
-		l.observeRenewal(started, deadline, err)
-		ok = true
-	}
-	switch {
-	case err == nil:
-		return l.renewEvery, false
-	case errors.Is(err, ErrNotHeld), ended:
-		return 0, true
-	}
-	return l.retryIn(deadline)
-}
-
-// retryIn says when to retry a renewal that could not be made, within the
-// validity left before deadline; stop when none is left (the deadline timer
-// reports the loss).
-func (l *Lease) retryIn(deadline time.Time) (next time.Duration, stop bool) {
-	left := time.Until(deadline)
-	if left <= 0 {
-		return 0, true
-	}
-	return max(time.Millisecond, min(l.renewEvery/4, left/3)), false
-}
-
 // dropUnless, unless *ok, ends the lease as released and releases its lock on
 // a detached, bounded context, telling the Observer nothing: deferred around a
 // hook called on dlock's own goroutine, where a panic ends the program, it
@@ -219,7 +128,82 @@ func (l *Lease) dropUnless(ok *bool) {
 	if st != held {
 		return
 	}
-	ctx, cancel := CleanupContext(context.Background())
+	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
 	_ = l.c.d.Release(ctx, l.holding(l.currentTTL()))
+}
+
+// pastDeadline reports whether the local validity has run out, on either the
+// monotonic clock or the suspend-aware one. A suspended host wakes up with its
+// monotonic clock (and so its timers) behind the server's: only the second clock
+// sees the lease as gone. l.mu is held.
+func (l *Lease) pastDeadline() bool {
+	if !time.Now().Before(l.deadline) {
+		return true
+	}
+	if l.bootOK {
+		if b, ok := l.boot(); ok && b-l.bootAt >= l.valid {
+			return true
+		}
+	}
+	return false
+}
+
+// expireIfPast ends a held lease whose local validity has run out, without waiting
+// for the deadline timer: a holder resumed from a pause or a suspend learns of the
+// loss at its first check, not when a late timer fires.
+func (l *Lease) expireIfPast() {
+	l.mu.Lock()
+	past := l.state == held && l.pastDeadline()
+	l.mu.Unlock()
+	if past {
+		_ = l.lose(l.expiry(), l.expiryCause(), true)
+	}
+}
+
+// expiry is the loss of a lease whose local deadline has passed, naming why no
+// renewal kept it: a fixed lease (no watchdog) whose TTL ran out, the MaxHold
+// cap, renewals that failed (with the last failure), or a pause or suspend of
+// the process that outlasted the validity.
+func (l *Lease) expiry() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	suspended := ""
+	if time.Now().Before(l.deadline) {
+		suspended = " (the host was suspended past it)"
+	}
+	switch {
+	case l.renewEvery == 0:
+		return fmt.Errorf("%w: the fixed lease's TTL of %v ran out%s (no watchdog renews a lease with WithTTL unless WithAutoRenew(true) is given)",
+			ErrLockLost, l.cur, suspended)
+	case l.capped:
+		return fmt.Errorf("%w: held for the MaxHold cap of %v: renewal stopped and the TTL of %v ran out%s",
+			ErrLockLost, l.maxHold, l.cur, suspended)
+	}
+	// Failures are told, not wrapped: the loss must not match a context or
+	// backend error.
+	why := " (was the process paused?)"
+	switch {
+	case !l.renewAt.IsZero() && l.renewErr != nil:
+		why = fmt.Sprintf("; the last renewal failed (%s), and the one in flight for %v had no reply yet",
+			oneLine(l.renewErr), time.Since(l.renewAt).Round(time.Millisecond))
+	case !l.renewAt.IsZero():
+		why = fmt.Sprintf("; the renewal in flight for %v had no reply yet", time.Since(l.renewAt).Round(time.Millisecond))
+	case l.renewErr != nil:
+		why = "; the last renewal failed: " + oneLine(l.renewErr)
+	}
+	return fmt.Errorf("%w: no renewal succeeded before the local deadline%s%s", ErrLockLost, suspended, why)
+}
+
+// expiryCause names why a lease past its local deadline is lost (see expiry).
+func (l *Lease) expiryCause() LossCause {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.renewEvery == 0:
+		return LossFixedTTL
+	case l.capped:
+		return LossMaxHold
+	}
+	return LossLocalDeadline
 }
