@@ -66,46 +66,56 @@ func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
 	return d, nil
 }
 
-// Acquire implements dlock.Driver.
+// Acquire implements dlock.Driver. A grant's Handle is its token, which the
+// release writes in the released record.
 func (d *FairDriver) Acquire(ctx context.Context, r dlock.AcquireRequest) (dlock.Grant, error) {
-	later := "0"
-	if r.Handle != nil {
-		later = "1" // a waiter's later attempt: most likely a claim
-	}
-	return d.c.acquire(ctx, r, acquisition{
+	g, err := d.c.acquire(ctx, r, acquisition{
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
-				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
-				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner), later).Slice()
+				r.Owner, r.TTL.Milliseconds(), r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner)).Slice()
 		},
 		refresh: FairWaiterTTL / 5, // come back in time to refresh the queue entry
 	})
+	if err == nil && g.Handle == nil {
+		g.Handle = g.Token
+	}
+	return g, err
 }
 
 // Extend implements dlock.Driver.
 func (d *FairDriver) Extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	return d.c.extend(ctx, h, ttl)
+	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
+	return extendReply(h.Key, n, err, ttl)
 }
 
 // TTL implements dlock.Driver.
 func (d *FairDriver) TTL(ctx context.Context, h dlock.Holding) (time.Duration, error) {
-	return d.c.ttl(ctx, h)
+	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
+	return ttlReply(h.Key, n, err)
 }
 
 // Release implements dlock.Driver: the lock goes straight to the head of the
-// queue, whose Client alone is woken, on its own channel.
+// queue, whose Client alone is woken, on its own channel. With the Handle of
+// the Grant (its token), a release that nobody queued behind is one command on
+// the server: the lock record stays, released, with that token, until the
+// holding's TTL would have run out.
 func (d *FairDriver) Release(ctx context.Context, h dlock.Holding) error {
-	return d.release(ctx, h.Key, h.Owner)
+	tok := ""
+	if t, ok := h.Handle.(uint64); ok && t > 0 {
+		tok = strconv.FormatUint(t, 36)
+	}
+	return d.run(ctx, h.Key, h.Owner, tok, "")
 }
 
 func (d *FairDriver) release(ctx context.Context, key, owner string) error {
-	return d.run(ctx, key, owner, "")
+	return d.run(ctx, key, owner, "", "")
 }
 
-func (d *FairDriver) run(ctx context.Context, key, owner, mark string) error {
+func (d *FairDriver) run(ctx context.Context, key, owner, token, mark string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
+		owner, token, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
 	return d.c.released(key, res, err)
 }
 
@@ -123,7 +133,7 @@ func (d *FairDriver) Subscribe(ctx context.Context, h dlock.Holding) (<-chan str
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
 // cannot queue it again or take the lock.
 func (d *FairDriver) Abandon(ctx context.Context, h dlock.Holding) error {
-	err := d.run(ctx, h.Key, h.Owner, d.c.fl.mark(h))
+	err := d.run(ctx, h.Key, h.Owner, "", d.c.fl.mark(h))
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

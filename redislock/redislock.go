@@ -88,13 +88,11 @@
 package redislock
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -155,16 +153,4 @@ var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 // markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
 func markTTL(ttl time.Duration) int64 {
 	return max(ttl, AbandonMarkTTL).Milliseconds()
-}
-
-// extend resets the TTL of a lock hash owned by owner (both lock kinds).
-func (c *conn) extend(ctx context.Context, h dlock.Holding, ttl time.Duration) (time.Duration, error) {
-	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
-	return extendReply(h.Key, n, err, ttl)
-}
-
-// ttl reads the time left on a lock hash owned by owner (both lock kinds).
-func (c *conn) ttl(ctx context.Context, h dlock.Holding) (time.Duration, error) {
-	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
-	return ttlReply(h.Key, n, err)
 }
