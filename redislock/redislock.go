@@ -2,7 +2,7 @@
 // on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
 // the caller's go-redis v9 client.
 //
-// A plain lock (New) is one string "dlock:{KEY}" with an expiry, its lock record:
+// A plain lock (New) or a fair one (NewFair) is one string "dlock:{KEY}" with an expiry, its lock record:
 // a flag ('+' when somebody may wait, so that the release wakes them, '-'
 // otherwise), the newest fencing token in base 36, and, while held, a space, the
 // owner and the metadata ("-hogtzxbolw 49471f2330f1b291be93664c10c42b2c"). A
@@ -66,9 +66,13 @@
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
 // queue in the list "dlock:{KEY}:queue" (each entry the waiter's Client id and
 // owner, alive while its key "dlock:{KEY}:queue:" and the entry lives), and a
-// release hands the lock straight to the head of the queue and wakes it alone,
-// on its Client's own channel ("dlock:{KEY}:wake:" and its id). See NewFair and
-// FairWaiterTTL.
+// release hands the lock straight to the head of the queue (its lock record
+// then names the head, with a new token) and wakes it alone, on its Client's
+// own channel ("dlock:{KEY}:wake:" and its id); the head claims it with its
+// own TTL and metadata. A fair lock and unlock cost the server six commands,
+// as a plain one's do; a contended critical section about fifteen (the
+// waiter's attempt that queues it, the release that hands over and wakes it,
+// its claim). See NewFair and FairWaiterTTL.
 //
 // # Semaphores and read-write locks
 //
