@@ -37,6 +37,7 @@ type Store struct {
 	waiters map[string][]*waiter            // by key, in arrival order
 	gone    map[string]map[string]time.Time // abandoned owners, by key, until when
 	now     func() time.Time
+	syn     syncs // latches and barriers (sync.go)
 }
 
 type holding struct {

@@ -29,6 +29,7 @@ type consensusStore struct {
 	// purge deletes everything of the locks whose names start with prefix
 	// (dlock verify's cleanup) and returns how many entries it removed.
 	purge func(ctx context.Context, prefix string) (int, error)
+	sync  dlock.SyncDriver // latches and barriers (sync.go); nil without them
 }
 
 func (s *consensusStore) String() string { return s.where }
@@ -142,6 +143,7 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			return etcdlock.New(cli, opts...)
 		},
 		insp:   c,
+		sync:   c.Driver().(dlock.SyncDriver),
 		closer: func() { _ = cli.Close() },
 		purge: func(ctx context.Context, prefix string) (int, error) {
 			n := 0

@@ -5,6 +5,8 @@
 //	dlock status [flags] KEY
 //	dlock list [flags] [PATTERN]
 //	dlock unlock --force [flags] KEY
+//	dlock latch count-down|wait|count --count N [flags] NAME
+//	dlock barrier --parties N [flags] NAME [-- COMMAND [ARGS...]]
 //	dlock top [flags] [PATTERN]
 //	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
@@ -69,6 +71,8 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
+		latchCommand(),
+		barrierCommand(),
 		topCommand(),
 		serveCommand(),
 		demoCommand(),

@@ -78,6 +78,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return d.Client(opts...) },
 		insp:   pgInspector{c, where},
+		sync:   d,
 		closer: pool.Close,
 		purge: func(ctx context.Context, prefix string) (int, error) {
 			// A prefix holds no LIKE wildcard (dlock verify checks it).

@@ -1,0 +1,45 @@
+package pglock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+)
+
+func TestSyncConformance(t *testing.T) {
+	dlocktest.RunSync(t, dlocktest.SyncBackend{
+		New: func(t testing.TB) dlock.SyncDriver { return newDriver(t, Config{}) },
+		TTL: 300 * time.Millisecond,
+	})
+}
+
+// TestSyncForeignTableIsConflict: a sync table of another shape is reported
+// with dlock.ErrConflict and left alone.
+func TestSyncForeignTableIsConflict(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS foreign_sync (a int)`); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDriver(pool, Config{Table: "foreign"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dlock.NewLatch(d, "x", 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CountDown(ctx); !errors.Is(err, dlock.ErrConflict) {
+		t.Fatalf("CountDown over a foreign table: %v, want ErrConflict", err)
+	}
+	b, err := dlock.NewBarrier(d, "x", 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Enter(ctx); !errors.Is(err, dlock.ErrConflict) {
+		t.Fatalf("Enter over a foreign table: %v, want ErrConflict", err)
+	}
+}
