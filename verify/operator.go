@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -100,7 +99,7 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 	defer rec.Close()
 	spec := c.Spec
 	spec.Seed = c.Seed
-	ows := &opWorkers{pids: make([]int, c.Workers)}
+	ows := &opWorkers{procs{pids: make([]int, c.Workers)}}
 	wctx, wcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, c.Workers)
@@ -130,11 +129,7 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 }
 
 // opWorkers are the worker processes of an Operate run.
-type opWorkers struct {
-	mu   sync.Mutex
-	pids []int
-	stop bool
-}
+type opWorkers struct{ procs }
 
 // keep runs worker i, again each time it exits, until ctx ends.
 func (ws *opWorkers) keep(ctx context.Context, spec Spec, i int, command func(Spec) *exec.Cmd) error {
@@ -172,43 +167,6 @@ func (ws *opWorkers) keep(ctx context.Context, spec Spec, i int, command func(Sp
 		}
 	}
 	return nil
-}
-
-// signal sends sig to worker i; it reports whether the worker was running.
-func (ws *opWorkers) signal(i int, sig syscall.Signal) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.pids[i] == 0 {
-		return false
-	}
-	return syscall.Kill(ws.pids[i], sig) == nil
-}
-
-// stopAll asks every worker to finish its round and exit (SIGCONT first: one
-// may be stopped), and kills those still running 10 s later.
-func (ws *opWorkers) stopAll() {
-	ws.mu.Lock()
-	ws.stop = true
-	pids := slices.Clone(ws.pids)
-	ws.mu.Unlock()
-	for _, p := range pids {
-		if p != 0 {
-			_ = syscall.Kill(p, syscall.SIGCONT)
-			_ = syscall.Kill(p, syscall.SIGTERM)
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		ws.mu.Lock()
-		running := slices.ContainsFunc(ws.pids, func(p int) bool { return p != 0 })
-		ws.mu.Unlock()
-		if !running {
-			return
-		}
-		time.Sleep(20 * time.Millisecond) // polling the exits the keep loops record
-	}
-	for i := range ws.pids {
-		ws.signal(i, syscall.SIGKILL)
-	}
 }
 
 // opNemesis injects c.Faults at random, from c.Seed, until ctx ends; every

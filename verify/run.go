@@ -272,7 +272,7 @@ func Run(t testing.TB, c Config) *Result {
 	defer rec.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	ws := &workers{spec: spec, pids: make([]int, c.Workers)}
+	ws := &workers{procs: procs{pids: make([]int, c.Workers)}, spec: spec}
 	var wg sync.WaitGroup
 	for i := range c.Workers {
 		wg.Add(1)
@@ -516,10 +516,8 @@ func (r *Result) Report(t testing.TB, seed uint64) {
 // workers keeps c.Workers worker processes running, starting one again when it
 // exits (a holder that exited without releasing, or one killed).
 type workers struct {
+	procs
 	spec Spec
-	mu   sync.Mutex
-	pids []int
-	stop bool
 }
 
 // keep runs worker i, again each time it exits, until ctx ends.
@@ -566,44 +564,6 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 		ws.mu.Lock()
 		ws.pids[i] = 0
 		ws.mu.Unlock()
-	}
-}
-
-// signal sends sig to worker i; it reports whether the worker was running.
-func (ws *workers) signal(i int, sig syscall.Signal) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.pids[i] == 0 {
-		return false
-	}
-	return syscall.Kill(ws.pids[i], sig) == nil
-}
-
-// stopAll asks every worker to finish its round and exit (SIGCONT first: one
-// may be stopped), and kills those still running 10 s later.
-func (ws *workers) stopAll() {
-	ws.mu.Lock()
-	ws.stop = true
-	pids := slices.Clone(ws.pids)
-	ws.mu.Unlock()
-	for _, p := range pids {
-		if p != 0 {
-			_ = syscall.Kill(p, syscall.SIGCONT)
-			_ = syscall.Kill(p, syscall.SIGTERM)
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		ws.mu.Lock()
-		running := slices.ContainsFunc(ws.pids, func(p int) bool { return p != 0 })
-		ws.mu.Unlock()
-		if !running {
-			return
-		}
-		time.Sleep(20 * time.Millisecond) // polling the exits the keep loops record
-	}
-	for i := range ws.pids {
-		ws.signal(i, syscall.SIGKILL)
 	}
 }
 

@@ -19,7 +19,7 @@ func nemesisDraws(t *testing.T, seed uint64) []int {
 		t.Fatal(err)
 	}
 	c := Config{Spec: Spec{TTL: 4 * time.Millisecond}, Workers: 8, Seed: seed, Faults: []string{FaultKill, FaultTerminate}}
-	ws := &workers{pids: make([]int, c.Workers)}
+	ws := &workers{procs: procs{pids: make([]int, c.Workers)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	nemesis(ctx, t, c, &store{}, ws, rec)
