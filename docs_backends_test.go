@@ -19,7 +19,11 @@ func TestPackageDocNamesEveryBackend(t *testing.T) {
 		t.Fatal(`doc.go has no section "What each backend guarantees"`)
 	}
 	guarantees, _, _ = strings.Cut(guarantees, "\n//\n// docs/safety.md")
-	intro, _, _ = strings.Cut(intro, "\n//\n") // the first paragraph
+	_, intro, ok = strings.Cut(intro, "\n// The backends: ")
+	if !ok {
+		t.Fatal(`doc.go has no paragraph "The backends: ..." after its example`)
+	}
+	intro, _, _ = strings.Cut(intro, "\n//\n") // that paragraph
 	for _, b := range []struct{ name, pkg string }{
 		{"Redis", "redislock"}, {"Redlock", "redlock"}, {"etcd", "etcdlock"},
 		{"ZooKeeper", "zklock"}, {"PostgreSQL", "pglock"},
