@@ -27,7 +27,7 @@ var (
 	//go:embed ttl.lua
 	ttlSrc string
 
-	acquireScript = redis.NewScript(libSrc + acquireSrc)
+	acquireScript = redis.NewScript(libSrc + redisscript.TokenLib + acquireSrc)
 	extendScript  = redis.NewScript(libSrc + extendSrc)
 	releaseScript = redis.NewScript(libSrc + releaseSrc)
 	ttlScript     = redis.NewScript(libSrc + ttlSrc)
