@@ -20,8 +20,8 @@ import (
 const FairWaiterTTL = 5 * time.Second
 
 // FairDriver is the driver.Driver of fair locks: the exclusive locks of a
-// Driver's table, granted in arrival order. A waiting Lock enqueues its owner
-// (a row of the Driver's table with "_queue" appended, created by Migrate) on
+// table of locks, granted in arrival order. A waiting Lock enqueues its owner
+// (a row of the locks' table with "_queue" appended, created by Migrate) on
 // its first attempt and keeps its place across attempts; the lock goes to the
 // oldest live entry of the queue, and TryLock does not take it while anybody
 // queues. It is also a driver.Notifier, a driver.Abandoner (an abandoned Lock
@@ -47,15 +47,22 @@ var (
 // FairDriver), in the DefaultTable of pool's database, with opts as the
 // defaults of every call. It does no I/O.
 func NewFair(pool *pgxpool.Pool, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
+	f, err := NewFairDriver(pool)
 	if err != nil {
 		return nil, err
 	}
-	return dlock.NewClient(d.Fair(), opts...)
+	return dlock.NewClient(f, opts...)
 }
 
-// Fair returns the driver of fair locks over d's table.
-func (d *Driver) Fair() *FairDriver { return &FairDriver{d: d} }
+// NewFairDriver returns the driver of fair locks over pool, in the table that
+// opts name (see NewDriver). It does no I/O.
+func NewFairDriver(pool *pgxpool.Pool, opts ...Option) (*FairDriver, error) {
+	d, err := NewDriver(pool, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &FairDriver{d: d}, nil
+}
 
 // fairQueries are the statements of the fair locks of a Driver.
 type fairQueries struct {

@@ -172,7 +172,7 @@ FROM $T WHERE key = $1 FOR KEY SHARE`),
 }
 
 // Migrate creates the Driver's tables (the locks', the fair locks' queue and
-// the semaphores') and token sequence (and its schema, when Config.Table
+// the semaphores') and token sequence (and its schema, when WithTable
 // names one) if they do not exist, and checks that existing tables have the
 // columns of dlock tables (dlock.ErrConflict when not). It is safe to run
 // concurrently and on every start.
@@ -207,11 +207,11 @@ func (d *Driver) migrate(ctx context.Context, p part) error {
 	defer d.migrateMu.Unlock()
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		// Concurrent CREATE ... IF NOT EXISTS of one name can fail: take turns.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dlock migrate ' || $1))`, d.cfg.Table); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dlock migrate ' || $1))`, d.cfg.table); err != nil {
 			return err
 		}
-		if i := strings.IndexByte(d.cfg.Table, '.'); i >= 0 {
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.cfg.Table[:i]}.Sanitize()); err != nil {
+		if i := strings.IndexByte(d.cfg.table, '.'); i >= 0 {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.cfg.table[:i]}.Sanitize()); err != nil {
 				return err
 			}
 		}

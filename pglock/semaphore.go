@@ -18,12 +18,12 @@ import (
 const MaxPermits = 1 << 16
 
 // SemaphoreDriver is the driver.Driver of counting semaphores of n permits in
-// the Driver's database: at most n leases of a key are held at once, each with
+// the database: at most n leases of a key are held at once, each with
 // its own owner, fencing token, TTL and loss signal. It is also a
 // driver.Notifier, a driver.Abandoner and a driver.Inspector. Most users want
 // NewSemaphore.
 //
-// A semaphore's permits are rows of their own table (the Driver's table with
+// A semaphore's permits are rows of their own table (the locks' table with
 // "_sem" appended, created by Migrate): one row per permit in use and a header
 // row per key. An acquisition is one transaction that locks the header row
 // first, so that the acquisitions of a key are serialized: it checks the
@@ -55,25 +55,24 @@ var (
 // It returns an error matching dlock.ErrInvalid for n outside [1,
 // MaxPermits], a nil pool or a bad option.
 func NewSemaphore(pool *pgxpool.Pool, n int, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
-	if err != nil {
-		return nil, err
-	}
-	s, err := d.Semaphore(n)
+	s, err := NewSemaphoreDriver(pool, n)
 	if err != nil {
 		return nil, err
 	}
 	return dlock.NewClient(s, opts...)
 }
 
-// Semaphore returns the driver of semaphores of n permits over d's pool and
-// configuration.
-func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
-	if d == nil {
-		return nil, errNilDriver
-	}
+// NewSemaphoreDriver returns the driver of semaphores of n permits over pool,
+// in the semaphore table of the table that opts name (see NewDriver). It does
+// no I/O. It returns an error matching dlock.ErrInvalid for n outside [1,
+// MaxPermits], a nil pool or a bad option.
+func NewSemaphoreDriver(pool *pgxpool.Pool, n int, opts ...Option) (*SemaphoreDriver, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+	}
+	d, err := NewDriver(pool, opts...)
+	if err != nil {
+		return nil, err
 	}
 	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
 }

@@ -17,7 +17,7 @@ import (
 
 func newSemaphore(t testing.TB, n int, opts ...dlock.Option) (*Client, *SemaphoreDriver) {
 	t.Helper()
-	s, err := newDriver(t, Config{}).Semaphore(n)
+	s, err := NewSemaphoreDriver(newPool(t), n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 		t.Fatalf("token %d not above %d", l.Token(), b.Token())
 	}
 	_ = l.Unlock(ctx)
-	if _, err := newDriver(t, Config{}).Semaphore(0); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Semaphore(0): %v", err)
+	if _, err := NewSemaphoreDriver(newPool(t), 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewSemaphoreDriver(0): %v", err)
 	}
 	if _, err := NewSemaphore(nil, 2); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("NewSemaphore(nil): %v", err)
