@@ -113,6 +113,7 @@ const maxMarks = 128
 // while it has waiters: the caller creates the pool, shares it, and closes it
 // after the last lock is released. It is safe for concurrent use.
 type Driver struct {
+	in      inspection // its Inspect, ListPrefix and ForceUnlock
 	pool    *pgxpool.Pool
 	cfg     options
 	table   string // quoted, possibly schema-qualified
@@ -217,6 +218,7 @@ func NewDriver(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 		}
 		d.semCreate, d.fairCreate = unlogged(d.semCreate), unlogged(d.fairCreate)
 	}
+	d.in = inspection{d: d, kind: driver.KindMutex, inspect: d.q.inspect, list: d.q.list, forceUnlock: d.q.forceUnlock}
 	d.ln = newListener(d)
 	return d, nil
 }

@@ -149,11 +149,11 @@ DELETE FROM $T WHERE ctid IN (
 )`),
 		// $1 key: owner, token, metadata, time left, held.
 		inspect: s(`
-SELECT owner, token, metadata, $REM, owner <> '' AND expires_at > clock_timestamp()
+SELECT owner, token, metadata, $REM, 1, owner <> '' AND expires_at > clock_timestamp()
 FROM $T l WHERE key = $1`),
 		// $1 the pattern's literal prefix.
 		list: s(`
-SELECT key, owner, token, metadata, $REM FROM $T l
+SELECT key, owner, token, metadata, $REM, 1 FROM $T l
 WHERE owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
 		// $1 key, $2 channel.
 		forceUnlock: s(`
@@ -161,7 +161,7 @@ WITH cur AS (
 	SELECT key, owner, token, metadata, $REM AS rem
 	FROM $T l WHERE key = $1 AND owner <> '' AND expires_at > clock_timestamp() FOR NO KEY UPDATE
 ),` + free + `
-SELECT owner, token, metadata, rem, pg_notify($2, $1) IS NULL FROM cur`),
+SELECT owner, token, metadata, rem, 1, pg_notify($2, $1) IS NULL FROM cur`),
 		// $1 key: owner, token, live; the row locked FOR KEY SHARE.
 		fence: s(`
 SELECT owner, token, owner <> '' AND expires_at > clock_timestamp()
