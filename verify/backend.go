@@ -97,7 +97,7 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		if err != nil {
 			return nil, closeAll, err
 		}
-		lk, err := zklock.New(d)
+		lk, err := zklock.NewClient(d)
 		return lk, func() { d.Close() }, err
 	}
 	if len(s.Lock) == 0 {
