@@ -64,7 +64,7 @@ func newProcessor(ctx context.Context, name, url string) (*processor, error) {
 		pool.Close()
 		return nil, err
 	}
-	c, err := pglock.NewClient(d, dlock.WithTTL(500 * time.Millisecond))
+	c, err := pglock.NewClient(d, dlock.WithTTL(500*time.Millisecond))
 	if err != nil {
 		pool.Close()
 		return nil, err
