@@ -51,13 +51,10 @@ func (in inspection) add(info *dlock.LockInfo, h holding) {
 	info.LastToken = max(info.LastToken, uint64(max(h.token, 0)))
 }
 
-// newInfo is the LockInfo of key before its rows are read.
-func (in inspection) newInfo(key string) dlock.LockInfo {
-	info := dlock.LockInfo{Key: key}
-	if in.waiters == "" {
-		info.Waiters = driver.WaitersUnknown
-	}
-	return info
+// newInfo is the LockInfo of key before its rows are read: its waiters are
+// unknown unless Inspect counts them.
+func newInfo(key string) dlock.LockInfo {
+	return dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 }
 
 // Inspect implements driver.Inspector: the key's rows as the database sees
@@ -156,7 +153,7 @@ func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	}
 	var info dlock.LockInfo
 	err := in.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		info = in.newInfo(key)
+		info = newInfo(key)
 		rows, err := in.d.pool.Query(ctx, in.inspect, key)
 		if err != nil {
 			return err
@@ -212,7 +209,7 @@ func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.Loc
 			i, ok := at[key]
 			if !ok {
 				i, at[key] = len(out), len(out)
-				out = append(out, in.newInfo(key))
+				out = append(out, newInfo(key))
 			}
 			in.add(&out[i], h)
 		}
@@ -235,7 +232,7 @@ func (in inspection) ForceUnlock(ctx context.Context, key string) (dlock.LockInf
 	}
 	var info dlock.LockInfo
 	err := in.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
-		info = in.newInfo(key)
+		info = newInfo(key)
 		rows, err := in.d.pool.Query(ctx, in.forceUnlock, key, in.d.channel)
 		if err != nil {
 			return err

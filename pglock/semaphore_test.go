@@ -122,8 +122,11 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.ForceUnlock(ctx, key); err != nil || info.Holders != 1 {
-		t.Fatalf("ForceUnlock: %+v, %v", info, err)
+	if info, err := s.ForceUnlock(ctx, key); err != nil || info.Holders != 1 || info.Limit != 2 || info.Kind != driver.KindSemaphore || info.Owner != b.Owner() || info.Token != b.Token() {
+		t.Fatalf("ForceUnlock: %+v, %v; want b's permit", info, err)
+	}
+	if info, err := s.ForceUnlock(ctx, key); !errors.Is(err, dlock.ErrNotHeld) || info.Held {
+		t.Fatalf("ForceUnlock of a free semaphore: %+v, %v; want ErrNotHeld", info, err)
 	}
 	if err := b.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend after ForceUnlock: %v", err)
