@@ -18,12 +18,12 @@ import (
 const MaxPermits = 1 << 16
 
 // SemaphoreDriver is the driver.Driver of counting semaphores of n permits in
-// the Driver's database: at most n leases of a key are held at once, each with
+// the database: at most n leases of a key are held at once, each with
 // its own owner, fencing token, TTL and loss signal. It is also a
 // driver.Notifier, a driver.Abandoner and a driver.Inspector. Most users want
 // NewSemaphore.
 //
-// A semaphore's permits are rows of their own table (the Driver's table with
+// A semaphore's permits are rows of their own table (the locks' table with
 // "_sem" appended, created by Migrate): one row per permit in use and a header
 // row per key. An acquisition is one transaction that locks the header row
 // first, so that the acquisitions of a key are serialized: it checks the
@@ -36,9 +36,10 @@ const MaxPermits = 1 << 16
 // name are two locks. Waiters are woken by the release of any permit of the
 // key; they are not queued in arrival order.
 type SemaphoreDriver struct {
-	d *Driver
-	n int
-	q semQueries
+	in inspection // its Inspect, ListPrefix and ForceUnlock
+	d  *Driver
+	n  int
+	q  semQueries
 }
 
 var (
@@ -55,27 +56,27 @@ var (
 // It returns an error matching dlock.ErrInvalid for n outside [1,
 // MaxPermits], a nil pool or a bad option.
 func NewSemaphore(pool *pgxpool.Pool, n int, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
-	if err != nil {
-		return nil, err
-	}
-	s, err := d.Semaphore(n)
+	s, err := NewSemaphoreDriver(pool, n)
 	if err != nil {
 		return nil, err
 	}
 	return dlock.NewClient(s, opts...)
 }
 
-// Semaphore returns the driver of semaphores of n permits over d's pool and
-// configuration.
-func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
-	if d == nil {
-		return nil, errNilDriver
-	}
+// NewSemaphoreDriver returns the driver of semaphores of n permits over pool,
+// in the semaphore table of the table that opts name (see NewDriver). It does
+// no I/O. It returns an error matching dlock.ErrInvalid for n outside [1,
+// MaxPermits], a nil pool or a bad option.
+func NewSemaphoreDriver(pool *pgxpool.Pool, n int, opts ...Option) (*SemaphoreDriver, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
 	}
-	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
+	d, err := NewDriver(pool, opts...)
+	if err != nil {
+		return nil, err
+	}
+	in := inspection{d: d, kind: driver.KindSemaphore, inspect: d.semQ.inspect, list: d.semQ.list, forceUnlock: d.semQ.forceUnlock}
+	return &SemaphoreDriver{in: in, d: d, n: n, q: d.semQ}, nil
 }
 
 // TTLLimits implements driver.TTLLimiter.
@@ -175,16 +176,18 @@ DELETE FROM $T WHERE ctid IN (
 			SELECT FROM $T p WHERE p.key = l.key AND p.slot >= 0 AND p.expires_at > clock_timestamp()))
 	FOR UPDATE SKIP LOCKED
 )`),
-		// $1 key, $2 channel: frees every permit in use.
+		// $1 key, $2 channel: frees every permit in use, and returns them
+		// (one notification however many: a transaction sends the same one
+		// once).
 		forceUnlock: s(`
 WITH cur AS (
-	SELECT key, slot FROM $T
+	SELECT key, slot, owner, token, metadata, $REM AS rem, n FROM $T l
 	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() FOR UPDATE
 ), upd AS (
 	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
 	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
 )
-SELECT count(*), pg_notify($2, $1) IS NULL FROM cur`),
+SELECT owner, token, metadata, rem, n, pg_notify($2, $1) IS NULL FROM cur`),
 	}
 	create = s(`CREATE TABLE IF NOT EXISTS $T (
 	key             text        NOT NULL,
@@ -315,116 +318,4 @@ func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h driver.Holdi
 		return nil
 	}
 	return err
-}
-
-// Inspect implements driver.Inspector: Holders is the permits in use, Limit
-// the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
-// that ends last.
-func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key}
-	if s == nil {
-		return info, errNilDriver
-	}
-	if err := driver.ValidateKey(key); err != nil {
-		return info, err
-	}
-	err := s.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		info = dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p dlock.LockInfo
-			var token, us int64
-			var n int
-			var held bool
-			if err := rows.Scan(&p.Owner, &token, &p.Metadata, &us, &n, &held); err != nil {
-				return err
-			}
-			info.LastToken = max(info.LastToken, uint64(max(token, 0)))
-			if held {
-				p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
-				addPermit(&info, p, n)
-			}
-		}
-		return rows.Err()
-	})
-	return info, err
-}
-
-// addPermit counts the held permit p of a semaphore of n permits into info.
-func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
-	info.Held, info.Limit, info.Kind = true, n, driver.KindSemaphore
-	info.Holders++
-	if info.Holders == 1 || p.TTL > info.TTL {
-		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
-	}
-}
-
-// ListPrefix implements driver.Inspector: the semaphores with permits in use
-// whose keys start with prefix.
-func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	if s == nil {
-		return nil, errNilDriver
-	}
-	byKey := map[string]*dlock.LockInfo{}
-	err := s.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
-		clear(byKey)
-		rows, err := s.d.pool.Query(ctx, s.q.list, prefix)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p dlock.LockInfo
-			var key string
-			var token, us int64
-			var n int
-			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
-				return err
-			}
-			if !strings.HasPrefix(key, prefix) {
-				continue
-			}
-			if byKey[key] == nil {
-				byKey[key] = &dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-			}
-			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
-			addPermit(byKey[key], p, n)
-			byKey[key].LastToken = max(byKey[key].LastToken, p.Token)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]dlock.LockInfo, 0, len(byKey))
-	for _, info := range byKey {
-		out = append(out, *info)
-	}
-	return out, nil
-}
-
-// ForceUnlock implements driver.Inspector: it frees every permit of key in
-// use, notifies the waiters, and returns what it freed. A semaphore without a
-// permit in use is dlock.ErrNotHeld.
-func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info, err := s.Inspect(ctx, key)
-	if err != nil {
-		return info, err
-	}
-	var n int64
-	var notified bool
-	err = s.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
-		return s.d.pool.QueryRow(ctx, s.q.forceUnlock, key, s.d.channel).Scan(&n, &notified)
-	})
-	if err != nil {
-		return dlock.LockInfo{Key: key}, err
-	}
-	if n == 0 {
-		return dlock.LockInfo{Key: key, LastToken: info.LastToken}, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
-	}
-	return info, nil
 }

@@ -82,13 +82,17 @@ var (
 	_ driver.Inspector = (*SemaphoreDriver)(nil)
 )
 
-// NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
-func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, error) {
+// NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb,
+// configured by opts; dlock.NewClient makes a Client over it.
+func NewSemaphoreDriver(rdb redis.UniversalClient, n int, opts ...Option) (*SemaphoreDriver, error) {
 	if n < 1 || n > MaxPermits {
 		return nil, fmt.Errorf("%w: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
 	}
 	c, err := newConn(rdb)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := newOptions(rdb, "a semaphore", opts); err != nil {
 		return nil, err
 	}
 	return &SemaphoreDriver{multiHolder: newMultiHolder(c, semMarker), c: c, n: strconv.Itoa(n)}, nil

@@ -83,12 +83,12 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		if err != nil {
 			return nil, closeAll, err
 		}
-		d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true, RequestTimeout: 500 * time.Millisecond})
+		d, err := pglock.NewDriver(pool, pglock.WithCreateTable(), pglock.WithRequestTimeout(500*time.Millisecond))
 		if err != nil {
 			pool.Close()
 			return nil, closeAll, err
 		}
-		lk, err := d.Client()
+		lk, err := pglock.NewClient(d)
 		return lk, pool.Close, err
 	case "zookeeper":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -97,7 +97,7 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		if err != nil {
 			return nil, closeAll, err
 		}
-		lk, err := zklock.New(d)
+		lk, err := zklock.NewClient(d)
 		return lk, func() { d.Close() }, err
 	}
 	if len(s.Lock) == 0 {
