@@ -186,3 +186,25 @@ func TestSemaphoreResizeBadInput(t *testing.T) {
 		_ = l.Unlock(ctx)
 	}
 }
+
+// A resize by a Client made with StoredSize of a key nobody holds leaves the
+// size before it unknown: the first Client that comes with a size of its own
+// sets it, and a Client of a third size is refused.
+func TestSemaphoreResizeFreeKeyByAdopter(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	adopt, _ := newSemaphore(t, StoredSize)
+	if err := adopt.Resize(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	two, _ := newSemaphore(t, 2)
+	held := holdN(t, two, key, 1, time.Minute)
+	if _, err := two.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("a second permit of a semaphore resized to 1: %v", err)
+	}
+	three, _ := newSemaphore(t, 3)
+	if _, err := three.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
+		t.Errorf("a Client of a third size: %v", err)
+	}
+	_ = held[0].Unlock(ctx)
+}

@@ -158,7 +158,9 @@ ON CONFLICT (key, slot) DO UPDATE SET n = l.n`),
 		// $1 key, $2 owner, $3 the Client's n (0: it adopts the stored
 		// size), $4 ttl in µs, $5 metadata; the header is locked. A resized
 		// key's header holds its size (n) and its size before the first
-		// resize (token); without, the size is the holders' n, or $3. One
+		// resize (token; -1 until a Client with a size comes, when it was
+		// not known at the resize); without, the size is the holders' n,
+		// or $3. One
 		// row: the outcome (granted, busy, abandoned, another n), the
 		// token, the soonest end of a permit in use in µs, and the size in
 		// force when $3 disagrees with it (0: none to adopt).
@@ -167,13 +169,15 @@ WITH live AS (
 	SELECT slot, owner, n, $REM AS rem FROM $T l
 	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
 ), hdr AS (
-	SELECT n, token AS initial FROM $T WHERE key = $1 AND slot = -1 AND token > 0
+	SELECT n, token AS initial FROM $T WHERE key = $1 AND slot = -1 AND token <> 0
+), learn AS (
+	UPDATE $T SET token = $3 WHERE key = $1 AND slot = -1 AND token = -1 AND $3 <> 0
 ), st AS (
 	SELECT
 		EXISTS (SELECT FROM $T h WHERE h.key = $1 AND h.slot = -1
 			AND h.abandoned_until > clock_timestamp() AND $2 = ANY (h.abandoned)) AS gone,
 		CASE WHEN EXISTS (SELECT FROM hdr)
-			THEN (SELECT n FROM hdr WHERE $3 <> 0 AND $3 <> n AND $3 <> initial)
+			THEN (SELECT n FROM hdr WHERE $3 <> 0 AND $3 <> n AND $3 <> initial AND initial > 0)
 			ELSE (SELECT max(n) FROM live WHERE $3 <> 0 AND n <> $3) END AS other,
 		coalesce((SELECT n FROM hdr), nullif($3::int, 0), (SELECT max(n) FROM live)) AS size,
 		(SELECT min(slot) FROM live WHERE owner = $2) AS own,
@@ -198,17 +202,18 @@ FROM sz`),
 		// $1 key, $2 the new size, $3 the resizing Client's n (0: it
 		// adopts), $4 channel; the header is locked. It stores the size in
 		// the header's n and every permit row's, and the size before the
-		// first resize in the header's token, and notifies the waiters.
+		// first resize in the header's token (-1 when unknown: no holder,
+		// and a resizer that adopts), and notifies the waiters.
 		// One row: the size before (0: none).
 		resize: s(`
 WITH h AS (
-	SELECT n FROM $T WHERE key = $1 AND slot = -1 AND token > 0
+	SELECT n FROM $T WHERE key = $1 AND slot = -1 AND token <> 0
 ), live AS (
 	SELECT max(n) AS n FROM $T WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
 ), upd AS (
 	UPDATE $T l SET n = $2::int,
 		token = CASE WHEN l.slot = -1 AND l.token = 0
-			THEN coalesce((SELECT n FROM live), nullif($3::int, 0), $2::int) ELSE l.token END
+			THEN coalesce((SELECT n FROM live), nullif($3::int, 0), -1) ELSE l.token END
 	WHERE key = $1
 )
 SELECT coalesce((SELECT n FROM h), (SELECT n FROM live), 0), pg_notify($4, $1) IS NULL`),

@@ -252,3 +252,24 @@ func TestSemaphoreResizeCancelledWaiter(t *testing.T) {
 	}
 	_ = held[0].Unlock(ctx)
 }
+
+// TestSemaphoreResizeFreeKeyByAdopter: a resize by a Client made with
+// StoredSize of a key nobody holds leaves the size before it unknown: the
+// first Client that comes with a size of its own sets it, and a Client of a
+// third size is refused.
+func TestSemaphoreResizeFreeKeyByAdopter(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRDB(t, srv.Addr)
+	key := resizeKey(t, rdb)
+	if err := newSemaphore(t, rdb, redislock.StoredSize).Resize(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	held := holdN(t, newSemaphore(t, rdb, 2), key, 1)
+	if _, err := newSemaphore(t, rdb, 2).TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("a second permit of a semaphore resized to 1: %v", err)
+	}
+	if _, err := newSemaphore(t, rdb, 3).TryLock(ctx, key); !errors.Is(err, redislock.ErrLimitMismatch) {
+		t.Errorf("a Client of a third size: %v", err)
+	}
+	_ = held[0].Unlock(ctx)
+}

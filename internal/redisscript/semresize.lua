@@ -14,13 +14,13 @@ local s = redis.call('HMGET', KEYS[7], 'n', 'i')
 local held = redis.call('HGET', KEYS[1], 'n')
 local before = s[1] or held
 local initial = s[2] or held
-if not initial then
+if not initial and ARGV[2] ~= '0' then
   initial = ARGV[2]
-  if initial == '0' then
-    initial = ARGV[1]
-  end
 end
-redis.call('HSET', KEYS[7], 'n', ARGV[1], 'i', initial)
+redis.call('HSET', KEYS[7], 'n', ARGV[1])
+if initial then
+  redis.call('HSET', KEYS[7], 'i', initial)
+end
 redis.call('HSET', KEYS[1], 'n', ARGV[1])
 local now = now_ms()
 drop_dead(now)
