@@ -24,15 +24,15 @@ func (c *Client) Resize(ctx context.Context, key string, n int) error {
 	if ctx == nil {
 		return invalidf("nil context")
 	}
-	r, ok := c.d.(driver.Resizer)
-	if !ok {
-		return fmt.Errorf("dlock: the %T backend is not a resizable semaphore: %w", c.d, errors.ErrUnsupported)
-	}
 	if err := driver.ValidateKey(key); err != nil {
 		return err
 	}
 	if n < 1 {
 		return invalidf("semaphore size %d: want at least 1", n)
+	}
+	r, ok := c.d.(driver.Resizer)
+	if !ok {
+		return fmt.Errorf("dlock: the %T backend is not a resizable semaphore: %w", c.d, errors.ErrUnsupported)
 	}
 	return r.Resize(ctx, key, n)
 }
