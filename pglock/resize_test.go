@@ -1,7 +1,6 @@
 package pglock
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -73,138 +72,48 @@ func TestSemaphoreResizeUpWakesWaiter(t *testing.T) {
 	}
 }
 
-// After a lowered size the holders above it keep their permits, and no
-// permit is granted until they number fewer than the new size; the size stays
-// once the key is free, and a sweep keeps it.
-func TestSemaphoreResizeDown(t *testing.T) {
+func TestSemaphoreResizeConformance(t *testing.T) {
+	dlocktest.RunResize(t, dlocktest.ResizeBackend{
+		New: func(t testing.TB, n int) *dlock.Client {
+			c, _ := newSemaphore(t, n)
+			return c
+		},
+		Adopt:      StoredSize,
+		MaxPermits: MaxPermits,
+	})
+}
+
+// The size of a resized key stays once no permit is held, through a sweep of
+// everything expired.
+func TestSemaphoreResizeSurvivesSweep(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	key := dlocktest.Key(t)
 	c, s := newSemaphore(t, 3)
-	other, _ := newSemaphore(t, 3)
-	held := holdN(t, c, key, 3, time.Minute)
-	if err := other.Resize(ctx, key, 1); err != nil {
+	held := holdN(t, c, key, 1, time.Minute)
+	if err := c.Resize(ctx, key, 1); err != nil {
 		t.Fatal(err)
 	}
-	last := held[2].Token()
-	for len(held) > 0 {
-		if _, err := other.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
-			t.Fatalf("TryLock with %d holders of a semaphore resized to 1: %v", len(held), err)
-		}
-		if info, err := s.Inspect(ctx, key); err != nil || info.Holders != len(held) || info.Limit != 1 {
-			t.Fatalf("Inspect: %+v, %v; want %d of 1", info, err, len(held))
-		}
-		if err := held[0].Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		held = held[1:]
-	}
-	if _, err := s.d.pool.Exec(ctx, s.q.sweep, 0); err != nil { // a sweep of everything expired
+	_ = held[0].Unlock(ctx)
+	if _, err := s.d.pool.Exec(ctx, s.q.sweep, 0); err != nil {
 		t.Fatal(err)
 	}
-	l, err := other.TryLock(ctx, key)
-	if err != nil {
-		t.Fatalf("TryLock once every holder left: %v", err)
-	}
-	if l.Token() <= last {
-		t.Errorf("token %d after %d", l.Token(), last)
-	}
+	held = holdN(t, c, key, 1, time.Minute)
 	if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("a second permit of a semaphore of 1 (after a sweep): %v", err)
+		t.Fatalf("a second permit of a semaphore of 1 after a sweep: %v", err)
 	}
-	_ = l.Unlock(ctx)
+	_ = held[0].Unlock(ctx)
 }
 
-// After a resize, Clients made with the size before the first resize or with
-// the size in force go on under the size in force; others get ErrConflict,
-// but those made with StoredSize, which adopt it.
-func TestSemaphoreResizeWhichClients(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	key := dlocktest.Key(t)
-	adopt, _ := newSemaphore(t, StoredSize)
-	if _, err := adopt.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
-		t.Fatalf("StoredSize with nothing stored: %v", err)
-	}
-	two, _ := newSemaphore(t, 2)
-	held := holdN(t, two, key, 1, time.Minute)
-	if err := two.Resize(ctx, key, 4); err != nil {
-		t.Fatal(err)
-	}
-	if err := two.Resize(ctx, key, 3); err != nil {
-		t.Fatal(err)
-	}
-	three, _ := newSemaphore(t, 3)
-	held = append(held, holdN(t, two, key, 1, time.Minute)...)
-	held = append(held, holdN(t, three, key, 1, time.Minute)...)
-	four, _ := newSemaphore(t, 4)
-	if _, err := four.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
-		t.Errorf("a Client of an earlier resize's size: %v, want ErrConflict", err)
-	}
-	if _, err := adopt.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("StoredSize with 3 of 3 held: %v, want busy", err)
-	}
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held = append(held[1:], holdN(t, adopt, key, 1, time.Minute)...)
-	for _, l := range held {
-		_ = l.Unlock(ctx)
-	}
-}
-
-// Bad sizes and keys are ErrInvalid; a cancelled context changes nothing.
+// Bad sizes are ErrInvalid, and a Client of another kind
+// errors.ErrUnsupported.
 func TestSemaphoreResizeBadInput(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	key := dlocktest.Key(t)
-	c, _ := newSemaphore(t, 2)
-	for _, n := range []int{0, -1, MaxPermits + 1} {
-		if err := c.Resize(ctx, key, n); !errors.Is(err, dlock.ErrInvalid) {
-			t.Errorf("Resize(%d): %v", n, err)
-		}
-	}
-	if err := c.Resize(ctx, "", 2); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Resize of an empty key: %v", err)
-	}
 	for _, n := range []int{0, -2, MaxPermits + 1} {
 		if _, err := newDriver(t, Config{}).Semaphore(n); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Semaphore(%d): %v", n, err)
 		}
 	}
-	mutex := newClient(t, Config{})
-	if err := mutex.Resize(ctx, key, 3); !errors.Is(err, errors.ErrUnsupported) {
+	if err := newClient(t, Config{}).Resize(ctx, dlocktest.Key(t), 3); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Resize through a mutex Client: %v", err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := c.Resize(cctx, key, 3); !errors.Is(err, context.Canceled) {
-		t.Errorf("Resize with a cancelled context: %v", err)
-	}
-	held := holdN(t, c, key, 2, time.Minute)
-	if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("a refused resize changed the size: %v", err)
-	}
-	for _, l := range held {
-		_ = l.Unlock(ctx)
-	}
-}
-
-// A resize by a Client made with StoredSize of a key nobody holds leaves the
-// size before it unknown: the first Client that comes with a size of its own
-// sets it, and a Client of a third size is refused.
-func TestSemaphoreResizeFreeKeyByAdopter(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	key := dlocktest.Key(t)
-	adopt, _ := newSemaphore(t, StoredSize)
-	if err := adopt.Resize(ctx, key, 1); err != nil {
-		t.Fatal(err)
-	}
-	two, _ := newSemaphore(t, 2)
-	held := holdN(t, two, key, 1, time.Minute)
-	if _, err := two.TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Errorf("a second permit of a semaphore resized to 1: %v", err)
-	}
-	three, _ := newSemaphore(t, 3)
-	if _, err := three.TryLock(ctx, key); !errors.Is(err, dlock.ErrConflict) {
-		t.Errorf("a Client of a third size: %v", err)
-	}
-	_ = held[0].Unlock(ctx)
 }
