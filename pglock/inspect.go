@@ -28,10 +28,10 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 		return info, err
 	}
 	var owner, meta string
-	var token, us int64
+	var token, us, delayUS int64
 	var held bool
 	err := d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, d.q.inspect, key).Scan(&owner, &token, &meta, &us, &held)
+		err := d.pool.QueryRow(ctx, d.q.inspect, key).Scan(&owner, &token, &meta, &us, &held, &delayUS)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -41,6 +41,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 		return info, err
 	}
 	info.LastToken = uint64(max(token, 0))
+	info.DelayLeft = time.Duration(delayUS) * time.Microsecond
 	if held {
 		info.Held, info.Owner, info.Token, info.Metadata = true, owner, uint64(token), meta
 		info.TTL = time.Duration(us) * time.Microsecond
@@ -65,14 +66,21 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 		defer rows.Close()
 		for rows.Next() {
 			info := dlock.LockInfo{Waiters: driver.WaitersUnknown}
-			var token, us int64
-			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
+			var token, us, delayUS int64
+			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us, &info.Held, &delayUS); err != nil {
 				return err
 			}
-			if !strings.HasPrefix(info.Key, prefix) {
+			info.DelayLeft = time.Duration(delayUS) * time.Microsecond
+			if !strings.HasPrefix(info.Key, prefix) || !info.Held && info.DelayLeft <= 0 {
 				continue
 			}
-			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
+			info.LastToken = uint64(token)
+			if !info.Held {
+				info.Owner, info.Metadata = "", ""
+				out = append(out, info)
+				continue
+			}
+			info.Token = uint64(token)
 			info.TTL = time.Duration(us) * time.Microsecond
 			info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
 			out = append(out, info)
