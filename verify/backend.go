@@ -42,8 +42,10 @@ import (
 //   - lostack: the resource acknowledges one fenced write in three without
 //     storing it (a worker's variant: the lock is sound);
 //   - rwshared: on the read-write lock with readers, the writers take the
-//     read side, which readers and other writers share (a worker's variant).
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared"}
+//     read side, which readers and other writers share (a worker's variant);
+//   - nodelay: the store is never told of the lock-delay: a holding that
+//     ends without a release frees the lock at its expiry.
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nodelay"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -197,6 +199,9 @@ var (
 func (b *broken) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if b.variant == "prefix" {
 		return b.prefixAcquire(ctx, r)
+	}
+	if b.variant == "nodelay" {
+		r.Delay = 0
 	}
 	g, err := b.Driver.Acquire(ctx, r)
 	if err != nil {

@@ -325,7 +325,7 @@ func Run(t testing.TB, c Config) *Result {
 	// Liveness: once everything has ended and a TTL has passed, nothing of the
 	// locks is left on the store but the fence counters, which outlive them
 	// by design.
-	time.Sleep(c.Spec.TTL)
+	time.Sleep(c.Spec.TTL + c.Spec.LockDelay)
 	for deadline := time.Now().Add(grace); ; {
 		res.Leftover = st.leftover(t)
 		if len(res.Leftover) == 0 || time.Now().After(deadline) {
@@ -351,7 +351,7 @@ func Run(t testing.TB, c Config) *Result {
 	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe})
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {

@@ -48,6 +48,10 @@ type Spec struct {
 	// nothing (0: writers alone).
 	ReadShare float64
 
+	// LockDelay is the lock-delay of every acquisition (dlock.WithLockDelay;
+	// 0: none).
+	LockDelay time.Duration
+
 	mem *memlock.Store // memlock: the store the in-process workers share
 }
 
@@ -161,6 +165,9 @@ func (w *worker) round(ctx context.Context) {
 		lk = w.rlk // the variant's writers share the lock with every holder
 	}
 	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
+	if w.s.LockDelay > 0 {
+		opts = append(opts, dlock.WithLockDelay(w.s.LockDelay))
+	}
 	if w.s.Variant == "nodone" {
 		opts = append(opts, dlock.WithAutoRenew(false))
 	}
