@@ -427,6 +427,9 @@ func (st *store) etcdLeftover(t testing.TB) []string {
 		return nil
 	}
 	for _, kv := range resp.Kvs {
+		if kv.Lease == 0 && strings.HasPrefix(string(kv.Key), etcdlock.Prefix+"delay/") {
+			continue // a lock-delay marker that no acquisition has seen yet: kept by design
+		}
 		left = append(left, string(kv.Key))
 	}
 	ls, err := cli.Leases(ctx)

@@ -135,6 +135,7 @@ var scenarios = []scenario{
 	{"valkey-rw-readers", "valkey", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness (valkey-server)", false},
 	{"redis-plain-lock-delay", "redis", delayed, holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (no grant within the delay after a holding ended without a release), linearizable, liveness", false},
 	{"memlock-lock-delay", "memlock", delayed, nil, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (worker goroutines: one process)", false},
+	{"etcd-3-lock-delay", "etcd", delayed, []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (keys and leases)", false},
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (ephemeral nodes)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
