@@ -45,7 +45,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 	}
 	g, err := a.c.d.Acquire(ctx, driver.AcquireRequest{
 		Key: a.key, Owner: a.owner, TTL: a.cfg.ttl, Metadata: a.cfg.metadata,
-		Waiting: a.waiting, Handle: a.handle,
+		Waiting: a.waiting, Handle: a.handle, Delay: a.cfg.lockDelay,
 	})
 	if err != nil {
 		var busy *driver.Taken

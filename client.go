@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -66,7 +68,25 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := probe.check(lim); err != nil {
 		return nil, err
 	}
+	if err := c.checkDelay(&probe); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkDelay refuses a lock-delay that the Client's driver cannot keep.
+func (c *Client) checkDelay(cfg *config) error {
+	if cfg.lockDelay == 0 {
+		return nil
+	}
+	ld, ok := c.d.(driver.LockDelayer)
+	if !ok {
+		return fmt.Errorf("dlock: the %s %s lock cannot keep a lock-delay: %w", c.info.Backend, c.info.Kind, errors.ErrUnsupported)
+	}
+	if m := ld.MaxLockDelay(); cfg.lockDelay > m {
+		return invalidf("lock-delay %v above the backend's maximum %v", cfg.lockDelay, m)
+	}
+	return nil
 }
 
 // Driver returns the backend driver the Client runs on.
@@ -90,6 +110,9 @@ func (c *Client) resolve(ctx context.Context, key string, opts []Option) (config
 	cfg := c.base
 	cfg.apply(opts)
 	if err := cfg.check(c.lim); err != nil {
+		return cfg, err
+	}
+	if err := c.checkDelay(&cfg); err != nil {
 		return cfg, err
 	}
 	return cfg, driver.ValidateKey(key)

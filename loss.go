@@ -52,7 +52,10 @@ func (l *Lease) stopTimers() {
 // best-effort, owner-checked release follows on a detached, bounded context, so
 // that a store that does not forget on its own (a ZooKeeper node while its
 // session lives) frees the lock now, and a store with expiring keys a little before its expiry.
+// A lease with a lock-delay is not released so: its holding runs out in the
+// store, and the delay follows.
 func (l *Lease) lose(cause error, why LossCause, release bool) error {
+	release = release && !l.delayed
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()

@@ -34,6 +34,7 @@ type config struct {
 	observer   Observer     // nil: no events
 	drift      float64
 	metadata   string
+	lockDelay  time.Duration
 	owner      string // WithOwner's ID; empty for anonymous acquisitions
 	err        error
 }
@@ -198,6 +199,28 @@ func WithMetadata(s string) Option {
 			return
 		}
 		c.metadata = s
+	}
+}
+
+// WithLockDelay gives the lock a lock-delay of d (as Chubby and Consul do):
+// when a holding ends without an Unlock (its holder crashed or stopped
+// renewing, its lease ran out or was lost, it was force-unlocked), the store
+// refuses the lock to everybody for d after that end, so that a resource that
+// cannot check fencing tokens is protected from a holder that still runs. An
+// Unlock ends the holding at once, without a delay. TryLock meets a lock in
+// its delay as held (a *BusyError); Lock waits through it. The delay is the
+// holder's: it is kept with the holding by the store and counted by the
+// store's clock (docs/safety.md says how, per backend). d must lie in
+// [0, driver.MaxLockDelay]; a positive d with a backend that cannot keep it
+// is refused with an error matching errors.ErrUnsupported. The default is 0,
+// no delay.
+func WithLockDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > driver.MaxLockDelay {
+			c.setErr(invalidf("lock-delay %v outside [0, %v]", d, driver.MaxLockDelay))
+			return
+		}
+		c.lockDelay = d
 	}
 }
 

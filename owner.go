@@ -8,9 +8,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// MaxOwnerLen is the longest owner ID accepted by WithOwner, in bytes.
-const MaxOwnerLen = 128
-
 // WithOwner makes the acquisitions of a Client (or of one call) act for the
 // caller's owner ID instead of an anonymous one. The owner token a Driver
 // receives is then id, OwnerSep and a random part that is new for every TryLock or
@@ -20,7 +17,7 @@ const MaxOwnerLen = 128
 // redislock.NewReentrant) lets acquisitions with the same ID re-enter: processes
 // that share an ID hold the lock together.
 //
-// id must be 1 to MaxOwnerLen bytes of ASCII letters, digits and "-_.:@" (a
+// id must be 1 to driver.MaxOwnerLen bytes of ASCII letters, digits and "-_.:@" (a
 // host name, a pod name, "host:pid"...), characters that every backend can keep
 // in an owner token; anything else is reported as ErrInvalid. The default is
 // none: every acquisition is its own owner.
@@ -38,8 +35,8 @@ func validateOwner(id string) error {
 	if id == "" {
 		return invalidf("empty owner ID")
 	}
-	if len(id) > MaxOwnerLen {
-		return invalidf("owner ID of %d bytes exceeds %d", len(id), MaxOwnerLen)
+	if len(id) > driver.MaxOwnerLen {
+		return invalidf("owner ID of %d bytes exceeds %d", len(id), driver.MaxOwnerLen)
 	}
 	for i := 0; i < len(id); i++ {
 		if b := id[i]; !ownerByte(b) {

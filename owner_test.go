@@ -45,7 +45,7 @@ func TestWithOwnerOnPlainLock(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := memlock.New(memlock.NewStore(), dlock.WithOwner(strings.Repeat("x", dlock.MaxOwnerLen))); err != nil {
+	if _, err := memlock.New(memlock.NewStore(), dlock.WithOwner(strings.Repeat("x", driver.MaxOwnerLen))); err != nil {
 		t.Errorf("longest owner ID refused: %v", err)
 	}
 }

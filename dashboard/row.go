@@ -45,6 +45,10 @@ type Row struct {
 	Token     uint64 `json:"token,omitempty"`
 	LastToken uint64 `json:"last_token,omitempty"`
 
+	// DelayMS, for a free lock, is the time left of its lock-delay in ms (see
+	// dlock.WithLockDelay): nobody can take it meanwhile.
+	DelayMS int64 `json:"delay_ms,omitempty"`
+
 	// Rate is the acquisitions per second over the last RateWindow, from the
 	// growth of the fencing tokens: where tokens count acquisitions, their
 	// growth; where they are clock readings in microseconds (Redis, memlock),

@@ -174,8 +174,18 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 	seen := make(map[string]bool, len(infos))
 	var totAcq float64
 	totWait, held, unknown := 0, 0, 0
+	var delays map[string]time.Duration // the free locks in their lock-delay
 	for _, info := range infos {
 		if !info.Held {
+			if info.DelayLeft > 0 {
+				if delays == nil {
+					delays = map[string]time.Duration{}
+				}
+				delays[info.Key] = info.DelayLeft
+				if w.tracks[info.Key] == nil {
+					w.tracks[info.Key] = &track{lastSeen: now}
+				}
+			}
 			continue
 		}
 		seen[info.Key] = true
@@ -212,6 +222,10 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 	rows := make([]Row, len(keys))
 	for i, key := range keys {
 		rows[i] = w.tracks[key].row(key, now)
+		if d, ok := delays[key]; ok && !rows[i].Held {
+			rows[i].DelayMS = max(d.Milliseconds(), 1)
+			rows[i].Holder = "in its lock-delay, " + d.Round(time.Millisecond).String() + " left"
+		}
 	}
 	// Held before free, each by key.
 	slices.SortStableFunc(rows, func(a, b Row) int {

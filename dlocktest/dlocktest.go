@@ -1,7 +1,7 @@
 // Package dlocktest is the conformance suite every dlock backend runs against
 // itself, on a real server: mutual exclusion under contention across goroutines and
 // client connections, ownership checks, expiry, extension, TTL, fencing-token
-// monotonicity, waiting, cancellation, loss notification, renewal, and bad input.
+// monotonicity, waiting, cancellation, loss notification, renewal, lock-delay, and bad input.
 //
 //	func TestConformance(t *testing.T) {
 //		dlocktest.Run(t, dlocktest.Backend{New: func(t testing.TB, opts ...dlock.Option) dlock.Locker { ... }})
@@ -79,6 +79,7 @@ func Run(t *testing.T, b Backend) {
 		{"ForeignDataIsConflict", testConflict},
 		{"InspectorShowsAndForcesLocks", testInspector},
 		{"DriverNamesBackendAndKind", testDriverInfo},
+		{"LockDelay", testDelay},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -101,6 +101,28 @@ type AcquireRequest struct {
 	// Handle is the Handle of this waiter's previous *Taken (its queue
 	// position), nil on a first attempt.
 	Handle any
+
+	// Delay is the lock-delay of the holding this attempt takes: when the
+	// holding ends other than by a Release (its lease runs out or is lost,
+	// it is force-unlocked), the store refuses the key to every owner for
+	// Delay after that end, as a *Taken whose Remaining reaches the delay's
+	// end. A Release ends the holding without a delay. Zero: no delay. The
+	// Client sends a positive Delay only to a LockDelayer, and never more
+	// than its MaxLockDelay.
+	Delay time.Duration
+}
+
+// MaxLockDelay is the longest lock-delay (dlock.WithLockDelay) any backend
+// accepts.
+const MaxLockDelay = time.Hour
+
+// LockDelayer is implemented by Drivers whose store enforces
+// AcquireRequest.Delay. A Client refuses a lock-delay with a driver that is no
+// LockDelayer (errors.ErrUnsupported) before any I/O.
+type LockDelayer interface {
+	// MaxLockDelay returns the longest Delay the driver accepts, at most
+	// MaxLockDelay.
+	MaxLockDelay() time.Duration
 }
 
 // Grant is a successful acquisition.

@@ -49,6 +49,12 @@ type LockInfo struct {
 	// KindReentrant, KindReadWrite, KindSemaphore), or "" when free or when the
 	// backend cannot tell.
 	Kind string
+
+	// DelayLeft, when positive, says that the lock is in its lock-delay (see
+	// AcquireRequest.Delay): its last holding ended without a release, Held is
+	// false, and nobody can take the lock for DelayLeft more, as the store's
+	// clock counts. List returns such locks beside the held ones.
+	DelayLeft time.Duration
 }
 
 // WaitersUnknown is LockInfo.Waiters for a lock whose waiters the store does
@@ -74,7 +80,7 @@ type Inspector interface {
 	// the result has Held false.
 	Inspect(ctx context.Context, key string) (LockInfo, error)
 
-	// ListPrefix returns the held locks whose names start with prefix (all of
+	// ListPrefix returns the held locks (and those in their lock-delay) whose names start with prefix (all of
 	// them when prefix is empty), in any order; it may return more (locks that
 	// are not held, or names without the prefix): List drops them. prefix is
 	// the literal start of a pattern that ValidatePattern accepted.
@@ -82,11 +88,12 @@ type Inspector interface {
 
 	// ForceUnlock removes the holding of key whoever holds it, and returns what
 	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
-	// holder learns of the loss at its next renewal or its local deadline.
+	// holder learns of the loss at its next renewal or its local deadline. A
+	// holding taken with a lock-delay leaves the lock in its delay.
 	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }
 
-// List returns the locks held in in's store whose names match pattern (a glob
+// List returns the locks held (or in their lock-delay) in in's store whose names match pattern (a glob
 // as MatchKey reads it, checked by ValidatePattern), sorted by key: it asks
 // in.ListPrefix for the literal start of the pattern and keeps the held locks
 // that match.
@@ -106,7 +113,7 @@ func List(ctx context.Context, in Inspector, pattern string) ([]LockInfo, error)
 	}
 	out := all[:0]
 	for _, info := range all {
-		if info.Held && MatchKey(pattern, info.Key) {
+		if (info.Held || info.DelayLeft > 0) && MatchKey(pattern, info.Key) {
 			out = append(out, info)
 		}
 	}

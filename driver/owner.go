@@ -7,6 +7,9 @@ import "strings"
 // Every backend accepts it in an owner token.
 const OwnerSep = "#"
 
+// MaxOwnerLen is the longest owner ID accepted by dlock.WithOwner, in bytes.
+const MaxOwnerLen = 128
+
 // SplitOwner splits an owner token into the WithOwner ID and the part that names
 // the acquisition. A token made without WithOwner is its own ID: id and
 // acquisition are both the whole token.

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -38,9 +39,19 @@ func (d *Driver) Info() driver.DriverInfo {
 // TryLock found the queue taken), the oldest entry of the queue, and the entry
 // just older than the attempt's own (nil when unknown).
 type attemptResult struct {
-	h     *queueEntry
-	first *mvccpb.KeyValue
-	ahead *predecessor
+	h      *queueEntry
+	first  *mvccpb.KeyValue
+	ahead  *predecessor
+	marker *mvccpb.KeyValue // the lock-delay marker read with the queue (see gate); nil when none
+	rev    int64            // the revision of that read
+}
+
+// markerOf returns the lock-delay marker in the reply r of a read of DelayKey.
+func markerOf(r *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
+	if kvs := r.GetResponseRange().GetKvs(); len(kvs) == 1 {
+		return kvs[0]
+	}
+	return nil
 }
 
 func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
@@ -70,6 +81,26 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	}
 	h = res.h
 	if h != nil && res.first != nil && res.first.CreateRevision == h.revision() {
+		if res.marker != nil || r.Delay > 0 {
+			rem, err := d.gate(ctx, r, h, res)
+			if err != nil || rem > 0 {
+				if !r.Waiting {
+					_ = d.removeDetached(ctx, h) // TryLock leaves nothing behind
+					if err == nil {
+						err = &driver.Taken{Remaining: rem}
+					}
+					return driver.Grant{}, err
+				}
+				if err != nil {
+					h.markUncertain()
+					return driver.Grant{}, err
+				}
+				// The subscription watches the marker, which goes when the
+				// delay ends.
+				h.setAhead(&predecessor{key: DelayKey(r.Key), rev: res.rev})
+				return driver.Grant{}, &driver.Taken{Remaining: rem, RetryAfter: min(rem+time.Millisecond, seconds(secs)/3), Handle: h, Queued: true}
+			}
+		}
 		return driver.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
 	if res.first != nil && foreign(res.first) {
@@ -131,7 +162,8 @@ func (d *Driver) recheck(ctx context.Context, r driver.AcquireRequest, h *queueE
 			clientv3.Compare(clientv3.LeaseValue(h.entry), "=", sl.leaseID()),
 			clientv3.Compare(clientv3.CreateRevision(AbandonKey(r.Key, r.Owner)), "=", 0)).
 		Then(clientv3.OpGet(qp, clientv3.WithFirstCreate()...),
-			clientv3.OpGet(qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...)).
+			clientv3.OpGet(qp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())...),
+			clientv3.OpGet(DelayKey(r.Key))).
 		Commit()
 	if err != nil {
 		done(false, start)
@@ -143,7 +175,8 @@ func (d *Driver) recheck(ctx context.Context, r driver.AcquireRequest, h *queueE
 		return nil, nil
 	}
 	first := resp.Responses[0].GetResponseRange().Kvs
-	res := &attemptResult{h: h, ahead: ahead(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs)}
+	res := &attemptResult{h: h, ahead: ahead(resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs),
+		marker: markerOf(resp.Responses[2]), rev: resp.Header.Revision}
 	if len(first) == 1 {
 		res.first = first[0]
 	}
@@ -157,7 +190,7 @@ func (d *Driver) recheck(ctx context.Context, r driver.AcquireRequest, h *queueE
 // it is elsewhere; its place and token stay). Nothing is written for an
 // abandoned acquisition.
 func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedLease, start time.Time) (*attemptResult, error) {
-	entry, qp, gone := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner)
+	entry, qp, gone, mark := EntryKey(r.Key, r.Owner), QueuePrefix(r.Key), AbandonKey(r.Key, r.Owner), DelayKey(r.Key)
 	lease := sl.leaseID()
 	conds := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(entry), "=", 0),
@@ -175,13 +208,14 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 		// and the one just ahead of it, if any (the first then).
 		resp, err = d.cli.Txn(ctx).If(conds...).Then(put,
 			clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithLimit(2), clientv3.WithKeysOnly())).
+				clientv3.WithLimit(2), clientv3.WithKeysOnly()),
+			clientv3.OpGet(mark)).
 			Commit()
 	} else {
 		// Only into an empty queue: the entry is then the first.
 		resp, err = d.cli.Txn(ctx).
-			If(append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))...).Then(put).
-			Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			If(append(conds, clientv3.Compare(clientv3.CreateRevision(qp).WithPrefix(), "=", 0))...).Then(put, clientv3.OpGet(mark)).
+			Else(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(mark)).
 			Commit()
 	}
 	if err != nil {
@@ -191,10 +225,13 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 		rev := resp.Header.Revision
 		h := newOwnEntry(entry, rev, sl)
 		sl.attach(h, start.Add(seconds(sl.secs)))
-		res := &attemptResult{h: h}
+		res := &attemptResult{h: h, rev: rev}
 		var last []*mvccpb.KeyValue
 		if r.Waiting {
 			last = resp.Responses[1].GetResponseRange().Kvs
+			res.marker = markerOf(resp.Responses[2])
+		} else {
+			res.marker = markerOf(resp.Responses[1])
 		}
 		if len(last) <= 1 { // nobody ahead
 			res.first = &mvccpb.KeyValue{Key: []byte(entry), CreateRevision: rev, Lease: int64(lease)}
@@ -209,7 +246,7 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 	if r.Waiting {
 		// The entry or the abandonment's mark is there: read them.
 		resp, err = d.cli.Txn(ctx).
-			Then(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Then(clientv3.OpGet(entry), clientv3.OpGet(gone, clientv3.WithCountOnly()), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(mark)).
 			Commit()
 		if err != nil {
 			return nil, mapErr(err)
@@ -217,6 +254,7 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	first := resp.Responses[2].GetResponseRange().Kvs
+	marker, read := markerOf(resp.Responses[3]), resp.Header.Revision
 	switch {
 	case resp.Responses[1].GetResponseRange().Count > 0:
 		return nil, fmt.Errorf("%w: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
@@ -235,7 +273,7 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 		resp, err = d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(entry), "=", old.CreateRevision),
 				clientv3.Compare(clientv3.CreateRevision(gone), "=", 0)).
-			Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...)).
+			Then(clientv3.OpPut(entry, r.Metadata, clientv3.WithLease(lease)), clientv3.OpGet(qp, clientv3.WithFirstCreate()...), clientv3.OpGet(mark)).
 			Commit()
 		if err != nil {
 			return nil, sl.failed(err)
@@ -244,10 +282,11 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 			return nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
 		}
 		first = resp.Responses[1].GetResponseRange().Kvs
+		marker, read = markerOf(resp.Responses[2]), resp.Header.Revision
 	}
 	h := newOwnEntry(entry, old.CreateRevision, sl)
 	sl.attach(h, start.Add(seconds(sl.secs)))
-	res := &attemptResult{h: h}
+	res := &attemptResult{h: h, marker: marker, rev: read}
 	if len(first) == 1 {
 		res.first = first[0]
 	}

@@ -42,6 +42,10 @@ type queueEntry struct {
 	// one (the predecessor), for the subscription to watch without reading the
 	// queue again; nil when unknown.
 	ahead *predecessor
+
+	// delayMark is the value of the lock-delay marker a holding with a
+	// lock-delay wrote (see gate), "" for none: its release deletes it.
+	delayMark string
 }
 
 // predecessor is the entry just older than a waiter's, as read at a revision:

@@ -24,12 +24,17 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 	if err := checkArgs(ctx, key); err != nil {
 		return dlock.LockInfo{}, err
 	}
-	resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
+	tr, err := d.cli.Txn(ctx).Then(clientv3.OpGet(QueuePrefix(key), clientv3.WithFirstCreate()...), clientv3.OpGet(DelayKey(key))).Commit()
 	if err != nil {
 		return dlock.LockInfo{}, mapErr(err)
 	}
+	resp, marker := tr.Responses[0].GetResponseRange(), markerOf(tr.Responses[1])
 	if len(resp.Kvs) == 0 {
-		return dlock.LockInfo{Key: key}, nil
+		info := dlock.LockInfo{Key: key}
+		if marker != nil {
+			info.DelayLeft = d.delayLeft(ctx, marker, 0)
+		}
+		return info, nil
 	}
 	if foreign(resp.Kvs[0]) {
 		return dlock.LockInfo{Key: key}, conflict(key, resp.Kvs[0])
@@ -100,6 +105,21 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 			continue
 		}
 		infos = append(infos, d.info(ctx, name, l.holder, l.n-1))
+	}
+	// The free locks in their lock-delay.
+	ds := Prefix + "delay/{"
+	mresp, err := d.cli.Get(ctx, ds+prefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(ds)))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	for _, m := range mresp.Kvs {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(string(m.Key), ds), "}")
+		if !ok || locks[name] != nil || driver.ValidateKey(name) != nil || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if left := d.delayLeft(ctx, m, 0); left > 0 {
+			infos = append(infos, dlock.LockInfo{Key: name, DelayLeft: left})
+		}
 	}
 	return infos, nil
 }

@@ -23,6 +23,10 @@ func EntryKey(key, owner string) string { return QueuePrefix(key) + owner }
 // named key as abandoned (see Driver.Abandon). It lies outside every queue.
 func AbandonKey(key, owner string) string { return Prefix + "abandoned/{" + key + "}/" + owner }
 
+// DelayKey returns the etcd key of the lock-delay marker of the lock named
+// key (see Driver.MaxLockDelay). It lies outside every queue.
+func DelayKey(key string) string { return Prefix + "delay/{" + key + "}" }
+
 // checkOwner rejects owner tokens that cannot be the last element of an entry key.
 func checkOwner(owner string) error {
 	if owner == "" || strings.ContainsAny(owner, "/{}") || driver.ValidateKey(owner) != nil {

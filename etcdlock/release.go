@@ -23,7 +23,15 @@ func (d *Driver) release(ctx context.Context, hd driver.Holding) error {
 	if err != nil {
 		return err
 	}
-	deleted, err := d.remove(ctx, h)
+	h.mu.Lock()
+	mark := h.delayMark
+	h.mu.Unlock()
+	var deleted bool
+	if mark != "" {
+		deleted, err = d.releaseDelayed(ctx, hd.Key, h, mark)
+	} else {
+		deleted, err = d.remove(ctx, h)
+	}
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ type Store struct {
 	last    map[string]uint64               // the newest token handed out, by key
 	waiters map[string][]*waiter            // by key, in arrival order
 	gone    map[string]map[string]time.Time // abandoned owners, by key, until when
+	delayed map[string]time.Time            // keys in their lock-delay, until when
 	now     func() time.Time
 	syn     syncs // latches and barriers (sync.go)
 }
@@ -47,6 +48,7 @@ type holding struct {
 	token   uint64
 	meta    string
 	expires time.Time
+	delay   time.Duration // the lock-delay after an end without a release
 }
 
 type waiter struct {
@@ -60,6 +62,8 @@ var (
 	_ driver.Abandoner  = (*Store)(nil)
 	_ driver.Inspector  = (*Store)(nil)
 	_ driver.TTLLimiter = (*Store)(nil)
+
+	_ driver.LockDelayer = (*Store)(nil)
 )
 
 // NewStore returns an empty Store.
@@ -69,6 +73,7 @@ func NewStore() *Store {
 		last:    map[string]uint64{},
 		waiters: map[string][]*waiter{},
 		gone:    map[string]map[string]time.Time{},
+		delayed: map[string]time.Time{},
 		now:     time.Now,
 	}
 }
@@ -89,15 +94,38 @@ func New(store *Store, opts ...dlock.Option) (*Client, error) {
 // TTLLimits implements driver.TTLLimiter: the defaults of every dlock backend.
 func (s *Store) TTLLimits() driver.TTLLimits { return driver.DefaultTTLLimits }
 
-// live returns the holding of key if it has not expired; s.mu is held.
+// MaxLockDelay implements driver.LockDelayer.
+func (s *Store) MaxLockDelay() time.Duration { return driver.MaxLockDelay }
+
+// live returns the holding of key if it has not expired; s.mu is held. An
+// expired holding with a lock-delay leaves the key in its delay.
 func (s *Store) live(key string) *holding {
 	h := s.locks[key]
 	if h != nil && !s.now().Before(h.expires) {
 		delete(s.locks, key)
+		if h.delay > 0 {
+			s.delayed[key] = h.expires.Add(h.delay)
+			return nil
+		}
 		s.wakeOne(key) // an expiry frees the lock as a release does
 		return nil
 	}
 	return h
+}
+
+// delayLeft returns the time left of key's lock-delay, 0 when it has none;
+// s.mu is held.
+func (s *Store) delayLeft(key string) time.Duration {
+	until, ok := s.delayed[key]
+	if !ok {
+		return 0
+	}
+	left := until.Sub(s.now())
+	if left <= 0 {
+		delete(s.delayed, key)
+		return 0
+	}
+	return left
 }
 
 // Acquire implements driver.Driver.
@@ -115,9 +143,13 @@ func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Gran
 		}
 		return driver.Grant{}, &driver.Taken{Remaining: h.expires.Sub(now)}
 	}
+	if left := s.delayLeft(r.Key); left > 0 {
+		// Nobody wakes a waiter at the delay's end: it sleeps until then.
+		return driver.Grant{}, &driver.Taken{Remaining: left}
+	}
 	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
 	s.last[r.Key] = token
-	s.locks[r.Key] = &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL)}
+	s.locks[r.Key] = &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL), delay: r.Delay}
 	return driver.Grant{Token: token, TTL: r.TTL}, nil
 }
 
@@ -260,6 +292,8 @@ func (s *Store) info(key string) dlock.LockInfo {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())
 		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
+	} else {
+		info.DelayLeft = s.delayLeft(key)
 	}
 	return info
 }
@@ -268,9 +302,18 @@ func (s *Store) info(key string) dlock.LockInfo {
 func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []dlock.LockInfo
+	keys := make([]string, 0, len(s.locks)+len(s.delayed))
 	for key := range s.locks {
-		if info := s.info(key); info.Held && strings.HasPrefix(key, prefix) {
+		keys = append(keys, key)
+	}
+	for key := range s.delayed {
+		if _, held := s.locks[key]; !held {
+			keys = append(keys, key)
+		}
+	}
+	var out []dlock.LockInfo
+	for _, key := range keys {
+		if info := s.info(key); (info.Held || info.DelayLeft > 0) && strings.HasPrefix(key, prefix) {
 			out = append(out, info)
 		}
 	}
@@ -287,6 +330,11 @@ func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, erro
 	info := s.info(key)
 	if !info.Held {
 		return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+	}
+	if h := s.locks[key]; h.delay > 0 {
+		delete(s.locks, key)
+		s.delayed[key] = s.now().Add(h.delay)
+		return info, nil
 	}
 	s.free(key)
 	return info, nil

@@ -46,11 +46,23 @@ func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
 // WithCreateTable the first call that meets the old table does.
 var ErrOldLayout = errors.New("dlock table of an earlier layout")
 
-// oldLayout reports whether err says that the locks' table lacks the column
-// that this version of pglock added to it.
+// addedColumns are the columns that later versions of pglock added to the
+// locks' table.
+var addedColumns = []string{"waited", "lock_delay", "delay_until"}
+
+// oldLayout reports whether err says that the locks' table lacks a column
+// that a later version of pglock added to it.
 func oldLayout(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42703" && strings.Contains(pe.Message, "waited")
+	if !errors.As(err, &pe) || pe.Code != "42703" {
+		return false
+	}
+	for _, c := range addedColumns {
+		if strings.Contains(pe.Message, c) {
+			return true
+		}
+	}
+	return false
 }
 
 // mapErr turns the error of one request into one matching the dlock
@@ -76,7 +88,7 @@ func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
 	code := sqlState(err)
 	switch {
 	case oldLayout(err):
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks the column waited (Driver.Migrate, or a lock with WithCreateTable, adds it): %w", op, ErrOldLayout, d.table, err))
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks a column of this version (%s; Driver.Migrate, or a lock with WithCreateTable, adds them): %w", op, ErrOldLayout, d.table, strings.Join(addedColumns, ", "), err))
 	case code == "":
 		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	case code == "42P01":

@@ -17,9 +17,10 @@ import (
 // semaphore):
 //
 //   - inspect ($1 key): owner, token, metadata, µs left, the holders the key
-//     admits, and whether it is held; a row that is not held gives LastToken;
-//   - list ($1 the pattern's literal prefix): key, owner, token, metadata, µs
-//     left and the holders admitted, of the held rows;
+//     admits, whether it is held, and the µs left of its lock-delay; a row
+//     that is not held gives LastToken;
+//   - list ($1 the pattern's literal prefix): key and the columns of inspect,
+//     of the held rows and of those in their lock-delay;
 //   - forceUnlock ($1 key, $2 channel): the held rows it freed, as inspect
 //     reads them, and whether it notified;
 //   - waiters ($1 key), when set: the number of queued waiters, whose table
@@ -33,9 +34,9 @@ type inspection struct {
 
 // holding is one row of an inspection.
 type holding struct {
-	owner, meta string
-	token, us   int64
-	n           int
+	owner, meta      string
+	token, us, delay int64 // delay: µs left of the key's lock-delay
+	n                int
 }
 
 // add counts h, held, into info: Holders is the holdings, Limit the holders
@@ -162,13 +163,14 @@ func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 		for rows.Next() {
 			var h holding
 			var held bool
-			if err := rows.Scan(&h.owner, &h.token, &h.meta, &h.us, &h.n, &held); err != nil {
+			if err := rows.Scan(&h.owner, &h.token, &h.meta, &h.us, &h.n, &held, &h.delay); err != nil {
 				return err
 			}
 			if held {
 				in.add(&info, h)
 			}
 			info.LastToken = max(info.LastToken, uint64(max(h.token, 0)))
+			info.DelayLeft = max(info.DelayLeft, time.Duration(h.delay)*time.Microsecond)
 		}
 		if err := rows.Err(); err != nil || in.waiters == "" {
 			return err
@@ -186,7 +188,8 @@ func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	return info, nil
 }
 
-// ListPrefix reads the held rows of keys that start with prefix.
+// ListPrefix reads the held rows of keys that start with prefix, and those in
+// their lock-delay.
 func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if in.d == nil {
 		return nil, errNilDriver
@@ -203,15 +206,23 @@ func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.Loc
 		for rows.Next() {
 			var key string
 			var h holding
-			if err := rows.Scan(&key, &h.owner, &h.token, &h.meta, &h.us, &h.n); err != nil {
+			var held bool
+			if err := rows.Scan(&key, &h.owner, &h.token, &h.meta, &h.us, &h.n, &held, &h.delay); err != nil {
 				return err
+			}
+			if !held && h.delay <= 0 {
+				continue
 			}
 			i, ok := at[key]
 			if !ok {
 				i, at[key] = len(out), len(out)
 				out = append(out, newInfo(key))
 			}
-			in.add(&out[i], h)
+			if held {
+				in.add(&out[i], h)
+			}
+			out[i].LastToken = max(out[i].LastToken, uint64(max(h.token, 0)))
+			out[i].DelayLeft = max(out[i].DelayLeft, time.Duration(h.delay)*time.Microsecond)
 		}
 		return rows.Err()
 	})

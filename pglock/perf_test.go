@@ -198,3 +198,40 @@ func TestOldLayoutTable(t *testing.T) {
 		t.Fatalf("Migrate of a migrated table: %v", err)
 	}
 }
+
+// A locks' table of the layout before lock-delays (with the column waited,
+// without lock_delay and delay_until) is refused as ErrOldLayout without
+// CreateTable, and migrated, its rows and tokens kept, with it.
+func TestLayoutBeforeLockDelay(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	table := "pre_delay_" + dlocktest.Key(t)[len(dlocktest.Key(t))-6:]
+	for _, q := range []string{
+		`CREATE SEQUENCE ` + table + `_token AS bigint`,
+		`CREATE TABLE ` + table + ` (
+			key             text        PRIMARY KEY,
+			owner           text        NOT NULL,
+			token           bigint      NOT NULL UNIQUE,
+			expires_at      timestamptz NOT NULL,
+			metadata        text        NOT NULL DEFAULT '',
+			abandoned       text[]      NOT NULL DEFAULT '{}',
+			abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+			waited          boolean     NOT NULL DEFAULT false)`,
+		`INSERT INTO ` + table + ` (key, owner, token, expires_at) VALUES ('old', '', 1000, clock_timestamp())`,
+		`SELECT setval('` + table + `_token', 1000)`,
+	} {
+		admin(t, q)
+	}
+	if _, err := clientOf(t, newDriver(t, WithTable(table))).TryLock(ctx, "old"); !errors.Is(err, ErrOldLayout) || !errors.Is(err, dlock.ErrRefused) {
+		t.Fatalf("TryLock on a table without lock_delay: %v; want ErrOldLayout", err)
+	}
+	l, err := clientOf(t, newDriver(t, WithTable(table), WithCreateTable())).TryLock(ctx, "old", dlock.WithLockDelay(time.Second))
+	if err != nil {
+		t.Fatalf("TryLock with CreateTable on a table without lock_delay: %v", err)
+	}
+	if l.Token() <= 1000 {
+		t.Errorf("token %d after the migration, want more than the row's 1000", l.Token())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -137,6 +137,8 @@ var (
 	_ driver.Abandoner  = (*Driver)(nil)
 	_ driver.Inspector  = (*Driver)(nil)
 	_ driver.TTLLimiter = (*Driver)(nil)
+
+	_ driver.LockDelayer = (*Driver)(nil)
 )
 
 // Client is the dlock.Client that New returns: a dlock.Locker over a Driver,
@@ -287,6 +289,11 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
 }
 
+// MaxLockDelay implements driver.LockDelayer: the key's row keeps the
+// holding's lock-delay, which the database's clock counts (see
+// docs/safety.md).
+func (d *Driver) MaxLockDelay() time.Duration { return driver.MaxLockDelay }
+
 // Info implements driver.Driver: the mutex of PostgreSQL.
 func (d *Driver) Info() driver.DriverInfo {
 	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex}
@@ -301,7 +308,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, row func(
 		token, remaining int64
 	}
 	for i := 0; ; i++ {
-		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting).
+		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting, micros(r.Delay)).
 			Scan(&res.state, &res.token, &res.remaining)
 		if err == nil {
 			row(res.state, res.token, res.remaining)
@@ -313,7 +320,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, row func(
 			}
 			return err
 		}
-		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata).Scan(&res.token)
+		err = d.pool.QueryRow(ctx, d.q.insert, r.Key, r.Owner, micros(r.TTL), r.Metadata, micros(r.Delay)).Scan(&res.token)
 		if err == nil {
 			row(stateGranted, res.token, 0)
 			return nil

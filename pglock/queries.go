@@ -23,19 +23,37 @@ type queries struct {
 const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint`
 
 // grantable is whether the row l may go to owner $2 at the time c.now: it
-// is free, the owner's already, or expired, and the owner's acquisition was
-// not abandoned.
-const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > c.now))`
+// is free, the owner's already, or expired, it is not in its lock-delay, and
+// the owner's acquisition was not abandoned.
+const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > c.now))`
+
+// delaying is whether the holding of the row l ran out at most its
+// lock-delay before c.now: the row is then in its lock-delay (as it is while
+// delay_until, set by a forced unlock, lies ahead).
+const delaying = `(l.owner <> '' AND l.expires_at <= c.now AND l.expires_at + l.lock_delay * interval '1 microsecond' > c.now)`
+
+// delayEnd is the end of the row l's lock-delay ('-infinity' when it has
+// none): for a holding, the end of the delay that follows its expiry.
+const delayEnd = `greatest(l.delay_until, CASE WHEN l.owner <> '' AND l.lock_delay > 0 THEN l.expires_at + l.lock_delay * interval '1 microsecond' ELSE '-infinity' END)`
+
+// delayLeftUS is the time left of the row l's lock-delay in whole
+// microseconds, 0 when it is not in one.
+const delayLeftUS = `CASE WHEN l.delay_until > c.now OR ` + delaying + ` THEN (extract(epoch FROM ` + delayEnd + ` - c.now) * 1e6)::bigint ELSE 0 END`
 
 // buildQueries writes the statements for table and seq (both quoted).
 //
-// A row is held while its owner is not ” and its expiry lies ahead. The token
+// A row is held while its owner is not ” and its expiry lies ahead. A
+// holding with a lock-delay (lock_delay, in µs) leaves the row in its delay
+// for that long after its expiry, and a forced unlock of it until
+// delay_until: nobody takes it meanwhile, and neither a release nor an
+// extend by the old owner ends it. The token
 // column is unique, which makes it a key column for PostgreSQL's row locks: an
 // update that changes the token (a grant to another owner) or deletes the row
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
 // the expiry only) does not.
 func buildQueries(table, seq, channel string) queries {
 	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable,
+		"$DLEFT", delayLeftUS, "$DEND", delayEnd,
 		// Constants are written into the text, so that a call sends fewer
 		// arguments (the channel's name is letters, digits, '_' and '.').
 		"$WAIT", strconv.FormatInt(acquireLockWait.Milliseconds(), 10), "$CHANNEL", "'"+channel+"'",
@@ -48,7 +66,8 @@ func buildQueries(table, seq, channel string) queries {
 	// deleted only by Sweep, long after its expiry (see Sweep).
 	free := `
 	upd AS (
-		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
+		UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = '',
+			delay_until = clock_timestamp() + l.lock_delay * interval '1 microsecond'
 		FROM cur WHERE l.key = cur.key
 	)`
 	q := queries{
@@ -62,19 +81,23 @@ func buildQueries(table, seq, channel string) queries {
 				metadata        text        NOT NULL DEFAULT '',
 				abandoned       text[]      NOT NULL DEFAULT '{}',
 				abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
-				waited          boolean     NOT NULL DEFAULT false
+				waited          boolean     NOT NULL DEFAULT false,
+				lock_delay      bigint      NOT NULL DEFAULT 0,
+				delay_until     timestamptz NOT NULL DEFAULT '-infinity'
 			)$WITH`),
-			// A table of an earlier layout gets the column it lacks (the
+			// A table of an earlier layout gets the columns it lacks (the
 			// check before it fails on any other table).
 			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
-			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false`),
+			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false,
+				ADD COLUMN IF NOT EXISTS lock_delay bigint NOT NULL DEFAULT 0,
+				ADD COLUMN IF NOT EXISTS delay_until timestamptz NOT NULL DEFAULT '-infinity'`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 whether the owner
-		// will wait. The
+		// will wait, $6 the lock-delay in µs. The
 		// key's row is updated in place, whatever it holds, so that one
 		// statement tells every outcome: taken over when it is grantable
 		// (the token drawn anew unless the owner held it already; the mark
@@ -94,17 +117,18 @@ UPDATE $T l SET
 	-- statement's transaction alone): the new row is computed before the
 	-- row is locked.
 	metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', '$WAIT', true), 0),
-	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2 ELSE l.waited OR $5 END
+	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2 ELSE l.waited OR $5 END,
+	lock_delay = CASE WHEN $GRANT THEN $6::bigint ELSE l.lock_delay END
 FROM (SELECT clock_timestamp() AS now) c
 WHERE l.key = $1
-RETURNING CASE WHEN l.owner = $2 THEN 0 WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > c.now THEN 2 ELSE 1 END,
-	l.token, (extract(epoch FROM greatest(l.expires_at, c.now) - c.now) * 1e6)::bigint`),
-		// $1 key, $2 owner, $3 ttl in µs, $4 metadata: the key's first row
-		// (or its first after Sweep), granted to the owner; no row when
-		// another statement inserted it first.
+RETURNING CASE WHEN l.owner = $2 AND l.expires_at > c.now THEN 0 WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > c.now THEN 2 ELSE 1 END,
+	l.token, (extract(epoch FROM greatest(l.expires_at, $DEND, c.now) - c.now) * 1e6)::bigint`),
+		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 lock-delay in µs:
+		// the key's first row (or its first after Sweep), granted to the
+		// owner; no row when another statement inserted it first.
 		insert: s(`
-INSERT INTO $T (key, owner, token, expires_at, metadata)
-VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text)
+INSERT INTO $T (key, owner, token, expires_at, metadata, lock_delay)
+VALUES ($1, $2, nextval('$S'), clock_timestamp() + $3::bigint * interval '1 microsecond', $4::text, $5::bigint)
 ON CONFLICT (key) DO NOTHING
 RETURNING token`),
 		// $1 key, $2 owner, $3 ttl in µs.
@@ -118,7 +142,7 @@ WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// the row since its last grant (releaseAll: always).
 		release: s(`
 UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = ''
-WHERE l.key = $1 AND l.owner = $2
+WHERE l.key = $1 AND l.owner = $2 AND (l.lock_delay = 0 OR l.expires_at > clock_timestamp())
 RETURNING l.expires_at >= statement_timestamp(),
 	CASE WHEN l.waited THEN pg_notify($CHANNEL, $1) IS NULL ELSE false END`),
 		// $1 key, $2 owner.
@@ -144,17 +168,19 @@ SELECT pg_notify($4, $1) IS NULL FROM up`, maxMarks)),
 		sweep: s(`
 DELETE FROM $T WHERE ctid IN (
 	SELECT ctid FROM $T
-	WHERE greatest(expires_at, abandoned_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
+	WHERE greatest(expires_at + lock_delay * interval '1 microsecond', abandoned_until, delay_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
 	FOR UPDATE SKIP LOCKED
 )`),
-		// $1 key: owner, token, metadata, time left, held.
+		// $1 key: owner, token, metadata, time left, held, lock-delay left.
 		inspect: s(`
-SELECT owner, token, metadata, $REM, 1, owner <> '' AND expires_at > clock_timestamp()
-FROM $T l WHERE key = $1`),
-		// $1 the pattern's literal prefix.
+SELECT owner, token, metadata, $REM, 1, owner <> '' AND expires_at > c.now, $DLEFT
+FROM $T l, (SELECT clock_timestamp() AS now) c WHERE key = $1`),
+		// $1 the pattern's literal prefix: held locks, and those in their
+		// lock-delay (held false).
 		list: s(`
-SELECT key, owner, token, metadata, $REM, 1 FROM $T l
-WHERE owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
+SELECT key, owner, token, metadata, $REM, 1, owner <> '' AND expires_at > c.now, $DLEFT
+FROM $T l, (SELECT clock_timestamp() AS now) c
+WHERE (owner <> '' AND (expires_at > c.now OR lock_delay > 0) OR delay_until > c.now) AND starts_with(key, $1)`),
 		// $1 key, $2 channel.
 		forceUnlock: s(`
 WITH cur AS (

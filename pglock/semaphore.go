@@ -245,11 +245,11 @@ UPDATE $T l SET
 WHERE key = $1 AND slot = -1`, maxMarks)),
 		// $1 key: every permit row.
 		inspect: s(`
-SELECT owner, token, metadata, $REM, n, owner <> '' AND expires_at > clock_timestamp()
+SELECT owner, token, metadata, $REM, n, owner <> '' AND expires_at > clock_timestamp(), 0::bigint
 FROM $T l WHERE key = $1 AND slot >= 0`),
 		// $1 the pattern's literal prefix.
 		list: s(`
-SELECT key, owner, token, metadata, $REM, n FROM $T l
+SELECT key, owner, token, metadata, $REM, n, true, 0::bigint FROM $T l
 WHERE slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
 		// $1 the age in µs past its expiry of a row to delete: permits, and
 		// the headers of keys without a permit in use, but those of resized

@@ -155,7 +155,7 @@ func (c *conn) read(ctx context.Context, names []string, k kind) (infos []LockIn
 				other = append(other, batch[i])
 			case err != nil:
 				return nil, nil, err
-			case info.Held:
+			case info.Held || info.DelayLeft > 0:
 				infos = append(infos, info)
 			}
 		}

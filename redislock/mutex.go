@@ -25,10 +25,16 @@ type Driver struct {
 }
 
 var (
-	_ driver.Notifier  = (*Driver)(nil)
-	_ driver.Abandoner = (*Driver)(nil)
-	_ driver.Inspector = (*Driver)(nil)
+	_ driver.Notifier    = (*Driver)(nil)
+	_ driver.Abandoner   = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.LockDelayer = (*Driver)(nil)
 )
+
+// MaxLockDelay implements driver.LockDelayer: the lock record keeps the
+// holding's lock-delay, and its key lives that much past the holding (see
+// docs/safety.md).
+func (d *Driver) MaxLockDelay() time.Duration { return driver.MaxLockDelay }
 
 // NewDriver returns the plain mutex driver over rdb, configured by opts.
 // NewClient makes a Client over it. It returns an error matching
@@ -89,7 +95,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	argv := append(c.argv[:redisscript.LeanArgs], "4",
 		c.str(0, lock), c.str(1, fence), c.str(2, abandon), c.str(3, waiting),
 		c.str(5, r.Owner), c.int(0, r.TTL.Milliseconds()), retake, c.str(6, r.Metadata),
-		markBusy, markTaken, hubID, c.str(7, t.arrival), registered)
+		markBusy, markTaken, hubID, c.str(7, t.arrival), registered, c.int(1, r.Delay.Milliseconds()))
 	res, acked, err := d.runAcquire(ctx, argv)
 	c.put()
 	g, arrival, err := plainGrant(res, err, r.TTL)
@@ -172,11 +178,11 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	switch hd := h.Handle.(type) {
 	case *plainHolding:
 		if lock, waiting, ok := hd.releaseKeys(h.Key); ok {
-			return d.release(ctx, h.Key, lock, waiting, h.Owner, hd.token)
+			return d.release(ctx, h.Key, lock, waiting, h.Owner, hd.token, false)
 		}
-		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd.token)
+		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd.token, false)
 	case uint64:
-		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd)
+		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd, false)
 	}
 	drawn := ""
 	if dr, ok := h.Handle.(redisscript.Drawn); ok {
@@ -190,22 +196,24 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 }
 
 // releaseForced releases the holding of owner read by an inspection; the
-// released record keeps the lock's token.
+// released record keeps the lock's token, and a holding with a lock-delay
+// leaves the lock in its delay.
 func (d *Driver) releaseForced(ctx context.Context, key, owner string) error {
-	return d.release(ctx, key, LockKey(key), waitingKey(key), owner, 0)
+	return d.release(ctx, key, LockKey(key), waitingKey(key), owner, 0, true)
 }
 
 // release releases owner's holding of the plain lock named key, whose lock
 // key and waiting set are lock and waiting, recording token (0: the record's
-// own) in the released record.
-func (d *Driver) release(ctx context.Context, key, lock, waiting, owner string, token uint64) error {
+// own) in the released record; forced says that the holding is forced
+// (ForceUnlock), which starts its lock-delay.
+func (d *Driver) release(ctx context.Context, key, lock, waiting, owner string, token uint64, forced bool) error {
 	tok := ""
 	if token > 0 {
 		tok = strconv.FormatUint(token, 36)
 	}
 	c := getCall()
 	argv := append(c.argv[:redisscript.LeanArgs], "2", c.str(0, lock), c.str(1, waiting),
-		c.str(2, owner), d.c.hub.publishArg(), c.str(3, tok))
+		c.str(2, owner), d.c.hub.publishArg(), c.str(3, tok), forcedArg(forced))
 	res, err := redisscript.Release.Run(ctx, d.c.rdb, argv).Result()
 	c.put()
 	err = d.c.released(key, res, err)
@@ -246,4 +254,13 @@ func (d *Driver) drop(ctx context.Context, h driver.Holding, mark, drawn string)
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))
 	}
 	return n, mapErr(err)
+}
+
+// forcedArg is the release script's argument that says whether a release is
+// forced.
+func forcedArg(forced bool) string {
+	if forced {
+		return "1"
+	}
+	return "0"
 }

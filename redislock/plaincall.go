@@ -16,7 +16,7 @@ import (
 type plainCall struct {
 	argv [18]any
 	s    [8]string
-	n    [1]int64
+	n    [2]int64
 }
 
 var plainCalls = sync.Pool{New: func() any { return new(plainCall) }}

@@ -218,7 +218,7 @@ func TestReentrantCancelledWaiterLeavesNothing(t *testing.T) {
 }
 
 func TestReentrantBadOwner(t *testing.T) {
-	for _, id := range []string{"", "has space", "tab\t", "é", "a/b", "a#b", "{x}", "50%", strings.Repeat("x", dlock.MaxOwnerLen+1)} {
+	for _, id := range []string{"", "has space", "tab\t", "é", "a/b", "a#b", "{x}", "50%", strings.Repeat("x", driver.MaxOwnerLen+1)} {
 		if _, err := redislock.NewReentrant(newRDB(t, srv.Addr), dlock.WithOwner(id)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("NewReentrant(WithOwner(%q)): %v, want ErrInvalid", id, err)
 		}

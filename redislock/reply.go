@@ -101,7 +101,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, mapErr(err)
 	}
-	if len(res) != 7 {
+	if len(res) != 8 {
 		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
 	}
 	info := LockInfo{Key: key}
@@ -112,6 +112,9 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 	info.Waiters = int(replyUint(res[5]))
 	pttl, _ := res[3].(int64)
 	owner, _ := res[0].(string)
+	if left, _ := res[7].(int64); left > 0 {
+		info.DelayLeft = time.Duration(left) * time.Millisecond
+	}
 	if owner == "" || pttl == -2 {
 		return info, nil
 	}

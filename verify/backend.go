@@ -45,7 +45,9 @@ import (
 //     read side, which readers and other writers share (a worker's variant);
 //   - nosize: on the resized semaphore, the workers ignore the stored size
 //     and take permits under the N they were made with.
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize"}
+//   - nodelay: the store is never told of the lock-delay: a holding that
+//     ends without a release frees the lock at its expiry.
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize", "nodelay"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -211,6 +213,9 @@ var (
 func (b *broken) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if b.variant == "prefix" {
 		return b.prefixAcquire(ctx, r)
+	}
+	if b.variant == "nodelay" {
+		r.Delay = 0
 	}
 	g, err := b.Driver.Acquire(ctx, r)
 	if err != nil {

@@ -28,6 +28,7 @@ var brokenCases = []struct {
 	{"rwshared", nil, false, "", []string{"exclusion"}},
 	{"shortwait", nil, false, "", []string{"fairness"}},
 	{"nosize", nil, false, "", []string{"exclusion"}},
+	{"nodelay", []string{FaultKill}, false, "", []string{"lock-delay"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -63,6 +64,10 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				}
 				if bc.variant == "nosize" { // the semaphore resized during the run
 					spec.Kind, spec.N, spec.Resize = "sem", quickSpec(semResize).N, true
+				}
+				if bc.variant == "nodelay" {
+					spec = quickSpec(delayed)
+					spec.Variant, spec.Keys = bc.variant, []string{"a"} // waiters for every holder that dies
 				}
 				if bc.variant == "renewafter" {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound

@@ -52,6 +52,9 @@ type Params struct {
 	// clients to reconnect. Recovery checks the time after (0: no
 	// allowance stated, nothing checked).
 	Recovery time.Duration
+	// Delay is the locks' lock-delay (0: none): after a holding that ended
+	// without a clean release, nobody gets the key for that long.
+	Delay time.Duration
 	// Unsafe names the faults the docs name as breaking exclusion (a crash
 	// of the store without durable state, a failover to a lagging replica):
 	// two holders at once are excused across one of them, but their tokens
@@ -66,6 +69,7 @@ type grant struct {
 	end      int64 // the end of its validity window
 	relInv   int64 // when its release was invoked (0: never)
 	released int64 // completion of an owner-checked release that succeeded (0: none)
+	relFail  bool  // its release completed refused (ErrNotHeld: the holding had ended)
 	done     int64 // when Done fired (0: never seen)
 	doneLine int
 	deadline int64 // the last local deadline seen (0: none)
@@ -193,6 +197,7 @@ func Analyze(h []Event, p Params) *Analysis {
 				if e.Type == OK {
 					g.released = e.T
 				}
+				g.relFail = e.Type == Fail
 				delete(holding, e.Proc)
 			}
 		case OpResize:
@@ -301,7 +306,7 @@ func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 // Check runs every checker and returns the first violation of each.
 func (a *Analysis) Check() []Violation {
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.Handover, a.Recovery, a.Fairness, a.Starvation} {
+	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -456,9 +461,51 @@ func (a *Analysis) ToldFirst() *Violation {
 	return nil
 }
 
+// delaySlack is how much earlier than the lock-delay after its last local
+// deadline the next grant may complete: the stores count in milliseconds.
+const delaySlack = 2 * time.Millisecond
+
+// LockDelay: with a lock-delay (P.Delay), a holding that ended without a
+// clean release (its holder died, was stopped, was cut off, or released
+// too late: ErrNotHeld) keeps the key from everybody for the delay after the
+// holding's end in the store, which comes no earlier than the holder's last
+// local deadline; so the next grant of the key completes no earlier than
+// that deadline plus the delay, but across a fault that loses the store's
+// state (the docs name them as unsafe). A release whose outcome is unknown
+// (no reply, or a holder killed before it came) tells nothing, nor does a
+// holding whose deadline the history does not know.
+func (a *Analysis) LockDelay() *Violation {
+	if a.P.Delay <= 0 || a.P.Kind == "sem" {
+		return nil
+	}
+	for key, gs := range a.grants {
+		for i, g := range gs {
+			if g.read || g.released != 0 || g.deadline == 0 {
+				continue
+			}
+			var b *grant // the next grant of the key
+			for _, o := range gs[i+1:] {
+				if o.ok.T > g.ok.T {
+					b = o
+					break
+				}
+			}
+			if b == nil || g.relInv != 0 && g.relInv < b.ok.T && !g.relFail || a.unsafeBetween(g.ok.T, b.ok.T) {
+				continue
+			}
+			if early := g.deadline + int64(a.P.Delay-delaySlack) - b.ok.T; early > 0 {
+				return &Violation{Checker: "lock-delay", Lines: []int{g.ok.Line, b.ok.Line},
+					Msg: fmt.Sprintf("key %s: worker %d got token %d %v after the local deadline of worker %d's token %d, which ended without a release: within the %v lock-delay",
+						key, b.ok.Proc, b.ok.Token, time.Duration(b.ok.T-g.deadline), g.ok.Proc, g.ok.Token, a.P.Delay)}
+			}
+		}
+	}
+	return nil
+}
+
 // Handover (liveness): after a clean release, or the expiry of a holder that
-// died holding, a waiter that goes on waiting gets the lock within TTL plus
-// Bound, but across another fault.
+// died holding (and its lock-delay), a waiter that goes on waiting gets the
+// lock within TTL plus Bound, but across another fault.
 func (a *Analysis) Handover() *Violation {
 	bound := int64(a.P.TTL + a.P.Bound)
 	for key, gs := range a.grants {
@@ -467,7 +514,7 @@ func (a *Analysis) Handover() *Violation {
 			if r == 0 && g.relInv == 0 && g.death != 0 && g.deadline != 0 {
 				// A holder that died holding: the lock frees at its expiry,
 				// which its local deadline precedes.
-				r, what = max(g.death, g.deadline), "its holder died; it expired"
+				r, what = max(g.death, g.deadline)+int64(a.P.Delay), "its holder died; it expired"
 			}
 			if r == 0 || a.faultNearBut(r-int64(a.P.TTL)-int64(6*time.Second), r+bound, g.ok.Proc) {
 				continue
@@ -513,7 +560,7 @@ func (a *Analysis) Recovery() *Violation {
 		}
 		from = max(from, f.end+int64(a.P.TTL+a.P.Recovery))
 	}
-	window := int64(a.P.TTL + a.P.Bound)
+	window := int64(a.P.TTL + a.P.Delay + a.P.Bound)
 	grants := map[string][]int64{}
 	for key, gs := range a.grants {
 		for _, g := range gs {

@@ -307,3 +307,37 @@ func TestExclusionOfAResizedSemaphore(t *testing.T) {
 		t.Errorf("a third holder after a resize to 3 of unknown outcome: %s", v.Msg)
 	}
 }
+
+// TestLockDelayFindsAGrantWithinTheDelay: a grant before an unclean holder's
+// last deadline plus the delay is a violation; after a clean release it is not.
+func TestLockDelayFindsAGrantWithinTheDelay(t *testing.T) {
+	p := checkParams
+	p.Delay = 500 * time.Millisecond
+	done := []Event{{T: ms(95), Proc: 0, Op: OpDone, Key: "k", Token: 10}}
+	refused := []Event{
+		{T: ms(96), Proc: 0, Op: OpRelease, Type: Invoke, ID: 2, Key: "k"},
+		{T: ms(97), Proc: 0, Op: OpRelease, Type: Fail, ID: 2, Key: "k"},
+	}
+	// The holder's lease ran out at 90 ms (its release was refused): the
+	// next grant is due at 590 ms at the earliest.
+	for _, tc := range []struct {
+		name  string
+		h     []Event
+		fails bool
+	}{
+		{"within the delay", cat(grantEvents(0, 1, 0, 10, 90), done, refused, grantEvents(1, 1, 300, 11, 400), releaseEvents(1, 2, 400)), true},
+		{"after the delay", cat(grantEvents(0, 1, 0, 10, 90), done, refused, grantEvents(1, 1, 600, 11, 400), releaseEvents(1, 2, 700)), false},
+		{"after a clean release", cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 50), grantEvents(1, 1, 60, 11, 400), releaseEvents(1, 2, 100)), false},
+		{"a release of unknown outcome", cat(grantEvents(0, 1, 0, 10, 400), []Event{{T: ms(50), Proc: 0, Op: OpRelease, Type: Invoke, ID: 2, Key: "k"}},
+			grantEvents(1, 1, 60, 11, 400), releaseEvents(1, 2, 100)), false},
+	} {
+		if v := Analyze(tc.h, p).LockDelay(); (v != nil) != tc.fails {
+			t.Errorf("%s: violation %v, want one: %v", tc.name, v, tc.fails)
+		}
+	}
+	// Without a delay, nothing is checked.
+	h := cat(grantEvents(0, 1, 0, 10, 90), done, refused, grantEvents(1, 1, 300, 11, 400), releaseEvents(1, 2, 400))
+	if v := Analyze(h, checkParams).LockDelay(); v != nil {
+		t.Errorf("a lock without a delay: %s", v.Msg)
+	}
+}

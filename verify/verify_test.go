@@ -66,12 +66,23 @@ func duration(quick time.Duration) time.Duration {
 // half the rounds take the read side.
 const rwReaders = "rw+readers"
 
+// delayed is the scenarios' lock kind of the plain lock with a lock-delay
+// (quickDelay).
+const delayed = "plain+delay"
+
+// quickDelay is the lock-delay of the quick runs' delayed locks.
+const quickDelay = 500 * time.Millisecond
+
 // quickSpec is the workers' template of the quick runs: short TTLs.
 func quickSpec(kind string) Spec {
 	s := Spec{Backend: "redis", Kind: kind, Keys: []string{"a", "b"}, TTL: 400 * time.Millisecond,
 		Hold: 250 * time.Millisecond, Wait: 1500 * time.Millisecond, ExitProb: 0.05, N: 2}
-	if kind == rwReaders {
+	switch kind {
+	case rwReaders:
 		s.Kind, s.ReadShare = "rw", 0.5
+	case delayed:
+		// Waiters wait out a holder's expiry and its delay.
+		s.Kind, s.LockDelay, s.Wait = "plain", quickDelay, 3*time.Second
 	}
 	if kind == semResize {
 		s.Kind, s.Resize = "sem", true
@@ -127,6 +138,11 @@ var scenarios = []scenario{
 	{"redis-cluster", "redis-cluster", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
 	{"redis-rw-readers", "redis", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness", false},
 	{"valkey-rw-readers", "valkey", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness (valkey-server)", false},
+	{"redis-plain-lock-delay", "redis", delayed, holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (no grant within the delay after a holding ended without a release), linearizable, liveness", false},
+	{"memlock-lock-delay", "memlock", delayed, nil, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (worker goroutines: one process)", false},
+	{"etcd-3-lock-delay", "etcd", delayed, []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (keys and leases)", false},
+	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (ephemeral nodes)", false},
+	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
 
 // configure sets what sc's backend needs beyond the scenario's fields: the

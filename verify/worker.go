@@ -52,6 +52,9 @@ type Spec struct {
 	// size of the keys during the run (see OpResize); the workers keep N,
 	// their initial size.
 	Resize bool
+	// LockDelay is the lock-delay of every acquisition (dlock.WithLockDelay;
+	// 0: none).
+	LockDelay time.Duration
 
 	mem *memlock.Store // memlock: the store the in-process workers share
 }
@@ -166,6 +169,9 @@ func (w *worker) round(ctx context.Context) {
 		lk = w.rlk // the variant's writers share the lock with every holder
 	}
 	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
+	if w.s.LockDelay > 0 {
+		opts = append(opts, dlock.WithLockDelay(w.s.LockDelay))
+	}
 	if w.s.Variant == "nodone" {
 		opts = append(opts, dlock.WithAutoRenew(false))
 	}

@@ -257,11 +257,11 @@ var (
 // Lease is lost at once, not at its next renewal or its deadline.
 func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	ctx, done := d.request(ctx)
-	g, err := d.acquire(ctx, r.Key, r.Owner, r.TTL, r.Metadata, r.Waiting)
+	g, err := d.acquireDelayed(ctx, r.Key, r.Owner, r.TTL, r.Metadata, r.Waiting, r.Delay)
 	if err = done(err); err != nil {
 		return driver.Grant{}, err
 	}
-	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta},
+	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta, token: g.token, delayed: g.delayed},
 		Lost: d.sess.lost(g.session, d.conn.SessionID())}, nil
 }
 

@@ -34,12 +34,18 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 	}
 	lp := d.lockPath(key)
 	for round := 0; round < maxRounds; round++ {
-		q, err := d.list(ctx, lp)
+		q, marked, err := d.listMarked(ctx, lp)
 		if err != nil {
 			return dlock.LockInfo{}, "", err
 		}
 		if len(q) == 0 {
-			return dlock.LockInfo{Key: key}, "", nil
+			info := dlock.LockInfo{Key: key}
+			if marked {
+				if info.DelayLeft, err = d.delayLeft(ctx, lp, 0); err != nil {
+					return info, "", err
+				}
+			}
+			return info, "", nil
 		}
 		var data []byte
 		var st *zk.Stat
@@ -99,7 +105,7 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 			continue
 		}
 		info, err := d.Inspect(ctx, key)
-		if errors.Is(err, dlock.ErrConflict) || (err == nil && !info.Held) {
+		if errors.Is(err, dlock.ErrConflict) || (err == nil && !info.Held && info.DelayLeft <= 0) {
 			continue
 		}
 		if err != nil {

@@ -44,6 +44,12 @@ func (d *Driver) checkArgs(key, owner string) error {
 
 // list returns the queue of the lock at lp (empty when the lock node is missing).
 func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
+	q, _, err := d.listMarked(ctx, lp)
+	return q, err
+}
+
+// listMarked is list, also reporting the lock-delay marker (see gate).
+func (d *Driver) listMarked(ctx context.Context, lp string) ([]child, bool, error) {
 	var names []string
 	err := d.call(ctx, func() (err error) {
 		names, _, err = d.conn.Children(lp)
@@ -55,13 +61,13 @@ func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
 	return parseList(lp, names, nil)
 }
 
-// parseList is the outcome of list from the reply to the read.
-func parseList(lp string, names []string, err error) ([]child, error) {
+// parseList is the outcome of listMarked from the reply to the read.
+func parseList(lp string, names []string, err error) ([]child, bool, error) {
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, false, mapErr(err)
 	}
 	return queue(lp, names)
 }
@@ -74,10 +80,11 @@ func parseList(lp string, names []string, err error) ([]child, error) {
 // (the lock node was missing, and the create was made again) or after it was
 // gone: the queue is read again. The result has a name when the node was made
 // (err is then the read's).
-func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, error) {
+func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, bool, error) {
 	type listed struct {
-		q   []child
-		err error
+		q      []child
+		marked bool
+		err    error
 	}
 	written, forget := d.wire.expect(lp + "/" + childPrefix + owner + "-")
 	defer forget()
@@ -93,8 +100,8 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		// The call ends when the server answers or the connection drops; the
 		// caller waits for it only as long as ctx lets it.
 		names, _, err := d.conn.Children(lp)
-		q, err := parseList(lp, names, err)
-		lc <- listed{q, err}
+		q, marked, err := parseList(lp, names, err)
+		lc <- listed{q, marked, err}
 	}()
 	c, err := d.create(ctx, lp, owner, data)
 	close(done)
@@ -105,13 +112,13 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		l.err = ctx.Err()
 	}
 	if err != nil {
-		return created{}, nil, err
+		return created{}, nil, false, err
 	}
 	if l.err == nil && index(l.q, c.name) >= 0 {
-		return c, l.q, nil
+		return c, l.q, l.marked, nil
 	}
-	q, err := d.list(ctx, lp)
-	return c, q, err
+	q, marked, err := d.listMarked(ctx, lp)
+	return c, q, marked, err
 }
 
 // errNotSent is the outcome of a read of the queue that was not made.
@@ -258,6 +265,7 @@ type grant struct {
 	node    string // the holder's node name
 	meta    string
 	session int64 // the session the node belongs to
+	delayed bool  // the holding wrote a lock-delay marker
 }
 
 // busy builds the error for a lock held by another owner with rem left (<0
@@ -280,6 +288,8 @@ func (d *Driver) busy(rem time.Duration, hd *handle, retry time.Duration) error 
 type handle struct {
 	node, metadata string
 	w              *waiter
+	token          uint64 // a holding's token
+	delayed        bool   // a holding that wrote a lock-delay marker (see gate)
 }
 
 // nodeOf returns the node name in h's handle, if h has one of this driver's and
@@ -295,6 +305,11 @@ func nodeOf(h driver.Holding) (*handle, bool) {
 
 // acquire is one acquisition attempt; see Acquire.
 func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Duration, metadata string, waiting bool) (grant, error) {
+	return d.acquireDelayed(ctx, key, owner, ttl, metadata, waiting, 0)
+}
+
+// acquireDelayed is acquire for a holding with a lock-delay (see gate).
+func (d *Driver) acquireDelayed(ctx context.Context, key, owner string, ttl time.Duration, metadata string, waiting bool, delay time.Duration) (grant, error) {
 	if err := d.checkArgs(key, owner); err != nil {
 		return grant{}, err
 	}
@@ -320,7 +335,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 	} else if unknown {
 		w.lost()
 	}
-	g, err := d.attempt(ctx, key, k, w, start, ttl, metadata, waiting, unknown)
+	g, err := d.attempt(ctx, key, k, w, start, ttl, metadata, waiting, unknown, delay)
 	var busy *driver.Taken
 	switch {
 	case errors.As(err, &busy) && busy.Queued:
@@ -346,7 +361,7 @@ func (d *Driver) acquire(ctx context.Context, key, owner string, ttl time.Durati
 // predecessor (see watchPredecessor; a watch already set is kept) and rewrites
 // its own node every waiterMargin/2. A TryLock reads the queue first and
 // creates nothing when the lock is held.
-func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter, start time.Time, ttl time.Duration, metadata string, waiting, unknown bool) (grant, error) {
+func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter, start time.Time, ttl time.Duration, metadata string, waiting, unknown bool, delay time.Duration) (grant, error) {
 	lp, owner := k.lockPath, k.owner
 	wttl := ttl // the TTL in the node's data
 	if waiting {
@@ -354,10 +369,10 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 	}
 	for round := 0; round < maxRounds; round++ {
 		var q []child
-		listed := false
+		listed, marked := false, false
 		if w.node == "" && (unknown || !waiting) {
 			var err error
-			if q, err = d.list(ctx, lp); err != nil {
+			if q, marked, err = d.listMarked(ctx, lp); err != nil {
 				return grant{}, err
 			}
 			listed = true
@@ -378,7 +393,8 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 		fresh := false
 		if w.node == "" {
 			wstart := time.Now()
-			c, cq, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
+			c, cq, cm, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
+			marked = cm
 			if c.name == "" {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
 					// The create may have been applied with its reply lost.
@@ -401,7 +417,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			}
 		} else if !listed {
 			var err error
-			if q, err = d.list(ctx, lp); err != nil {
+			if q, marked, err = d.listMarked(ctx, lp); err != nil {
 				return grant{}, err
 			}
 		}
@@ -419,7 +435,11 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			}
 		}
 		if i == 0 {
-			return d.take(ctx, lp, w, start, ttl, metadata, fresh)
+			g, err := d.take(ctx, lp, w, start, ttl, metadata, fresh)
+			if err != nil || !marked && delay == 0 {
+				return g, err
+			}
+			return d.gated(ctx, lp, w, g, start, ttl, metadata, waiting, marked, delay)
 		}
 		if !waiting {
 			// A TryLock that lost the race to another create.
@@ -693,7 +713,12 @@ func (d *Driver) release(ctx context.Context, h driver.Holding) error {
 		d.sweep.add(sweepEntry{lockPath: lp, owner: h.Owner, name: hd.node})
 		return err
 	}
-	err := d.ownerCall(ctx, lp, h.Owner, func() error { return d.conn.Delete(lp+"/"+hd.node, -1) })
+	var err error
+	if hd.delayed {
+		err = d.releaseDelayed(ctx, lp, h.Owner, hd)
+	} else {
+		err = d.ownerCall(ctx, lp, h.Owner, func() error { return d.conn.Delete(lp+"/"+hd.node, -1) })
+	}
 	switch {
 	case isNoNode(err):
 		return notHeld(h.Key)

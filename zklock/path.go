@@ -107,14 +107,19 @@ func parseChild(name string) (child, bool) {
 	return child{name: name, owner: rest[:len(rest)-seqDigits-1], seq: seq}, true
 }
 
-// queue parses and sorts a lock node's children: the holder first. It fails
+// queue parses and sorts a lock node's children: the holder first; marked
+// reports the lock-delay marker (delayChild), which is no lock node. It fails
 // with dlock.ErrConflict on a child that is not a lock node.
-func queue(lockPath string, names []string) ([]child, error) {
-	q := make([]child, 0, len(names))
+func queue(lockPath string, names []string) (q []child, marked bool, err error) {
+	q = make([]child, 0, len(names))
 	for _, n := range names {
+		if n == delayChild {
+			marked = true
+			continue
+		}
 		c, ok := parseChild(n)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s has child %q, which is not a dlock lock node", dlock.ErrConflict, lockPath, n)
+			return nil, false, fmt.Errorf("%w: %s has child %q, which is not a dlock lock node", dlock.ErrConflict, lockPath, n)
 		}
 		q = append(q, c)
 	}
@@ -122,7 +127,7 @@ func queue(lockPath string, names []string) ([]child, error) {
 	// short-lived, so sorting by value is right until 2^31 nodes have been made
 	// under one lock node without its removal.
 	sort.Slice(q, func(i, j int) bool { return q[i].seq < q[j].seq })
-	return q, nil
+	return q, marked, nil
 }
 
 // find returns the index of owner's first node in q, or -1.

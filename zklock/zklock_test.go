@@ -35,7 +35,7 @@ func waitQueue(t *testing.T, d *Driver, lp string, within time.Duration, cond fu
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := queue(lp, names)
+		q, _, err := queue(lp, names)
 		if err != nil {
 			t.Fatal(err)
 		}

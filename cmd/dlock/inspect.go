@@ -29,9 +29,11 @@ type lockInfo struct {
 	Holder    *holder.Record `json:"holder,omitempty"`
 	Metadata  string         `json:"metadata,omitempty"` // when not written by dlock run
 	LastToken uint64         `json:"last_token,omitempty"`
-	Waiters   int            `json:"waiters"`           // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
-	Holders   int            `json:"holders,omitempty"` // leases held: 1, a semaphore's permits in use, a read lock's readers
-	Limit     int            `json:"limit,omitempty"`   // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
+	Waiters   int            `json:"waiters"`            // waiters the store knows of (a plain lock's: waiting processes); -1 where it does not know them
+	Holders   int            `json:"holders,omitempty"`  // leases held: 1, a semaphore's permits in use, a read lock's readers
+	Limit     int            `json:"limit,omitempty"`    // 1 exclusive, N a semaphore, 0 (omitted) shared by readers
+	DelayMS   int64          `json:"delay_ms,omitempty"` // free, but in its lock-delay for this long more
+	DelayTo   *time.Time     `json:"delay_until,omitempty"`
 }
 
 // holders says how the lock is held, in a few words (see holdersText).
@@ -140,7 +142,8 @@ func listCommand() command {
 		name: "list", summary: "list held locks whose names match a pattern",
 		synopsis: "dlock list [flags] [PATTERN]",
 		help: `Lists the held locks whose names match PATTERN (a Redis glob: * ? [abc];
-default *): key, kind, holders, host, pid, since when, TTL left, fencing token,
+default *), and those in their lock-delay (see run --lock-delay; --json:
+delay_ms, delay_until): key, kind, holders, host, pid, since when, TTL left, fencing token,
 waiters (? where the store cannot know them), and the holder's description, in
 the columns of --watch (whose acquisitions/s and marks need several reads: "-"
 here). On a Redis Cluster every master is scanned.
@@ -233,8 +236,13 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "key\t%s\n", printable(li.Key))
-	if !li.Held {
+	if !li.Held && li.DelayMS > 0 {
+		fmt.Fprintf(tw, "state\tin its lock-delay until %s (%s left): its last holding ended without a release\n",
+			li.DelayTo.Local().Format("15:04:05.000"), ttlString(li.DelayMS))
+	} else if !li.Held {
 		fmt.Fprintf(tw, "state\tfree\n")
+	}
+	if !li.Held {
 		if li.LastToken != 0 {
 			fmt.Fprintf(tw, "last token\t%d\n", li.LastToken)
 		}

@@ -41,6 +41,7 @@ const (
 type runFlags struct {
 	servers     servers
 	ttl         durationFlag
+	lockDelay   durationFlag
 	renewEvery  durationFlag
 	wait        durationFlag
 	failAfter   durationFlag
@@ -78,6 +79,8 @@ func (o *runFlags) define() *flag.FlagSet {
 	o.servers.define(fs)
 	o.ttl = durationFlag{d: dlock.DefaultTTL, min: minRunTTL, max: dlock.MaxTTL, wholeMS: true}
 	fs.Var(&o.ttl, "ttl", "lease `DURATION`, renewed while the command runs; a crashed holder keeps the lock this long")
+	o.lockDelay = durationFlag{zero: "none", min: time.Millisecond, max: driver.MaxLockDelay, wholeMS: true, def: "none"}
+	fs.Var(&o.lockDelay, "lock-delay", "keep KEY from everybody for `DURATION` after this run's holding ends without a release (dlock killed, its host lost, the lock forced or expired); a normal end releases at once. Plain locks only")
 	o.renewEvery = durationFlag{min: time.Millisecond, def: "ttl/3"}
 	fs.Var(&o.renewEvery, "renew-every", "renew the lease every `DURATION`; must be below half the TTL")
 	o.wait = durationFlag{zero: "try once", def: "until obtained or interrupted"}
@@ -265,6 +268,8 @@ func (r *runRequest) check() error {
 		return usageErrorf("-q and -v: quiet or verbose, not both")
 	case (o.shared || o.exclusive || o.slots != 1) && o.fair:
 		return usageErrorf("--fair with -n, -s or -x: semaphores are first come, first served already, read-write locks are not")
+	case o.lockDelay.d > 0 && (o.shared || o.exclusive || o.slots != 1 || o.fair):
+		return usageErrorf("--lock-delay with --fair, -n, -s or -x: only a plain lock keeps a lock-delay")
 	}
 	if o.conflict < 0 || o.conflict > 255 {
 		return usageErrorf("-E %d: an exit code is 0..255", o.conflict)
@@ -301,6 +306,9 @@ func (r *runRequest) lockOptions() []dlock.Option {
 	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(m.Encode()), dlock.WithFailureLimit(o.failAfter.d)}
 	if o.renewEvery.set {
 		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
+	}
+	if o.lockDelay.d > 0 {
+		opts = append(opts, dlock.WithLockDelay(o.lockDelay.d))
 	}
 	return opts
 }

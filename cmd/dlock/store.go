@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -117,6 +118,10 @@ func conflictError(key, what string) error {
 
 func newLockInfo(info dlock.LockInfo) lockInfo {
 	li := lockInfo{Key: info.Key, Held: info.Held, Token: info.Token, LastToken: info.LastToken, Waiters: info.Waiters}
+	if info.DelayLeft > 0 {
+		until := time.Now().Add(info.DelayLeft).UTC().Truncate(time.Millisecond)
+		li.DelayMS, li.DelayTo = max(info.DelayLeft.Milliseconds(), 1), &until
+	}
 	if info.Held {
 		li.TTLms = info.TTL.Milliseconds()
 		li.Holder, li.Metadata = parseMeta(info.Metadata, info.Token)

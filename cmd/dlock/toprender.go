@@ -141,6 +141,8 @@ func rateText(r float64) string {
 // duration of 5 columns.
 func ttlCell(r dashboard.Row, barW int) string {
 	switch {
+	case !r.Held && r.DelayMS > 0:
+		return "lock-delay " + shortDur(time.Duration(r.DelayMS)*time.Millisecond)
 	case !r.Held:
 		return "free"
 	case r.TTL < 0:

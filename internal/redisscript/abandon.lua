@@ -17,12 +17,12 @@ local v = redis.pcall('GET', KEYS[1])
 if type(v) ~= 'string' then
   return 0 -- free, or a lock of another kind
 end
-local t, owner, waited = record(v)
+local t, owner, waited, _, _, delay = record(v)
 if not t then
   return not_record()
 end
-if owner ~= ARGV[1] then
-  return 0
+if owner ~= ARGV[1] or delaying(KEYS[1], delay) then
+  return 0 -- another's, or run out and in its lock-delay
 end
 if (ARGV[5] or '') ~= '' and t ~= tonumber(ARGV[5]) then
   return 0

@@ -19,6 +19,10 @@
 -- ARGV[9] '1' when the hub is in KEYS[4]: it leaves it when it takes the lock
 --         and has no other waiter; '2' when a release took it off KEYS[4] to
 --         wake it. Either way its holding is marked: other processes may wait.
+-- ARGV[10] the holding's lock-delay in ms ('0' or absent: none): the record
+--         says it, and the key lives that much past the TTL (see lib.lua). A
+--         key in its lock-delay is refused to every owner as a held one, with
+--         the delay's time left.
 -- Returns the token when taken (also when the owner holds it already: a retry
 -- whose earlier attempt landed; its TTL is reset, and its token kept unless
 -- ARGV[3] is '1'), {1, token, score} when taken
@@ -64,18 +68,23 @@ end
 
 local r = redis.call('MGET', KEYS[1], KEYS[3], KEYS[2])
 local v = r[1]
-local token, owner, waited
+local token, owner, waited, _, delay
 if v then
-  token, owner, waited = record(v)
+  token, owner, waited, _, _, delay = record(v)
   if not token then
     return not_record()
   end
+  local left = delaying(KEYS[1], delay)
+  if left then
+    return {0, left, ''}
+  end
 end
+local ask = tonumber(ARGV[10] or '0') or 0
 
 local mine = owner == ARGV[1]
 if mine and ARGV[3] ~= '1' then
   -- A retry whose earlier attempt landed.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + math.max(delay or 0, 0))
   if ARGV[6] == '1' and not waited then
     redis.call('SET', KEYS[1], '+' .. string.sub(v, 2), 'KEEPTTL')
   end
@@ -131,10 +140,11 @@ end
 -- A process that was on the waiting set marks its holding: others of it may
 -- still be there, and its release must wake the next. A holding taken anew
 -- keeps its mark.
-local rec = held_record(b36(token), ARGV[1], ARGV[4], ARGV[6] == '1' or ARGV[9] ~= '0' or (mine and waited))
+local rec = held_record(b36(token), ARGV[1], ARGV[4], ARGV[6] == '1' or ARGV[9] ~= '0' or (mine and waited), ask)
+local px = tonumber(ARGV[2]) + ask
 if v then
-  redis.call('SET', KEYS[1], rec, 'PX', ARGV[2])
-elseif not redis.call('SET', KEYS[1], rec, 'NX', 'PX', ARGV[2]) then
+  redis.call('SET', KEYS[1], rec, 'PX', px)
+elseif not redis.call('SET', KEYS[1], rec, 'NX', 'PX', px) then
   -- The key holds another kind of lock (a hash), or foreign data.
   local o = redis.pcall('HGET', KEYS[1], 'o')
   if type(o) == 'string' then

@@ -15,12 +15,16 @@ local function extend_holding(key, owner, ttl, plain)
     if not v then
       return 0
     end
-    local t, o = record(v)
+    local t, o, _, _, _, d = record(v)
     if not t then
       return not_record()
     end
-    if o ~= owner then
+    if o ~= owner or delaying(key, d) then
       return 0
+    end
+    if d and d > 0 then
+      redis.call('PEXPIRE', key, tonumber(ttl) + d)
+      return 1
     end
   else
     local o = redis.pcall('HGET', key, 'o')

@@ -13,9 +13,11 @@ if ARGV[1] == '1' then
   for i, key in ipairs(KEYS) do
     local v = vals[i]
     if v then
-      local t, o = record(v)
+      local t, o, _, _, _, d = record(v)
       if not t then
         out[i] = not_record()
+      elseif o == ARGV[2 * i] and d then
+        out[i] = extend_holding(key, o, ARGV[2 * i + 1], true) -- with its lock-delay
       elseif o == ARGV[2 * i] then
         redis.call('PEXPIRE', key, ARGV[2 * i + 1])
         out[i] = 1

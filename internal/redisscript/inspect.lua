@@ -1,27 +1,35 @@
 -- Read a dlock mutex without changing it.
 -- KEYS[1] lock key   KEYS[2] fence counter   KEYS[3] fair-lock queue
 -- KEYS[4] the plain lock's waiting processes (see acquire.lua) (same hash slot)
--- Returns {owner, token, metadata, pttl, last token, queued, record}; owner, token,
+-- Returns {owner, token, metadata, pttl, last token, queued, record, delay}; owner, token,
 -- metadata and last token are nil when absent, pttl is -2 when the lock is free,
 -- queued is the length of the fair-lock queue, or for a plain mutex the number
 -- of processes on its waiting set. A plain mutex's lock record (a string, see
 -- lib.lua) is read as well as a lock hash (record is then 1, else 0); its last
--- token is the record's.
+-- token is the record's. delay is the ms left of a plain lock's lock-delay (0:
+-- none); pttl is then -2, and the holding's own PTTL (without the delay) else.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
-  local t, owner, _, meta = record(redis.call('GET', KEYS[1]))
+  local t, owner, _, meta, _, d = record(redis.call('GET', KEYS[1]))
   if not t then
     return not_record()
   end
+  local left, pttl = delaying(KEYS[1], d)
   local waiting = 0
   if redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
     waiting = redis.call('ZCARD', KEYS[4])
   end
   local last = string.format('%.0f', t)
-  if not owner then
-    return {false, false, false, -2, last, waiting, 1}
+  if left then
+    return {false, false, false, -2, last, waiting, 1, left}
   end
-  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, waiting, 1}
+  if not owner then
+    return {false, false, false, -2, last, waiting, 1, 0}
+  end
+  if pttl then
+    return {owner, last, meta, pttl - d, last, waiting, 1, 0}
+  end
+  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, waiting, 1, 0}
 end
 local v = {false, false, false}
 if kind == 'hash' then
@@ -34,4 +42,4 @@ local queued = 0
 if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
   queued = redis.call('LLEN', KEYS[3])
 end
-return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), queued, 0}
+return {v[1], v[2], v[3], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), queued, 0, 0}

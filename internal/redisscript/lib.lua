@@ -22,6 +22,12 @@ end
 -- base 36 (so that a record with an anonymous owner fits in 44 bytes, Redis's
 -- short string encoding); F is '+' for a holding that a waiter may wait for (its
 -- release wakes one), '-' otherwise. OWNER never holds a space; METADATA may.
+-- A holding with a lock-delay of D ms is "FT~D OWNER[ METADATA]" (D in base
+-- 36), and its key lives D ms past the holding's TTL: while its PTTL is at
+-- most D the holding has run out and the key is in its lock-delay, which
+-- nobody may take, and which no release or extend of the old holder ends. A
+-- forced holding with a lock-delay leaves "-T~", in its lock-delay for its
+-- whole PTTL (D).
 
 -- not_record returns the error reply of a lock key that holds a string that is
 -- no lock record.
@@ -71,13 +77,22 @@ end
 -- record parses the lock record v: its token (a number), its owner (false when
 -- released), whether it is marked as waited for, its metadata (false when none)
 -- and its token as written. It returns nil when v is no lock record.
+-- The sixth value is the record's lock-delay in ms: nil when none, -1 for a
+-- forced record in its delay ("-T~").
 local function record(v)
-  local w, t, rest = string.match(v, '^([-+])([0-9a-z]+)(.*)$')
-  if not t or #t > 11 or tonumber(t, 36) >= MAXTOKEN then
+  local w, t, tilde, dd, rest = string.match(v, '^([-+])([0-9a-z]+)(~?)([0-9a-z]*)(.*)$')
+  if not t or #t > 11 or tonumber(t, 36) >= MAXTOKEN or #dd > 6 then
     return nil
   end
+  local d = nil
+  if tilde == '~' then
+    d = -1
+    if dd ~= '' then
+      d = tonumber(dd, 36)
+    end
+  end
   if rest == '' then
-    return tonumber(t, 36), false, w == '+', false, t
+    return tonumber(t, 36), false, w == '+', false, t, d
   end
   local owner, meta = string.match(rest, '^ ([^ ]+)(.*)$')
   if not owner then
@@ -88,13 +103,33 @@ local function record(v)
   else
     meta = string.sub(meta, 2)
   end
-  return tonumber(t, 36), owner, w == '+', meta, t
+  return tonumber(t, 36), owner, w == '+', meta, t, d
+end
+
+-- delaying returns, for the lock record at key whose lock-delay is d (as
+-- record returns it), the ms left of the key's lock-delay when the key is in
+-- it, and false and the key's PTTL otherwise (a PTTL that counts the
+-- delay: the holding has that PTTL minus d left). Without a delay it reads
+-- nothing and returns false, nil.
+local function delaying(key, d)
+  if not d then
+    return false, nil
+  end
+  local pttl = redis.call('PTTL', key)
+  if d < 0 or pttl <= d then
+    return math.max(pttl, 1), nil
+  end
+  return false, pttl
 end
 
 -- held_record returns the record of a holding by owner with token t (base 36),
--- metadata meta ('' or false for none), marked as waited for when w is true.
-local function held_record(t, owner, meta, w)
+-- metadata meta ('' or false for none), marked as waited for when w is true,
+-- with a lock-delay of d ms when d is a positive number.
+local function held_record(t, owner, meta, w, d)
   local v = t .. ' ' .. owner
+  if d and d > 0 then
+    v = t .. '~' .. b36(d) .. ' ' .. owner
+  end
   if meta and meta ~= '' then
     v = v .. ' ' .. meta
   end

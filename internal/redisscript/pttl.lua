@@ -6,9 +6,17 @@ local owner
 if ARGV[2] == '1' then
   local v = redis.call('GET', KEYS[1])
   if v then
-    local t, o = record(v)
+    local t, o, _, _, _, d = record(v)
     if not t then
       return not_record()
+    end
+    if o == ARGV[1] and d then
+      -- A holding with a lock-delay: the key lives d ms past it.
+      local left, pttl = delaying(KEYS[1], d)
+      if left then
+        return -2
+      end
+      return pttl - d
     end
     owner = o
   end

@@ -8,7 +8,7 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
 end
-local t, owner, waited, meta = record(v)
+local t, owner, waited, meta, _, d = record(v)
 if not t then
   return not_record()
 end
@@ -17,6 +17,6 @@ if owner ~= ARGV[1] then
 end
 local top = tonumber(ARGV[2])
 if t < top then
-  redis.call('SET', KEYS[1], held_record(b36(top), owner, meta, waited), 'KEEPTTL')
+  redis.call('SET', KEYS[1], held_record(b36(top), owner, meta, waited, d), 'KEEPTTL')
 end
 return 1

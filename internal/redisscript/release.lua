@@ -11,6 +11,10 @@
 --         out, which may be below the one this server drew: any later majority
 --         shares a server with the releasing one, whose record is then at or above
 --         every token handed out so far.
+-- ARGV[4] '1' when the release is forced (ForceUnlock): a holding with a
+--         lock-delay leaves the key in its delay ("-T~" for the delay's ms).
+-- A holding whose key is in its lock-delay (see lib.lua) is not held: the
+-- release touches nothing.
 -- The usual release makes one call: SET ... KEEPTTL GET, which writes the
 -- released record and returns the holding's. A server out of memory refuses
 -- that SET but allows DEL: the release then reads the record and deletes it
@@ -56,7 +60,10 @@ if not old then
   end
   return 0
 end
-local t, owner, waited, _, t36 = record(old)
+local t, owner, waited, _, t36, delay = record(old)
+if t and owner and delaying(KEYS[1], delay) then
+  owner = false -- run out: the key is in its lock-delay
+end
 if not t or owner ~= ARGV[1] then
   if not full then
     redis.call('SET', KEYS[1], old, 'KEEPTTL')
@@ -68,6 +75,8 @@ if not t or owner ~= ARGV[1] then
 end
 if full then
   redis.call('DEL', KEYS[1])
+elseif ARGV[4] == '1' and delay and delay > 0 then
+  redis.call('SET', KEYS[1], '-' .. t36 .. '~', 'PX', delay)
 elseif want == '0' then
   redis.call('SET', KEYS[1], '-' .. t36, 'KEEPTTL')
 end
