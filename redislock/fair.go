@@ -108,19 +108,21 @@ func (d *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 	if t, ok := h.Handle.(uint64); ok && t > 0 {
 		tok = strconv.FormatUint(t, 36)
 	}
-	return d.leave(ctx, h.Key, h.Owner, tok, "")
+	return d.leave(ctx, h.Key, h.Owner, tok, "", "")
 }
 
 func (d *FairDriver) release(ctx context.Context, key, owner string) error {
-	return d.leave(ctx, key, owner, "", "")
+	return d.leave(ctx, key, owner, "", "", "")
 }
 
 // leave gives up owner's place in key: its holding (released with token when
 // given), or its queue entry when it waits. With mark set (Abandon) the
-// acquisition is also marked abandoned.
-func (d *FairDriver) leave(ctx context.Context, key, owner, token, mark string) error {
+// acquisition is also marked abandoned, and the released record of a lock
+// handed over to it lives at most ttl ms (when given) instead of the time it had
+// to claim it.
+func (d *FairDriver) leave(ctx context.Context, key, owner, token, mark, ttl string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
-		owner, token, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
+		owner, token, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner), ttl).Result()
 	return d.c.released(key, res, err)
 }
 
@@ -136,9 +138,15 @@ func (d *FairDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan st
 // Abandon implements driver.Abandoner: a waiter that gives up leaves the queue at
 // once and passes the lock on if it had just been handed to it; its acquisition
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
-// cannot queue it again or take the lock.
+// cannot queue it again or take the lock. A lock handed over to it that it never
+// claimed is released as the acquisition's own holding would be: its record
+// lives no longer than the acquisition's TTL.
 func (d *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
-	err := d.leave(ctx, h.Key, h.Owner, "", d.c.fl.mark(h))
+	ttl := ""
+	if h.TTL > 0 {
+		ttl = strconv.FormatInt(h.TTL.Milliseconds(), 10)
+	}
+	err := d.leave(ctx, h.Key, h.Owner, "", d.c.fl.mark(h), ttl)
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

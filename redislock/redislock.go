@@ -87,7 +87,8 @@
 // release hands the lock straight to the head of the queue (its lock record
 // then names the head, with a new token) and wakes it alone, on its Client's
 // own channel ("dlock:{KEY}:wake:" and its id); the head claims it with its
-// own TTL and metadata. A fair lock and unlock cost the server six commands,
+// own TTL and metadata (a head that gives up instead leaves the released record
+// with at most its own TTL). A fair lock and unlock cost the server six commands,
 // as a plain one's do; a contended critical section about fifteen (the
 // waiter's attempt that queues it, the release that hands over and wakes it,
 // its claim). See NewFair and FairWaiterTTL.

@@ -10,6 +10,9 @@
 -- acquisition that reaches the server after this script from queueing again or
 -- taking the lock ('0': no attempt can still arrive, no mark).
 -- ARGV[7] the owner's queue entry, whose key is KEYS[4] (see fairmutex.lua)
+-- ARGV[8] for an abandoned acquisition, its TTL ms ('' when not known): a lock
+-- handed over to the owner that it never claimed carries the claim time as its
+-- TTL, which may be longer; the released record lives at most this long.
 -- Returns 1 when released, 0 when not held by owner.
 -- A release of a holding that nobody queued behind (not marked) makes one call:
 -- SET ... KEEPTTL GET, which writes the released record and returns the
@@ -79,6 +82,10 @@ elseif want == '0' or more then
   if more then
     f = '+'
   end
-  redis.call('SET', KEYS[1], f .. t36, 'KEEPTTL')
+  if ARGV[8] ~= '' and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[8]) then
+    redis.call('SET', KEYS[1], f .. t36, 'PX', ARGV[8])
+  else
+    redis.call('SET', KEYS[1], f .. t36, 'KEEPTTL')
+  end
 end
 return 1
