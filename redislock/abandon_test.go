@@ -2,12 +2,14 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
 	"golang.org/x/sync/errgroup"
 )
@@ -86,6 +88,72 @@ func TestCancellationStormMarks(t *testing.T) {
 			}
 			if n := probe.Exists(ctx, redislock.LockKey(key), redislock.QueueKey(key)).Val(); n != 0 {
 				t.Errorf("%d lock/queue keys left after the storm", n)
+			}
+		})
+	}
+}
+
+// TestFairAbandonAtEachStep: a fair waiter whose acquisition is abandoned at
+// any step of its wait (queued, handed the lock but not yet claiming it, or
+// having claimed it without hearing back) leaves no key of the lock that lives
+// longer than the acquisition's TTL, or than its abandon mark.
+func TestFairAbandonAtEachStep(t *testing.T) {
+	const ttl = 2 * time.Second
+	steps := []string{"queued", "handed over", "claimed"}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := newRDB(t, srv.Addr)
+			holder, err := redislock.NewFairDriver(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter, err := redislock.NewFairDriver(newRDB(t, srv.Addr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := dlocktest.Key(t)
+			a := driver.AcquireRequest{Key: key, Owner: "00112233445566778899aabbccddeeff", TTL: ttl}
+			g, err := holder.Acquire(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := driver.AcquireRequest{Key: key, Owner: "ffeeddccbbaa99887766554433221100", TTL: ttl, Waiting: true}
+			_, err = waiter.Acquire(ctx, b)
+			var busy *driver.Taken
+			if !errors.As(err, &busy) || !busy.Queued {
+				t.Fatalf("waiter's attempt: %v, want queued", err)
+			}
+			b.Handle = busy.Handle
+			release := func() {
+				if err := holder.Release(ctx, driver.Holding{Key: key, Owner: a.Owner, TTL: ttl, Handle: g.Handle}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if step != "queued" {
+				release() // hands the lock to the waiter
+			}
+			if step == "claimed" {
+				if _, err := waiter.Acquire(ctx, b); err != nil {
+					t.Fatalf("claim: %v", err)
+				}
+			}
+			if err := waiter.Abandon(ctx, driver.Holding{Key: key, Owner: b.Owner, TTL: ttl, Handle: b.Handle}); err != nil {
+				t.Fatal(err)
+			}
+			if step == "queued" {
+				release()
+			}
+			limit := max(ttl, redislock.AbandonMarkTTL)
+			iter := rdb.Scan(ctx, 0, redislock.LockKey(key)+"*", 100).Iterator()
+			for iter.Next(ctx) {
+				k := iter.Val()
+				if pttl := rdb.PTTL(ctx, k).Val(); pttl <= 0 || pttl > limit {
+					t.Errorf("%s left with PTTL %v, want in (0, %v]", k, pttl, limit)
+				}
+			}
+			if err := iter.Err(); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -25,20 +25,19 @@ var (
 	_ driver.BatchExtender = (*FairDriver)(nil)
 )
 
-// ExtendMany implements driver.BatchExtender.
+// ExtendMany implements dlock.BatchExtender.
 func (d *Driver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
-	return d.c.extendMany(ctx, reqs, true)
+	return d.c.extendMany(ctx, reqs)
 }
 
-// ExtendMany implements driver.BatchExtender.
+// ExtendMany implements dlock.BatchExtender.
 func (d *FairDriver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
-	return d.c.extendMany(ctx, reqs, false)
+	return d.c.extendMany(ctx, reqs)
 }
 
-// extendMany extends mutex holdings in one pipeline of batch extend scripts:
-// plain mutexes' lock records when plain is true, fair mutexes' lock hashes
-// otherwise.
-func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest, plain bool) []driver.ExtendResult {
+// extendMany extends mutex holdings (lock records, plain or fair) in one
+// pipeline of batch extend scripts.
+func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
 	per := ExtendBatch
 	if _, single := c.rdb.(*redis.Client); !single {
 		per = 1 // a Cluster or a Ring: every script call stays on one slot
@@ -62,11 +61,7 @@ func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest, plai
 			again = true
 			keys := make([]string, 0, cl.to-cl.from)
 			args := make([]any, 0, 1+2*(cl.to-cl.from))
-			flag := ""
-			if plain {
-				flag = "1"
-			}
-			args = append(args, flag)
+			args = append(args, "1") // lock records
 			for _, r := range reqs[cl.from:cl.to] {
 				keys = append(keys, LockKey(r.Holding.Key))
 				args = append(args, r.Holding.Owner, strconv.FormatInt(r.TTL.Milliseconds(), 10))

@@ -72,48 +72,61 @@ func NewFairDriver(rdb redis.UniversalClient, opts ...Option) (*FairDriver, erro
 	return d, nil
 }
 
-// Acquire implements driver.Driver.
+// Acquire implements dlock.Driver. A grant's Handle is its token, which the
+// release writes in the released record.
 func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	later := "0"
-	if r.Handle != nil {
-		later = "1" // a waiter's later attempt: most likely a claim
-	}
-	return d.c.acquire(ctx, r, acquisition{
+	g, err := d.c.acquire(ctx, r, acquisition{
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
-				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
-				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner), later).Slice()
+				r.Owner, r.TTL.Milliseconds(), r.Metadata, waitingArg(r),
+				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner)).Slice()
 		},
 		refresh: FairWaiterTTL / 5, // come back in time to refresh the queue entry
 	})
+	if err == nil && g.Handle == nil {
+		g.Handle = g.Token
+	}
+	return g, err
 }
 
-// Extend implements driver.Driver.
+// Extend implements dlock.Driver.
 func (d *FairDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
-	return d.c.extend(ctx, h, ttl)
+	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
+	return extendReply(h.Key, n, err, ttl)
 }
 
-// TTL implements driver.Driver.
+// TTL implements dlock.Driver.
 func (d *FairDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
-	return d.c.ttl(ctx, h)
+	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
+	return ttlReply(h.Key, n, err)
 }
 
-// Release implements driver.Driver: the lock goes straight to the head of the
-// queue, whose Client alone is woken, on its own channel.
+// Release implements dlock.Driver: the lock goes straight to the head of the
+// queue, whose Client alone is woken, on its own channel. With the Handle of
+// the Grant (its token), a release that nobody queued behind is one command on
+// the server: the lock record stays, released, with that token, until the
+// holding's TTL would have run out.
 func (d *FairDriver) Release(ctx context.Context, h driver.Holding) error {
-	return d.release(ctx, h.Key, h.Owner)
+	tok := ""
+	if t, ok := h.Handle.(uint64); ok && t > 0 {
+		tok = strconv.FormatUint(t, 36)
+	}
+	return d.leave(ctx, h.Key, h.Owner, tok, "", "")
 }
 
 func (d *FairDriver) release(ctx context.Context, key, owner string) error {
-	return d.leave(ctx, key, owner, "")
+	return d.leave(ctx, key, owner, "", "", "")
 }
 
-// leave gives up owner's place in key: its holding, or its entry when it
-// waits. With mark set (Abandon) the acquisition is also marked abandoned.
-func (d *FairDriver) leave(ctx context.Context, key, owner, mark string) error {
+// leave gives up owner's place in key: its holding (released with token when
+// given), or its queue entry when it waits. With mark set (Abandon) the
+// acquisition is also marked abandoned, and the released record of a lock
+// handed over to it lives at most ttl ms (when given) instead of the time it had
+// to claim it.
+func (d *FairDriver) leave(ctx context.Context, key, owner, token, mark, ttl string) error {
 	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
-		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner)).Result()
+		owner, token, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner), ttl).Result()
 	return d.c.released(key, res, err)
 }
 
@@ -129,9 +142,15 @@ func (d *FairDriver) Subscribe(ctx context.Context, h driver.Holding) (<-chan st
 // Abandon implements driver.Abandoner: a waiter that gives up leaves the queue at
 // once and passes the lock on if it had just been handed to it; its acquisition
 // is marked abandoned (see AbandonMarkTTL), so that an attempt still in flight
-// cannot queue it again or take the lock.
+// cannot queue it again or take the lock. A lock handed over to it that it never
+// claimed is released as the acquisition's own holding would be: its record
+// lives no longer than the acquisition's TTL.
 func (d *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
-	err := d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h))
+	ttl := ""
+	if h.TTL > 0 {
+		ttl = strconv.FormatInt(h.TTL.Milliseconds(), 10)
+	}
+	err := d.leave(ctx, h.Key, h.Owner, "", d.c.fl.mark(h), ttl)
 	if errors.Is(err, dlock.ErrNotHeld) {
 		return nil
 	}

@@ -274,8 +274,17 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
+	fair := &FairDriver{c: m.c}
+	mutex := mutexKind(m.releaseForced)
+	plain := mutex.force
+	mutex.force = func(ctx context.Context, key string, info LockInfo) error {
+		if info.Kind == driver.KindFair {
+			return fair.release(ctx, key, info.Owner) // the lock goes to the head of its queue
+		}
+		return plain(ctx, key, info)
+	}
 	return &Inspector{
-		c: m.c, mutex: mutexKind(m.releaseForced), reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
+		c: m.c, mutex: mutex, reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
 		sem: newMultiHolder(m.c, semMarker).kind(), rw: newMultiHolder(m.c, rwMarker).kind(),
 	}, nil
 }

@@ -91,3 +91,37 @@ func TestInspectorNamesKinds(t *testing.T) {
 		t.Errorf("Inspect of a foreign fence counter: %v", err)
 	}
 }
+
+// TestInspectorForcesFairLockToItsHead: the Inspector's ForceUnlock of a fair
+// lock with queued waiters hands it to the head of the queue, as the holder's
+// release would, rather than freeing it for anybody.
+func TestInspectorForcesFairLockToItsHead(t *testing.T) {
+	ctx, key, _ := held(t, true, time.Minute)
+	in, err := redislock.NewInspector(newRDB(t, srv.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := newRDB(t, srv.Addr)
+	waiter, _ := counted(t, true)
+	got := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		l, err := waiter.Lock(ctx, key, dlock.WithTTL(time.Minute))
+		if err == nil {
+			<-done // hold it while the newcomer tries
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "waiter queued", func() bool { return probe.LLen(ctx, redislock.QueueKey(key)).Val() == 1 })
+	if info, err := in.ForceUnlock(ctx, key); err != nil || info.Kind != driver.KindFair {
+		t.Fatalf("ForceUnlock: %+v, %v", info, err)
+	}
+	if _, err := newClient(t).TryLock(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("a newcomer's TryLock right after ForceUnlock: %v, want the lock handed to the queued waiter", err)
+	}
+	close(done)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -342,8 +342,12 @@ func TestFairGrantsInArrivalOrder(t *testing.T) {
 			t.Fatalf("grant order %v, want arrival order", order)
 		}
 	}
-	if n := probe.Exists(ctx, redislock.QueueKey(key), redislock.QueueDeadlineKey(key), redislock.LockKey(key)).Val(); n != 0 {
-		t.Fatalf("%d lock or queue keys left", n)
+	if n := probe.Exists(ctx, redislock.QueueKey(key), redislock.QueueDeadlineKey(key)).Val(); n != 0 {
+		t.Fatalf("%d queue keys left", n)
+	}
+	// The lock record stays, released, until the last holding's TTL runs out.
+	if r, ok := redislock.ParseRecord(probe.Get(ctx, redislock.LockKey(key)).Val()); !ok || r.Owner != "" || r.Waited {
+		t.Fatalf("lock record left: %+v (ok %v), want a released one", r, ok)
 	}
 }
 
@@ -375,8 +379,8 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if err := hl.Unlock(ctx); err != nil { // handed to the dead head
 		t.Fatal(err)
 	}
-	if o := probe.HGet(ctx, redislock.LockKey(key), "o").Val(); o != dead[16:] {
-		t.Fatalf("lock handed to %q, want the head of the queue", o)
+	if r, _ := redislock.ParseRecord(probe.Get(ctx, redislock.LockKey(key)).Val()); r.Owner != dead[16:] {
+		t.Fatalf("lock handed to %q, want the head of the queue", r.Owner)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)

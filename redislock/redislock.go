@@ -20,7 +20,7 @@
 //
 // # Layout
 //
-// A plain lock (New) is one string "dlock:{KEY}" with an expiry, its lock record:
+// A plain lock (New) or a fair one (NewFair) is one string "dlock:{KEY}" with an expiry, its lock record:
 // a flag ('+' when somebody may wait, so that the release wakes them, '-'
 // otherwise), the newest fencing token in base 36, and, while held, a space, the
 // owner and the metadata ("-hogtzxbolw 49471f2330f1b291be93664c10c42b2c"). A
@@ -84,9 +84,14 @@
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
 // queue in the list "dlock:{KEY}:queue" (each entry the waiter's Client id and
 // owner, alive while its key "dlock:{KEY}:queue:" and the entry lives), and a
-// release hands the lock straight to the head of the queue and wakes it alone,
-// on its Client's own channel ("dlock:{KEY}:wake:" and its id). See NewFair and
-// FairWaiterTTL.
+// release hands the lock straight to the head of the queue (its lock record
+// then names the head, with a new token) and wakes it alone, on its Client's
+// own channel ("dlock:{KEY}:wake:" and its id); the head claims it with its
+// own TTL and metadata (a head that gives up instead leaves the released record
+// with at most its own TTL). A fair lock and unlock cost the server six commands,
+// as a plain one's do; a contended critical section about fifteen (the
+// waiter's attempt that queues it, the release that hands over and wakes it,
+// its claim). See NewFair and FairWaiterTTL.
 //
 // # Semaphores and read-write locks
 //
@@ -106,7 +111,6 @@
 package redislock
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -114,7 +118,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -175,16 +178,4 @@ var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 // markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
 func markTTL(ttl time.Duration) int64 {
 	return max(ttl, AbandonMarkTTL).Milliseconds()
-}
-
-// extend resets the TTL of a lock hash owned by owner (both lock kinds).
-func (c *conn) extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
-	n, err := redisscript.Extend.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds()).Int64()
-	return extendReply(h.Key, n, err, ttl)
-}
-
-// ttl reads the time left on a lock hash owned by owner (both lock kinds).
-func (c *conn) ttl(ctx context.Context, h driver.Holding) (time.Duration, error) {
-	n, err := redisscript.PTTL.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner).Int64()
-	return ttlReply(h.Key, n, err)
 }

@@ -4,10 +4,11 @@
 -- Returns {owner, token, metadata, pttl, last token, queued, record, delay}; owner, token,
 -- metadata and last token are nil when absent, pttl is -2 when the lock is free,
 -- queued is the length of the fair-lock queue, or for a plain mutex the number
--- of processes on its waiting set. A plain mutex's lock record (a string, see
--- lib.lua) is read as well as a lock hash (record is then 1, else 0); its last
--- token is the record's. delay is the ms left of a plain lock's lock-delay (0:
--- none); pttl is then -2, and the holding's own PTTL (without the delay) else.
+-- of processes on its waiting set. A lock record (a string, see lib.lua: the
+-- plain and the fair mutex's) is read as well as a lock hash (record is then 1,
+-- else 0, and 0 for a record with a fair-lock queue); its last token is the
+-- record's. delay is the ms left of a plain lock's lock-delay (0: none); pttl
+-- is then -2, and the holding's own PTTL (without the delay) else.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
   local t, owner, _, meta, _, d = record(redis.call('GET', KEYS[1]))
@@ -15,21 +16,24 @@ if kind == 'string' then
     return not_record()
   end
   local left, pttl = delaying(KEYS[1], d)
-  local waiting = 0
-  if redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
+  -- A fair lock's record with waiters queued is told by its queue.
+  local waiting, plain = 0, 1
+  if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
+    waiting, plain = redis.call('LLEN', KEYS[3]), 0
+  elseif redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
     waiting = redis.call('ZCARD', KEYS[4])
   end
   local last = string.format('%.0f', t)
   if left then
-    return {false, false, false, -2, last, waiting, 1, left}
+    return {false, false, false, -2, last, waiting, plain, left}
   end
   if not owner then
-    return {false, false, false, -2, last, waiting, 1, 0}
+    return {false, false, false, -2, last, waiting, plain, 0}
   end
   if pttl then
-    return {owner, last, meta, pttl - d, last, waiting, 1, 0}
+    return {owner, last, meta, pttl - d, last, waiting, plain, 0}
   end
-  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, waiting, 1, 0}
+  return {owner, last, meta, redis.call('PTTL', KEYS[1]), last, waiting, plain, 0}
 end
 local v = {false, false, false}
 if kind == 'hash' then

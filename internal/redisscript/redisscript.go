@@ -42,6 +42,8 @@ var (
 	raiseSrc string
 	//go:embed fairlib.lua
 	fairLibSrc string
+	//go:embed fairmutex.lua
+	fairMutexSrc string
 	//go:embed fairacquire.lua
 	fairAcquireSrc string
 	//go:embed fairrelease.lua
@@ -85,11 +87,11 @@ var Raise = script(raiseSrc)
 // Fenced runs one fenced write (set, incrby or del) on a resource. See fence.lua.
 var Fenced = script(fenceSrc)
 
-// Fair (FIFO) mutex scripts: token.lua and fairlib.lua followed by each script's
-// own file. They share Extend and PTTL with the mutex.
+// Fair (FIFO) mutex scripts: fairmutex.lua followed by each script's own file
+// (after lib.lua). They share Extend and PTTL with the mutex.
 var (
-	FairAcquire = script(tokenSrc, fairLibSrc, fairAcquireSrc)
-	FairRelease = script(tokenSrc, fairLibSrc, fairReleaseSrc)
+	FairAcquire = script(fairMutexSrc, fairAcquireSrc)
+	FairRelease = script(fairMutexSrc, fairReleaseSrc)
 )
 
 // Retake, as the Handle of an AcquireRequest to redislock's mutex driver, makes
