@@ -12,7 +12,7 @@ import (
 // TestModulesRequireThisRelease checks that every module of the repository
 // requires the other dlock modules at moduleVersion, the version their tags
 // get, so that a module tagged with it resolves without its replace lines,
-// and that the CHANGELOG has a section for it.
+// and that the CHANGELOG has a dated section for it.
 func TestModulesRequireThisRelease(t *testing.T) {
 	root := filepath.Join("..", "..")
 	require := regexp.MustCompile(`(?m)^(?:require)?\s*(github\.com/dlock-go/dlock(?:/[\w/]+)?) (v\S+)`)
@@ -46,7 +46,8 @@ func TestModulesRequireThisRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := strings.TrimPrefix(moduleVersion, "v"); !strings.Contains(string(changelog), "## ["+v+"]") && !strings.Contains(string(changelog), moduleVersion) {
-		t.Errorf("CHANGELOG.md has no section for %s", moduleVersion)
+	heading := regexp.MustCompile(`(?m)^## \[` + regexp.QuoteMeta(strings.TrimPrefix(moduleVersion, "v")) + `\] - \d{4}-\d{2}-\d{2}$`)
+	if !heading.Match(changelog) {
+		t.Errorf("CHANGELOG.md has no dated section for %s", moduleVersion)
 	}
 }
