@@ -75,6 +75,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		later = "1" // a waiter's later attempt: most likely a claim
 	}
 	return d.c.acquire(ctx, r, acquisition{
+		holder:  d,
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
