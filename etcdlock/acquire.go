@@ -70,6 +70,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	}
 	h = res.h
 	if h != nil && res.first != nil && res.first.CreateRevision == h.revision() {
+		d.hold(h)
 		return driver.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
 	if res.first != nil && foreign(res.first) {
