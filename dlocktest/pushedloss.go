@@ -10,10 +10,10 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// PushedTTL is the TTL of the lease PushedLoss takes: renewed every 10 s, so
+// PushedTTL is the TTL of the lease PushedLoss takes: renewed every 8 s, so
 // that a loss found by a renewal or the local deadline cannot pass for a
-// pushed one.
-const PushedTTL = 30 * time.Second
+// pushed one (and within ZooKeeper's longest TTL).
+const PushedTTL = 24 * time.Second
 
 // PushedLoss checks that a lease whose lock is taken away in the store is lost
 // as soon as the store says so (driver.Grant.Lost): it takes key through l
