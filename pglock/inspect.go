@@ -86,7 +86,8 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 }
 
 // ForceUnlock implements driver.Inspector: it removes the key's live holding,
-// whoever holds it, notifies its waiters, and returns what it removed. It does
+// whoever holds it, notifies its waiters and its holder (which loses its
+// Lease at once, see loss.go), and returns what it removed. It does
 // not wait for transactions fenced on the key, but the next grant does (see
 // Fence). A free lock is dlock.ErrNotHeld.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
@@ -120,5 +121,6 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 	if !found {
 		return info, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
 	}
+	d.pushLoss(ctx, key)
 	return info, nil
 }

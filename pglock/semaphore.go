@@ -245,7 +245,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	}
 	switch state {
 	case stateGranted:
-		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: s.d.ln.hold(s, r.Key, r.Owner)}, nil
 	case stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	case stateMismatch:
@@ -426,5 +426,6 @@ func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.Lo
 	if n == 0 {
 		return dlock.LockInfo{Key: key, LastToken: info.LastToken}, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
 	}
+	s.d.pushLoss(ctx, key)
 	return info, nil
 }
