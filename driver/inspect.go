@@ -81,8 +81,9 @@ type Inspector interface {
 	ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error)
 
 	// ForceUnlock removes the holding of key whoever holds it, and returns what
-	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
-	// holder learns of the loss at its next renewal or its local deadline.
+	// it removed. A free lock is ErrNotHeld (with Held false in the result). A
+	// backend that can should tell the holder at once (Grant.Lost); otherwise
+	// the holder learns of the loss at its next renewal or its local deadline.
 	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }
 
