@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
@@ -44,6 +45,9 @@ func (l *listener) hold(d driver.Driver, key, owner string) context.Context {
 	h.Forgetter = h
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if time.Now().Before(l.refusedUntil) {
+		return nil // LISTEN refused: the renewals find a loss
+	}
 	if l.holds == nil {
 		l.holds = map[string]*pgHold{}
 	}

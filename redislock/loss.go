@@ -17,14 +17,14 @@ import (
 // Told at once: a holder learns that its lock was taken from it as soon as the
 // server says so, not at its next renewal. Each hub keeps, while this process
 // holds locks, one subscription connection of its own (apart from the wake-ups',
-// so that an ACL refusal of one does not stop the other), subscribed with one
-// PSUBSCRIBE to
+// so that an ACL refusal of one does not stop the other), subscribed to
 //
 //   - lossChannel, on which dlock's force-unlock paths (Inspector.ForceUnlock,
 //     a Client's ForceUnlock, `dlock unlock --force`) publish the lock's name,
 //     and
-//   - on a single server or a Sentinel master, the keyspace notifications of
-//     the lock keys of its database ("__keyspace@DB__:dlock:{*}"), which the
+//   - on a single server or a Sentinel master, with one PSUBSCRIBE, the
+//     keyspace notifications of the lock keys of its database
+//     ("__keyspace@DB__:dlock:{*}"; dropped when an ACL refuses it), which the
 //     server sends only when notify-keyspace-events enables them (K and g, x or
 //     e, for a deletion, an expiry or an eviction); dlock never changes the
 //     server's configuration.
@@ -142,13 +142,13 @@ func (h *hub) watchLosses() {
 	if time.Now().Before(h.lossRefusedTill) {
 		return
 	}
-	patterns := []string{lossChannel}
-	if db, ok := h.keyspaceDB(); ok {
-		patterns = append(patterns, keyspacePrefix(db)+Prefix+"{*}")
+	pattern := ""
+	if db, ok := h.keyspaceDB(); ok && !h.lossNoKeyspace {
+		pattern = keyspacePrefix(db) + Prefix + "{*}"
 	}
-	w := &lossWatch{ps: h.rdb.PSubscribe(context.Background())}
+	w := &lossWatch{ps: h.rdb.Subscribe(context.Background())}
 	h.loss = w
-	go h.receiveLosses(w, patterns)
+	go h.receiveLosses(w, pattern)
 }
 
 // keyspaceDB returns the database whose keyspace notifications tell of this
@@ -178,10 +178,15 @@ func (h *hub) closeLoss() {
 	go w.ps.Close()
 }
 
-// receiveLosses subscribes w and dispatches its messages until it is closed.
-func (h *hub) receiveLosses(w *lossWatch, patterns []string) {
+// receiveLosses subscribes w to lossChannel and, unless it is "", to the
+// keyspace notifications' pattern, and dispatches its messages until it is
+// closed.
+func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := w.ps.PSubscribe(ctx, patterns...)
+	err := w.ps.Subscribe(ctx, lossChannel)
+	if err == nil && pattern != "" {
+		err = w.ps.PSubscribe(ctx, pattern)
+	}
 	cancel()
 	backoff := 10 * time.Millisecond
 	for {
@@ -198,6 +203,16 @@ func (h *hub) receiveLosses(w *lossWatch, patterns []string) {
 		case errors.Is(err, redis.ErrClosed):
 			h.loss = nil
 			w.closed = true
+			h.mu.Unlock()
+			return
+		case err != nil && refusal(err) && pattern != "":
+			// An ACL that allows dlock's channels but not the keyspace
+			// notifications': subscribe again without them.
+			h.lossNoKeyspace = true
+			h.closeLoss()
+			if h.nholds > 0 {
+				h.watchLosses()
+			}
 			h.mu.Unlock()
 			return
 		case err != nil && refusal(err):

@@ -17,12 +17,14 @@ import (
 const pushBound = 2 * time.Second
 
 // lossSubscribed waits until n Clients of the server behind admin listen for
-// pushed losses (one pattern subscription each, or two patterns with keyspace
-// notifications).
-func lossSubscribed(t testing.TB, ctx context.Context, admin *redis.Client, n int) {
+// pushed losses on dlock:lost, and, with patterns, until that many keyspace
+// patterns are subscribed too.
+func lossSubscribed(t testing.TB, ctx context.Context, admin *redis.Client, n int, patterns ...int) {
 	t.Helper()
 	for range 400 {
-		if got, _ := admin.Do(ctx, "PUBSUB", "NUMPAT").Int(); got >= n {
+		subs, _ := admin.PubSubNumSub(ctx, "dlock:lost").Result()
+		pats, _ := admin.PubSubNumPat(ctx).Result()
+		if subs["dlock:lost"] >= int64(n) && (len(patterns) == 0 || pats >= int64(patterns[0])) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -32,13 +34,13 @@ func lossSubscribed(t testing.TB, ctx context.Context, admin *redis.Client, n in
 
 // forcer is a dlocktest.PushedLoss removal by the Inspector of the server
 // behind admin.
-func forcer(t testing.TB, admin *redis.Client, patterns int) func(context.Context, *dlock.Lease) (time.Time, error) {
+func forcer(t testing.TB, admin *redis.Client, n int) func(context.Context, *dlock.Lease) (time.Time, error) {
 	in, err := redislock.NewInspector(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
-		lossSubscribed(t, ctx, admin, patterns)
+		lossSubscribed(t, ctx, admin, n)
 		start := time.Now()
 		_, err := in.ForceUnlock(ctx, l.Key())
 		return start, err
@@ -84,9 +86,29 @@ func TestKeyspaceDeletionTellsHolderAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
-		lossSubscribed(t, ctx, admin, 2)
+		lossSubscribed(t, ctx, admin, 1, 1)
 		start := time.Now()
 		return start, admin.Del(ctx, redislock.LockKey(l.Key())).Err()
 	})
 	t.Logf("DEL by another client to Done: %v", took)
+}
+
+// TestLossPushWithoutKeyspacePermission: an ACL that allows dlock's channels
+// but not the keyspace notifications' refuses the keyspace pattern; the
+// Client subscribes to dlock:lost alone, and a force-unlock still reaches the
+// holder at once.
+func TestLossPushWithoutKeyspacePermission(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">secret", "~*", "resetchannels", "&dlock:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := testserver.RedisClient(t, own.Addr, func(o *redis.Options) { o.Username, o.Password = "locker", "secret" })
+	c, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, forcer(t, admin, 1))
+	t.Logf("ForceUnlock to Done: %v", took)
 }

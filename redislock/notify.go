@@ -67,6 +67,7 @@ type hub struct {
 	nholds          int
 	loss            *lossWatch      // the loss subscription; nil when closed
 	lossRefusedTill time.Time       // the server refused it: not again until then
+	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
 	checking        map[string]bool // locks whose holdings are being checked: again when true
 }
 

@@ -814,7 +814,7 @@ func TestServerCommandsPerCycle(t *testing.T) {
 	ctx := context.Background()
 	calls := func() (n int64) {
 		for _, line := range strings.Split(admin.Info(ctx, "commandstats").Val(), "\n") {
-			if strings.HasPrefix(line, "cmdstat_info:") || strings.HasPrefix(line, "cmdstat_psubscribe:") ||
+			if strings.HasPrefix(line, "cmdstat_info:") || strings.HasPrefix(line, "cmdstat_psubscribe:") || strings.HasPrefix(line, "cmdstat_subscribe:") ||
 				strings.HasPrefix(line, "cmdstat_hello:") || strings.HasPrefix(line, "cmdstat_client|") {
 				continue // bookkeeping, connections, and the loss subscription of a Client
 			}

@@ -19,7 +19,7 @@ func lossSubscribed(t testing.TB, ctx context.Context) {
 	for _, s := range srvs {
 		admin := newRDB(t, s.Addr)
 		for i := 0; ; i++ {
-			if n, _ := admin.Do(ctx, "PUBSUB", "NUMPAT").Int(); n >= 1 {
+			if n, _ := admin.PubSubNumSub(ctx, "dlock:lost").Result(); n["dlock:lost"] >= 1 {
 				break
 			}
 			if i == 400 {
