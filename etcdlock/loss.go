@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -137,6 +136,6 @@ func (d *Driver) deleted(key string, rev int64) {
 	delete(lw.holds, key)
 	lw.mu.Unlock()
 	if h.lose != nil {
-		h.lose(fmt.Errorf("%w: etcd: the lock's entry %s was deleted at revision %d (force-unlocked, deleted by another client, or its lease ended)", dlock.ErrNotHeld, key, rev))
+		h.lose(fmt.Errorf("etcd: the lock's entry %s was deleted at revision %d (force-unlocked, deleted by another client, or its lease ended)", key, rev))
 	}
 }

@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -23,6 +22,9 @@ import (
 // lostMark starts the payload of a force-unlock's NOTIFY; keys have no
 // control characters, so a release's payload (the key) never starts with it.
 const lostMark = "\x01"
+
+// errForced is the cause of a force-unlocked holding's loss.
+var errForced = errors.New("pglock: the lock was force-unlocked, and the table no longer holds it for this owner")
 
 // pgHold is a holding of the Driver, watched for a force-unlock.
 type pgHold struct {
@@ -104,7 +106,7 @@ func (h *pgHold) check() {
 	ctx, cancel := context.WithTimeout(context.Background(), h.l.d.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := h.d.TTL(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, dlock.ErrNotHeld) {
-		h.Lose(fmt.Errorf("pglock: the lock was force-unlocked, and the table no longer holds it for this owner (%w)", err))
+		h.Lose(errForced) // the loss matches ErrNotHeld through ErrLockLost
 	}
 }
 

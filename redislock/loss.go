@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -287,7 +286,7 @@ func (h *hub) check(key string) {
 		for _, hd := range hs {
 			_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
 			if errors.Is(err, dlock.ErrNotHeld) {
-				hd.Lose(fmt.Errorf("%w (%w)", errPushed, err))
+				hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
 			}
 		}
 		cancel()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/go-zookeeper/zk"
 )
@@ -116,5 +115,5 @@ func (d *Driver) arm(h *zkHold) {
 }
 
 func deletedErr(path string) error {
-	return fmt.Errorf("%w: zklock: the holder's node %s was deleted (force-unlocked, or deleted by another client)", dlock.ErrNotHeld, path)
+	return fmt.Errorf("zklock: the holder's node %s was deleted (force-unlocked, or deleted by another client)", path)
 }
