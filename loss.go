@@ -86,6 +86,8 @@ func (l *Lease) stopTimers() {
 // that a store that does not forget on its own (a ZooKeeper node while its
 // session lives) frees the lock now, and a store with expiring keys a little before its expiry.
 func (l *Lease) lose(cause error, why LossCause, release bool) error {
+	// The driver stops watching the holding before anybody sees the loss.
+	l.unwatchLost()
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()
@@ -107,7 +109,6 @@ func (l *Lease) lose(cause error, why LossCause, release bool) error {
 		octx = l.obs.ctx
 	}
 	l.mu.Unlock()
-	l.unwatchLost()
 	if l.renewEvery > 0 {
 		l.c.rn.remove(l, false)
 	}

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -111,4 +112,75 @@ func TestLossPushWithoutKeyspacePermission(t *testing.T) {
 	}
 	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, forcer(t, admin, 1))
 	t.Logf("ForceUnlock to Done: %v", took)
+}
+
+// TestLossWatchForgetsEndedLeases: the hub stops watching a holding however
+// its lease ended: unlocked, force-unlocked (pushed), found gone by a renewal,
+// past its deadline, or its acquisition cancelled.
+func TestLossWatchForgetsEndedLeases(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	d, err := redislock.NewDriver(newRDB(t, own.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.NewClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	take := func(opts ...dlock.Option) *dlock.Lease {
+		t.Helper()
+		l, err := c.TryLock(ctx, key, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := redislock.WatchedHoldings(d); n != 1 {
+			t.Fatalf("%d holdings watched while one is held", n)
+		}
+		return l
+	}
+	forgotten := func(what string) {
+		t.Helper()
+		if n := redislock.WatchedHoldings(d); n != 0 {
+			t.Errorf("%s: %d holdings still watched", what, n)
+		}
+	}
+	l := take()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	forgotten("unlocked")
+
+	l = take()
+	lossSubscribed(t, ctx, admin, 1)
+	in, _ := redislock.NewInspector(admin)
+	if _, err := in.ForceUnlock(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	forgotten("force-unlocked, not unlocked yet")
+	_ = l.Unlock(ctx)
+
+	l = take(dlock.WithTTL(time.Second), dlock.WithRenewEvery(20*time.Millisecond))
+	if err := admin.Del(ctx, redislock.LockKey(key)).Err(); err != nil { // nobody is told
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("after a silent delete: %v", cause)
+	}
+	forgotten("found gone by a renewal")
+
+	l = take(dlock.WithTTL(50*time.Millisecond), dlock.WithAutoRenew(false))
+	<-l.Done()
+	forgotten("past its deadline")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Lock(cctx, key); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled context: %v", err)
+	}
+	forgotten("acquisition cancelled")
 }
