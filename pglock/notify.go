@@ -53,7 +53,7 @@ type listener struct {
 	// attempt began (see mark).
 	gen  uint64
 	seen [buckets]uint64
-	// linger ends cur after its last waiter left; lingerGen tells a timer
+	// linger ends cur after its last user left; lingerGen tells a timer
 	// that fired late from the current one.
 	linger    *time.Timer
 	lingerGen uint64
@@ -161,7 +161,6 @@ func (l *listener) use() (started bool) {
 	l.n++
 	if l.linger != nil {
 		l.linger.Stop()
-		l.linger = nil
 	}
 	if l.cur != nil {
 		return false
@@ -180,8 +179,13 @@ func (l *listener) unuse() {
 	l.n--
 	if l.n == 0 && l.cur != nil {
 		l.lingerGen++
-		r, g := l.cur, l.lingerGen
-		l.linger = time.AfterFunc(l.lingerFor, func() { l.idle(r, g) })
+		// One timer, reset at each linger: a Driver that locks over and
+		// over allocates none.
+		if l.linger == nil {
+			l.linger = time.AfterFunc(l.lingerFor, l.lingered)
+		} else {
+			l.linger.Reset(l.lingerFor)
+		}
 	}
 }
 
@@ -197,6 +201,17 @@ func (l *listener) unsubscribe(s *sub) {
 	l.mu.Unlock()
 }
 
+// lingered runs when the linger timer fires: it closes the connection if
+// nobody has come since.
+func (l *listener) lingered() {
+	l.mu.Lock()
+	r, g := l.cur, l.lingerGen
+	l.mu.Unlock()
+	if r != nil {
+		l.idle(r, g)
+	}
+}
+
 // idle closes the connection of run r if nobody has subscribed since the
 // linger g began.
 func (l *listener) idle(r *listenRun, g uint64) {
@@ -205,7 +220,7 @@ func (l *listener) idle(r *listenRun, g uint64) {
 		l.mu.Unlock()
 		return
 	}
-	l.cur, l.live, l.linger = nil, false, nil
+	l.cur, l.live = nil, false
 	l.gen++
 	l.mu.Unlock()
 	r.cancel()
@@ -282,7 +297,6 @@ func (l *listener) refuse(r *listenRun, err error) {
 	l.gen++
 	if l.linger != nil {
 		l.linger.Stop()
-		l.linger = nil
 	}
 }
 
