@@ -1,14 +1,24 @@
-// Package dlock is a distributed lock library for Go: one backend-neutral API over
-// Redis (single, Sentinel, Cluster; package redislock), Redlock over independent
-// Redis masters (redlock), etcd (etcdlock), ZooKeeper (zklock), a table in a
-// PostgreSQL database (pglock), the SETNX/GETSET protocol of older services
-// (legacy) and an in-memory store for tests (memlock). etcdlock, zklock and
-// pglock are modules of their own, so that programs using other backends never
-// build their clients.
-// Beyond the mutex: fair, reentrant, read-write and semaphore locks (Redis; fair
-// and semaphore locks on PostgreSQL too),
-// leader election (Campaign, and RunAsLeader to run work while leading) and
-// multi-key locks (LockAll) over any Locker.
+// Package dlock is a distributed lock library for Go: one backend-neutral API
+// over the stores services already run, with fencing tokens, leases renewed
+// while the work runs, and a signal the moment a lock can no longer be
+// guaranteed.
+//
+//	locker, _ := redislock.New(rdb)
+//	err := dlock.Do(ctx, locker, "orders:42", func(ctx context.Context) error {
+//		// ctx ends if the lock is lost: stop the protected work then.
+//		return process(ctx)
+//	})
+//
+// The backends: Redis (single, Sentinel, Cluster; package redislock), Redlock
+// over independent Redis masters (redlock), etcd (etcdlock), ZooKeeper
+// (zklock), a table in a PostgreSQL database (pglock), the SETNX/GETSET
+// protocol of older services (legacy) and an in-memory store for tests
+// (memlock). etcdlock, zklock and pglock are modules of their own, so that
+// programs using other backends never build their clients. Beyond the mutex:
+// fair, reentrant, read-write and semaphore locks (Redis; fair and semaphore
+// locks on PostgreSQL too), leader election (Campaign, and RunAsLeader to run
+// work while leading), multi-key locks (LockAll) over any Locker, and
+// countdown latches and barriers (Latch, Barrier).
 //
 // A Locker hands out a *Lease for a key: TryLock makes one attempt, Lock waits
 // (bounded by its context and WithWait). The Lease carries the key, a fencing
@@ -16,12 +26,6 @@
 // context that ends the moment the lock can no longer be guaranteed. Leases made
 // with the default TTL are renewed by a watchdog until Unlock; Do wraps the whole
 // cycle.
-//
-//	locker, _ := redislock.New(rdb)
-//	err := dlock.Do(ctx, locker, "orders:42", func(ctx context.Context) error {
-//		// ctx ends if the lock is lost: stop the protected work then.
-//		return process(ctx)
-//	})
 //
 // # Waiting and failures
 //

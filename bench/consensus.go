@@ -130,7 +130,7 @@ func openZK(o opening) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := zklock.New(d)
+	c, err := zklock.NewClient(d)
 	if err != nil {
 		d.Close()
 		return nil, err

@@ -6,9 +6,9 @@ replace github.com/dlock-go/dlock => ../
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/etcdlock v0.0.0
-	github.com/dlock-go/dlock/zklock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -30,7 +30,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.3.2 // indirect
-	github.com/dlock-go/dlock/pglock v0.0.0
+	github.com/dlock-go/dlock/pglock v0.1.0
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/jackc/pgx/v5 v5.12.0

@@ -99,7 +99,7 @@ var variants = append([]variant{
 		open: openEtcd},
 	etcdMutexVariant,
 	{name: "zk", lib: "zk", in: inA | inBC, on: onZK,
-		desc: "zklock.New(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
+		desc: "zklock.NewClient(drv), all defaults (15s TTL renewed by the watchdog), over a zklock.Driver (one session) of its own; a standalone ZooKeeper",
 		open: openZK},
 	zkRecipeVariant,
 	{name: "pg", lib: "pg", in: inA | inBC, on: onPG, clientEach: true,

@@ -24,24 +24,24 @@ var pgWrites atomic.Int64
 
 // openPG opens a pglock Client on a connection pool of its own, whose writes
 // count as lock requests (client and server side alike).
-func openPG(o opening) (locker, error) { return openPGWith(o, pglock.Config{CreateTable: true}) }
+func openPG(o opening) (locker, error) { return openPGWith(o, pglock.WithCreateTable()) }
 
 // openPGUnlogged is openPG on an UNLOGGED table of its own.
 func openPGUnlogged(o opening) (locker, error) {
-	return openPGWith(o, pglock.Config{CreateTable: true, Unlogged: true, Table: "dlock_unlogged"})
+	return openPGWith(o, pglock.WithCreateTable(), pglock.WithUnlogged(), pglock.WithTable("dlock_unlogged"))
 }
 
-func openPGWith(o opening, cfg pglock.Config) (locker, error) {
+func openPGWith(o opening, opts ...pglock.Option) (locker, error) {
 	pool, err := countedPGPool(o)
 	if err != nil {
 		return nil, err
 	}
-	d, err := pglock.NewDriver(pool, cfg)
+	d, err := pglock.NewDriver(pool, opts...)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	c, err := d.Client()
+	c, err := pglock.NewClient(d)
 	if err != nil {
 		pool.Close()
 		return nil, err

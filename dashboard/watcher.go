@@ -7,6 +7,9 @@
 // which a service can mount on its admin port. The dlock command's "top",
 // "list --watch" and "serve" are built on it.
 //
+//	// On a service's admin port, beside its other debug pages:
+//	admin.Handle("/debug/locks/", http.StripPrefix("/debug/locks", dashboard.Handler(locker, dashboard.Options{Title: "billing"})))
+//
 // The page and the JSON have no authentication of their own: mount the Handler
 // where only operators reach it, and enable force-unlock (Options.AllowUnlock)
 // only there.

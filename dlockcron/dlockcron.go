@@ -4,6 +4,11 @@
 // another instance, or by a run of this one still going), the cluster-wide
 // counterpart of cron.SkipIfStillRunning, on any dlock backend.
 //
+//	locker, _ := dlockcron.New(client) // client: any dlock Client, e.g. redislock.New(rdb)
+//	skip, _ := locker.SkipIfLocked("hourly-report")
+//	c := cron.New()
+//	c.AddJob("@hourly", cron.NewChain(skip).Then(cron.FuncJob(report))) // one instance runs it
+//
 // Each run makes one TryLock of the job's key. The instance that takes it runs
 // the job, renewing the lease while the job runs, and releases it at the end,
 // or at the end of the min-hold (WithMinHold), so that instances whose clocks

@@ -3,7 +3,7 @@ module github.com/dlock-go/dlock/dlockgocron
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 	github.com/redis/go-redis/v9 v9.23.0

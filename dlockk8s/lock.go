@@ -6,6 +6,11 @@
 // can then elect a leader among candidates that share a Redis server rather
 // than a cluster: across clusters, or outside Kubernetes.
 //
+//	store, _ := redislock.NewOptimistic(rdb, 0)
+//	lock, _ := dlockk8s.New(store, "my-controller", resourcelock.ResourceLockConfig{Identity: podName})
+//	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{Lock: lock, LeaseDuration: 15 * time.Second,
+//		RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Callbacks: callbacks})
+//
 // What it promises: the same as client-go's leader election over a Lease
 // object, with Redis in the API server's place. Every write of the record is
 // conditional on the version read (as an update of a Lease is on its

@@ -232,3 +232,20 @@ type ExtendResult struct {
 	TTL time.Duration // the TTL granted when Err is nil
 	Err error
 }
+
+// Resizer is implemented by the drivers of counting semaphores whose number of
+// permits can change at run time (Client.Resize calls it).
+//
+// Resize stores n as the number of permits of the semaphore key, for every
+// Client of the key from then on, whatever number they were made with: a
+// Client's number is the initial size only, used while no size is stored. The
+// stored size stays after the last permit is released. No permit is granted
+// while the holders number n or more; holders above a lowered size keep their
+// permits until they release them or their leases end. Permits that a raised
+// size frees go to the waiters at once, which are woken. n has been checked
+// to be at least 1 and the key by ValidateKey; a driver returns an error
+// matching ErrInvalid for an n above its maximum, and ErrConflict when the
+// key's storage holds another kind of lock.
+type Resizer interface {
+	Resize(ctx context.Context, key string, n int) error
+}

@@ -69,8 +69,13 @@ var (
 	_ driver.Inspector  = (*Driver)(nil)
 )
 
-// Option configures a Driver.
-type Option func(*Driver) error
+// Option configures a Driver (NewDriver).
+type Option func(*options)
+
+// options is what the Options of a Driver set.
+type options struct {
+	timeout time.Duration // per call
+}
 
 // WithRequestTimeout bounds each call of the Driver: one acquisition attempt
 // (TryLock is one), one extend, release, TTL or abandon, each of which takes a
@@ -84,13 +89,7 @@ type Option func(*Driver) error
 // positive. Keep it well below the TTLs used: a renewal that takes longer than
 // the lease's remaining validity cannot save it anyway.
 func WithRequestTimeout(d time.Duration) Option {
-	return func(dr *Driver) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: etcdlock: request timeout %v must be positive", dlock.ErrInvalid, d)
-		}
-		dr.timeout = d
-		return nil
-	}
+	return func(o *options) { o.timeout = d }
 }
 
 // NewDriver returns the etcd driver over cli. It returns an error matching
@@ -99,16 +98,17 @@ func NewDriver(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: nil etcd client", dlock.ErrInvalid)
 	}
-	d := &Driver{cli: cli, timeout: DefaultRequestTimeout}
-	for _, o := range opts {
-		if o == nil {
+	o := options{timeout: DefaultRequestTimeout}
+	for _, opt := range opts {
+		if opt == nil {
 			return nil, fmt.Errorf("%w: etcdlock: nil option", dlock.ErrInvalid)
 		}
-		if err := o(d); err != nil {
-			return nil, err
-		}
+		opt(&o)
 	}
-	return d, nil
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("%w: etcdlock: request timeout %v must be positive", dlock.ErrInvalid, o.timeout)
+	}
+	return &Driver{cli: cli, timeout: o.timeout}, nil
 }
 
 // RequestTimeout returns the bound of each call (see WithRequestTimeout).

@@ -420,6 +420,14 @@ func TestBadArguments(t *testing.T) {
 		t.Errorf("NewDriver(nil): %v", err)
 	}
 	d := newDriver(t)
+	for _, o := range []Option{nil, WithRequestTimeout(0), WithRequestTimeout(-time.Second)} {
+		if _, err := NewDriver(d.cli, o); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewDriver with a bad option: %v", err)
+		}
+	}
+	if _, err := NewClient(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewClient(nil): %v", err)
+	}
 	ctx := ctxT(t, 5*time.Second)
 	key := testKey(t)
 	for _, o := range []string{"", "a/b", "a{b", "\x00"} {

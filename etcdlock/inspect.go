@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/dlock-go/dlock/driver"
@@ -58,15 +57,16 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 }
 
 // ListPrefix implements driver.Inspector: it returns the locks held now whose
-// names start with prefix, sorted by name. Locks whose oldest entry was not
-// written by dlock are skipped.
+// names start with prefix, read in one range request. Locks whose oldest entry
+// was not written by dlock are skipped.
 func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
 	}
-	// Every entry: the holder of each lock is its oldest, and the others count
-	// as its waiters. Keys sort by lock name, since the name is closed by '}'.
-	start := Prefix + "{"
+	// Every entry of the locks whose names start with prefix: the holder of
+	// each lock is its oldest, and the others count as its waiters. Keys sort
+	// by lock name, since the name is closed by '}'.
+	start := Prefix + "{" + prefix
 	resp, err := d.cli.Get(ctx, start, clientv3.WithRange(clientv3.GetPrefixRangeEnd(start)))
 	if err != nil {
 		return nil, mapErr(err)
@@ -93,7 +93,6 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 			l.holder = kv
 		}
 	}
-	sort.Strings(names)
 	infos := make([]dlock.LockInfo, 0, len(names))
 	for _, name := range names {
 		l := locks[name]

@@ -40,22 +40,11 @@ local s = math.floor((now + tonumber(ARGV[6])) / unit) + 1
 if old and s <= old then
   s = old + 1
 end
--- Fencing token: max(last + 1, server time in microseconds), the formula of
--- next_token in internal/redisscript/token.lua, written out here rather than
--- shared. next_token keeps the last token in a counter key of its own, set to
--- the time and read back in one SET ... GET; here it is field t of the
--- companion hash, written in the one HSET below that records the whole
--- holding, so that inspect.lua reads the holding and its token in one HMGET.
--- Sharing next_token would mean a second key per legacy lock (a new layout
--- beside the fleet's key); sharing only the arithmetic would mean prepending
--- another package's script source to these scripts for three lines. A change
--- to the formula changes both files.
-local t = redis.call('TIME')
-local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local lt = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
-if lt and lt >= token then
-  token = lt + 1
-end
+-- Fencing token: token_after (internal/redisscript/token.lua, prepended to
+-- this script) over the last token, kept in field t of the companion hash and
+-- written in the one HSET below that records the whole holding, so that
+-- inspect.lua reads the holding and its token in one HMGET.
+local token = token_after(tonumber(redis.call('HGET', KEYS[2], 't') or '0'), redis.call('TIME'))
 write(s, now, ARGV[7])
 redis.call('HDEL', KEYS[2], 'm')
 local fields = {'o', ARGV[5], 'v', fmt(s), 't', fmt(token), 'k', ARGV[10]}

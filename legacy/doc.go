@@ -1,6 +1,12 @@
 // Package legacy lets Go services take part in the SETNX/GETSET timestamp lock
 // that older Java, PHP and C++ services already use, and move a fleet off it.
 //
+//	// The old services lock "lock.<name>" with a millisecond stamp.
+//	locker, _ := legacy.New(rdb, legacy.Format{Key: legacy.Prefix("lock.")}, dlock.WithTTL(10*time.Second))
+//	err := dlock.Do(ctx, locker, "foo", func(ctx context.Context) error {
+//		return process(ctx) // the old clients see lock.foo held meanwhile
+//	})
+//
 // # The protocol
 //
 // The recipes this package speaks (Jedis and Spring RedisTemplate in Java,

@@ -27,7 +27,7 @@ var (
 	//go:embed ttl.lua
 	ttlSrc string
 
-	acquireScript = redis.NewScript(libSrc + acquireSrc)
+	acquireScript = redis.NewScript(libSrc + redisscript.TokenLib + acquireSrc)
 	extendScript  = redis.NewScript(libSrc + extendSrc)
 	releaseScript = redis.NewScript(libSrc + releaseSrc)
 	ttlScript     = redis.NewScript(libSrc + ttlSrc)
@@ -51,6 +51,16 @@ func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Clie
 	if err != nil {
 		return nil, err
 	}
+	return NewClient(d, opts...)
+}
+
+// NewClient returns a Client over d, with opts as the defaults of every
+// TryLock and Lock. It returns an error matching dlock.ErrInvalid for a nil
+// driver or a bad option; it does no I/O.
+func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: legacy: nil driver", dlock.ErrInvalid)
+	}
 	return dlock.NewClient(d, opts...)
 }
 
@@ -65,7 +75,8 @@ type Driver struct {
 	loaded  atomic.Bool
 }
 
-// NewDriver returns the legacy-protocol driver over rdb in format f.
+// NewDriver returns the legacy-protocol driver over rdb in format f (which
+// has no options of its own). NewClient makes a Client over it.
 func NewDriver(rdb redis.UniversalClient, f Format) (*Driver, error) {
 	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)

@@ -97,6 +97,9 @@ func TestFormatErrors(t *testing.T) {
 	if _, err := legacy.New(nilRDB, legacy.Format{}); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil client: %v", err)
 	}
+	if _, err := legacy.NewClient(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewClient(nil): %v", err)
+	}
 	rdb := newRDB(t)
 	bad := map[string]legacy.Format{
 		"unit 1m":            {Unit: time.Minute},

@@ -58,7 +58,7 @@ func reportServerCPU(b *testing.B, before time.Duration) {
 // BenchmarkLockUnlock: one Client, TryLock and Unlock of one key, uncontended
 // (two statements).
 func BenchmarkLockUnlock(b *testing.B) {
-	c := newClient(b, Config{})
+	c := newClient(b)
 	key := dlocktest.Key(b)
 	ctx := context.Background()
 	cpu := serverCPU()
@@ -105,7 +105,7 @@ func BenchmarkAdvisoryLockUnlock(b *testing.B) {
 // turns on one key with Lock and Unlock; an op is one acquisition, most of
 // them hand-overs woken by the other's NOTIFY.
 func BenchmarkHandover(b *testing.B) {
-	clients := []*Client{newClient(b, Config{}), newClient(b, Config{})}
+	clients := []*Client{newClient(b), newClient(b)}
 	key := dlocktest.Key(b)
 	ctx := context.Background()
 	cpu := serverCPU()

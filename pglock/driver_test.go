@@ -37,16 +37,27 @@ func TestBadInputIsInvalid(t *testing.T) {
 		t.Errorf("New(nil): %v", err)
 	}
 	var nilPool *pgxpool.Pool
-	if _, err := NewDriver(nilPool, Config{}); !errors.Is(err, dlock.ErrInvalid) {
+	if _, err := NewDriver(nilPool); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("NewDriver(nil): %v", err)
 	}
 	for _, table := range []string{"1abc", "a-b", "a.b.c", `a"b`, "a b", strings.Repeat("t", 58), ".t", "t."} {
-		if _, err := NewDriver(pool, Config{Table: table}); !errors.Is(err, dlock.ErrInvalid) {
+		if _, err := NewDriver(pool, WithTable(table)); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("table %q: %v", table, err)
 		}
 	}
-	if _, err := NewDriver(pool, Config{RequestTimeout: -time.Second}); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("negative timeout: %v", err)
+	for _, bad := range [][]Option{{WithRequestTimeout(-time.Second)}, {WithRequestTimeout(0)}, {WithTable("")}, {nil}} {
+		if _, err := NewDriver(pool, bad...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewDriver with bad options: %v", err)
+		}
+		if _, err := NewFairDriver(pool, bad...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewFairDriver with bad options: %v", err)
+		}
+		if _, err := NewSemaphoreDriver(pool, 2, bad...); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewSemaphoreDriver with bad options: %v", err)
+		}
+	}
+	if _, err := NewClient(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewClient(nil): %v", err)
 	}
 	if _, err := New(pool, dlock.WithTTL(-time.Second)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("bad option: %v", err)
@@ -68,7 +79,7 @@ func TestBadInputIsInvalid(t *testing.T) {
 	if err := d.Migrate(ctx); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("nil driver Migrate: %v", err)
 	}
-	d = newDriver(t, Config{})
+	d = newDriver(t)
 	for _, key := range []string{"", "a{b", "a\x00b", strings.Repeat("k", driver.MaxKeyLen+1)} {
 		if _, err := d.Inspect(ctx, key); !errors.Is(err, dlock.ErrInvalid) {
 			t.Errorf("Inspect(%q): %v", key, err)
@@ -99,7 +110,7 @@ func uniqueTable(t testing.TB) string {
 
 func TestMissingTableIsRefusedAndCreatedOnDemand(t *testing.T) {
 	table := uniqueTable(t)
-	c := newClient(t, Config{Table: table})
+	c := clientOf(t, newDriver(t, WithTable(table)))
 	ctx := ctxT(t, 20*time.Second)
 	_, err := c.TryLock(ctx, "k")
 	if !errors.Is(err, dlock.ErrRefused) || !strings.Contains(err.Error(), "Migrate") {
@@ -110,7 +121,7 @@ func TestMissingTableIsRefusedAndCreatedOnDemand(t *testing.T) {
 	if _, err := c.Lock(ctx, "k", dlock.WithWait(5*time.Second)); !errors.Is(err, dlock.ErrRefused) || time.Since(start) > 2*time.Second {
 		t.Fatalf("Lock without the table: %v after %v", err, time.Since(start))
 	}
-	auto := newClient(t, Config{Table: "s_" + table + ".locks", CreateTable: true})
+	auto := clientOf(t, newDriver(t, WithTable("s_"+table+".locks"), WithCreateTable()))
 	l, err := auto.TryLock(ctx, "k")
 	if err != nil {
 		t.Fatalf("TryLock with CreateTable: %v", err)
@@ -125,7 +136,7 @@ func TestMissingTableIsRefusedAndCreatedOnDemand(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- newDriver(t, Config{Table: table}).Migrate(ctx)
+			errs <- newDriver(t, WithTable(table)).Migrate(ctx)
 		}()
 	}
 	wg.Wait()
@@ -146,12 +157,12 @@ func TestForeignTableIsConflict(t *testing.T) {
 	table := uniqueTable(t)
 	admin(t, "CREATE TABLE "+table+" (key text PRIMARY KEY, value int)")
 	admin(t, "INSERT INTO "+table+" VALUES ('k', 42)")
-	d := newDriver(t, Config{Table: table})
+	d := newDriver(t, WithTable(table))
 	ctx := ctxT(t, 10*time.Second)
 	if err := d.Migrate(ctx); !errors.Is(err, dlock.ErrConflict) {
 		t.Errorf("Migrate over a foreign table: %v, want ErrConflict", err)
 	}
-	c, _ := d.Client()
+	c, _ := NewClient(d)
 	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, dlock.ErrConflict) {
 		t.Errorf("TryLock on a foreign table: %v, want ErrConflict", err)
 	}
@@ -168,7 +179,7 @@ func TestForeignTableIsConflict(t *testing.T) {
 		expires_at timestamptz NOT NULL, metadata text NOT NULL DEFAULT '', abandoned text[] NOT NULL DEFAULT '{}',
 		abandoned_until timestamptz NOT NULL DEFAULT '-infinity')`)
 	admin(t, "CREATE SEQUENCE "+lookalike+"_token")
-	if err := newDriver(t, Config{Table: lookalike}).Migrate(ctx); !errors.Is(err, dlock.ErrConflict) || !strings.Contains(err.Error(), "unique") {
+	if err := newDriver(t, WithTable(lookalike)).Migrate(ctx); !errors.Is(err, dlock.ErrConflict) || !strings.Contains(err.Error(), "unique") {
 		t.Errorf("Migrate over a table without a unique token: %v, want ErrConflict", err)
 	}
 }
@@ -178,11 +189,11 @@ func TestHungServerIsUnavailableWithinTheRequestTimeout(t *testing.T) {
 	// connect_timeout: connections the pool dials while the network drops
 	// everything give up, as they should in production.
 	url := strings.Replace(srv.URL, srv.Addr, proxy.Addr, 1) + "&connect_timeout=1"
-	d, err := NewDriver(newPoolURL(t, url), Config{RequestTimeout: 300 * time.Millisecond})
+	d, err := NewDriver(newPoolURL(t, url), WithRequestTimeout(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := d.Client()
+	c, _ := NewClient(d)
 	ctx := ctxT(t, 20*time.Second)
 	key := dlocktest.Key(t)
 	l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute))
@@ -225,7 +236,7 @@ func TestHungServerIsUnavailableWithinTheRequestTimeout(t *testing.T) {
 }
 
 func TestAbandonedAcquisitionCannotLand(t *testing.T) {
-	d := newDriver(t, Config{})
+	d := newDriver(t)
 	ctx := ctxT(t, 30*time.Second)
 	key := dlocktest.Key(t)
 	req := driver.AcquireRequest{Key: key, Owner: "owner-a", TTL: time.Minute}
@@ -276,7 +287,7 @@ func TestAbandonedAcquisitionCannotLand(t *testing.T) {
 }
 
 func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
-	d := newDriver(t, Config{})
+	d := newDriver(t)
 	ctx := ctxT(t, 10*time.Second)
 	live, dead, fresh := dlocktest.Key(t)+"live", dlocktest.Key(t)+"dead", dlocktest.Key(t)+"fresh"
 	for _, k := range []string{live, dead, fresh} {
@@ -300,7 +311,7 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 		t.Fatalf("rows after Sweep: %v, %v; want %s and %s", keys, rows.Err(), fresh, live)
 	}
 	// A semaphore's permit and header go too, long after their expiry.
-	s, _ := d.Semaphore(2)
+	s, _ := NewSemaphoreDriver(d.pool, 2)
 	if _, err := s.Acquire(ctx, driver.AcquireRequest{Key: dead, Owner: "o", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -314,19 +325,19 @@ func TestSweepRemovesOnlyLongDeadRows(t *testing.T) {
 	}
 }
 
-// TestInspectionCreatesNothing checks that with Config.CreateTable an
+// TestInspectionCreatesNothing checks that with WithCreateTable an
 // inspection (Inspect, List, ForceUnlock, of every kind) and Sweep create no
 // table in a database without one, the inspections saying ErrNoTable, and that
 // each kind of lock creates only the tables it uses.
 func TestInspectionCreatesNothing(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	table := uniqueTable(t)
-	d := newDriver(t, Config{Table: table, CreateTable: true})
-	sem, err := d.Semaphore(2)
+	d := newDriver(t, WithTable(table), WithCreateTable())
+	sem, err := NewSemaphoreDriver(d.pool, 2, WithTable(table), WithCreateTable())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fair := d.Fair()
+	fair, _ := NewFairDriver(d.pool, WithTable(table), WithCreateTable())
 	pool := newPool(t)
 	exist := func() []string {
 		t.Helper()
@@ -372,7 +383,7 @@ func TestInspectionCreatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, _ := d.Client()
+	c, _ := NewClient(d)
 	take(c)
 	if got := strings.Join(exist(), " "); got != table+" "+table+"_token" {
 		t.Errorf("a lock created %q, want the locks' table and the sequence", got)

@@ -33,7 +33,7 @@ func connectionGone(err error) bool {
 // ErrNoTable is matched (with dlock.ErrRefused) by the error of a call that
 // finds a table it reads missing and may not create it: an inspection
 // (Inspect, List, ForceUnlock), which never creates one, or a call of a Driver
-// without Config.CreateTable. Driver.Migrate creates the tables.
+// without WithCreateTable. Driver.Migrate creates the tables.
 var ErrNoTable = errors.New("no dlock table")
 
 // undefinedTable reports whether err says that a table or sequence is missing.
@@ -41,9 +41,9 @@ func undefinedTable(err error) bool { return sqlState(err) == "42P01" }
 
 // ErrOldLayout is matched (with dlock.ErrRefused) by the error of a call on a
 // locks' table made by an earlier version of pglock, which lacks a column
-// this one needs, when the Driver may not change it (no Config.CreateTable).
+// this one needs, when the Driver may not change it (no WithCreateTable).
 // Driver.Migrate adds the column, keeping every row; with
-// Config.CreateTable the first call that meets the old table does.
+// WithCreateTable the first call that meets the old table does.
 var ErrOldLayout = errors.New("dlock table of an earlier layout")
 
 // oldLayout reports whether err says that the locks' table lacks the column
@@ -71,16 +71,16 @@ func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
 		return fmt.Errorf("pglock: %s: %w", op, cerr)
 	}
 	if rctx.Err() != nil {
-		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: no answer within %v: %w", op, d.cfg.RequestTimeout, err))
+		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: no answer within %v: %w", op, d.cfg.requestTimeout, err))
 	}
 	code := sqlState(err)
 	switch {
 	case oldLayout(err):
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks the column waited (Driver.Migrate, or a lock with Config.CreateTable, adds it): %w", op, ErrOldLayout, d.table, err))
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks the column waited (Driver.Migrate, or a lock with WithCreateTable, adds it): %w", op, ErrOldLayout, d.table, err))
 	case code == "":
 		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	case code == "42P01":
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w %s in this database (Driver.Migrate, or a lock with Config.CreateTable, creates it): %w", op, ErrNoTable, d.cfg.Table, err))
+		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w %s in this database (Driver.Migrate, or a lock with WithCreateTable, creates it): %w", op, ErrNoTable, d.cfg.table, err))
 	case code == "42703" || code == "42804" || code == "42809" || code == "22P02":
 		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s: %s is not a dlock table: %w", op, d.table, err))
 	case transient(code):

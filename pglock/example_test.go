@@ -45,12 +45,12 @@ func ExampleDriver_Fence() {
 		return
 	}
 	defer pool.Close()
-	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
+	d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	locker, _ := d.Client()
+	locker, _ := pglock.NewClient(d)
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_balance (id int PRIMARY KEY, cents bigint)`); err != nil {
 		fmt.Println(err)
 		return

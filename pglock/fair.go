@@ -20,8 +20,8 @@ import (
 const FairWaiterTTL = 5 * time.Second
 
 // FairDriver is the driver.Driver of fair locks: the exclusive locks of a
-// Driver's table, granted in arrival order. A waiting Lock enqueues its owner
-// (a row of the Driver's table with "_queue" appended, created by Migrate) on
+// table of locks, granted in arrival order. A waiting Lock enqueues its owner
+// (a row of the locks' table with "_queue" appended, created by Migrate) on
 // its first attempt and keeps its place across attempts; the lock goes to the
 // oldest live entry of the queue, and TryLock does not take it while anybody
 // queues. It is also a driver.Notifier, a driver.Abandoner (an abandoned Lock
@@ -32,7 +32,8 @@ const FairWaiterTTL = 5 * time.Second
 // holder of the key, and a plain Client's Lock on a key that fair waiters
 // queue for does not see the queue. Use one kind of Client per key.
 type FairDriver struct {
-	d *Driver
+	in inspection // its Inspect, ListPrefix and ForceUnlock
+	d  *Driver
 }
 
 var (
@@ -47,15 +48,24 @@ var (
 // FairDriver), in the DefaultTable of pool's database, with opts as the
 // defaults of every call. It does no I/O.
 func NewFair(pool *pgxpool.Pool, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
+	f, err := NewFairDriver(pool)
 	if err != nil {
 		return nil, err
 	}
-	return dlock.NewClient(d.Fair(), opts...)
+	return dlock.NewClient(f, opts...)
 }
 
-// Fair returns the driver of fair locks over d's table.
-func (d *Driver) Fair() *FairDriver { return &FairDriver{d: d} }
+// NewFairDriver returns the driver of fair locks over pool, in the table that
+// opts name (see NewDriver). It does no I/O.
+func NewFairDriver(pool *pgxpool.Pool, opts ...Option) (*FairDriver, error) {
+	d, err := NewDriver(pool, opts...)
+	if err != nil {
+		return nil, err
+	}
+	in := d.in
+	in.kind, in.waiters = driver.KindFair, d.fairQ.waiters
+	return &FairDriver{in: in, d: d}, nil
+}
 
 // fairQueries are the statements of the fair locks of a Driver.
 type fairQueries struct {
@@ -236,55 +246,4 @@ func (f *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 			return err
 		})
 	})
-}
-
-// Inspect implements driver.Inspector: Driver.Inspect, with the waiters queued.
-func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if f == nil {
-		return dlock.LockInfo{Key: key}, errNilDriver
-	}
-	info, err := f.d.Inspect(ctx, key)
-	if err != nil {
-		return info, err
-	}
-	err = f.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		err := f.d.pool.QueryRow(ctx, f.d.fairQ.waiters, key).Scan(&info.Waiters)
-		if undefinedTable(err) {
-			info.Waiters = 0 // no fair lock has queued here yet
-			return nil
-		}
-		return err
-	})
-	return fairKind(info), err
-}
-
-// fairKind names a held lock read through a FairDriver fair (the table
-// cannot tell a fair holding from a plain one: the Client's kind decides).
-func fairKind(info dlock.LockInfo) dlock.LockInfo {
-	if info.Held {
-		info.Kind = driver.KindFair
-	}
-	return info
-}
-
-// ListPrefix implements driver.Inspector, as Driver.ListPrefix.
-func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	if f == nil {
-		return nil, errNilDriver
-	}
-	infos, err := f.d.ListPrefix(ctx, prefix)
-	for i := range infos {
-		infos[i] = fairKind(infos[i])
-	}
-	return infos, err
-}
-
-// ForceUnlock implements driver.Inspector, as Driver.ForceUnlock: the head of
-// the queue takes the lock next.
-func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	if f == nil {
-		return dlock.LockInfo{Key: key}, errNilDriver
-	}
-	info, err := f.d.ForceUnlock(ctx, key)
-	return fairKind(info), err
 }

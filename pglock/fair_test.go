@@ -15,7 +15,10 @@ import (
 
 func newFair(t testing.TB, opts ...dlock.Option) (*Client, *FairDriver) {
 	t.Helper()
-	f := newDriver(t, Config{}).Fair()
+	f, err := NewFairDriver(newPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := dlock.NewClient(f, opts...)
 	if err != nil {
 		t.Fatal(err)

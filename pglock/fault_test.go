@@ -52,12 +52,12 @@ func holder(in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
-	d, err := NewDriver(pool, Config{})
+	d, err := NewDriver(pool)
 	if err != nil {
 		return err
 	}
 	ms, _ := strconv.Atoi(os.Getenv("TTL_MS"))
-	c, err := d.Client(dlock.WithTTL(time.Duration(ms)*time.Millisecond), dlock.WithAutoRenew(true))
+	c, err := NewClient(d, dlock.WithTTL(time.Duration(ms)*time.Millisecond), dlock.WithAutoRenew(true))
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (h *holderProc) ask(t *testing.T, cmd, want string) []string {
 func faultServer(t *testing.T) *testserver.Postgres {
 	t.Helper()
 	p := testserver.StartPostgres(t)
-	d, err := NewDriver(newPoolURL(t, p.URL), Config{})
+	d, err := NewDriver(newPoolURL(t, p.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestFaultHolderProcessStoppedPastItsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	next := newClient(t, Config{})
+	next := newClient(t)
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := next.Lock(ctx, key, dlock.WithWait(15*time.Second))
 	if err != nil {
@@ -235,15 +235,15 @@ func TestFaultHolderConnectionsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	d, _ := NewDriver(pool, Config{})
-	c, _ := d.Client()
+	d, _ := NewDriver(pool)
+	c, _ := NewClient(d)
 	key := dlocktest.Key(t)
 	const ttl = 2 * time.Second
 	lease, err := c.TryLock(ctx, key, dlock.WithTTL(ttl), dlock.WithAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := newClient(t, Config{})
+	other := newClient(t)
 	kill := newPool(t)
 	killed := 0
 	start := time.Now()
@@ -294,7 +294,7 @@ func TestFaultHolderConnectionsTerminated(t *testing.T) {
 func TestFaultIdleConnectionTerminatedIsRetried(t *testing.T) {
 	app := "pglock-idle-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	pool := newPoolURL(t, srv.URL+"&pool_max_conns=1&application_name="+app)
-	d, _ := NewDriver(pool, Config{})
+	d, _ := NewDriver(pool)
 	ctx := ctxT(t, 20*time.Second)
 	key := dlocktest.Key(t)
 	h := driver.Holding{Key: key, Owner: "o", TTL: time.Minute}
@@ -321,11 +321,11 @@ func TestFaultServerRestartWhileHeldAndWaited(t *testing.T) {
 	p := faultServer(t)
 	ctx := ctxT(t, 90*time.Second)
 	newC := func() (*Client, *Driver) {
-		d, err := NewDriver(newPoolURL(t, p.URL+"&connect_timeout=2"), Config{})
+		d, err := NewDriver(newPoolURL(t, p.URL+"&connect_timeout=2"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, _ := d.Client()
+		c, _ := NewClient(d)
 		return c, d
 	}
 	holderC, _ := newC()

@@ -52,9 +52,9 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	table := fenceTable(t)
 	key := dlocktest.Key(t)
 	pool := newPool(t)
-	d, _ := NewDriver(pool, Config{})
+	d, _ := NewDriver(pool)
 	var stale staleEvents
-	c, _ := d.Client(dlock.WithObserver(&stale))
+	c, _ := NewClient(d, dlock.WithObserver(&stale))
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := c.TryLock(ctx, key, dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
@@ -66,7 +66,7 @@ func TestFenceCommitsWhileHeldAndRefusesALostLease(t *testing.T) {
 	}
 	// The lease runs out and another holder takes the key.
 	<-lease.Done()
-	next, err := newClient(t, Config{}).Lock(ctx, key, dlock.WithWait(5*time.Second))
+	next, err := newClient(t).Lock(ctx, key, dlock.WithWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +97,8 @@ func TestFenceHoldsOffTheNextHolderUntilCommit(t *testing.T) {
 	table := fenceTable(t)
 	key := dlocktest.Key(t)
 	pool := newPool(t)
-	d, _ := NewDriver(pool, Config{})
-	c, _ := d.Client()
+	d, _ := NewDriver(pool)
+	c, _ := NewClient(d)
 	ctx := ctxT(t, 30*time.Second)
 	const ttl = 400 * time.Millisecond
 	lease, err := c.TryLock(ctx, key, dlock.WithTTL(ttl))
@@ -117,7 +117,7 @@ func TestFenceHoldsOffTheNextHolderUntilCommit(t *testing.T) {
 	if err := lease.Extend(ctx, ttl); err != nil || time.Since(start) > time.Second {
 		t.Fatalf("Extend during a fenced transaction: %v after %v", err, time.Since(start))
 	}
-	got := waitFor(t, newClient(t, Config{}), key)
+	got := waitFor(t, newClient(t), key)
 	<-lease.Done() // expired: the holder is told
 	time.Sleep(ttl / 2)
 	select {
@@ -149,8 +149,8 @@ func TestFenceSQL(t *testing.T) {
 	key := dlocktest.Key(t)
 	db := sql.OpenDB(stdlib.GetPoolConnector(newPool(t)))
 	defer db.Close()
-	d := newDriver(t, Config{})
-	c, _ := d.Client()
+	d := newDriver(t)
+	c, _ := NewClient(d)
 	ctx := ctxT(t, 30*time.Second)
 	lease, err := c.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -192,7 +192,7 @@ func TestFenceOfALeaseFromNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := NewDriver(pool, Config{})
+	d, _ := NewDriver(pool)
 	ctx := ctxT(t, 10*time.Second)
 	lease, err := c.TryLock(ctx, dlocktest.Key(t))
 	if err != nil {
@@ -213,8 +213,8 @@ func TestFenceOfALeaseFromNew(t *testing.T) {
 func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
 	key := dlocktest.Key(t)
 	pool := newPool(t)
-	d, _ := NewDriver(pool, Config{})
-	c, _ := d.Client()
+	d, _ := NewDriver(pool)
+	c, _ := NewClient(d)
 	ctx := ctxT(t, 30*time.Second)
 	for _, force := range []bool{false, true} {
 		lease, err := c.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
@@ -230,7 +230,7 @@ func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
 		}
 		start := time.Now()
 		if force {
-			_, err = newDriver(t, Config{}).ForceUnlock(ctx, key)
+			_, err = newDriver(t).ForceUnlock(ctx, key)
 		} else {
 			err = lease.Unlock(ctx)
 		}
@@ -240,7 +240,7 @@ func TestFenceReleaseDoesNotWaitButTheNextGrantDoes(t *testing.T) {
 		// The grant waits a moment for the row, then reports the key busy
 		// (within its bounded lock wait, well before the request timeout).
 		start = time.Now()
-		_, err = newDriver(t, Config{}).Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next-" + strconv.FormatBool(force), TTL: time.Second})
+		_, err = newDriver(t).Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "next-" + strconv.FormatBool(force), TTL: time.Second})
 		var busy *dlock.BusyError
 		if !errors.As(err, &busy) || time.Since(start) > 2*time.Second {
 			t.Fatalf("grant during a fenced transaction (forced: %v): %v after %v, want busy", force, err, time.Since(start))

@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/dlock-go/dlock => ../
 
 require (
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	golang.org/x/sync v0.24.0
 )

@@ -2,80 +2,217 @@ package pglock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
-	"github.com/jackc/pgx/v5"
 )
 
-// Inspect implements driver.Inspector: the key's row as the database sees it
-// now. LastToken is the token of the key's row, also after the holding
-// expired, until the row is released or swept. Waiters is
-// driver.WaitersUnknown: a plain lock's waiters wait in their own processes
-// (FairDriver.Inspect counts its queue). An inspection never creates a table:
-// in a database without one it returns an error matching ErrNoTable.
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-	if d == nil {
-		return info, errNilDriver
-	}
-	if err := driver.ValidateKey(key); err != nil {
-		return info, err
-	}
-	var owner, meta string
-	var token, us int64
-	var held bool
-	err := d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		err := d.pool.QueryRow(ctx, d.q.inspect, key).Scan(&owner, &token, &meta, &us, &held)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return info, err
-	}
-	info.LastToken = uint64(max(token, 0))
-	if held {
-		info.Held, info.Owner, info.Token, info.Metadata = true, owner, uint64(token), meta
-		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
-	}
-	return info, nil
+// inspection is the driver.Inspector of one kind of lock in a Driver's
+// tables (Driver, FairDriver and SemaphoreDriver hold one): the kind's
+// statements, and the kind it names a held lock. Each statement returns a row
+// per holding of a key (one for an exclusive lock, one per permit in use of a
+// semaphore):
+//
+//   - inspect ($1 key): owner, token, metadata, µs left, the holders the key
+//     admits, and whether it is held; a row that is not held gives LastToken;
+//   - list ($1 the pattern's literal prefix): key, owner, token, metadata, µs
+//     left and the holders admitted, of the held rows;
+//   - forceUnlock ($1 key, $2 channel): the held rows it freed, as inspect
+//     reads them, and whether it notified;
+//   - waiters ($1 key), when set: the number of queued waiters, whose table
+//     may not exist yet (nobody queued). Without it a lock's waiters wait in
+//     their own processes, unseen.
+type inspection struct {
+	d                                   *Driver
+	kind                                string
+	inspect, list, forceUnlock, waiters string
 }
 
-// ListPrefix implements driver.Inspector: the held locks whose keys start with
-// prefix, as the database selects them.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	if d == nil {
-		return nil, errNilDriver
+// holding is one row of an inspection.
+type holding struct {
+	owner, meta string
+	token, us   int64
+	n           int
+}
+
+// add counts h, held, into info: Holders is the holdings, Limit the holders
+// the key admits, and Owner, Token, Metadata and TTL describe the holding
+// that ends last.
+func (in inspection) add(info *dlock.LockInfo, h holding) {
+	p := dlock.LockInfo{Owner: h.owner, Token: uint64(h.token), Metadata: h.meta, TTL: time.Duration(h.us) * time.Microsecond}
+	info.Held, info.Limit, info.Kind = true, h.n, in.kind
+	info.Holders++
+	if info.Holders == 1 || p.TTL > info.TTL {
+		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
 	}
-	var out []dlock.LockInfo
-	err := d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
-		out = out[:0]
-		rows, err := d.pool.Query(ctx, d.q.list, prefix)
+	info.LastToken = max(info.LastToken, uint64(max(h.token, 0)))
+}
+
+// newInfo is the LockInfo of key before its rows are read: its waiters are
+// unknown unless Inspect counts them.
+func newInfo(key string) dlock.LockInfo {
+	return dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
+}
+
+// Inspect implements driver.Inspector: the key's rows as the database sees
+// them now. LastToken is the newest token of the key's rows, also after the
+// holding expired, until a row is released or swept. An inspection never
+// creates a table: in a database without one it returns an error matching
+// ErrNoTable. Waiters is driver.WaitersUnknown: a plain lock's waiters wait in
+// their own processes (FairDriver.Inspect counts its queue).
+func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return d.inspection().Inspect(ctx, key)
+}
+
+// ListPrefix implements driver.Inspector: the held locks whose keys start
+// with prefix, as the database selects them.
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	return d.inspection().ListPrefix(ctx, prefix)
+}
+
+// ForceUnlock implements driver.Inspector: it frees the key's holding,
+// whoever holds it, notifies the key's waiters and its holder (whose Lease is
+// lost at once, see loss.go), and returns what it freed. It
+// does not wait for transactions fenced on the key, but the next grant does
+// (see Fence). A free lock is dlock.ErrNotHeld.
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return d.inspection().ForceUnlock(ctx, key)
+}
+
+// Inspect implements driver.Inspector, as Driver.Inspect, with the waiters
+// queued.
+func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return f.inspection().Inspect(ctx, key)
+}
+
+// ListPrefix implements driver.Inspector, as Driver.ListPrefix.
+func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	return f.inspection().ListPrefix(ctx, prefix)
+}
+
+// ForceUnlock implements driver.Inspector, as Driver.ForceUnlock: the head of
+// the queue takes the lock next.
+func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return f.inspection().ForceUnlock(ctx, key)
+}
+
+// Inspect implements driver.Inspector: Holders is the permits in use, Limit
+// the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
+// that ends last.
+func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return s.inspection().Inspect(ctx, key)
+}
+
+// ListPrefix implements driver.Inspector: the semaphores with permits in use
+// whose keys start with prefix.
+func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	return s.inspection().ListPrefix(ctx, prefix)
+}
+
+// ForceUnlock implements driver.Inspector: it frees every permit of key in
+// use, notifies the waiters, and returns what it freed. A semaphore without a
+// permit in use is dlock.ErrNotHeld.
+func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	return s.inspection().ForceUnlock(ctx, key)
+}
+
+// inspection returns d's inspection; a nil Driver's answers errNilDriver.
+func (d *Driver) inspection() inspection {
+	if d == nil {
+		return inspection{}
+	}
+	return d.in
+}
+
+// inspection returns f's inspection; a nil FairDriver's answers errNilDriver.
+func (f *FairDriver) inspection() inspection {
+	if f == nil {
+		return inspection{}
+	}
+	return f.in
+}
+
+// inspection returns s's inspection; a nil SemaphoreDriver's answers
+// errNilDriver.
+func (s *SemaphoreDriver) inspection() inspection {
+	if s == nil {
+		return inspection{}
+	}
+	return s.in
+}
+
+// Inspect reads key's rows (see Driver.Inspect).
+func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if in.d == nil {
+		return dlock.LockInfo{Key: key}, errNilDriver
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return dlock.LockInfo{Key: key}, err
+	}
+	var info dlock.LockInfo
+	err := in.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
+		info = newInfo(key)
+		rows, err := in.d.pool.Query(ctx, in.inspect, key)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			info := dlock.LockInfo{Waiters: driver.WaitersUnknown}
-			var token, us int64
-			if err := rows.Scan(&info.Key, &info.Owner, &token, &info.Metadata, &us); err != nil {
+			var h holding
+			var held bool
+			if err := rows.Scan(&h.owner, &h.token, &h.meta, &h.us, &h.n, &held); err != nil {
 				return err
 			}
-			if !strings.HasPrefix(info.Key, prefix) {
-				continue
+			if held {
+				in.add(&info, h)
 			}
-			info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
-			info.TTL = time.Duration(us) * time.Microsecond
-			info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
-			out = append(out, info)
+			info.LastToken = max(info.LastToken, uint64(max(h.token, 0)))
+		}
+		if err := rows.Err(); err != nil || in.waiters == "" {
+			return err
+		}
+		err = in.d.pool.QueryRow(ctx, in.waiters, key).Scan(&info.Waiters)
+		if undefinedTable(err) {
+			info.Waiters = 0 // nobody has queued here yet
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return dlock.LockInfo{Key: key}, err
+	}
+	return info, nil
+}
+
+// ListPrefix reads the held rows of keys that start with prefix.
+func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	if in.d == nil {
+		return nil, errNilDriver
+	}
+	var out []dlock.LockInfo
+	err := in.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
+		out = out[:0]
+		at := map[string]int{} // a key's place in out
+		rows, err := in.d.pool.Query(ctx, in.list, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			var h holding
+			if err := rows.Scan(&key, &h.owner, &h.token, &h.meta, &h.us, &h.n); err != nil {
+				return err
+			}
+			i, ok := at[key]
+			if !ok {
+				i, at[key] = len(out), len(out)
+				out = append(out, newInfo(key))
+			}
+			in.add(&out[i], h)
 		}
 		return rows.Err()
 	})
@@ -85,42 +222,39 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 	return out, nil
 }
 
-// ForceUnlock implements driver.Inspector: it removes the key's live holding,
-// whoever holds it, notifies its waiters and its holder (which loses its
-// Lease at once, see loss.go), and returns what it removed. It does
-// not wait for transactions fenced on the key, but the next grant does (see
-// Fence). A free lock is dlock.ErrNotHeld.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-	if d == nil {
-		return info, errNilDriver
+// ForceUnlock frees every holding of key and returns what it freed; a free
+// lock is dlock.ErrNotHeld.
+func (in inspection) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+	if in.d == nil {
+		return dlock.LockInfo{Key: key}, errNilDriver
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return info, err
+		return dlock.LockInfo{Key: key}, err
 	}
-	found := false
-	err := d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
-		var token, us int64
-		var notified bool
-		err := d.pool.QueryRow(ctx, d.q.forceUnlock, key, d.channel).Scan(&info.Owner, &token, &info.Metadata, &us, &notified)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
+	var info dlock.LockInfo
+	err := in.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
+		info = newInfo(key)
+		rows, err := in.d.pool.Query(ctx, in.forceUnlock, key, in.d.channel)
 		if err != nil {
 			return err
 		}
-		found = true
-		info.Held, info.Token, info.LastToken = true, uint64(token), uint64(token)
-		info.TTL = time.Duration(us) * time.Microsecond
-		info.Holders, info.Limit, info.Kind = 1, 1, driver.KindMutex
-		return nil
+		defer rows.Close()
+		for rows.Next() {
+			var h holding
+			var notified bool
+			if err := rows.Scan(&h.owner, &h.token, &h.meta, &h.us, &h.n, &notified); err != nil {
+				return err
+			}
+			in.add(&info, h)
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		return dlock.LockInfo{Key: key}, err
 	}
-	if !found {
+	if !info.Held {
 		return info, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
 	}
-	d.pushLoss(ctx, key)
+	in.d.pushLoss(ctx, key) // its holders lose their Leases at once (loss.go)
 	return info, nil
 }

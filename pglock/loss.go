@@ -17,7 +17,8 @@ import (
 // that key is checked (its TTL statement, owner-checked) and lost at once if
 // the table no longer has it (dlock.LossStoreSignal). A notification missed
 // while the connection was down, or a row deleted by hand, is found by the
-// renewals, as before.
+// renewals, as before; a connection that fails while only holders use it is
+// set up again at the Driver's next acquisition.
 
 // lostMark starts the payload of a force-unlock's NOTIFY; keys have no
 // control characters, so a release's payload (the key) never starts with it.
@@ -38,9 +39,9 @@ type pgHold struct {
 }
 
 // hold registers a holding of key by owner, checked by d's TTL, and returns
-// its Grant.Lost; nil with Config.Poll (no LISTEN).
+// its Grant.Lost; nil without notifications (WithPolling: no LISTEN).
 func (l *listener) hold(d driver.Driver, key, owner string) context.Context {
-	if l.d.cfg.Poll {
+	if l.d.cfg.poll {
 		return nil
 	}
 	h := &pgHold{l: l, d: d, key: key, owner: owner}
@@ -103,17 +104,32 @@ func (l *listener) lostKey(payload string) bool {
 
 // check loses h if the table no longer has it.
 func (h *pgHold) check() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.l.d.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.l.d.cfg.requestTimeout)
 	defer cancel()
 	if _, err := h.d.TTL(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, dlock.ErrNotHeld) {
 		h.Lose(errForced) // the loss matches ErrNotHeld through ErrLockLost
 	}
 }
 
+// holdersOnly ends run r when only holdings use its connection, which has
+// just failed: it is set up again by the Driver's next acquisition (hold),
+// not retried for as long as a lease may last, and meanwhile the renewals
+// find a loss. It reports whether r ended.
+func (l *listener) holdersOnly(r *listenRun) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != r || l.n != l.nholds {
+		return false
+	}
+	l.cur, l.live = nil, false
+	l.gen++
+	return true
+}
+
 // pushLoss tells the holders of key that a force-unlock removed it; a
 // failure is not the force-unlock's (they learn of it at their next renewal).
 func (d *Driver) pushLoss(ctx context.Context, key string) {
-	if d.cfg.Poll {
+	if d.cfg.poll {
 		return
 	}
 	_, _ = d.pool.Exec(ctx, "SELECT pg_notify($1, $2)", d.channel, lostMark+key)

@@ -26,8 +26,12 @@ func listening(t testing.TB, d *Driver) {
 }
 
 func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
-	d := newDriver(t, Config{CreateTable: true})
-	sem, err := d.Semaphore(2)
+	d := newDriver(t)
+	fair, err := NewFairDriver(newPool(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := NewSemaphoreDriver(newPool(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +41,15 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 			driver.Driver
 			driver.Inspector
 		}
-	}{{"mutex", d}, {"fair", d.Fair()}, {"semaphore", sem}} {
+		base *Driver // whose listener tells the holder
+	}{{"mutex", d, d}, {"fair", fair, fair.d}, {"semaphore", sem, sem.d}} {
 		t.Run(k.name, func(t *testing.T) {
 			c, err := dlock.NewClient(k.drv)
 			if err != nil {
 				t.Fatal(err)
 			}
 			took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
-				listening(t, d)
+				listening(t, k.base)
 				start := time.Now()
 				_, err := k.drv.ForceUnlock(ctx, l.Key())
 				return start, err

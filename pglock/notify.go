@@ -120,15 +120,15 @@ func newListener(d *Driver) *listener {
 // listening unless that connection was listening when the waiter's last
 // attempt began (h.Handle) and has received no notification of the key since
 // (a release may have come between the attempt and the subscription). With
-// Config.Poll, or while LISTEN is refused, it returns an error and the Client
+// WithPolling, or while LISTEN is refused, it returns an error and the Client
 // polls. cancel must be called exactly once; the connection closes
 // listenLinger after the last cancel, unless a waiter comes meanwhile.
 func (d *Driver) Subscribe(_ context.Context, h driver.Holding) (<-chan struct{}, func(), error) {
 	if d == nil {
 		return nil, nil, errNilDriver
 	}
-	if d.cfg.Poll {
-		return nil, nil, fmt.Errorf("pglock: notifications disabled (Config.Poll): %w", errors.ErrUnsupported)
+	if d.cfg.poll {
+		return nil, nil, fmt.Errorf("pglock: notifications disabled (WithPolling): %w", errors.ErrUnsupported)
 	}
 	return d.ln.subscribe(h.Key, h.Handle)
 }
@@ -311,6 +311,9 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 			l.refuse(r, err)
 			return
 		}
+		if l.holdersOnly(r) {
+			return // the next acquisition sets it up again (see loss.go)
+		}
 		if listened {
 			pause = minPause
 		}
@@ -327,7 +330,7 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 // only when the server refused LISTEN for good.
 func (l *listener) run(ctx context.Context, r *listenRun) (listened bool, refused error) {
 	l.connects.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, l.d.cfg.RequestTimeout)
+	cctx, cancel := context.WithTimeout(ctx, l.d.cfg.requestTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, l.d.pool.Config().ConnConfig.Copy())
 	if err != nil {

@@ -34,7 +34,7 @@ func listen(t *testing.T) *pgx.Conn {
 func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	conn := listen(t)
-	c := newClient(t, Config{}, dlock.WithTTL(10*time.Second))
+	c := newClient(t, dlock.WithTTL(10*time.Second))
 	quiet, waited := dlocktest.Key(t)+"-quiet", dlocktest.Key(t)+"-waited"
 	for range 3 {
 		l, err := c.Lock(ctx, quiet)
@@ -50,7 +50,7 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, Config{}).TryLock(ctx, quiet); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := newClient(t).TryLock(ctx, quiet); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held key: %v", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
@@ -61,7 +61,7 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, Config{}).Lock(ctx, waited, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+	if _, err := newClient(t).Lock(ctx, waited, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Lock of a held key: %v", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
@@ -95,11 +95,11 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 func TestListenerOutlivesAWait(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	key := dlocktest.Key(t)
-	h := newClient(t, Config{}, dlock.WithTTL(30*time.Second))
-	wd := newDriver(t, Config{})
+	h := newClient(t, dlock.WithTTL(30*time.Second))
+	wd := newDriver(t)
 	wd.SetListenLinger(time.Minute)
 	t.Cleanup(wd.StopListener)
-	w, _ := wd.Client(dlock.WithTTL(30 * time.Second))
+	w, _ := NewClient(wd, dlock.WithTTL(30*time.Second))
 	const waits = 3
 	for i := range waits {
 		l, err := h.TryLock(ctx, key)
@@ -135,7 +135,7 @@ const maxAllocsPerCycle = 52
 
 func TestAllocsPerCycle(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	c := newClient(t, Config{}, dlock.WithTTL(10*time.Second))
+	c := newClient(t, dlock.WithTTL(10*time.Second))
 	key := dlocktest.Key(t)
 	var err error
 	cycle := func() {
@@ -177,13 +177,13 @@ func TestOldLayoutTable(t *testing.T) {
 	} {
 		admin(t, q)
 	}
-	c := newClient(t, Config{Table: table})
+	c := clientOf(t, newDriver(t, WithTable(table)))
 	_, err := c.TryLock(ctx, "old")
 	if !errors.Is(err, ErrOldLayout) || !errors.Is(err, dlock.ErrRefused) {
 		t.Fatalf("TryLock on a table of the old layout: %v; want ErrOldLayout", err)
 	}
 	t.Log(err)
-	l, err := newClient(t, Config{Table: table, CreateTable: true}).TryLock(ctx, "old")
+	l, err := clientOf(t, newDriver(t, WithTable(table), WithCreateTable())).TryLock(ctx, "old")
 	if err != nil {
 		t.Fatalf("TryLock with CreateTable on a table of the old layout: %v", err)
 	}
@@ -193,7 +193,7 @@ func TestOldLayoutTable(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d := newDriver(t, Config{Table: table})
+	d := newDriver(t, WithTable(table))
 	if err := d.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate of a migrated table: %v", err)
 	}

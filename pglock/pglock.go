@@ -4,14 +4,14 @@
 // backends never build pgx.
 //
 //	pool, _ := pgxpool.New(ctx, "postgres://app@db/app")
-//	d, _ := pglock.NewDriver(pool, pglock.Config{})
+//	d, _ := pglock.NewDriver(pool)
 //	_ = d.Migrate(ctx) // once: creates the table and the token sequence
 //	locker, _ := pglock.New(pool)
 //	lease, err := locker.Lock(ctx, "orders:42")
 //
 // # Layout
 //
-// Every lock is one row of a table (dlock_locks unless Config.Table says
+// Every lock is one row of a table (dlock_locks unless WithTable says
 // otherwise): the key, the holder's owner, its fencing token, its expiry as a
 // timestamp of the database's clock, and its metadata. Tokens come from one
 // sequence (the table's name with "_token" appended): global, strictly
@@ -20,7 +20,7 @@
 // earlier grant of the key committed, so every token of a key is greater than
 // every earlier one. The table is created by
 // Driver.Migrate, or by the first call that finds it missing when
-// Config.CreateTable is set.
+// WithCreateTable is set.
 //
 // Acquire is one statement: an UPDATE of the key's row in place, which takes
 // over a row that is free, expired or that its owner already holds (a retry
@@ -33,7 +33,7 @@
 // change the row only if it is still the owner's (Extend only if it has not
 // expired; it never re-creates a row). Expiry is read and written by the
 // database's clock alone (clock_timestamp()), so the clocks of the processes
-// that lock do not matter. Config.Unlogged keeps the rows out of the
+// that lock do not matter. WithUnlogged keeps the rows out of the
 // write-ahead log, at the price of losing every lock in a crash of the server.
 //
 // # Waiting
@@ -47,7 +47,7 @@
 // connection broke, the server restarted): a waiter then sleeps at most the
 // holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
 // when the holder's TTL has passed. Where LISTEN is refused, or with
-// Config.Poll (for a pooler in transaction mode, which does not carry
+// WithPolling (for a pooler in transaction mode, which does not carry
 // notifications), waiters poll.
 //
 // # Fencing inside the database
@@ -60,8 +60,8 @@
 //
 // # Semaphores and fair locks
 //
-// NewSemaphore and Driver.Semaphore give counting semaphores of n permits in
-// a table of their own (see SemaphoreDriver); NewFair and Driver.Fair give
+// NewSemaphore and NewSemaphoreDriver give counting semaphores of n permits in
+// a table of their own (see SemaphoreDriver); NewFair and NewFairDriver give
 // exclusive locks granted in arrival order (see FairDriver).
 //
 // # What is guaranteed
@@ -91,11 +91,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultTable is the table of the locks when Config.Table is empty.
+// DefaultTable is the table of the locks unless WithTable names another.
 const DefaultTable = "dlock_locks"
 
 // DefaultRequestTimeout bounds every single request to the server when
-// Config.RequestTimeout is zero.
+// WithRequestTimeout is not given.
 const DefaultRequestTimeout = 5 * time.Second
 
 // AbandonMarkTTL is the shortest life of the mark of an abandoned acquisition
@@ -107,52 +107,15 @@ const AbandonMarkTTL = time.Minute
 // oldest are forgotten first.
 const maxMarks = 128
 
-// Config configures a Driver. The zero value is usable.
-type Config struct {
-	// Table is the table of the locks, optionally schema-qualified
-	// ("locks.dlock"); DefaultTable when empty. Names are letters, digits and
-	// '_', not starting with a digit, at most 57 bytes (the sequence appends
-	// "_token"). The NOTIFY channel has the same name.
-	Table string
-
-	// RequestTimeout bounds each single request (one statement, or a pool
-	// acquisition and one statement): a server that does not answer in time is
-	// dlock.ErrUnavailable, not a hang. DefaultRequestTimeout when zero.
-	RequestTimeout time.Duration
-
-	// CreateTable makes the first call that finds a table it uses missing
-	// create it (see Driver.Migrate) and try again: a lock creates the locks'
-	// table and the token sequence, a fair lock the queue too, a semaphore
-	// its own table. Inspection (Inspect, List, ForceUnlock) and Sweep never
-	// create anything: without the table they return an error matching
-	// ErrNoTable.
-	CreateTable bool
-
-	// Poll disables LISTEN/NOTIFY: waiters poll, sleeping at most the holder's
-	// remaining TTL between attempts.
-	Poll bool
-
-	// Unlogged makes the tables that the Driver creates (Migrate, or
-	// CreateTable) UNLOGGED: their changes skip the write-ahead log, which
-	// makes every lock and unlock cheaper, but a crash of the database
-	// server (not a clean shutdown) empties them, and standbys do not have
-	// them. After such a crash every lock is free at once, whatever its TTL:
-	// holders that still run lose their mutual exclusion, though not their
-	// fencing (tokens come from a logged sequence and keep growing). A
-	// failover loses every lock likewise. See docs/safety.md. A table that
-	// exists already keeps its kind (ALTER TABLE ... SET UNLOGGED, or SET
-	// LOGGED, converts it).
-	Unlogged bool
-}
-
 // Driver is the driver.Driver of a table of locks in PostgreSQL. It is also a
 // driver.Notifier, a driver.Abandoner, a driver.TTLLimiter and a
 // driver.Inspector. It holds no connection of its own except the listening one
 // while it has waiters: the caller creates the pool, shares it, and closes it
 // after the last lock is released. It is safe for concurrent use.
 type Driver struct {
+	in      inspection // its Inspect, ListPrefix and ForceUnlock
 	pool    *pgxpool.Pool
-	cfg     Config
+	cfg     options
 	table   string // quoted, possibly schema-qualified
 	seq     string // quoted
 	channel string // the NOTIFY channel, unquoted
@@ -182,18 +145,20 @@ type Client = dlock.Client
 
 // New returns a Client that locks in the DefaultTable of pool's database, with
 // opts as the defaults of every TryLock and Lock. It does no I/O: create the
-// table first with Driver.Migrate (or use NewDriver with Config.CreateTable).
-// It returns an error matching dlock.ErrInvalid for a nil pool or a bad option.
+// table first with Driver.Migrate (or use NewDriver with WithCreateTable). It
+// returns an error matching dlock.ErrInvalid for a nil pool or a bad option.
 func New(pool *pgxpool.Pool, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
+	d, err := NewDriver(pool)
 	if err != nil {
 		return nil, err
 	}
-	return d.Client(opts...)
+	return NewClient(d, opts...)
 }
 
-// Client returns a Client over d with opts as the defaults of every call.
-func (d *Driver) Client(opts ...dlock.Option) (*Client, error) {
+// NewClient returns a Client over d (a Driver made with options), with opts as
+// the defaults of every TryLock and Lock. It returns an error matching
+// dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
+func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	if d == nil {
 		return nil, errNilDriver
 	}
@@ -202,28 +167,29 @@ func (d *Driver) Client(opts ...dlock.Option) (*Client, error) {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// NewDriver returns a Driver over pool configured by cfg. It does no I/O. It
-// returns an error matching dlock.ErrInvalid for a nil pool or a bad Config.
-func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
+// NewDriver returns a Driver over pool configured by opts. It does no I/O. It
+// returns an error matching dlock.ErrInvalid for a nil pool or a bad option.
+func NewDriver(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: pglock: nil pool", dlock.ErrInvalid)
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
+	cfg := options{table: DefaultTable, requestTimeout: DefaultRequestTimeout}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: pglock: nil option", dlock.ErrInvalid)
+		}
+		o(&cfg)
 	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
+	if cfg.requestTimeout <= 0 {
+		return nil, fmt.Errorf("%w: pglock: request timeout %v is not positive", dlock.ErrInvalid, cfg.requestTimeout)
 	}
-	if cfg.RequestTimeout < 0 {
-		return nil, fmt.Errorf("%w: pglock: negative request timeout %v", dlock.ErrInvalid, cfg.RequestTimeout)
-	}
-	parts := strings.Split(cfg.Table, ".")
+	parts := strings.Split(cfg.table, ".")
 	if len(parts) > 2 {
-		return nil, fmt.Errorf("%w: pglock: table %q: at most schema.table", dlock.ErrInvalid, cfg.Table)
+		return nil, fmt.Errorf("%w: pglock: table %q: at most schema.table", dlock.ErrInvalid, cfg.table)
 	}
 	for _, p := range parts {
 		if !identRE.MatchString(p) || len(p) > 57 {
-			return nil, fmt.Errorf("%w: pglock: table %q: names are letters, digits and '_', not starting with a digit, at most 57 bytes", dlock.ErrInvalid, cfg.Table)
+			return nil, fmt.Errorf("%w: pglock: table %q: names are letters, digits and '_', not starting with a digit, at most 57 bytes", dlock.ErrInvalid, cfg.table)
 		}
 	}
 	seqParts := append([]string(nil), parts...)
@@ -237,12 +203,12 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		cfg:     cfg,
 		table:   pgx.Identifier(parts).Sanitize(),
 		seq:     pgx.Identifier(seqParts).Sanitize(),
-		channel: cfg.Table,
+		channel: cfg.table,
 	}
 	d.q = buildQueries(d.table, d.seq, d.channel)
 	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
 	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
-	if cfg.Unlogged {
+	if cfg.unlogged {
 		unlogged := func(q string) string {
 			return strings.Replace(q, "CREATE TABLE IF NOT EXISTS", "CREATE UNLOGGED TABLE IF NOT EXISTS", 1)
 		}
@@ -252,12 +218,10 @@ func NewDriver(pool *pgxpool.Pool, cfg Config) (*Driver, error) {
 		}
 		d.semCreate, d.fairCreate = unlogged(d.semCreate), unlogged(d.fairCreate)
 	}
+	d.in = inspection{d: d, kind: driver.KindMutex, inspect: d.q.inspect, list: d.q.list, forceUnlock: d.q.forceUnlock}
 	d.ln = newListener(d)
 	return d, nil
 }
-
-// Config returns the Driver's configuration, defaults filled in.
-func (d *Driver) Config() Config { return d.cfg }
 
 // TTLLimits implements driver.TTLLimiter: dlock's defaults (timestamps in
 // PostgreSQL have a resolution of a microsecond).
@@ -291,7 +255,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	// subscribes after it is woken at once only if a notification of the
 	// key may have come meanwhile.
 	var mark any
-	if r.Waiting && !d.cfg.Poll {
+	if r.Waiting && !d.cfg.poll {
 		mark = d.ln.mark(r.Key)
 	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
@@ -500,7 +464,7 @@ func (d *Driver) Sweep(ctx context.Context) (int64, error) {
 }
 
 // part names the tables a request uses, which it creates when they are
-// missing and Config.CreateTable is set (see doOn).
+// missing and WithCreateTable is set (see doOn).
 type part int
 
 const (
@@ -517,7 +481,7 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 }
 
 // doOn runs one request bounded by the request timeout, creates the tables of
-// p and runs it again when one is missing and Config.CreateTable is set (an
+// p and runs it again when one is missing and WithCreateTable is set (an
 // inspection, p partNone, creates nothing; a locks' table of an earlier
 // layout gets its missing column the same way), and maps its error onto the
 // dlock sentinels.
@@ -526,11 +490,11 @@ func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context
 		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
 	}
 	rctx := ctx
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d.cfg.RequestTimeout {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d.cfg.requestTimeout {
 		// (A caller's deadline within the bound bounds the request
 		// already, without another timer.)
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, d.cfg.RequestTimeout)
+		rctx, cancel = context.WithTimeout(ctx, d.cfg.requestTimeout)
 		defer cancel()
 	}
 	err := f(rctx)
@@ -539,7 +503,7 @@ func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context
 		// request: the request did not run, and a fresh connection may.
 		err = f(rctx)
 	}
-	if err != nil && d.cfg.CreateTable && p != partNone && (undefinedTable(err) || oldLayout(err)) {
+	if err != nil && d.cfg.createTable && p != partNone && (undefinedTable(err) || oldLayout(err)) {
 		if err = d.migrate(rctx, p); err == nil {
 			err = f(rctx)
 		}

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		pool, err := pgxpool.New(ctx, p.URL)
 		if err == nil {
 			var d *Driver
-			if d, err = NewDriver(pool, Config{}); err == nil {
+			if d, err = NewDriver(pool); err == nil {
 				err = d.Migrate(ctx)
 			}
 			pool.Close()
@@ -67,18 +67,24 @@ func newPoolURL(t testing.TB, url string) *pgxpool.Pool {
 }
 
 // newDriver returns a Driver over a pool of its own.
-func newDriver(t testing.TB, cfg Config) *Driver {
+func newDriver(t testing.TB, opts ...Option) *Driver {
 	t.Helper()
-	d, err := NewDriver(newPool(t), cfg)
+	d, err := NewDriver(newPool(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func newClient(t testing.TB, cfg Config, opts ...dlock.Option) *Client {
+func newClient(t testing.TB, opts ...dlock.Option) *Client {
 	t.Helper()
-	c, err := newDriver(t, cfg).Client(opts...)
+	return clientOf(t, newDriver(t), opts...)
+}
+
+// clientOf returns a Client over d.
+func clientOf(t testing.TB, d *Driver, opts ...dlock.Option) *Client {
+	t.Helper()
+	c, err := NewClient(d, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +94,7 @@ func newClient(t testing.TB, cfg Config, opts ...dlock.Option) *Client {
 func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
 		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex},
-		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, Config{}, opts...) },
+		New:  func(t testing.TB, opts ...dlock.Option) dlock.Locker { return newClient(t, opts...) },
 		Skip: map[string]string{
 			"ForeignDataIsConflict": "a table row is always a lock; a table of another shape is ErrConflict (TestForeignTableIsConflict)",
 		},
@@ -99,7 +105,7 @@ func TestConformancePolling(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
 		Info: driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
-			return newClient(t, Config{Poll: true}, opts...)
+			return clientOf(t, newDriver(t, WithPolling()), opts...)
 		},
 		Skip: map[string]string{
 			"ForeignDataIsConflict": "a table row is always a lock; a table of another shape is ErrConflict (TestForeignTableIsConflict)",

@@ -149,11 +149,11 @@ DELETE FROM $T WHERE ctid IN (
 )`),
 		// $1 key: owner, token, metadata, time left, held.
 		inspect: s(`
-SELECT owner, token, metadata, $REM, owner <> '' AND expires_at > clock_timestamp()
+SELECT owner, token, metadata, $REM, 1, owner <> '' AND expires_at > clock_timestamp()
 FROM $T l WHERE key = $1`),
 		// $1 the pattern's literal prefix.
 		list: s(`
-SELECT key, owner, token, metadata, $REM FROM $T l
+SELECT key, owner, token, metadata, $REM, 1 FROM $T l
 WHERE owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
 		// $1 key, $2 channel.
 		forceUnlock: s(`
@@ -161,7 +161,7 @@ WITH cur AS (
 	SELECT key, owner, token, metadata, $REM AS rem
 	FROM $T l WHERE key = $1 AND owner <> '' AND expires_at > clock_timestamp() FOR NO KEY UPDATE
 ),` + free + `
-SELECT owner, token, metadata, rem, pg_notify($2, $1) IS NULL FROM cur`),
+SELECT owner, token, metadata, rem, 1, pg_notify($2, $1) IS NULL FROM cur`),
 		// $1 key: owner, token, live; the row locked FOR KEY SHARE.
 		fence: s(`
 SELECT owner, token, owner <> '' AND expires_at > clock_timestamp()
@@ -172,7 +172,7 @@ FROM $T WHERE key = $1 FOR KEY SHARE`),
 }
 
 // Migrate creates the Driver's tables (the locks', the fair locks' queue and
-// the semaphores') and token sequence (and its schema, when Config.Table
+// the semaphores') and token sequence (and its schema, when WithTable
 // names one) if they do not exist, and checks that existing tables have the
 // columns of dlock tables (dlock.ErrConflict when not). It is safe to run
 // concurrently and on every start.
@@ -207,11 +207,11 @@ func (d *Driver) migrate(ctx context.Context, p part) error {
 	defer d.migrateMu.Unlock()
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		// Concurrent CREATE ... IF NOT EXISTS of one name can fail: take turns.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dlock migrate ' || $1))`, d.cfg.Table); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('dlock migrate ' || $1))`, d.cfg.table); err != nil {
 			return err
 		}
-		if i := strings.IndexByte(d.cfg.Table, '.'); i >= 0 {
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.cfg.Table[:i]}.Sanitize()); err != nil {
+		if i := strings.IndexByte(d.cfg.table, '.'); i >= 0 {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{d.cfg.table[:i]}.Sanitize()); err != nil {
 				return err
 			}
 		}

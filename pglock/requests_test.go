@@ -49,11 +49,11 @@ func TestStatementsPerCycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	d, err := NewDriver(pool, Config{CreateTable: true})
+	d, err := NewDriver(pool, WithCreateTable())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := d.Client(dlock.WithTTL(10 * time.Second))
+	c, err := NewClient(d, dlock.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

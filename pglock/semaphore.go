@@ -17,13 +17,19 @@ import (
 // MaxPermits is the largest number of permits a semaphore may have.
 const MaxPermits = 1 << 16
 
+// StoredSize, in place of a number of permits, makes the driver of semaphores
+// that take each key's stored size (see SemaphoreDriver.Resize) whatever it
+// is, and otherwise the size of the key's holders; with neither, an
+// acquisition fails with an error matching dlock.ErrConflict.
+const StoredSize = -1
+
 // SemaphoreDriver is the driver.Driver of counting semaphores of n permits in
-// the Driver's database: at most n leases of a key are held at once, each with
+// the database: at most n leases of a key are held at once, each with
 // its own owner, fencing token, TTL and loss signal. It is also a
 // driver.Notifier, a driver.Abandoner and a driver.Inspector. Most users want
 // NewSemaphore.
 //
-// A semaphore's permits are rows of their own table (the Driver's table with
+// A semaphore's permits are rows of their own table (the locks' table with
 // "_sem" appended, created by Migrate): one row per permit in use and a header
 // row per key. An acquisition is one transaction that locks the header row
 // first, so that the acquisitions of a key are serialized: it checks the
@@ -35,10 +41,19 @@ const MaxPermits = 1 << 16
 // are a namespace of their own: a semaphore and an exclusive lock of the same
 // name are two locks. Waiters are woken by the release of any permit of the
 // key; they are not queued in arrival order.
+//
+// Resize (Client.Resize) changes the number of permits of a key for every
+// Client: the size it stores in the key's header row (kept until the row is
+// deleted) is the truth from then on, and n is the initial size only. Clients
+// made with the key's size before its first resize, or with the size in
+// force, go on working under the size in force; others get an error matching
+// dlock.ErrConflict, unless made with StoredSize, which adopts whatever is
+// stored.
 type SemaphoreDriver struct {
-	d *Driver
-	n int
-	q semQueries
+	in inspection // its Inspect, ListPrefix and ForceUnlock
+	d  *Driver
+	n  int
+	q  semQueries
 }
 
 var (
@@ -47,35 +62,72 @@ var (
 	_ driver.Abandoner  = (*SemaphoreDriver)(nil)
 	_ driver.Inspector  = (*SemaphoreDriver)(nil)
 	_ driver.TTLLimiter = (*SemaphoreDriver)(nil)
+	_ driver.Resizer    = (*SemaphoreDriver)(nil)
 )
 
 // NewSemaphore returns a Client whose locks are counting semaphores of n
 // permits in the DefaultTable's semaphore table of pool's database (see
 // SemaphoreDriver), with opts as the defaults of every call. It does no I/O.
 // It returns an error matching dlock.ErrInvalid for n outside [1,
-// MaxPermits], a nil pool or a bad option.
+// MaxPermits] (but StoredSize), a nil pool or a bad option.
 func NewSemaphore(pool *pgxpool.Pool, n int, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(pool, Config{})
-	if err != nil {
-		return nil, err
-	}
-	s, err := d.Semaphore(n)
+	s, err := NewSemaphoreDriver(pool, n)
 	if err != nil {
 		return nil, err
 	}
 	return dlock.NewClient(s, opts...)
 }
 
-// Semaphore returns the driver of semaphores of n permits over d's pool and
-// configuration.
-func (d *Driver) Semaphore(n int) (*SemaphoreDriver, error) {
-	if d == nil {
-		return nil, errNilDriver
+// NewSemaphoreDriver returns the driver of semaphores of n permits (or
+// StoredSize) over pool, in the semaphore table of the table that opts name
+// (see NewDriver). It does no I/O. It returns an error matching
+// dlock.ErrInvalid for n outside [1, MaxPermits] (but StoredSize), a nil pool
+// or a bad option.
+func NewSemaphoreDriver(pool *pgxpool.Pool, n int, opts ...Option) (*SemaphoreDriver, error) {
+	if n != StoredSize {
+		if err := checkPermits(n); err != nil {
+			return nil, err
+		}
 	}
+	d, err := NewDriver(pool, opts...)
+	if err != nil {
+		return nil, err
+	}
+	in := inspection{d: d, kind: driver.KindSemaphore, inspect: d.semQ.inspect, list: d.semQ.list, forceUnlock: d.semQ.forceUnlock}
+	return &SemaphoreDriver{in: in, d: d, n: max(n, 0), q: d.semQ}, nil
+}
+
+// checkPermits returns an error matching dlock.ErrInvalid unless n is in [1,
+// MaxPermits].
+func checkPermits(n int) error {
 	if n < 1 || n > MaxPermits {
-		return nil, fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+		return fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
 	}
-	return &SemaphoreDriver{d: d, n: n, q: d.semQ}, nil
+	return nil
+}
+
+// Resize implements driver.Resizer in one transaction: under the key's
+// header row it stores n as the key's size (and the size before the first
+// resize), and notifies the key's waiters, which try again. Holders above a
+// lowered size keep their permits until they release them or their leases
+// end; no permit is granted meanwhile. n outside [1, MaxPermits] is
+// dlock.ErrInvalid.
+func (s *SemaphoreDriver) Resize(ctx context.Context, key string, n int) error {
+	if s == nil {
+		return errNilDriver
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := checkPermits(n); err != nil {
+		return err
+	}
+	return s.d.doOn(ctx, "resize", partSem, func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(s.q.header, key, n, acquireLockWait.Milliseconds())
+		b.Queue(s.q.resize, key, n, s.n, s.d.channel)
+		return s.d.pool.SendBatch(ctx, b).Close()
+	})
 }
 
 // TTLLimits implements driver.TTLLimiter.
@@ -90,7 +142,7 @@ func (s *SemaphoreDriver) Subscribe(ctx context.Context, h driver.Holding) (<-ch
 // semQueries are the statements of the semaphores of a Driver.
 type semQueries struct {
 	header, grant, release, extend, ttl, abandon, inspect, list, forceUnlock string
-	sweep                                                                    string
+	sweep, resize                                                            string
 }
 
 // buildSemQueries writes the statements of the semaphore table (quoted) with
@@ -105,34 +157,68 @@ func buildSemQueries(table, seq string) (q semQueries, create, check string) {
 INSERT INTO $T AS l (key, slot, n, owner, token, expires_at)
 VALUES ($1, -1, $2::int + 0 * length(set_config('lock_timeout', $3::bigint::text, true)), '', 0, '-infinity')
 ON CONFLICT (key, slot) DO UPDATE SET n = l.n`),
-		// $1 key, $2 owner, $3 n, $4 ttl in µs, $5 metadata; the header is
-		// locked. One row: the outcome (granted, busy, abandoned, another n),
-		// the token, the soonest end of a permit in use in µs, and the n of
-		// the holders when it differs.
+		// $1 key, $2 owner, $3 the Client's n (0: it adopts the stored
+		// size), $4 ttl in µs, $5 metadata; the header is locked. A resized
+		// key's header holds its size (n) and its size before the first
+		// resize (token; -1 until a Client with a size comes, when it was
+		// not known at the resize); without, the size is the holders' n,
+		// or $3. One
+		// row: the outcome (granted, busy, abandoned, another n), the
+		// token, the soonest end of a permit in use in µs, and the size in
+		// force when $3 disagrees with it (0: none to adopt).
 		grant: s(`
 WITH live AS (
 	SELECT slot, owner, n, $REM AS rem FROM $T l
 	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
+), hdr AS (
+	SELECT n, token AS initial FROM $T WHERE key = $1 AND slot = -1 AND token <> 0
+), learn AS (
+	UPDATE $T SET token = $3 WHERE key = $1 AND slot = -1 AND token = -1 AND $3 <> 0
 ), st AS (
 	SELECT
 		EXISTS (SELECT FROM $T h WHERE h.key = $1 AND h.slot = -1
 			AND h.abandoned_until > clock_timestamp() AND $2 = ANY (h.abandoned)) AS gone,
-		(SELECT max(n) FROM live WHERE n <> $3) AS other,
+		CASE WHEN EXISTS (SELECT FROM hdr)
+			THEN (SELECT n FROM hdr WHERE $3 <> 0 AND $3 <> n AND $3 <> initial AND initial > 0)
+			ELSE (SELECT max(n) FROM live WHERE $3 <> 0 AND n <> $3) END AS other,
+		coalesce((SELECT n FROM hdr), nullif($3::int, 0), (SELECT max(n) FROM live)) AS size,
 		(SELECT min(slot) FROM live WHERE owner = $2) AS own,
-		(SELECT min(s) FROM generate_series(0, $3 - 1) s WHERE s NOT IN (SELECT slot FROM live)) AS free,
+		(SELECT count(*) FROM live) AS used,
 		(SELECT min(rem) FROM live) AS soonest
+), sz AS (
+	SELECT *, (SELECT min(s) FROM generate_series(0, size - 1) s WHERE s NOT IN (SELECT slot FROM live)) AS free
+	FROM st
 ), g AS (
 	INSERT INTO $T AS l (key, slot, n, owner, token, expires_at, metadata)
-	SELECT $1, coalesce(own, free), $3, $2, nextval('$S'), clock_timestamp() + $4::bigint * interval '1 microsecond', $5
-	FROM st WHERE NOT gone AND other IS NULL AND coalesce(own, free) IS NOT NULL
+	SELECT $1, coalesce(own, free), size, $2, nextval('$S'), clock_timestamp() + $4::bigint * interval '1 microsecond', $5
+	FROM sz WHERE NOT gone AND other IS NULL AND size IS NOT NULL
+		AND (own IS NOT NULL OR used < size AND free IS NOT NULL)
 	ON CONFLICT (key, slot) DO UPDATE SET n = EXCLUDED.n, owner = EXCLUDED.owner,
 		token = CASE WHEN l.owner = EXCLUDED.owner THEN l.token ELSE EXCLUDED.token END,
 		expires_at = EXCLUDED.expires_at, metadata = EXCLUDED.metadata
 	RETURNING token
 )
-SELECT CASE WHEN gone THEN 2 WHEN other IS NOT NULL THEN 3 WHEN EXISTS (SELECT FROM g) THEN 0 ELSE 1 END,
+SELECT CASE WHEN gone THEN 2 WHEN other IS NOT NULL OR size IS NULL THEN 3 WHEN EXISTS (SELECT FROM g) THEN 0 ELSE 1 END,
 	coalesce((SELECT token FROM g), 0), coalesce(soonest, -1), coalesce(other, 0)
-FROM st`),
+FROM sz`),
+		// $1 key, $2 the new size, $3 the resizing Client's n (0: it
+		// adopts), $4 channel; the header is locked. It stores the size in
+		// the header's n and every permit row's, and the size before the
+		// first resize in the header's token (-1 when unknown: no holder,
+		// and a resizer that adopts), and notifies the waiters.
+		// One row: the size before (0: none).
+		resize: s(`
+WITH h AS (
+	SELECT n FROM $T WHERE key = $1 AND slot = -1 AND token <> 0
+), live AS (
+	SELECT max(n) AS n FROM $T WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp()
+), upd AS (
+	UPDATE $T l SET n = $2::int,
+		token = CASE WHEN l.slot = -1 AND l.token = 0
+			THEN coalesce((SELECT n FROM live), nullif($3::int, 0), -1) ELSE l.token END
+	WHERE key = $1
+)
+SELECT coalesce((SELECT n FROM h), (SELECT n FROM live), 0), pg_notify($4, $1) IS NULL`),
 		// $1 key, $2 owner, $3 channel.
 		release: s(`
 WITH cur AS (
@@ -166,25 +252,28 @@ FROM $T l WHERE key = $1 AND slot >= 0`),
 SELECT key, owner, token, metadata, $REM, n FROM $T l
 WHERE slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() AND starts_with(key, $1)`),
 		// $1 the age in µs past its expiry of a row to delete: permits, and
-		// the headers of keys without a permit in use.
+		// the headers of keys without a permit in use, but those of resized
+		// keys (which keep the stored size).
 		sweep: s(`
 DELETE FROM $T WHERE ctid IN (
 	SELECT ctid FROM $T l
 	WHERE greatest(expires_at, abandoned_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
-		AND (slot >= 0 OR NOT EXISTS (
+		AND (slot >= 0 OR token = 0 AND NOT EXISTS (
 			SELECT FROM $T p WHERE p.key = l.key AND p.slot >= 0 AND p.expires_at > clock_timestamp()))
 	FOR UPDATE SKIP LOCKED
 )`),
-		// $1 key, $2 channel: frees every permit in use.
+		// $1 key, $2 channel: frees every permit in use, and returns them
+		// (one notification however many: a transaction sends the same one
+		// once).
 		forceUnlock: s(`
 WITH cur AS (
-	SELECT key, slot FROM $T
+	SELECT key, slot, owner, token, metadata, $REM AS rem, n FROM $T l
 	WHERE key = $1 AND slot >= 0 AND owner <> '' AND expires_at > clock_timestamp() FOR UPDATE
 ), upd AS (
 	UPDATE $T l SET owner = '', expires_at = clock_timestamp(), metadata = ''
 	FROM cur WHERE l.key = cur.key AND l.slot = cur.slot
 )
-SELECT count(*), pg_notify($2, $1) IS NULL FROM cur`),
+SELECT owner, token, metadata, rem, n, pg_notify($2, $1) IS NULL FROM cur`),
 	}
 	create = s(`CREATE TABLE IF NOT EXISTS $T (
 	key             text        NOT NULL,
@@ -209,7 +298,10 @@ type limitError struct {
 }
 
 func (e *limitError) Error() string {
-	return fmt.Sprintf("pglock: semaphore %q is held with %d permits, not %d", e.key, e.stored, e.n)
+	if e.stored == 0 {
+		return fmt.Sprintf("pglock: semaphore %q has no stored size to adopt", e.key)
+	}
+	return fmt.Sprintf("pglock: semaphore %q has %d permits, not %d", e.key, e.stored, e.n)
 }
 
 // Is makes a limitError match dlock.ErrConflict.
@@ -315,117 +407,4 @@ func (s *SemaphoreDriver) abandon(ctx context.Context, tx pgx.Tx, h driver.Holdi
 		return nil
 	}
 	return err
-}
-
-// Inspect implements driver.Inspector: Holders is the permits in use, Limit
-// the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
-// that ends last.
-func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info := dlock.LockInfo{Key: key}
-	if s == nil {
-		return info, errNilDriver
-	}
-	if err := driver.ValidateKey(key); err != nil {
-		return info, err
-	}
-	err := s.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
-		info = dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-		rows, err := s.d.pool.Query(ctx, s.q.inspect, key)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p dlock.LockInfo
-			var token, us int64
-			var n int
-			var held bool
-			if err := rows.Scan(&p.Owner, &token, &p.Metadata, &us, &n, &held); err != nil {
-				return err
-			}
-			info.LastToken = max(info.LastToken, uint64(max(token, 0)))
-			if held {
-				p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
-				addPermit(&info, p, n)
-			}
-		}
-		return rows.Err()
-	})
-	return info, err
-}
-
-// addPermit counts the held permit p of a semaphore of n permits into info.
-func addPermit(info *dlock.LockInfo, p dlock.LockInfo, n int) {
-	info.Held, info.Limit, info.Kind = true, n, driver.KindSemaphore
-	info.Holders++
-	if info.Holders == 1 || p.TTL > info.TTL {
-		info.Owner, info.Token, info.Metadata, info.TTL = p.Owner, p.Token, p.Metadata, p.TTL
-	}
-}
-
-// ListPrefix implements driver.Inspector: the semaphores with permits in use
-// whose keys start with prefix.
-func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	if s == nil {
-		return nil, errNilDriver
-	}
-	byKey := map[string]*dlock.LockInfo{}
-	err := s.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
-		clear(byKey)
-		rows, err := s.d.pool.Query(ctx, s.q.list, prefix)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var p dlock.LockInfo
-			var key string
-			var token, us int64
-			var n int
-			if err := rows.Scan(&key, &p.Owner, &token, &p.Metadata, &us, &n); err != nil {
-				return err
-			}
-			if !strings.HasPrefix(key, prefix) {
-				continue
-			}
-			if byKey[key] == nil {
-				byKey[key] = &dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-			}
-			p.Token, p.TTL = uint64(token), time.Duration(us)*time.Microsecond
-			addPermit(byKey[key], p, n)
-			byKey[key].LastToken = max(byKey[key].LastToken, p.Token)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]dlock.LockInfo, 0, len(byKey))
-	for _, info := range byKey {
-		out = append(out, *info)
-	}
-	return out, nil
-}
-
-// ForceUnlock implements driver.Inspector: it frees every permit of key in
-// use, notifies the waiters, and returns what it freed. A semaphore without a
-// permit in use is dlock.ErrNotHeld.
-func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
-	info, err := s.Inspect(ctx, key)
-	if err != nil {
-		return info, err
-	}
-	var n int64
-	var notified bool
-	err = s.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
-		return s.d.pool.QueryRow(ctx, s.q.forceUnlock, key, s.d.channel).Scan(&n, &notified)
-	})
-	if err != nil {
-		return dlock.LockInfo{Key: key}, err
-	}
-	if n == 0 {
-		return dlock.LockInfo{Key: key, LastToken: info.LastToken}, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
-	}
-	s.d.pushLoss(ctx, key)
-	return info, nil
 }

@@ -17,7 +17,7 @@ import (
 
 func newSemaphore(t testing.TB, n int, opts ...dlock.Option) (*Client, *SemaphoreDriver) {
 	t.Helper()
-	s, err := newDriver(t, Config{}).Semaphore(n)
+	s, err := NewSemaphoreDriver(newPool(t), n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +122,11 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := s.ForceUnlock(ctx, key); err != nil || info.Holders != 1 {
-		t.Fatalf("ForceUnlock: %+v, %v", info, err)
+	if info, err := s.ForceUnlock(ctx, key); err != nil || info.Holders != 1 || info.Limit != 2 || info.Kind != driver.KindSemaphore || info.Owner != b.Owner() || info.Token != b.Token() {
+		t.Fatalf("ForceUnlock: %+v, %v; want b's permit", info, err)
+	}
+	if info, err := s.ForceUnlock(ctx, key); !errors.Is(err, dlock.ErrNotHeld) || info.Held {
+		t.Fatalf("ForceUnlock of a free semaphore: %+v, %v; want ErrNotHeld", info, err)
 	}
 	if err := b.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Extend after ForceUnlock: %v", err)
@@ -137,8 +140,8 @@ func TestSemaphoreLimitMismatchAndInspect(t *testing.T) {
 		t.Fatalf("token %d not above %d", l.Token(), b.Token())
 	}
 	_ = l.Unlock(ctx)
-	if _, err := newDriver(t, Config{}).Semaphore(0); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("Semaphore(0): %v", err)
+	if _, err := NewSemaphoreDriver(newPool(t), 0); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewSemaphoreDriver(0): %v", err)
 	}
 	if _, err := NewSemaphore(nil, 2); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("NewSemaphore(nil): %v", err)

@@ -28,7 +28,7 @@ var _ driver.SyncDriver = (*Driver)(nil)
 // dlock.NewLatch). It returns an error matching dlock.ErrInvalid for bad
 // arguments; it does no I/O.
 func NewLatch(pool *pgxpool.Pool, name string, count int, ttl time.Duration) (*dlock.Latch, error) {
-	d, err := NewDriver(pool, Config{})
+	d, err := NewDriver(pool)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func NewLatch(pool *pgxpool.Pool, name string, count int, ttl time.Duration) (*d
 // dlock.NewBarrier). It returns an error matching dlock.ErrInvalid for bad
 // arguments; it does no I/O.
 func NewBarrier(pool *pgxpool.Pool, name string, parties int, ttl time.Duration) (*dlock.Barrier, error) {
-	d, err := NewDriver(pool, Config{})
+	d, err := NewDriver(pool)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func NewBarrier(pool *pgxpool.Pool, name string, parties int, ttl time.Duration)
 
 // syncTable returns the quoted name of the Driver's latch and barrier table.
 func (d *Driver) syncTable() string {
-	parts := strings.Split(d.cfg.Table, ".")
+	parts := strings.Split(d.cfg.table, ".")
 	parts[len(parts)-1] += "_sync"
 	return pgx.Identifier(parts).Sanitize()
 }
@@ -281,7 +281,7 @@ WHERE kind = $1 AND name = $2 AND party <> ''`, kindBarrier, name).Scan(&us); er
 
 // WatchSync implements driver.SyncDriver with the Driver's LISTEN connection
 // (see Subscribe): a waiter wakes on the NOTIFY of its name and whenever the
-// connection is (re)established. With Config.Poll it returns an error and
+// connection is (re)established. With WithPolling it returns an error and
 // waiters poll.
 func (d *Driver) WatchSync(ctx context.Context, name string) (<-chan struct{}, func(), error) {
 	return d.Subscribe(ctx, driver.Holding{Key: syncPayload(name)})

@@ -13,7 +13,7 @@ import (
 
 func TestSyncConformance(t *testing.T) {
 	dlocktest.RunSync(t, dlocktest.SyncBackend{
-		New: func(t testing.TB) driver.SyncDriver { return newDriver(t, Config{}) },
+		New: func(t testing.TB) driver.SyncDriver { return newDriver(t) },
 		TTL: 300 * time.Millisecond,
 	})
 }
@@ -26,7 +26,7 @@ func TestSyncForeignTableIsConflict(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS foreign_sync (a int)`); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDriver(pool, Config{Table: "foreign"})
+	d, err := NewDriver(pool, WithTable("foreign"))
 	if err != nil {
 		t.Fatal(err)
 	}

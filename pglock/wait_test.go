@@ -50,12 +50,12 @@ func subscribed(t *testing.T, d *Driver, n int) {
 // (see waitFor).
 func heldAndWaited(t *testing.T, key string, ttl time.Duration) (*dlock.Lease, *Driver, <-chan *dlock.Lease) {
 	t.Helper()
-	l, err := newClient(t, Config{}).TryLock(ctxT(t, 10*time.Second), key, dlock.WithTTL(ttl))
+	l, err := newClient(t).TryLock(ctxT(t, 10*time.Second), key, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wd := newDriver(t, Config{})
-	w, _ := wd.Client()
+	wd := newDriver(t)
+	w, _ := NewClient(wd)
 	got := waitFor(t, w, key)
 	subscribed(t, wd, 1)
 	return l, wd, got
@@ -140,15 +140,15 @@ func TestListenerReconnectsAfterItsConnectionIsKilled(t *testing.T) {
 func TestRefusedListenFallsBackToPolling(t *testing.T) {
 	key := dlocktest.Key(t)
 	const ttl = time.Second
-	holder := newClient(t, Config{})
+	holder := newClient(t)
 	ctx := ctxT(t, 30*time.Second)
 	if _, err := holder.TryLock(ctx, key, dlock.WithTTL(ttl)); err != nil {
 		t.Fatal(err)
 	}
 	taken := time.Now()
-	wd := newDriver(t, Config{})
+	wd := newDriver(t)
 	wd.SetListenStatement("SELECT 1/0") // the server refuses it (division by zero)
-	w, _ := wd.Client()
+	w, _ := NewClient(wd)
 	l, err := w.Lock(ctx, key, dlock.WithWait(10*time.Second))
 	if err != nil {
 		t.Fatalf("Lock with LISTEN refused: %v", err)
@@ -181,7 +181,7 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 	// Other tests' Drivers that still hold locks keep their LISTEN
 	// connections (their holders are told of a force-unlock through them).
 	before := listeners(t)
-	holder := newClient(t, Config{})
+	holder := newClient(t)
 	ctx := ctxT(t, 60*time.Second)
 	l, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
 	if err != nil {
@@ -189,7 +189,7 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 	}
 	var drivers []*Driver
 	for i := 0; i < 4; i++ {
-		drivers = append(drivers, newDriver(t, Config{}))
+		drivers = append(drivers, newDriver(t))
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -199,7 +199,7 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, _ := d.Client()
+			c, _ := NewClient(d)
 			cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.N(300))*time.Millisecond)
 			defer cancel()
 			if i%20 == 0 { // a few free the lock while the others wait

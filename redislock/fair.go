@@ -57,10 +57,14 @@ var (
 	_ driver.Inspector = (*FairDriver)(nil)
 )
 
-// NewFairDriver returns the fair mutex driver over rdb.
-func NewFairDriver(rdb redis.UniversalClient) (*FairDriver, error) {
+// NewFairDriver returns the fair mutex driver over rdb, configured by opts;
+// dlock.NewClient makes a Client over it.
+func NewFairDriver(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
 	c, err := newConn(rdb)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := newOptions(rdb, "a fair lock", opts); err != nil {
 		return nil, err
 	}
 	d := &FairDriver{c: c}

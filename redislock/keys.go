@@ -63,6 +63,16 @@ func wakeChannel(key string) string { return Prefix + "{" + key + "}:wake" }
 // wake channel followed by ":" and the id.
 func clientWakeChannel(key, id string) string { return wakeChannel(key) + ":" + id }
 
+// SizeKey returns the Redis key of the size of the semaphore named key, stored
+// by Resize: a hash of n (the size in force) and i (the size before the first
+// resize). It has no expiry; deleting it returns the semaphore to the size of
+// its Clients.
+func SizeKey(key string) string { return Prefix + "{" + key + "}:size" }
+
+// semKeys are the keys of the semaphore's scripts: leaseKeys, then its stored
+// size.
+func semKeys(key, owner string) []string { return append(leaseKeys(key, owner), SizeKey(key)) }
+
 // leaseKeys are the keys of every script of a lock with several holders, in the
 // order leases.lua names them.
 func leaseKeys(key, owner string) []string {

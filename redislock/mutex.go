@@ -30,23 +30,20 @@ var (
 	_ driver.Inspector = (*Driver)(nil)
 )
 
-// NewDriver returns the plain mutex driver over rdb. NewClient makes a Client
-// over it.
-func NewDriver(rdb redis.UniversalClient, opts ...DriverOption) (*Driver, error) {
+// NewDriver returns the plain mutex driver over rdb, configured by opts.
+// NewClient makes a Client over it. It returns an error matching
+// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+func NewDriver(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{c: c}
-	d.inspection = inspection{c: c, k: mutexKind(d.releaseForced)}
-	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
-		}
-		if err := o(d); err != nil {
-			return nil, err
-		}
+	o, err := newOptions(rdb, "", opts)
+	if err != nil {
+		return nil, err
 	}
+	d := &Driver{c: c, ack: o.ack, ackTimeout: o.ackTimeout}
+	d.inspection = inspection{c: c, k: mutexKind(d.releaseForced)}
 	return d, nil
 }
 

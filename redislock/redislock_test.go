@@ -64,6 +64,23 @@ func TestNewRejectsNilClient(t *testing.T) {
 	if _, err := redislock.New(newRDB(t, srv.Addr), dlock.WithTTL(0)); !errors.Is(err, dlock.ErrInvalid) {
 		t.Errorf("New with bad default: %v", err)
 	}
+	// Every kind's driver takes Options, and refuses a nil one, or one that
+	// is not for its kind.
+	rdb := newRDB(t, srv.Addr)
+	for _, o := range []redislock.Option{nil, redislock.WithReplicaAck(1, time.Second)} {
+		if _, err := redislock.NewFairDriver(rdb, o); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewFairDriver with a bad option: %v, want ErrInvalid", err)
+		}
+		if _, err := redislock.NewSemaphoreDriver(rdb, 2, o); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewSemaphoreDriver with a bad option: %v, want ErrInvalid", err)
+		}
+		if _, err := redislock.NewReentrantDriver(rdb, o); !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("NewReentrantDriver with a bad option: %v, want ErrInvalid", err)
+		}
+	}
+	if _, err := redislock.NewClient(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewClient(nil): %v, want ErrInvalid", err)
+	}
 }
 
 func TestForeignHashIsConflict(t *testing.T) {

@@ -95,10 +95,14 @@ var (
 	_ driver.Inspector = (*ReentrantDriver)(nil)
 )
 
-// NewReentrantDriver returns the reentrant mutex driver over rdb.
-func NewReentrantDriver(rdb redis.UniversalClient) (*ReentrantDriver, error) {
+// NewReentrantDriver returns the reentrant mutex driver over rdb, configured
+// by opts; dlock.NewClient makes a Client over it.
+func NewReentrantDriver(rdb redis.UniversalClient, opts ...Option) (*ReentrantDriver, error) {
 	c, err := newConn(rdb)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := newOptions(rdb, "a reentrant lock", opts); err != nil {
 		return nil, err
 	}
 	d := &ReentrantDriver{c: c}

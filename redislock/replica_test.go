@@ -104,7 +104,7 @@ func TestReplicaAck(t *testing.T) {
 		t.Errorf("unacknowledged lock left on the master")
 	}
 
-	for name, o := range map[string]redislock.DriverOption{
+	for name, o := range map[string]redislock.Option{
 		"n 0":         redislock.WithReplicaAck(0, time.Second),
 		"timeout 0":   redislock.WithReplicaAck(1, 0),
 		"nil option":  nil,

@@ -11,8 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DriverOption configures a Driver made by NewDriver.
-type DriverOption func(*Driver) error
+// Option configures a driver (NewDriver, and the drivers of the other kinds:
+// NewFairDriver, NewSemaphoreDriver, NewReentrantDriver).
+type Option func(*options)
+
+// options is what the Options of a driver set.
+type options struct {
+	ack        int           // replicas that must acknowledge an acquisition (WithReplicaAck)
+	ackTimeout time.Duration // how long to wait for them
+	ackSet     bool
+}
 
 // WithReplicaAck makes every acquisition wait until n replicas have acknowledged
 // its write (Redis WAIT n timeout, on the connection that wrote it) before it is
@@ -25,21 +33,38 @@ type DriverOption func(*Driver) error
 // remains the answer. The wait is part of the acquisition's round trip, so it
 // comes off the lease's validity. It needs a *redis.Client (one master, or a
 // Sentinel failover client); n must be positive and timeout at least a
-// millisecond. The default is no wait.
-func WithReplicaAck(n int, timeout time.Duration) DriverOption {
-	return func(d *Driver) error {
-		switch {
-		case n < 1:
-			return fmt.Errorf("%w: redislock: replica acknowledgements %d must be positive", dlock.ErrInvalid, n)
-		case timeout < time.Millisecond:
-			return fmt.Errorf("%w: redislock: replica acknowledgement timeout %v below 1ms", dlock.ErrInvalid, timeout)
+// millisecond. The default is no wait. It applies to the plain lock
+// (NewDriver): the driver of another kind refuses it.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(o *options) { o.ack, o.ackTimeout, o.ackSet = n, timeout, true }
+}
+
+// newOptions applies opts for a driver over rdb of the named kind ("" for
+// the plain lock) and checks them: an error matching dlock.ErrInvalid for a
+// nil or bad option, or one the kind does not take.
+func newOptions(rdb redis.UniversalClient, kind string, opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
 		}
-		if _, ok := d.c.rdb.(*redis.Client); !ok {
-			return fmt.Errorf("%w: redislock: WithReplicaAck needs a *redis.Client (one master or a Sentinel failover client), not a %T", dlock.ErrInvalid, d.c.rdb)
-		}
-		d.ack, d.ackTimeout = n, timeout
-		return nil
+		opt(&o)
 	}
+	if !o.ackSet {
+		return o, nil
+	}
+	switch {
+	case kind != "":
+		return o, fmt.Errorf("%w: redislock: WithReplicaAck applies to the plain lock, not to %s", dlock.ErrInvalid, kind)
+	case o.ack < 1:
+		return o, fmt.Errorf("%w: redislock: replica acknowledgements %d must be positive", dlock.ErrInvalid, o.ack)
+	case o.ackTimeout < time.Millisecond:
+		return o, fmt.Errorf("%w: redislock: replica acknowledgement timeout %v below 1ms", dlock.ErrInvalid, o.ackTimeout)
+	}
+	if _, ok := rdb.(*redis.Client); !ok {
+		return o, fmt.Errorf("%w: redislock: WithReplicaAck needs a *redis.Client (one master or a Sentinel failover client), not a %T", dlock.ErrInvalid, rdb)
+	}
+	return o, nil
 }
 
 // NewClient returns a Client over d (a Driver made with options), with opts as

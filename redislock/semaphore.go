@@ -17,7 +17,8 @@ const MaxPermits = 1 << 20
 
 // ErrLimitMismatch reports that a semaphore is stored with another number of
 // permits than the one the caller's Client was made with (clients disagree about
-// N). Nothing was changed. It matches dlock.ErrConflict.
+// N), or that a Client made with StoredSize found no size to adopt. Nothing was
+// changed. It matches dlock.ErrConflict.
 var ErrLimitMismatch error = &limitError{}
 
 type limitError struct{}
@@ -28,6 +29,12 @@ func (*limitError) Error() string {
 
 // Is makes ErrLimitMismatch match dlock.ErrConflict.
 func (*limitError) Is(target error) bool { return target == dlock.ErrConflict }
+
+// StoredSize, in place of a number of permits, makes a semaphore Client that
+// takes each key's stored size (see Resize) whatever it is, and otherwise the
+// size of the key's holders; with neither, its TryLock and Lock fail with an
+// error matching ErrLimitMismatch.
+const StoredSize = -1
 
 // semMarker is the lock hash field of a semaphore: its number of permits.
 const semMarker = "n"
@@ -53,13 +60,21 @@ const semMarker = "n"
 // either as a semaphore or as another kind of lock: the others see
 // dlock.ErrConflict.
 //
+// Client.Resize (SemaphoreDriver.Resize) changes the number of permits of a
+// key for every Client, in every process: the size it stores (under SizeKey,
+// without expiry) is the truth from then on, and n is the initial size only.
+// Clients made with the key's size before its first resize, or with the size
+// in force, go on working under the size in force; others get
+// ErrLimitMismatch, unless made with StoredSize, which adopts whatever is
+// stored.
+//
 // The Client is a driver.Inspector: Inspect shows the permits in use
 // (LockInfo.Holders), n (LockInfo.Limit), the queued waiters, and the lease
 // that ends last; ForceUnlock removes every permit.
 //
-// Semaphores exist on the Redis backend (this package). It returns an error
-// matching dlock.ErrInvalid for n outside [1, MaxPermits], a nil client, or a bad
-// option; it does no I/O. rdb and opts are as for New.
+// It returns an error matching dlock.ErrInvalid for n outside [1, MaxPermits]
+// (but StoredSize), a nil client, or a bad option; it does no I/O. rdb and opts
+// are as for New.
 func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Client, error) {
 	d, err := NewSemaphoreDriver(rdb, n)
 	if err != nil {
@@ -73,25 +88,33 @@ func NewSemaphore(rdb redis.UniversalClient, n int, opts ...dlock.Option) (*Clie
 type SemaphoreDriver struct {
 	multiHolder
 	c *conn
-	n string // the number of permits, in decimal
+	n string // the number of permits, in decimal ("0": StoredSize)
 }
 
 var (
 	_ driver.Notifier  = (*SemaphoreDriver)(nil)
 	_ driver.Abandoner = (*SemaphoreDriver)(nil)
 	_ driver.Inspector = (*SemaphoreDriver)(nil)
+	_ driver.Resizer   = (*SemaphoreDriver)(nil)
 )
 
-// NewSemaphoreDriver returns the driver of a semaphore of n permits over rdb.
-func NewSemaphoreDriver(rdb redis.UniversalClient, n int) (*SemaphoreDriver, error) {
-	if n < 1 || n > MaxPermits {
-		return nil, fmt.Errorf("%w: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+// NewSemaphoreDriver returns the driver of a semaphore of n permits (or
+// StoredSize) over rdb, configured by opts; dlock.NewClient makes a Client over
+// it.
+func NewSemaphoreDriver(rdb redis.UniversalClient, n int, opts ...Option) (*SemaphoreDriver, error) {
+	if n != StoredSize {
+		if err := checkPermits(n); err != nil {
+			return nil, err
+		}
 	}
 	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	return &SemaphoreDriver{multiHolder: newMultiHolder(c, semMarker), c: c, n: strconv.Itoa(n)}, nil
+	if _, err := newOptions(rdb, "a semaphore", opts); err != nil {
+		return nil, err
+	}
+	return &SemaphoreDriver{multiHolder: newMultiHolder(c, semMarker), c: c, n: strconv.Itoa(max(n, 0))}, nil
 }
 
 // Acquire implements driver.Driver.
@@ -100,12 +123,15 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.SemAcquire.Run(ctx, d.c.rdb, leaseKeys(r.Key, r.Owner),
+			return redisscript.SemAcquire.Run(ctx, d.c.rdb, semKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
 				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.n).Slice()
 		},
 		refused: func(_ []any, err error) error {
 			if n, ok := limitReply(err); ok {
+				if n == "0" {
+					return fmt.Errorf("%w: %q has no stored size to adopt", ErrLimitMismatch, r.Key)
+				}
 				return fmt.Errorf("%w: %q has %s permits, this client %s", ErrLimitMismatch, r.Key, n, d.n)
 			}
 			return nil
@@ -123,7 +149,7 @@ func (d *SemaphoreDriver) Release(ctx context.Context, h driver.Holding) error {
 // leave gives up owner's place in key: its holding, or its entry when it
 // waits. With mark set (Abandon) the acquisition is also marked abandoned.
 func (d *SemaphoreDriver) leave(ctx context.Context, key, owner, mark string) error {
-	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, leaseKeys(key, owner),
+	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, semKeys(key, owner),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
@@ -138,4 +164,32 @@ func (d *SemaphoreDriver) Subscribe(ctx context.Context, h driver.Holding) (<-ch
 // abandoned (see AbandonMarkTTL).
 func (d *SemaphoreDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	return abandoned(d.leave(ctx, h.Key, h.Owner, d.c.fl.mark(h)))
+}
+
+// checkPermits returns an error matching dlock.ErrInvalid unless n is in [1,
+// MaxPermits].
+func checkPermits(n int) error {
+	if n < 1 || n > MaxPermits {
+		return fmt.Errorf("%w: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+	}
+	return nil
+}
+
+// Resize implements driver.Resizer in one script call: it stores n as the size
+// of the semaphore key (under SizeKey, without expiry) and hands the permits
+// a raised size frees to the head of the queue, waking each waiter it serves
+// by name. Holders above a lowered size keep their permits until they release
+// them or their leases end; no permit is granted meanwhile. A key held as
+// another kind of lock is dlock.ErrConflict; n outside [1, MaxPermits] is
+// dlock.ErrInvalid.
+func (d *SemaphoreDriver) Resize(ctx context.Context, key string, n int) error {
+	if err := driver.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := checkPermits(n); err != nil {
+		return err
+	}
+	err := redisscript.SemResize.Run(ctx, d.c.rdb, semKeys(key, ""), n, d.n,
+		fairWaiterTTLMS, fenceRetentionMS, d.c.hub.publishCmd(), wakeChannel(key)).Err()
+	return mapErr(err)
 }

@@ -257,7 +257,7 @@ func TestSemaphoreKindConflicts(t *testing.T) {
 
 func TestSemaphoreBadInput(t *testing.T) {
 	rdb := newRDB(t, srv.Addr)
-	for _, n := range []int{0, -1, -1 << 40, redislock.MaxPermits + 1, 1 << 40} {
+	for _, n := range []int{0, -2, -1 << 40, redislock.MaxPermits + 1, 1 << 40} {
 		if c, err := redislock.NewSemaphore(rdb, n); !errors.Is(err, dlock.ErrInvalid) || c != nil {
 			t.Errorf("NewSemaphore(%d): %v, %v; want ErrInvalid", n, c, err)
 		}

@@ -3,6 +3,12 @@
 // them hold the lock, so that the lock keeps working while a minority of the
 // servers is down, slow or cut off.
 //
+//	nodes := []redis.UniversalClient{a, b, c, d, e} // five independent masters
+//	locker, _ := redlock.New(nodes, dlock.WithTTL(10*time.Second))
+//	err := dlock.Do(ctx, locker, "reports:nightly", func(ctx context.Context) error {
+//		return process(ctx) // held on a majority, renewed on a majority
+//	})
+//
 // Each server stores the lock exactly as the redislock package does (the same keys
 // and Lua scripts), and every operation goes to all servers in parallel, each
 // bounded by a per-node timeout well below the TTL (WithNodeTimeout):

@@ -44,8 +44,14 @@ var (
 	_ driver.Inspector = (*Driver)(nil)
 )
 
-// Option configures a Driver.
-type Option func(*Driver) error
+// Option configures a Driver (NewDriver).
+type Option func(*options)
+
+// options is what the Options of a Driver set.
+type options struct {
+	timeout    time.Duration // per node; 0: from the TTL
+	timeoutSet bool
+}
 
 // WithNodeTimeout bounds each node's reply to an acquisition attempt. A node
 // that has not answered by then counts as failed for that attempt, and the
@@ -58,13 +64,7 @@ type Option func(*Driver) error
 // request's TTL, at least MinNodeTimeout (100ms) and at most MaxNodeTimeout (1s),
 // and never more than three quarters of the TTL.
 func WithNodeTimeout(d time.Duration) Option {
-	return func(dr *Driver) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: redlock: node timeout %v must be positive", dlock.ErrInvalid, d)
-		}
-		dr.timeout = d
-		return nil
-	}
+	return func(o *options) { o.timeout, o.timeoutSet = d, true }
 }
 
 // NewDriver returns the Redlock driver over nodes, independent Redis masters
@@ -121,14 +121,17 @@ func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		}
 		d.nodes, d.rdbs, d.every = append(d.nodes, nd), append(d.rdbs, rdb), append(d.every, i)
 	}
-	for _, o := range opts {
-		if o == nil {
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
 			return nil, fmt.Errorf("%w: redlock: nil option", dlock.ErrInvalid)
 		}
-		if err := o(d); err != nil {
-			return nil, err
-		}
+		opt(&o)
 	}
+	if o.timeoutSet && o.timeout <= 0 {
+		return nil, fmt.Errorf("%w: redlock: node timeout %v must be positive", dlock.ErrInvalid, o.timeout)
+	}
+	d.timeout = o.timeout
 	return d, nil
 }
 

@@ -42,8 +42,10 @@ import (
 //   - lostack: the resource acknowledges one fenced write in three without
 //     storing it (a worker's variant: the lock is sound);
 //   - rwshared: on the read-write lock with readers, the writers take the
-//     read side, which readers and other writers share (a worker's variant).
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared"}
+//     read side, which readers and other writers share (a worker's variant);
+//   - nosize: on the resized semaphore, the workers ignore the stored size
+//     and take permits under the N they were made with.
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -83,12 +85,22 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		if err != nil {
 			return nil, closeAll, err
 		}
-		d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true, RequestTimeout: 500 * time.Millisecond})
+		opts := []pglock.Option{pglock.WithCreateTable(), pglock.WithRequestTimeout(500 * time.Millisecond)}
+		d, err := pglock.NewDriver(pool, opts...)
 		if err != nil {
 			pool.Close()
 			return nil, closeAll, err
 		}
-		lk, err := d.Client()
+		if s.Kind == "sem" {
+			sd, err := pglock.NewSemaphoreDriver(pool, s.N, opts...)
+			if err != nil {
+				pool.Close()
+				return nil, closeAll, err
+			}
+			lk, err := dlock.NewClient(sd)
+			return lk, pool.Close, err
+		}
+		lk, err := pglock.NewClient(d)
 		return lk, pool.Close, err
 	case "zookeeper":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -97,7 +109,7 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		if err != nil {
 			return nil, closeAll, err
 		}
-		lk, err := zklock.New(d)
+		lk, err := zklock.NewClient(d)
 		return lk, func() { d.Close() }, err
 	}
 	if len(s.Lock) == 0 {
@@ -130,6 +142,8 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		lk, err = lateCleanupRedlock(rdbs, s.TTL/2)
 	case s.Variant == "shortwait" && s.Backend == "redlock":
 		lk, err = shortWaitRedlock(rdbs)
+	case s.Variant == "nosize" && rdb != nil:
+		lk, err = noSizeClient(rdb, s.N)
 	case lockVariant(s.Variant) && rdb == nil:
 		err = fmt.Errorf("%w: verify: variant %q on a cluster", dlock.ErrInvalid, s.Variant)
 	case lockVariant(s.Variant):

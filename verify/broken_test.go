@@ -27,6 +27,7 @@ var brokenCases = []struct {
 	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
 	{"rwshared", nil, false, "", []string{"exclusion"}},
 	{"shortwait", nil, false, "", []string{"fairness"}},
+	{"nosize", nil, false, "", []string{"exclusion"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -59,6 +60,9 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				}
 				if bc.variant == "rwshared" { // the read-write lock with readers
 					spec.Kind, spec.ReadShare = quickSpec(rwReaders).Kind, quickSpec(rwReaders).ReadShare
+				}
+				if bc.variant == "nosize" { // the semaphore resized during the run
+					spec.Kind, spec.N, spec.Resize = "sem", quickSpec(semResize).N, true
 				}
 				if bc.variant == "renewafter" {
 					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound

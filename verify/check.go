@@ -79,7 +79,9 @@ type Analysis struct {
 	grants map[string][]*grant // per key, by grant completion
 	acqs   []acq               // every acquisition, with its completion
 	faults []fault
-	Stats  Stats
+	// resizes are a semaphore's changes of size, per key (see OpResize).
+	resizes map[string][]resizeOp
+	Stats   Stats
 }
 
 type acq struct{ inv, end Event }
@@ -94,6 +96,7 @@ type fault struct {
 // Stats count what a history holds.
 type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
+	Resizes                              int            // a semaphore's changes of size that completed
 	ByFault                              map[string]int // faults injected, by name
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
@@ -101,7 +104,7 @@ type Stats struct {
 
 // Analyze pairs the events of h and computes the holders' validity windows.
 func Analyze(h []Event, p Params) *Analysis {
-	a := &Analysis{H: h, P: p, grants: map[string][]*grant{}}
+	a := &Analysis{H: h, P: p, grants: map[string][]*grant{}, resizes: map[string][]resizeOp{}}
 	inv := map[string]Event{}
 	holding := map[int]*grant{} // per process: its current grant
 	byToken := map[string]*grant{}
@@ -192,6 +195,11 @@ func Analyze(h []Event, p Params) *Analysis {
 				}
 				delete(holding, e.Proc)
 			}
+		case OpResize:
+			a.resizes[e.Key] = append(a.resizes[e.Key], resizeOp{in, e})
+			if e.Type == OK {
+				a.Stats.Resizes++
+			}
 		case OpRead, OpWrite:
 			if e.Op == OpWrite {
 				a.Stats.Writes++
@@ -204,6 +212,12 @@ func Analyze(h []Event, p Params) *Analysis {
 	for _, f := range openFault {
 		a.faults = append(a.faults, *f)
 	}
+	for _, in := range inv { // a resize that never completed may have landed
+		if in.Op == OpResize {
+			a.resizes[in.Key] = append(a.resizes[in.Key], resizeOp{in, Event{T: math.MaxInt64, Type: Info}})
+		}
+	}
+	a.sortResizes()
 	// Each window ends at the first of: the release's invocation, Done, the
 	// local deadline, the holder's death.
 	for _, gs := range a.grants {
@@ -350,13 +364,12 @@ func (g *grant) side() string {
 }
 
 // Exclusion: no two validity windows of a key overlap (at most N for a
-// semaphore; on a read-write lock, a writer's overlaps no other holder's,
-// readers' may overlap each other), but across a fault the docs name as unsafe.
+// semaphore, or the size in force when the last of them was granted once it
+// is resized: holders above a lowered size may go on, but nobody is granted
+// a permit while they are as many as the size; on a read-write lock, a
+// writer's overlaps no other holder's, readers' may overlap each other), but
+// across a fault the docs name as unsafe.
 func (a *Analysis) Exclusion() *Violation {
-	limit := 1
-	if a.P.Kind == "sem" {
-		limit = a.P.N
-	}
 	for key, gs := range a.grants {
 		for i, b := range gs {
 			var over []*grant
@@ -368,15 +381,24 @@ func (a *Analysis) Exclusion() *Violation {
 					over = append(over, g)
 				}
 			}
+			limit := 1
+			if a.P.Kind == "sem" {
+				limit = a.semLimit(key, b, over)
+			}
 			if len(over) >= limit {
 				g := over[0]
 				msg := fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
 					key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))
+				lines := []int{g.ok.Line, b.ok.Line}
+				if r := a.lastResize(key, b.ok.T); r != nil {
+					msg += fmt.Sprintf(", with a size of at most %d in force", limit)
+					lines = append(lines, r.inv.Line)
+				}
 				if a.P.Kind == "rw" {
 					msg = fmt.Sprintf("key %s: the %s side granted to worker %d (token %d) while worker %d held the %s side (token %d, valid %v more)",
 						key, b.side(), b.ok.Proc, b.ok.Token, g.ok.Proc, g.side(), g.ok.Token, time.Duration(g.end-b.ok.T))
 				}
-				return &Violation{Checker: "exclusion", Lines: []int{g.ok.Line, b.ok.Line}, Msg: msg}
+				return &Violation{Checker: "exclusion", Lines: lines, Msg: msg}
 			}
 		}
 	}

@@ -270,3 +270,40 @@ func TestToldFirstIsNotExcusedByTheNetwork(t *testing.T) {
 		t.Errorf("a stopped holder told late: %s", v.Msg)
 	}
 }
+
+// resizeEvents is the test process's resize of the semaphore k to n at t.
+func resizeEvents(id, t int64, n int64) []Event {
+	return []Event{
+		{T: ms(t), Proc: -1, Op: OpResize, Type: Invoke, ID: id, Key: "k", Value: n},
+		{T: ms(t + 1), Proc: -1, Op: OpResize, Type: OK, ID: id, Key: "k", Value: n},
+	}
+}
+
+// TestExclusionOfAResizedSemaphore: holders above a lowered size may go on,
+// but no permit is granted while they are as many as the size in force, and
+// a raised size admits more.
+func TestExclusionOfAResizedSemaphore(t *testing.T) {
+	p := checkParams
+	p.Kind, p.N = "sem", 2
+	two := [][]Event{grantEvents(0, 1, 0, 10, 400), grantEvents(1, 1, 10, 11, 400)}
+	lowered := append(two, resizeEvents(1, 20, 1), releaseEvents(0, 2, 100))
+	h := cat(append(lowered, releaseEvents(1, 2, 150), grantEvents(2, 1, 200, 12, 400), releaseEvents(2, 2, 250))...)
+	if v := Analyze(h, p).Exclusion(); v != nil {
+		t.Errorf("holders above a lowered size going on: %s", v.Msg)
+	}
+	h = cat(append(lowered, grantEvents(2, 1, 120, 12, 400), releaseEvents(1, 2, 150), releaseEvents(2, 2, 250))...)
+	if v := Analyze(h, p).Exclusion(); v == nil || !strings.Contains(v.Msg, "at most 1") {
+		t.Errorf("a grant over the lowered size: %+v", v)
+	}
+	h = cat(append(two, resizeEvents(1, 20, 3), grantEvents(2, 1, 30, 12, 400),
+		releaseEvents(0, 2, 100), releaseEvents(1, 2, 150), releaseEvents(2, 2, 250))...)
+	if v := Analyze(h, p).Exclusion(); v != nil {
+		t.Errorf("a third holder under a raised size: %s", v.Msg)
+	}
+	// A resize whose outcome is unknown may have landed: its size is allowed.
+	h = cat(append(two, []Event{{T: ms(20), Proc: -1, Op: OpResize, Type: Invoke, ID: 1, Key: "k", Value: 3}}, grantEvents(2, 1, 30, 12, 400),
+		releaseEvents(0, 2, 100), releaseEvents(1, 2, 150), releaseEvents(2, 2, 250))...)
+	if v := Analyze(h, p).Exclusion(); v != nil {
+		t.Errorf("a third holder after a resize to 3 of unknown outcome: %s", v.Msg)
+	}
+}

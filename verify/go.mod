@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/etcdlock v0.0.0
-	github.com/dlock-go/dlock/pglock v0.0.0
-	github.com/dlock-go/dlock/zklock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/pglock v0.1.0
+	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -5,6 +5,15 @@
 // exclusion, linearizability of the resource, told-first, liveness and
 // fairness). The tests of this module run it on every backend and against
 // deliberately broken variants, which the checkers must catch.
+//
+//	h, _ := verify.ReadHistory(dir) // the JSON lines the workers recorded
+//	a := verify.Analyze(h, verify.Params{Kind: "mutex", TTL: ttl, Bound: time.Second})
+//	for _, v := range a.Check() {
+//		fmt.Println(v.Format(h)) // the checker, and the events around the violation
+//	}
+//
+// The dlock command's "verify" runs workers against a user's own store and
+// prints these checks; docs/safety.md lists what each checker promises.
 package verify
 
 import (

@@ -77,7 +77,7 @@ func NewSyncDriver(s SyncSpec) (driver.SyncDriver, func(), error) {
 		if err != nil {
 			return nil, func() {}, err
 		}
-		d, err := pglock.NewDriver(pool, pglock.Config{RequestTimeout: 2 * time.Second})
+		d, err := pglock.NewDriver(pool, pglock.WithRequestTimeout(2*time.Second))
 		return d, pool.Close, err
 	}
 	return nil, func() {}, fmt.Errorf("verify: no latches or barriers on %q", s.Backend)

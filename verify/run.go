@@ -284,6 +284,10 @@ func Run(t testing.TB, c Config) *Result {
 		nwg.Add(1)
 		go func() { defer nwg.Done(); nemesis(nctx, t, c, st, ws, rec) }()
 	}
+	if c.Spec.Resize {
+		nwg.Add(1)
+		go func() { defer nwg.Done(); resizer(nctx, t, c, st, rec) }()
+	}
 	// The Sentinels' watch outlives the nemesis: a failover it began may
 	// end after the workload's time.
 	wctx, wcancel := context.WithCancel(context.Background())
@@ -468,8 +472,9 @@ func (st *store) zkLeftover(t testing.TB) []string {
 	return left
 }
 
-// pgLeftover lists the rows of locks still held (expired rows stay until the
-// next acquisition of their key takes them over: they hold nothing).
+// pgLeftover lists the rows of locks and semaphore permits still held
+// (expired rows stay until the next acquisition of their key takes them over:
+// they hold nothing).
 func (st *store) pgLeftover(t testing.TB) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -479,23 +484,32 @@ func (st *store) pgLeftover(t testing.TB) []string {
 		return nil
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT key FROM "+pglock.DefaultTable+" WHERE owner <> '' AND expires_at > clock_timestamp()")
-	if err != nil {
-		t.Errorf("verify: reading the locks' table: %v", err)
-		return nil
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Errorf("verify: reading the locks' table: %v", err)
+	var keys []string
+	for _, table := range []string{pglock.DefaultTable, pglock.DefaultTable + "_sem"} { // the locks', the semaphores'
+		var there bool
+		if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&there); err != nil || !there {
+			continue // a kind of lock the run did not use
+		}
+		rows, err := conn.Query(ctx, "SELECT key FROM "+table+" WHERE owner <> '' AND expires_at > clock_timestamp()")
+		if err != nil {
+			t.Errorf("verify: reading the locks' table: %v", err)
+			return nil
+		}
+		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Errorf("verify: reading the locks' table: %v", err)
+		}
+		keys = append(keys, held...)
 	}
 	return keys
 }
 
 // retained reports whether key is one that outlives its locks by design: a
-// fence counter (redislock, Redlock) or a legacy lock's companion hash, which
-// keeps the fencing counter for FenceRetention.
+// fence counter (redislock, Redlock), a resized semaphore's size, or a legacy
+// lock's companion hash, which keeps the fencing counter for FenceRetention.
 func retained(key string) bool {
-	return strings.HasSuffix(key, ":fence") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}:dlock")
+	return strings.HasSuffix(key, ":fence") || strings.HasSuffix(key, ":size") ||
+		strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}:dlock")
 }
 
 // Report fails t with every violation (and the seed that replays the run)

@@ -73,6 +73,9 @@ func quickSpec(kind string) Spec {
 	if kind == rwReaders {
 		s.Kind, s.ReadShare = "rw", 0.5
 	}
+	if kind == semResize {
+		s.Kind, s.Resize = "sem", true
+	}
 	return s
 }
 
@@ -109,12 +112,14 @@ var scenarios = []scenario{
 	{"redis-reentrant", "redis", "reentrant", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"redis-rw-writers", "redis", "rw", holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone), told-first, linearizable, liveness", false},
 	{"redis-semaphore-2", "redis", "sem", holderFaults, "", false, 0, "fencing, at most 2 holders, liveness", false},
+	{"redis-semaphore-resize", "redis", semResize, holderFaults, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness", false},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)", false},
 	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, linearizable, liveness", false},
 	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)", false},
 	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)", false},
 	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)", false},
 	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)", false},
+	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},

@@ -48,6 +48,11 @@ type Spec struct {
 	// nothing (0: writers alone).
 	ReadShare float64
 
+	// Resize: on the semaphore (Kind sem), the test process changes the
+	// size of the keys during the run (see OpResize); the workers keep N,
+	// their initial size.
+	Resize bool
+
 	mem *memlock.Store // memlock: the store the in-process workers share
 }
 

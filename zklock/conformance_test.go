@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
 		Info: driver.DriverInfo{Backend: "zklock", Kind: driver.KindFair},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
-			c, err := New(newDriver(t), opts...)
+			c, err := NewClient(newDriver(t), opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

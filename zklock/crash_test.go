@@ -24,7 +24,7 @@ func TestKilledHolderBlocksForItsTTL(t *testing.T) {
 	token, _ := strconv.ParseUint(h.expect(t, "held", 20*time.Second)[0], 10, 64)
 
 	d := newDriverAt(t, srv.Addr, WithSessionTimeout(session))
-	c, err := New(d, dlock.WithTTL(ttl))
+	c, err := NewClient(d, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 //	drv, err := zklock.NewDriver(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"})
 //	if err != nil { ... }
 //	defer drv.Close() // ends the session: every lock it holds is released
-//	locker, err := zklock.New(drv)
+//	locker, err := zklock.NewClient(drv)
 //	lease, err := locker.Lock(ctx, "orders:42")
 //
 // # Layout

@@ -16,16 +16,21 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Client is the dlock.Client zklock.New returns: a dlock.Locker on ZooKeeper,
-// over a Driver, and a driver.Inspector through it. It is safe for concurrent
-// use.
+// Client is the dlock.Client zklock.NewClient returns: a dlock.Locker on
+// ZooKeeper, over a Driver, and a driver.Inspector through it. It is safe for
+// concurrent use.
 type Client = dlock.Client
 
-// New returns a Client that locks through d, with opts as the defaults of every
-// TryLock and Lock. Every TTL must lie within d's TTLLimits: dlock.DefaultTTL
-// fits the default session timeout. It returns an error matching
-// dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
-func New(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
+// NewClient returns a Client that locks through d, with opts as the defaults of
+// every TryLock and Lock. Every TTL must lie within d's TTLLimits:
+// dlock.DefaultTTL fits the default session timeout. It returns an error
+// matching dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
+//
+// There is no New(servers) shortcut, as other backends have over their
+// connection: the Driver is the ZooKeeper session, which the caller closes
+// (Driver.Close) once no Client uses it, and a Client does not close its
+// driver.
+func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
 	}

@@ -13,7 +13,7 @@ import (
 // A lock on a ZooKeeper ensemble: one driver (one session) per process, a
 // Client over it, and the same Lease, fencing token and loss signal as on every
 // backend. It needs ZooKeeper on 127.0.0.1:2181, so it is not run as a test.
-func ExampleNew() {
+func ExampleNewClient() {
 	ctx := context.Background()
 	connect, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -23,7 +23,7 @@ func ExampleNew() {
 		return
 	}
 	defer d.Close()
-	locker, err := zklock.New(d, dlock.WithTTL(10*time.Second))
+	locker, err := zklock.NewClient(d, dlock.WithTTL(10*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -23,7 +23,7 @@ import (
 // expiry as the cause.
 func TestSessionExpiryEndsLeaseAtOnce(t *testing.T) {
 	d := newDriverAt(t, srv.Addr, WithSessionTimeout(20*time.Second))
-	c, err := New(d, dlock.WithTTL(15*time.Second), dlock.WithAutoRenew(false))
+	c, err := NewClient(d, dlock.WithTTL(15*time.Second), dlock.WithAutoRenew(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@ module github.com/dlock-go/dlock/zklock
 
 go 1.26.0
 
-require github.com/dlock-go/dlock v0.0.0
+require github.com/dlock-go/dlock v0.1.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -61,7 +61,7 @@ func runHelper(role, addr, key string) error {
 	case "ttlholder":
 		// Hold the lock with the TTL DLOCK_ZKLOCK_TTL_MS, renewed, until killed.
 		ms, _ := strconv.Atoi(os.Getenv("DLOCK_ZKLOCK_TTL_MS"))
-		c, err := New(d, dlock.WithTTL(time.Duration(ms)*time.Millisecond), dlock.WithAutoRenew(true))
+		c, err := NewClient(d, dlock.WithTTL(time.Duration(ms)*time.Millisecond), dlock.WithAutoRenew(true))
 		if err != nil {
 			return err
 		}
@@ -74,7 +74,7 @@ func runHelper(role, addr, key string) error {
 		return l.Err()
 	case "holder":
 		// Hold the lock with renewals, and report its loss.
-		c, err := New(d, dlock.WithTTL(d.SessionTimeout()))
+		c, err := NewClient(d, dlock.WithTTL(d.SessionTimeout()))
 		if err != nil {
 			return err
 		}

@@ -84,7 +84,7 @@ func TestRequestsPerOperation(t *testing.T) {
 	clients := map[string]*dlock.Client{}
 	for _, n := range []string{"a", "b", "c"} {
 		logs[n] = &opLog{}
-		c, err := New(newDriver(t, WithDialer(logs[n].dialer)))
+		c, err := NewClient(newDriver(t, WithDialer(logs[n].dialer)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestWaitedNodeMargin(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	key := dlocktest.Key(t)
 	d := newDriver(t)
-	c, err := New(d, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
+	c, err := NewClient(d, dlock.WithTTL(ttl), dlock.WithAutoRenew(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ const maxAllocsPerCycle = 140
 // TestAllocationsPerUncontendedCycle fails when the client's allocations per
 // uncontended lock and unlock grow past maxAllocsPerCycle.
 func TestAllocationsPerUncontendedCycle(t *testing.T) {
-	c, err := New(newDriver(t))
+	c, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}

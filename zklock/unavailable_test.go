@@ -37,7 +37,7 @@ func TestUnansweredTryLockIsUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			z := testserver.StartZooKeeper(t)
 			d := newDriverAt(t, z.Addr, WithSessionTimeout(20*time.Second))
-			c, err := New(d, dlock.WithTTL(5*time.Second))
+			c, err := NewClient(d, dlock.WithTTL(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

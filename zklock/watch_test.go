@@ -10,11 +10,11 @@ import (
 // TestObserveWatches: Observe follows ZooKeeper's watches, not its one-minute
 // polling interval.
 func TestObserveWatches(t *testing.T) {
-	observer, err := New(newDriver(t))
+	observer, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	taker, err := New(newDriver(t))
+	taker, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -386,7 +386,7 @@ func TestPausedHolderLosesLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	c, err := New(newDriver(t))
+	c, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,8 +486,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := NewDriver(nil, []string{srv.Addr}); !errors.Is(err, dlock.ErrInvalid) { //nolint:staticcheck
 		t.Errorf("NewDriver(nil ctx): %v", err)
 	}
-	if _, err := New(nil); !errors.Is(err, dlock.ErrInvalid) {
-		t.Errorf("New(nil driver): %v", err)
+	if _, err := NewClient(nil); !errors.Is(err, dlock.ErrInvalid) {
+		t.Errorf("NewClient(nil driver): %v", err)
 	}
 	for name, tc := range map[string]struct {
 		servers []string

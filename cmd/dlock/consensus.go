@@ -175,7 +175,7 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 	if err != nil {
 		return nil, zkDownError(ctx, where, addrs, err)
 	}
-	c, err := zklock.New(d)
+	c, err := zklock.NewClient(d)
 	if err != nil {
 		_ = d.Close()
 		return nil, err
@@ -183,7 +183,7 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 	return &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
-			return zklock.New(d, opts...)
+			return zklock.NewClient(d, opts...)
 		},
 		insp:   c,
 		closer: func() { _ = d.Close() },

@@ -13,11 +13,11 @@ replace (
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/creack/pty v1.1.24
-	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/etcdlock v0.0.0
-	github.com/dlock-go/dlock/pglock v0.0.0
-	github.com/dlock-go/dlock/verify v0.0.0
-	github.com/dlock-go/dlock/zklock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/pglock v0.1.0
+	github.com/dlock-go/dlock/verify v0.1.0
+	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0

@@ -7,6 +7,7 @@
 //	dlock unlock --force [flags] KEY
 //	dlock latch count-down|wait|count --count N [flags] NAME
 //	dlock barrier --parties N [flags] NAME [-- COMMAND [ARGS...]]
+//	dlock semaphore resize [flags] KEY N
 //	dlock top [flags] [PATTERN]
 //	dlock serve [--http 127.0.0.1:8080] [--allow-unlock] [flags] [PATTERN]
 //	dlock demo [--redis URL] [--workers N] [--rounds N]
@@ -73,6 +74,7 @@ func commands() []command {
 		unlockCommand(),
 		latchCommand(),
 		barrierCommand(),
+		semaphoreCommand(),
 		topCommand(),
 		serveCommand(),
 		demoCommand(),

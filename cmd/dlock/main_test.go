@@ -1213,8 +1213,9 @@ func TestVersion(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) || strings.Count(r.stdout, "\n") != 1 {
 		t.Errorf("dlock version: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
-	// Built from a checkout: no module version, and the commit when git is there.
-	if !strings.HasPrefix(r.stdout, "dlock (devel)") {
+	// Built from a checkout: the release the checkout belongs to, marked devel,
+	// and the commit when git is there.
+	if !strings.HasPrefix(r.stdout, "dlock "+moduleVersion+" (devel") {
 		t.Errorf("dlock version of a build from a checkout: %q", r.stdout)
 	}
 	if r2 := dlockRun(t, "--version"); r2.code != 0 || r2.stdout != r.stdout {

@@ -66,19 +66,19 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		pool.Close()
 		return nil, pgConnectError(where, raw, err)
 	}
-	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
+	d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	c, err := d.Client()
+	c, err := pglock.NewClient(d)
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return pgStore{&mutexStore{
 		where:  where,
-		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return d.Client(opts...) },
+		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return pglock.NewClient(d, opts...) },
 		insp:   pgInspector{c, where},
 		sync:   d,
 		closer: pool.Close,

@@ -88,7 +88,7 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.Var(&o.grace, "grace", "wait `DURATION` between SIGTERM and SIGKILL when stopping the command's process group (lock lost, processes left behind)")
 	fs.StringVar(&o.onLost, "on-lost", onLostStop, "`MODE` when the lock is lost: stop (SIGTERM the command, then SIGKILL; exit 76) or warn (let it run, warn, exit with its status)")
 	fs.BoolVar(&o.fair, "fair", false, "first come, first served among waiters")
-	fs.IntVar(&o.slots, "n", 1, "take one of `N` permits of a semaphore (1: a plain lock); every run on KEY must give the same N")
+	fs.IntVar(&o.slots, "n", 1, "take one of `N` permits of a semaphore (1: a plain lock); every run on KEY gives the same N (see dlock semaphore resize)")
 	fs.BoolVar(&o.shared, "s", false, "take a shared (read) lock: runs with -s run together, none with -x")
 	fs.BoolVar(&o.shared, "shared", false, "same as -s")
 	fs.BoolVar(&o.exclusive, "x", false, "take the exclusive (write) lock of a key that -s runs share")
@@ -117,7 +117,8 @@ terminal, dlock shows on stderr how long it has waited and who holds the lock.
 The lock is exclusive unless -n N (one of N permits of a semaphore: at most N
 runs hold KEY at once) or -s (shared: runs with -s hold KEY together, while no
 run with -x does) is given. A key is locked one way: a run that asks for another
-kind, or another N, exits 65.
+kind, or another N, exits 65 ("dlock semaphore resize KEY M" changes the number
+of permits to M for every run from then on, started with N or with M).
 
 COMMAND runs in a process group of its own, with everything it starts there
 (pipelines, "cmd &"): SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2

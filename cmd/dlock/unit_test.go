@@ -126,8 +126,9 @@ func TestDescribeBuild(t *testing.T) {
 		want string
 	}{
 		{bi, "dlock v1.2.0 (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "dlock (devel) go1.26.0"},
-		{nil, "dlock (devel) " + runtime.Version()},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "dlock " + moduleVersion + " (devel) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: bi.Settings[:1]}, "dlock " + moduleVersion + " (devel, commit 0123456789ab) go1.26.0"},
+		{nil, "dlock " + moduleVersion + " (devel) " + runtime.Version()},
 	} {
 		if got := describeBuild(tc.bi); got != tc.want {
 			t.Errorf("describeBuild = %q, want %q", got, tc.want)

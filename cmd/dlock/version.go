@@ -12,8 +12,8 @@ func versionCommand() command {
 	return command{
 		name: "version", summary: "print dlock's version, commit and Go version",
 		synopsis: "dlock version",
-		help: `Prints the module version dlock was built from ("(devel)" for a build from a
-checkout), the commit, its time and whether the tree was modified, when the
+		help: `Prints the module version dlock was built from (for a build from a checkout,
+the release the checkout belongs to, marked "devel"), the commit, its time and whether the tree was modified, when the
 build recorded them, and the Go version. "dlock --version" does the same.
 
 examples:
@@ -35,6 +35,11 @@ func runVersion(_ context.Context, e *env, args []string) int {
 	return exitOK
 }
 
+// moduleVersion is the version of the dlock modules this source tree is: the
+// release it was tagged as, or the release it leads to while unreleased. A
+// build from a checkout, which has no module version of its own, reports it.
+const moduleVersion = "v0.1.0"
+
 // versionLine describes this build (see describeBuild).
 func versionLine() string {
 	bi, _ := debug.ReadBuildInfo()
@@ -42,13 +47,14 @@ func versionLine() string {
 }
 
 // describeBuild describes a build: "dlock v1.2.0 (commit 0123456789ab,
-// 2026-01-02T03:04:05Z, modified) go1.26.0". bi may be nil.
+// 2026-01-02T03:04:05Z, modified) go1.26.0"; a build from a checkout says
+// "devel" after moduleVersion. bi may be nil.
 func describeBuild(bi *debug.BuildInfo) string {
-	version, goVersion := "(devel)", runtime.Version()
-	var vcs []string
+	version, goVersion := moduleVersion, runtime.Version()
+	vcs := []string{"devel"}
 	if bi != nil {
-		if v := bi.Main.Version; v != "" {
-			version = v
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			version, vcs = v, nil
 		}
 		if bi.GoVersion != "" {
 			goVersion = bi.GoVersion

@@ -1,6 +1,12 @@
 // Package dlockprom exposes dlock's metrics (see dlockotel) to Prometheus,
 // through the OpenTelemetry Prometheus exporter, on a Registerer the program
 // passes: never the global registry.
+//
+//	reg := prometheus.NewRegistry()
+//	obs, mp, _ := dlockprom.New(reg)
+//	defer mp.Shutdown(ctx)
+//	locker, _ := redislock.New(rdb, dlock.WithObserver(obs))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 package dlockprom
 
 import (

@@ -7,8 +7,8 @@ replace github.com/dlock-go/dlock => ../..
 replace github.com/dlock-go/dlock/pglock => ../../pglock
 
 require (
-	github.com/dlock-go/dlock v0.0.0
-	github.com/dlock-go/dlock/pglock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/pglock v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

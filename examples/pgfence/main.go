@@ -59,12 +59,12 @@ func newProcessor(ctx context.Context, name, url string) (*processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := pglock.NewDriver(pool, pglock.Config{CreateTable: true})
+	d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	c, err := d.Client(dlock.WithTTL(500 * time.Millisecond))
+	c, err := pglock.NewClient(d, dlock.WithTTL(500*time.Millisecond))
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -3,7 +3,7 @@ module github.com/dlock-go/dlock/examples/sqlfence
 go 1.26.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	modernc.org/sqlite v1.61.1
 )

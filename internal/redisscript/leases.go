@@ -13,6 +13,10 @@ var (
 	semAcquireSrc string
 	//go:embed semrelease.lua
 	semReleaseSrc string
+	//go:embed semlib.lua
+	semLibSrc string
+	//go:embed semresize.lua
+	semResizeSrc string
 	//go:embed rwacquire.lua
 	rwAcquireSrc string
 	//go:embed rwrelease.lua
@@ -28,16 +32,17 @@ var (
 )
 
 // leaseScript is a script of the locks with several holders: token.lua,
-// fairlib.lua and leases.lua followed by the script's own file.
-func leaseScript(src string) *redis.Script {
-	return script(tokenSrc, fairLibSrc, leasesSrc, src)
+// fairlib.lua and leases.lua followed by the script's own files.
+func leaseScript(src ...string) *redis.Script {
+	return script(append([]string{tokenSrc, fairLibSrc, leasesSrc}, src...)...)
 }
 
 // Scripts of the locks with several holders: the semaphore and the read-write
 // lock. See each .lua file for its keys, arguments and reply.
 var (
-	SemAcquire   = leaseScript(semAcquireSrc)
-	SemRelease   = leaseScript(semReleaseSrc)
+	SemAcquire   = leaseScript(semLibSrc, semAcquireSrc)
+	SemRelease   = leaseScript(semLibSrc, semReleaseSrc)
+	SemResize    = leaseScript(semLibSrc, semResizeSrc)
 	RWAcquire    = leaseScript(rwAcquireSrc)
 	RWRelease    = leaseScript(rwReleaseSrc)
 	LeaseExtend  = leaseScript(leaseExtendSrc)

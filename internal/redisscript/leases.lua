@@ -7,7 +7,8 @@
 -- KEYS[5] the owner's abandon mark
 -- KEYS[6] holders: sorted set owner -> server time (ms) at which its lease ends
 -- KEYS[7] (read-write lock) waiting readers: sorted set owner -> server time
---         (ms) until which the entry lives
+--         (ms) until which the entry lives; (semaphore) its stored size
+--         (semlib.lua)
 -- All keys carry the lock's hash tag.
 
 -- now_ms returns the server time in milliseconds.

@@ -48,6 +48,10 @@ var (
 	fairReleaseSrc string
 )
 
+// TokenLib is the source of the fencing-token functions (token.lua), for the
+// scripts of other packages that draw tokens the same way.
+var TokenLib = tokenSrc
+
 // script returns the script made of srcs after lib.lua, the checks every
 // script shares.
 func script(srcs ...string) *redis.Script {

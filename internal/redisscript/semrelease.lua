@@ -1,6 +1,7 @@
 -- Give back a permit of a dlock semaphore held by ARGV[1], and hand the permits
 -- that are free to the head of the queue; in every case take ARGV[1] out of the
--- queue (a waiter giving up). token.lua, fairlib.lua and leases.lua are prepended.
+-- queue (a waiter giving up). token.lua, fairlib.lua, leases.lua and semlib.lua
+-- are prepended; KEYS[7] is the stored size (see semacquire.lua).
 -- ARGV[1] owner   ARGV[2] fence retention ms   ARGV[3] claim time ms
 -- ARGV[4] publish command ('PUBLISH', 'SPUBLISH' or '')   ARGV[5] wake channel
 -- ARGV[6] '' for a release; for an abandoned acquisition, the lifetime (ms) of
@@ -19,7 +20,7 @@ dequeue(ARGV[1])
 local now = now_ms()
 drop_dead(now)
 local held = unhold(ARGV[1])
-local n = tonumber(redis.call('HGET', KEYS[1], 'n'))
+local n = tonumber(size_in_force())
 if n then
   hand_out(n - redis.call('ZCARD', KEYS[6]), nil, now, ARGV[3], ARGV[2], ARGV[4], ARGV[5])
 end
