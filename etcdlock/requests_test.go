@@ -242,6 +242,7 @@ func TestRequestsOfAWaiterGivingUp(t *testing.T) {
 	if err := warm.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	lossWatched(t, rw) // the warm lock's loss watch, not the waiter's
 	held, err := holder.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)

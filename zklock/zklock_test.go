@@ -530,7 +530,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
-	c, err := New(newDriver(t))
+	c, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +543,7 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 }
 
 func TestDeletionByAnotherClientTellsHolderAtOnce(t *testing.T) {
-	c, err := New(newDriver(t))
+	c, err := NewClient(newDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
