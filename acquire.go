@@ -73,6 +73,9 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		// holding is ours: a retry takes it again with a fresh validity.
 		a.dirty = true
 		l.stopTimers()
+		if sig, ok := g.Lost.(*driver.LossSignal); ok {
+			sig.Unwatch() // the driver may forget the holding
+		}
 		return nil, fmt.Errorf("%w: the lock was granted after its validity ran out (round trip %v, ttl %v)",
 			ErrUnavailable, time.Since(start).Round(time.Millisecond), ttl)
 	}

@@ -59,8 +59,9 @@ func (c *Client) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, err
 
 // ForceUnlock removes the holding of key whoever holds it and returns what it
 // removed, through the Client's backend (see Inspector). A free lock is
-// ErrNotHeld. The holder learns of the loss at its next renewal or its local
-// deadline.
+// ErrNotHeld. The holder's lease is lost at once where the backend pushes the
+// news (every backend of this module's family does: LossStoreSignal), and
+// otherwise at its next renewal or its local deadline.
 func (c *Client) ForceUnlock(ctx context.Context, key string) (LockInfo, error) {
 	in, err := c.inspector()
 	if err != nil {

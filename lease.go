@@ -63,12 +63,13 @@ type Lease struct {
 	bootAt   time.Duration                // boot clock at that start
 	bootOK   bool
 	timer    *time.Timer
-	renewErr error       // the last failed renewal since the last success
-	renewAt  time.Time   // the start of the renewal in flight; zero when none
-	capped   bool        // the watchdog's renewals end at the MaxHold cap
-	lostStop func() bool // unregisters the watch of Grant.Lost; nil without one
-	extStart time.Time   // the start of the last extend applied
-	cutStart time.Time   // the start of the last extend that brought the deadline forward (bound)
+	renewErr error              // the last failed renewal since the last success
+	renewAt  time.Time          // the start of the renewal in flight; zero when none
+	capped   bool               // the watchdog's renewals end at the MaxHold cap
+	lostStop func() bool        // unregisters the watch of Grant.Lost; nil without one
+	lostSig  *driver.LossSignal // Grant.Lost when it is one; nil otherwise
+	extStart time.Time          // the start of the last extend applied
+	cutStart time.Time          // the start of the last extend that brought the deadline forward (bound)
 
 	re renewEntry // the lease's place in its Client's renewer; guarded by the renewer's mu
 

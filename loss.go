@@ -20,14 +20,46 @@ func (l *Lease) start() {
 }
 
 // watchLost loses the lease as soon as lost (Grant.Lost) ends, the driver's
-// word that the holding is gone. It costs no goroutine until then.
+// word that the holding is gone. It costs no goroutine until then; a
+// *driver.LossSignal costs no allocation but the watcher, and is unwatched as
+// soon as the lease ends.
 func (l *Lease) watchLost(lost context.Context) {
+	if sig, ok := lost.(*driver.LossSignal); ok {
+		l.mu.Lock()
+		l.lostSig = sig
+		l.mu.Unlock()
+		sig.Watch((*pushWatcher)(l))
+		return
+	}
 	stop := context.AfterFunc(lost, func() {
 		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), LossStoreSignal, true)
 	})
 	l.mu.Lock()
 	l.lostStop = stop
 	l.mu.Unlock()
+}
+
+// pushWatcher is a Lease as the driver.LossWatcher of its LossSignal.
+type pushWatcher Lease
+
+// Lost loses the lease whose LossSignal the driver ended.
+func (w *pushWatcher) Lost() {
+	l := (*Lease)(w)
+	l.mu.Lock()
+	sig := l.lostSig
+	l.mu.Unlock()
+	_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, sig.Cause()), LossStoreSignal, true)
+}
+
+// unwatchLost stops watching the driver's LossSignal, if any: the lease has
+// ended, and the driver may forget the holding.
+func (l *Lease) unwatchLost() {
+	l.mu.Lock()
+	sig := l.lostSig
+	l.mu.Unlock()
+	if sig != nil {
+		sig.Unwatch()
+	}
 }
 
 // stopTimers stops the timer and the renewals of a lease that is being
@@ -43,6 +75,7 @@ func (l *Lease) stopTimers() {
 		l.lostStop()
 	}
 	l.mu.Unlock()
+	l.unwatchLost()
 	l.c.rn.remove(l, true)
 	l.cancel(ErrReleased)
 }
@@ -55,6 +88,8 @@ func (l *Lease) stopTimers() {
 // A lease with a lock-delay is not released so: its holding runs out in the
 // store, and the delay follows.
 func (l *Lease) lose(cause error, why LossCause, release bool) error {
+	// The driver stops watching the holding before anybody sees the loss.
+	l.unwatchLost()
 	release = release && !l.delayed
 	l.mu.Lock()
 	if l.state != held {

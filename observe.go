@@ -172,7 +172,7 @@ const (
 	LossLocalDeadline LossCause = "local_deadline" // no renewal succeeded before the local deadline
 	LossFixedTTL      LossCause = "fixed_ttl"      // a lease without watchdog reached its TTL
 	LossMaxHold       LossCause = "max_hold"       // the WithMaxHold cap was reached
-	LossStoreSignal   LossCause = "store_signal"   // the driver said the holding is gone (Grant.Lost)
+	LossStoreSignal   LossCause = "store_signal"   // the store told at once that the holding is gone (Grant.Lost: a force-unlock, a deletion, a session that ended)
 )
 
 // LossEvent is the loss of a lease.

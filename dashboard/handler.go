@@ -204,8 +204,9 @@ var ErrHolderChanged = errors.New("the lock changed hands")
 // ForceUnlock removes the lock named key if owner (a Row.Owner the operator
 // confirmed) still holds it, and returns what it removed. The error matches
 // dlock.ErrNotHeld when the lock is free, and also ErrHolderChanged when
-// another owner holds it now (nothing is removed then). The holder is not told:
-// it learns of the loss at its next renewal. The Handler calls it only with
+// another owner holds it now (nothing is removed then). The holder is told as
+// for Inspector.ForceUnlock (at once where the backend pushes it, otherwise at
+// its next renewal). The Handler calls it only with
 // Options.AllowUnlock; a Watcher used directly (a terminal view) must ask its
 // operator first.
 func (w *Watcher) ForceUnlock(ctx context.Context, key, owner string) (Row, error) {

@@ -10,8 +10,9 @@ import (
 
 // Superseded takes key with c, ends that holding with ForceUnlock (as an
 // operator or an expiry would end it) and takes key again: it returns the
-// superseded lease, whose token is now stale, and the current one. For tests
-// of fences.
+// superseded lease, whose token is now stale (and which a backend that tells
+// its holders at once has ended already), and the current one. For tests of
+// fences.
 func Superseded(t testing.TB, c *dlock.Client, key string, opts ...dlock.Option) (old, cur *dlock.Lease) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -144,7 +144,8 @@ type Grant struct {
 	// holding is gone (a ZooKeeper session that expired): the Lease is then lost
 	// at once, with context.Cause(Lost) in its error, instead of at its next
 	// renewal or its local deadline. Optional: without it, a loss is found by
-	// renewals and the deadline.
+	// renewals and the deadline. A *LossSignal costs less than another
+	// context, and tells the driver when the lease has ended (Forgetter).
 	Lost context.Context
 }
 

@@ -87,9 +87,10 @@ type Inspector interface {
 	ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error)
 
 	// ForceUnlock removes the holding of key whoever holds it, and returns what
-	// it removed. A free lock is ErrNotHeld (with Held false in the result). The
-	// holder learns of the loss at its next renewal or its local deadline. A
-	// holding taken with a lock-delay leaves the lock in its delay.
+	// it removed. A free lock is ErrNotHeld (with Held false in the result). A
+	// backend that can should tell the holder at once (Grant.Lost); otherwise
+	// the holder learns of the loss at its next renewal or its local deadline.
+	// A holding taken with a lock-delay leaves the lock in its delay.
 	ForceUnlock(ctx context.Context, key string) (LockInfo, error)
 }
 

@@ -101,6 +101,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 				return driver.Grant{}, &driver.Taken{Remaining: rem, RetryAfter: min(rem+time.Millisecond, seconds(secs)/3), Handle: h, Queued: true}
 			}
 		}
+		d.hold(h)
 		return driver.Grant{Token: uint64(h.revision()), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
 	if res.first != nil && foreign(res.first) {

@@ -47,7 +47,10 @@
 // when the Driver learns of it (a renewal or a write refused), every Lease on
 // it is lost at once (driver.Grant.Lost), and the Driver grants a new lease for
 // the next locks. Driver.Close revokes the Driver's leases; without it, they
-// expire on their own.
+// expire on their own. While it holds locks, a Driver also keeps one watch
+// (not one per lock) on the deletions under Prefix: a holder whose entry is
+// deleted (a force-unlock, another client's delete) loses its Lease at once,
+// with dlock.LossStoreSignal as its Observer's cause.
 //
 // # Waiting
 //

@@ -57,6 +57,8 @@ type Driver struct {
 
 	mu     sync.Mutex
 	leases map[int64]*sharedLease // by TTL class in seconds
+
+	lw lossWatch // the holdings watched for deletion (loss.go)
 }
 
 var (

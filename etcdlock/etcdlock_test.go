@@ -46,3 +46,49 @@ func TestConformance(t *testing.T) {
 func TestObserveWatches(t *testing.T) {
 	dlocktest.ObserveWatches(t, newClient(t), newClient(t), 5*time.Second)
 }
+
+// watchedClient returns a Client and its Driver, and a function that waits
+// until the Driver's loss watch is created.
+func watchedClient(t *testing.T) (*Client, func()) {
+	d, err := NewDriver(newEtcd(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.NewClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func() {
+		d.lw.mu.Lock()
+		ready := d.lw.ready
+		d.lw.mu.Unlock()
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no loss watch within 10 s")
+		}
+	}
+}
+
+func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
+	c, watched := watchedClient(t)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		watched()
+		start := time.Now()
+		_, err := c.ForceUnlock(ctx, l.Key())
+		return start, err
+	})
+	t.Logf("ForceUnlock to Done: %v", took)
+}
+
+func TestDeletionByAnotherClientTellsHolderAtOnce(t *testing.T) {
+	c, watched := watchedClient(t)
+	raw := newEtcd(t)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		watched()
+		start := time.Now()
+		_, err := raw.Delete(ctx, EntryKey(l.Key(), l.Owner()))
+		return start, err
+	})
+	t.Logf("a raw delete to Done: %v", took)
+}

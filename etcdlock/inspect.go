@@ -144,8 +144,9 @@ const forceAttempts = 3
 // ForceUnlock implements driver.Inspector: it removes the holder of the lock
 // named key, whoever it is, and returns what it removed (its lease, shared
 // with its holder's other locks, stays). The
-// holder learns of the loss at its next renewal, and the next waiter (if any)
-// takes the lock. It is an administrator's tool. The removal is checked against
+// holder's Driver watches the deletions of its entries, and its Lease is lost
+// at once (dlock.LossStoreSignal; at its next renewal if the watch was down),
+// and the next waiter (if any) takes the lock. It is an administrator's tool. The removal is checked against
 // the holder just read (its create revision), so a lock that changed hands
 // meanwhile is read again rather than removed unseen. It returns an error
 // matching dlock.ErrNotHeld (with Held false) when the lock is free, and

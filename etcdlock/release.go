@@ -23,6 +23,7 @@ func (d *Driver) release(ctx context.Context, hd driver.Holding) error {
 	if err != nil {
 		return err
 	}
+	d.forget(h)
 	h.mu.Lock()
 	mark := h.delayMark
 	h.mu.Unlock()
@@ -74,6 +75,9 @@ func (d *Driver) abandon(ctx context.Context, hd driver.Holding) error {
 		return err
 	}
 	entry, gone := EntryKey(hd.Key, hd.Owner), AbandonKey(hd.Key, hd.Owner)
+	if h != nil {
+		d.forget(h)
+	}
 	if h != nil && h.entry == entry && !h.isUncertain() {
 		// Every attempt of the acquisition was answered: none is in flight,
 		// and the entry they wrote is h's. Removing it is enough.

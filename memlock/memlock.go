@@ -19,6 +19,7 @@ package memlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -48,8 +49,13 @@ type holding struct {
 	token   uint64
 	meta    string
 	expires time.Time
-	delay   time.Duration // the lock-delay after an end without a release
+	delay   time.Duration           // the lock-delay after an end without a release
+	lost    context.CancelCauseFunc // ends the holding's Grant.Lost
+	lostCtx context.Context
 }
+
+// errForced is the cause of the Grant.Lost of a holding that ForceUnlock removed.
+var errForced = errors.New("memlock: the store says the lock was force-unlocked")
 
 type waiter struct {
 	owner string
@@ -139,7 +145,7 @@ func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Gran
 	if h := s.live(r.Key); h != nil {
 		if h.owner == r.Owner { // a retry of the holder: the same holding
 			h.expires = now.Add(r.TTL)
-			return driver.Grant{Token: h.token, TTL: r.TTL}, nil
+			return driver.Grant{Token: h.token, TTL: r.TTL, Lost: h.lostCtx}, nil
 		}
 		return driver.Grant{}, &driver.Taken{Remaining: h.expires.Sub(now)}
 	}
@@ -149,8 +155,10 @@ func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Gran
 	}
 	token := max(s.last[r.Key]+1, uint64(now.UnixMicro()))
 	s.last[r.Key] = token
-	s.locks[r.Key] = &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL), delay: r.Delay}
-	return driver.Grant{Token: token, TTL: r.TTL}, nil
+	h := &holding{owner: r.Owner, token: token, meta: r.Metadata, expires: now.Add(r.TTL), delay: r.Delay}
+	h.lostCtx, h.lost = context.WithCancelCause(context.Background())
+	s.locks[r.Key] = h
+	return driver.Grant{Token: token, TTL: r.TTL, Lost: h.lostCtx}, nil
 }
 
 // Info implements driver.Driver: a mutex in this process's memory.
@@ -320,7 +328,8 @@ func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, 
 	return out, nil
 }
 
-// ForceUnlock implements driver.Inspector.
+// ForceUnlock implements driver.Inspector. The holder's lease is lost at once
+// (driver.Grant.Lost), with dlock.LossStoreSignal as its Observer's cause.
 func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return dlock.LockInfo{}, err
@@ -331,6 +340,7 @@ func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, erro
 	if !info.Held {
 		return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 	}
+	s.locks[key].lost(errForced) // the holder is told at once
 	if h := s.locks[key]; h.delay > 0 {
 		delete(s.locks, key)
 		s.delayed[key] = s.now().Add(h.delay)

@@ -66,3 +66,14 @@ func TestInspection(t *testing.T) {
 		t.Fatalf("New(nil): %v", err)
 	}
 }
+
+func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
+	store := memlock.NewStore()
+	c, _ := memlock.New(store)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		start := time.Now()
+		_, err := store.ForceUnlock(ctx, l.Key())
+		return start, err
+	})
+	t.Logf("ForceUnlock to Done: %v", took)
+}

@@ -171,7 +171,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	case err != nil:
 		return driver.Grant{}, err
 	case state == stateGranted:
-		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: f.d.ln.hold(f, r.Key, r.Owner)}, nil
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}

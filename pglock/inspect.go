@@ -75,7 +75,8 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 }
 
 // ForceUnlock implements driver.Inspector: it frees the key's holding,
-// whoever holds it, notifies the key's waiters, and returns what it freed. It
+// whoever holds it, notifies the key's waiters and its holder (whose Lease is
+// lost at once, see loss.go), and returns what it freed. It
 // does not wait for transactions fenced on the key, but the next grant does
 // (see Fence). A free lock is dlock.ErrNotHeld.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
@@ -265,5 +266,6 @@ func (in inspection) ForceUnlock(ctx context.Context, key string) (dlock.LockInf
 	if !info.Held {
 		return info, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
 	}
+	in.d.pushLoss(ctx, key) // its holders lose their Leases at once (loss.go)
 	return info, nil
 }

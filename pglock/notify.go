@@ -53,11 +53,14 @@ type listener struct {
 	// attempt began (see mark).
 	gen  uint64
 	seen [buckets]uint64
-	// linger ends cur after its last waiter left; lingerGen tells a timer
+	// linger ends cur after its last user left; lingerGen tells a timer
 	// that fired late from the current one.
 	linger    *time.Timer
 	lingerGen uint64
 	lingerFor time.Duration // listenLinger, unless a test changed it
+
+	holds  map[string]*pgHold // the holdings told of a force-unlock, by key, a list each (loss.go)
+	nholds int                // holdings among the users counted in n
 
 	// Counters, for tests and figures.
 	connects, wakes atomic.Int64
@@ -141,18 +144,8 @@ func (l *listener) subscribe(key string, mark any) (<-chan struct{}, func(), err
 		l.subs[key] = map[*sub]struct{}{}
 	}
 	l.subs[key][s] = struct{}{}
-	l.n++
-	if l.linger != nil {
-		l.linger.Stop()
-		l.linger = nil
-	}
-	switch {
-	case l.cur == nil:
-		ctx, cancel := context.WithCancel(context.Background())
-		r := &listenRun{cancel: cancel, done: make(chan struct{})}
-		l.cur, l.live = r, false
-		l.gen++
-		go l.loop(ctx, r)
+	switch started := l.use(); {
+	case started:
 	case l.live:
 		if m, ok := mark.(listenMark); !ok || m != (listenMark{l.gen, l.seen[bucket(key)]}) {
 			s.notify()
@@ -160,6 +153,40 @@ func (l *listener) subscribe(key string, mark any) (<-chan struct{}, func(), err
 	}
 	var once sync.Once
 	return s.wake, func() { once.Do(func() { l.unsubscribe(s) }) }, nil
+}
+
+// use counts a user of the connection (a waiter or a holding), and starts
+// the connection loop, reporting so, when none runs; l.mu is held.
+func (l *listener) use() (started bool) {
+	l.n++
+	if l.linger != nil {
+		l.linger.Stop()
+	}
+	if l.cur != nil {
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &listenRun{cancel: cancel, done: make(chan struct{})}
+	l.cur, l.live = r, false
+	l.gen++
+	go l.loop(ctx, r)
+	return true
+}
+
+// unuse uncounts a user, and lets the connection linger after the last; l.mu
+// is held.
+func (l *listener) unuse() {
+	l.n--
+	if l.n == 0 && l.cur != nil {
+		l.lingerGen++
+		// One timer, reset at each linger: a Driver that locks over and
+		// over allocates none.
+		if l.linger == nil {
+			l.linger = time.AfterFunc(l.lingerFor, l.lingered)
+		} else {
+			l.linger.Reset(l.lingerFor)
+		}
+	}
 }
 
 func (l *listener) unsubscribe(s *sub) {
@@ -170,13 +197,19 @@ func (l *listener) unsubscribe(s *sub) {
 			delete(l.subs, s.key)
 		}
 	}
-	l.n--
-	if l.n == 0 && l.cur != nil {
-		l.lingerGen++
-		r, g := l.cur, l.lingerGen
-		l.linger = time.AfterFunc(l.lingerFor, func() { l.idle(r, g) })
-	}
+	l.unuse()
 	l.mu.Unlock()
+}
+
+// lingered runs when the linger timer fires: it closes the connection if
+// nobody has come since.
+func (l *listener) lingered() {
+	l.mu.Lock()
+	r, g := l.cur, l.lingerGen
+	l.mu.Unlock()
+	if r != nil {
+		l.idle(r, g)
+	}
 }
 
 // idle closes the connection of run r if nobody has subscribed since the
@@ -187,7 +220,7 @@ func (l *listener) idle(r *listenRun, g uint64) {
 		l.mu.Unlock()
 		return
 	}
-	l.cur, l.live, l.linger = nil, false, nil
+	l.cur, l.live = nil, false
 	l.gen++
 	l.mu.Unlock()
 	r.cancel()
@@ -210,7 +243,7 @@ func (s *sub) notify() {
 func (l *listener) wakeKey(r *listenRun, key string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cur != r {
+	if l.cur != r || l.lostKey(key) {
 		return
 	}
 	if all {
@@ -264,7 +297,6 @@ func (l *listener) refuse(r *listenRun, err error) {
 	l.gen++
 	if l.linger != nil {
 		l.linger.Stop()
-		l.linger = nil
 	}
 }
 
@@ -278,6 +310,9 @@ func (l *listener) loop(ctx context.Context, r *listenRun) {
 		if err != nil {
 			l.refuse(r, err)
 			return
+		}
+		if l.holdersOnly(r) {
+			return // the next acquisition sets it up again (see loss.go)
 		}
 		if listened {
 			pause = minPause

@@ -282,7 +282,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if token <= 0 {
 			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
 		}
-		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: d.ln.hold(d, r.Key, r.Owner)}, nil
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}

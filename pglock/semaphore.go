@@ -337,7 +337,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	}
 	switch state {
 	case stateGranted:
-		return driver.Grant{Token: uint64(token), TTL: r.TTL}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: s.d.ln.hold(s, r.Key, r.Owner)}, nil
 	case stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	case stateMismatch:

@@ -178,6 +178,9 @@ func listeners(t *testing.T) int {
 // held beyond its TTL, no subscription and no listening connection.
 func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 	key := dlocktest.Key(t)
+	// Other tests' Drivers that still hold locks keep their LISTEN
+	// connections (their holders are told of a force-unlock through them).
+	before := listeners(t)
 	holder := newClient(t)
 	ctx := ctxT(t, 60*time.Second)
 	l, err := holder.TryLock(ctx, key, dlock.WithTTL(time.Minute))
@@ -220,9 +223,9 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 			t.Errorf("%d subscriptions left", subs)
 		}
 	}
-	for i := 0; listeners(t) != 0; i++ {
+	for i := 0; listeners(t) > before; i++ {
 		if i == 100 { // the server notices a closed connection at once; allow it a moment
-			t.Fatalf("%d listening connections left", listeners(t))
+			t.Fatalf("%d listening connections left", listeners(t)-before)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

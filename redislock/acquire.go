@@ -53,6 +53,9 @@ type acquisition struct {
 	// refresh, when positive, is how often a waiter that was told busy must
 	// come back to refresh the state it left in the store (see queued).
 	refresh time.Duration
+	// holder is the driver whose TTL checks a holding the server may have
+	// removed (see loss.go).
+	holder driver.Driver
 }
 
 // acquire makes one attempt of r as a describes it.
@@ -73,6 +76,9 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 		queued(busy, a.refresh)
 	}
 	c.fl.sent(r, err)
+	if err == nil && a.holder != nil {
+		g.Lost = &c.hub.holding(a.holder, r.Key, r.Owner, g.Handle).LossSignal
+	}
 	return g, err
 }
 

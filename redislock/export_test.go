@@ -26,3 +26,10 @@ func ParseRecord(v string) (Record, bool) {
 	r, ok := parseRecord(v)
 	return Record{r.token, r.owner, r.waited, r.metadata}, ok
 }
+
+// WatchedHoldings returns how many holdings d watches for pushed losses.
+func WatchedHoldings(d *Driver) int {
+	d.c.hub.mu.Lock()
+	defer d.c.hub.mu.Unlock()
+	return d.c.hub.nholds
+}

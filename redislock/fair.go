@@ -76,6 +76,7 @@ func NewFairDriver(rdb redis.UniversalClient, opts ...Option) (*FairDriver, erro
 // release writes in the released record.
 func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	g, err := d.c.acquire(ctx, r, acquisition{
+		holder:  d,
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),

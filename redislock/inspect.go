@@ -195,6 +195,9 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
 		}
 		err = k.force(ctx, key, info)
+		if err == nil {
+			c.pushLoss(ctx, key)
+		}
 		if !errors.Is(err, dlock.ErrNotHeld) {
 			return info, err
 		}
@@ -242,8 +245,11 @@ func (i inspection) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, 
 }
 
 // ForceUnlock implements driver.Inspector: it removes the lock named key whoever
-// holds it, and returns what it removed. The holder is not told, and learns of
-// the loss at its next renewal. The fence counter is kept, so tokens keep
+// holds it, and returns what it removed. The holder is told at once: the
+// force-unlock publishes the lock's name on "dlock:lost", on which the Client
+// of every holder listens while it holds locks, and the holder's lease is lost
+// (dlock.LossStoreSignal) after one owner-checked read; a holder that missed
+// the message learns of the loss at its next renewal. The fence counter is kept, so tokens keep
 // increasing. The release is owner-checked against the holder just read, so a
 // lock that changed hands meanwhile is read again rather than removed unseen.
 // The error matches dlock.ErrNotHeld when the lock is free, and otherwise as

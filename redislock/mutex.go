@@ -110,6 +110,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err
 	}
 	g.Handle = &plainHolding{token: g.Token, waiting: waiting}
+	g.Lost = &d.c.hub.holding(d, r.Key, r.Owner, g.Handle).LossSignal
 	return g, nil
 }
 

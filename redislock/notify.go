@@ -61,6 +61,14 @@ type hub struct {
 	refusal     error               // the server refused a subscription...
 	refusedTill time.Time           // ...and Subscribe fails until then
 	pubWarned   bool                // a failed wake-up publish was logged
+
+	// The holdings watched for pushed losses (loss.go).
+	holds           map[string]*hold // by lock name, a list each
+	nholds          int
+	loss            *lossWatch      // the loss subscription; nil when closed
+	lossRefusedTill time.Time       // the server refused it: not again until then
+	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
+	checking        map[string]bool // locks whose holdings are being checked: again when true
 }
 
 type topic struct {

@@ -128,6 +128,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 // waiters: the holder may be the one re-entering.
 func (d *ReentrantDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
+		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, t ticket) ([]any, error) {
 			markTaken := "0"

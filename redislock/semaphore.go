@@ -120,6 +120,7 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int, opts ...Option) (*Sema
 // Acquire implements driver.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	return d.c.acquire(ctx, r, acquisition{
+		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
 			return redisscript.SemAcquire.Run(ctx, d.c.rdb, semKeys(r.Key, r.Owner),

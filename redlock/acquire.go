@@ -74,6 +74,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if r.Waiting {
 		ws = &waits{caller: ctx}
 	}
+	sigs := &nodeSignals{}
 	// Settled early by a majority of grants; a failure waits for every node (up
 	// to the timeout), so that it knows which ones to release. A node is asked
 	// what server it is before its first request: no node takes part before it
@@ -82,18 +83,31 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if err := d.identify(ctx, i); err != nil {
 			return driver.Grant{}, err
 		}
+		var g driver.Grant
+		var err error
 		if ws != nil {
-			return ws.acquire(ctx, d.nodes[i], nr)
+			g, err = ws.acquire(ctx, d.nodes[i], nr)
+		} else {
+			g, err = d.nodes[i].Acquire(ctx, nr)
 		}
-		return d.nodes[i].Acquire(ctx, nr)
+		sigs.take(i, &g)
+		return g, err
 	}, func(got []reply[driver.Grant], _ int) bool {
 		return count(got) >= d.quorum
 	})
 	if err != nil {
 		ws.end()
+		sigs.settle(nil, 0)
 		return driver.Grant{}, err // the Client abandons the acquisition on every node
 	}
 	g, err := d.settle(ctx, r, got, late, timeout)
+	if hd, ok := g.Handle.(*holding); ok && err == nil {
+		if q := sigs.settle(hd.granted, d.quorum); q != nil {
+			g.Lost = q
+		}
+	} else {
+		sigs.settle(nil, 0)
+	}
 	var busy *driver.Taken
 	if errors.As(err, &busy) && ws != nil {
 		// The waiter subscribes next: the nodes keep its places until then.

@@ -82,6 +82,7 @@ type Driver struct {
 
 	reqTimeout time.Duration // bounds each call of the Driver
 	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
+	holds      holdings      // the holdings watched for their node's deletion (loss.go)
 
 	testHookCreate func() // called before each create of a lock node, in tests
 	onTimeout      func() // called when the negotiated session timeout is known
@@ -145,6 +146,7 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 		if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
 			d.sess.end(errSessionExpired)
 		}
+		d.lossEvent(ev)
 	})
 	log := zk.WithLogger(logger{d: d, logf: o.logf})
 	var conn *zk.Conn
@@ -262,7 +264,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err
 	}
 	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta, token: g.token, delayed: g.delayed},
-		Lost: d.sess.lost(g.session, d.conn.SessionID())}, nil
+		Lost: d.hold(d.lockPath(r.Key), g.node, d.sess.lost(g.session, d.conn.SessionID()))}, nil
 }
 
 // Info implements driver.Driver: ZooKeeper's locks are granted in the order

@@ -117,9 +117,10 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 }
 
 // ForceUnlock implements driver.Inspector: it deletes the holder's node of the
-// lock named key, whoever holds it, and returns what it removed. The holder
-// finds out at its next renewal (or its local deadline), and the next waiter
-// takes the lock. It is for operators clearing a lock whose holder is known to
+// lock named key, whoever holds it, and returns what it removed. The holder's
+// session is told at once by its watches, and its Lease is lost
+// (dlock.LossStoreSignal; at its next renewal if the session missed it), and
+// the next waiter takes the lock. It is for operators clearing a lock whose holder is known to
 // be gone. The error matches dlock.ErrNotHeld when the lock is free.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	for round := 0; round < maxRounds; round++ {

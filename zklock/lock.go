@@ -52,7 +52,7 @@ func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
 func (d *Driver) listMarked(ctx context.Context, lp string) ([]child, bool, error) {
 	var names []string
 	err := d.call(ctx, func() (err error) {
-		names, _, err = d.conn.Children(lp)
+		names, _, _, err = d.conn.ChildrenW(lp) // the watch tells a holder of a deletion (see loss.go)
 		return err
 	})
 	if err != nil {
@@ -99,7 +99,7 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		}
 		// The call ends when the server answers or the connection drops; the
 		// caller waits for it only as long as ctx lets it.
-		names, _, err := d.conn.Children(lp)
+		names, _, _, err := d.conn.ChildrenW(lp) // see loss.go
 		q, marked, err := parseList(lp, names, err)
 		lc <- listed{q, marked, err}
 	}()

@@ -528,3 +528,34 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("closed driver: %v", err)
 	}
 }
+
+func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
+	c, err := NewClient(newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		start := time.Now()
+		_, err := c.ForceUnlock(ctx, l.Key())
+		return start, err
+	})
+	t.Logf("ForceUnlock to Done: %v", took)
+}
+
+func TestDeletionByAnotherClientTellsHolderAtOnce(t *testing.T) {
+	c, err := NewClient(newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newDriver(t)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		lp := other.lockPath(l.Key())
+		q, err := other.list(ctx, lp)
+		if err != nil || len(q) != 1 {
+			return time.Time{}, fmt.Errorf("queue %v: %v", q, err)
+		}
+		start := time.Now()
+		return start, other.conn.Delete(lp+"/"+q[0].name, -1)
+	})
+	t.Logf("a raw delete to Done: %v", took)
+}

@@ -163,8 +163,9 @@ func unlockCommand() command {
 		name: "unlock", summary: "remove a lock whoever holds it (admin; needs --force)",
 		synopsis: "dlock unlock --force [flags] KEY",
 		help: `Removes the lock KEY whoever holds it and says whose lock it removed. The
-holder is not told: a "dlock run" holding it notices at its next renewal, stops
-its command and exits 76. The fencing counter is kept, so the next holder's token
+holder is told at once (Redis, Redlock, etcd, ZooKeeper and PostgreSQL push
+the news to it; a holder that missed it notices at its next renewal): a
+"dlock run" holding it stops its command and exits 76. The fencing counter is kept, so the next holder's token
 is still greater than every earlier one. Refuses without --force (exit 64); exits
 1 when the lock is free.
 

@@ -674,7 +674,7 @@ func TestStatusListUnlock(t *testing.T) {
 	} else if info, err := in.Inspect(context.Background(), keyA); err != nil || info.LastToken == 0 {
 		t.Errorf("unlock --force lost the last token: %+v, %v", info, err)
 	}
-	// The holder notices at its next renewal and stops its command.
+	// The holder is told at once and stops its command.
 	rh := wait(t, holderA, time.Now(), new(bytes.Buffer), stderrA)
 	if rh.code != exitLockLost {
 		t.Errorf("holder after unlock --force: exit %d, stderr %q", rh.code, rh.stderr)

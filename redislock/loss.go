@@ -1,0 +1,313 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Told at once: a holder learns that its lock was taken from it as soon as the
+// server says so, not at its next renewal. Each hub keeps, while this process
+// holds locks, one subscription connection of its own (apart from the wake-ups',
+// so that an ACL refusal of one does not stop the other), subscribed to
+//
+//   - lossChannel, on which dlock's force-unlock paths (Inspector.ForceUnlock,
+//     a Client's ForceUnlock, `dlock unlock --force`) publish the lock's name,
+//     and
+//   - on a single server or a Sentinel master, with one PSUBSCRIBE, the
+//     keyspace notifications of the lock keys of its database
+//     ("__keyspace@DB__:dlock:{*}"; dropped when an ACL refuses it), which the
+//     server sends only when notify-keyspace-events enables them (K and g, x or
+//     e, for a deletion, an expiry or an eviction); dlock never changes the
+//     server's configuration.
+//
+// A message about a lock this process holds makes the hub check each of its
+// holdings of it (one owner-checked read each, the driver's TTL), and a holding
+// the server no longer has is lost at once (dlock.LossStoreSignal). Messages
+// name no holding, so none is lost without that check: a message that was sent
+// before a holding began (a release by the previous holder, read late) costs a
+// read and nothing else. A message missed while the connection was down is not
+// replayed: the renewals and the local deadline find that loss, as they find
+// every loss that nobody pushed. RESP3 client tracking was not chosen: it tells
+// of every write to a tracked key (every renewal of every holder), not of
+// deletions, and would cost a read per renewal.
+
+// lossChannel is the channel on which force-unlocks publish the name of the
+// lock they removed (a plain PUBLISH, which reaches every node of a Cluster).
+const lossChannel = Prefix + "lost"
+
+// lossCheckTimeout bounds the check of a lock's holdings after a message.
+const lossCheckTimeout = 5 * time.Second
+
+// errPushed is the cause of a loss pushed by the server.
+var errPushed = errors.New("redislock: the server said the lock was removed (force-unlocked, deleted, expired or evicted), and it no longer holds it for this owner")
+
+// hold is a holding of this process, watched for pushed losses.
+type hold struct {
+	driver.LossSignal
+	h      *hub
+	d      driver.Driver // whose TTL checks the holding
+	key    string
+	owner  string
+	handle any
+	next   *hold // the other holdings of the same lock here
+	gone   bool  // forgotten
+}
+
+// lossWatch is a hub's loss subscription.
+type lossWatch struct {
+	ps     *redis.PubSub
+	idle   *time.Timer
+	closed bool
+}
+
+// holding registers a new holding of d and returns its Grant.Lost.
+func (h *hub) holding(d driver.Driver, key, owner string, handle any) *hold {
+	hd := &hold{h: h, d: d, key: key, owner: owner, handle: handle}
+	hd.Forgetter = hd
+	if _, ring := h.rdb.(*redis.Ring); ring {
+		return hd // no single subscription: the renewals find a loss
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.holds == nil {
+		h.holds = map[string]*hold{}
+	}
+	hd.next = h.holds[key]
+	h.holds[key] = hd
+	h.nholds++
+	h.watchLosses()
+	return hd
+}
+
+// Forget implements driver.Forgetter: the lease has ended.
+func (hd *hold) Forget(*driver.LossSignal) {
+	h := hd.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hd.gone || h.holds == nil {
+		return
+	}
+	hd.gone = true
+	var prev *hold
+	for x := h.holds[hd.key]; x != nil; prev, x = x, x.next {
+		if x != hd {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = hd.next
+		case hd.next != nil:
+			h.holds[hd.key] = hd.next
+		default:
+			delete(h.holds, hd.key)
+		}
+		break
+	}
+	h.nholds--
+	if h.nholds == 0 && h.loss != nil {
+		// Lingers, so that a process that takes locks one after the other
+		// keeps its subscription.
+		w := h.loss
+		if w.idle == nil {
+			w.idle = time.AfterFunc(idleLinger, func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if h.nholds == 0 && h.loss == w {
+					h.closeLoss()
+				}
+			})
+		} else {
+			w.idle.Reset(idleLinger)
+		}
+	}
+}
+
+// watchLosses opens the loss subscription if it is not open; h.mu is held.
+func (h *hub) watchLosses() {
+	if w := h.loss; w != nil {
+		if w.idle != nil {
+			w.idle.Stop()
+		}
+		return
+	}
+	if time.Now().Before(h.lossRefusedTill) {
+		return
+	}
+	pattern := ""
+	if db, ok := h.keyspaceDB(); ok && !h.lossNoKeyspace {
+		pattern = keyspacePrefix(db) + Prefix + "{*}"
+	}
+	w := &lossWatch{ps: h.rdb.Subscribe(context.Background())}
+	h.loss = w
+	go h.receiveLosses(w, pattern)
+}
+
+// keyspaceDB returns the database whose keyspace notifications tell of this
+// hub's locks: a single server's or a Sentinel master's (a Cluster node tells
+// of its own keys only).
+func (h *hub) keyspaceDB() (int, bool) {
+	if c, ok := h.rdb.(*redis.Client); ok {
+		return c.Options().DB, true
+	}
+	return 0, false
+}
+
+// keyspacePrefix starts the keyspace notification channels of database db.
+func keyspacePrefix(db int) string { return "__keyspace@" + strconv.Itoa(db) + "__:" }
+
+// closeLoss closes the loss subscription; h.mu is held.
+func (h *hub) closeLoss() {
+	w := h.loss
+	if w == nil {
+		return
+	}
+	h.loss = nil
+	w.closed = true
+	if w.idle != nil {
+		w.idle.Stop()
+	}
+	go w.ps.Close()
+}
+
+// receiveLosses subscribes w to lossChannel and, unless it is "", to the
+// keyspace notifications' pattern, and dispatches its messages until it is
+// closed.
+func (h *hub) receiveLosses(w *lossWatch, pattern string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := w.ps.Subscribe(ctx, lossChannel)
+	if err == nil && pattern != "" {
+		err = w.ps.PSubscribe(ctx, pattern)
+	}
+	cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		var msg any
+		if err == nil {
+			msg, err = w.ps.Receive(context.Background())
+		}
+		h.mu.Lock()
+		if w.closed {
+			h.mu.Unlock()
+			return
+		}
+		switch {
+		case errors.Is(err, redis.ErrClosed):
+			h.loss = nil
+			w.closed = true
+			h.mu.Unlock()
+			return
+		case err != nil && refusal(err) && pattern != "":
+			// An ACL that allows dlock's channels but not the keyspace
+			// notifications': subscribe again without them.
+			h.lossNoKeyspace = true
+			h.closeLoss()
+			if h.nholds > 0 {
+				h.watchLosses()
+			}
+			h.mu.Unlock()
+			return
+		case err != nil && refusal(err):
+			slog.Warn("redislock: the server refused the subscription that tells holders of a forced unlock at once; they learn of it at their next renewal (check the ACL's channel permissions)", "err", err)
+			h.lossRefusedTill = time.Now().Add(refusedRetry)
+			h.closeLoss()
+			h.mu.Unlock()
+			return
+		case err != nil:
+			// Dropped: go-redis subscribes again on the next Receive.
+			h.mu.Unlock()
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			err = nil
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		if m, ok := msg.(*redis.Message); ok {
+			if key, ok := h.lossKey(m); ok {
+				h.suspect(key)
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// lossKey returns the name of the lock that m says may be gone.
+func (h *hub) lossKey(m *redis.Message) (string, bool) {
+	if m.Channel == lossChannel {
+		return m.Payload, m.Payload != ""
+	}
+	switch m.Payload {
+	case "del", "expired", "evicted":
+	default:
+		return "", false
+	}
+	_, redisKey, ok := strings.Cut(m.Channel, "__:")
+	if !ok {
+		return "", false
+	}
+	return lockName(redisKey)
+}
+
+// suspect has the holdings of key checked, unless a check is under way (it
+// checks again when done); h.mu is held.
+func (h *hub) suspect(key string) {
+	if h.holds[key] == nil {
+		return
+	}
+	if h.checking == nil {
+		h.checking = map[string]bool{}
+	}
+	if _, busy := h.checking[key]; busy {
+		h.checking[key] = true
+		return
+	}
+	h.checking[key] = false
+	go h.check(key)
+}
+
+// check checks this process's holdings of key with the server, and loses
+// those it no longer has.
+func (h *hub) check(key string) {
+	for {
+		h.mu.Lock()
+		var hs []*hold
+		for hd := h.holds[key]; hd != nil; hd = hd.next {
+			hs = append(hs, hd)
+		}
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), lossCheckTimeout)
+		for _, hd := range hs {
+			_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
+			if errors.Is(err, dlock.ErrNotHeld) {
+				hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
+			}
+		}
+		cancel()
+		h.mu.Lock()
+		again := h.checking[key]
+		if !again {
+			delete(h.checking, key)
+			h.mu.Unlock()
+			return
+		}
+		h.checking[key] = false
+		h.mu.Unlock()
+	}
+}
+
+// pushLoss tells the holders of the lock named key, in every process, that
+// it was force-unlocked (see lossChannel). A failure is not the
+// force-unlock's: its holders learn of it at their next renewal.
+func (c *conn) pushLoss(ctx context.Context, key string) {
+	if _, ring := c.rdb.(*redis.Ring); ring {
+		return
+	}
+	_ = c.rdb.Publish(ctx, lossChannel, key).Err()
+}

@@ -1,0 +1,186 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// pushBound is how soon a pushed loss must close a lease's Done: far below
+// the renewal interval of dlocktest.PushedTTL (10 s).
+const pushBound = 2 * time.Second
+
+// lossSubscribed waits until n Clients of the server behind admin listen for
+// pushed losses on dlock:lost, and, with patterns, until that many keyspace
+// patterns are subscribed too.
+func lossSubscribed(t testing.TB, ctx context.Context, admin *redis.Client, n int, patterns ...int) {
+	t.Helper()
+	for range 400 {
+		subs, _ := admin.PubSubNumSub(ctx, "dlock:lost").Result()
+		pats, _ := admin.PubSubNumPat(ctx).Result()
+		if subs["dlock:lost"] >= int64(n) && (len(patterns) == 0 || pats >= int64(patterns[0])) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no loss subscription on the server")
+}
+
+// forcer is a dlocktest.PushedLoss removal by the Inspector of the server
+// behind admin.
+func forcer(t testing.TB, admin *redis.Client, n int) func(context.Context, *dlock.Lease) (time.Time, error) {
+	in, err := redislock.NewInspector(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		lossSubscribed(t, ctx, admin, n)
+		start := time.Now()
+		_, err := in.ForceUnlock(ctx, l.Key())
+		return start, err
+	}
+}
+
+func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	rdb := newRDB(t, own.Addr)
+	rw, err := redislock.NewRWMutex(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []struct {
+		name string
+		new  func() (dlock.Locker, error)
+	}{
+		{"plain", func() (dlock.Locker, error) { return redislock.New(rdb) }},
+		{"fair", func() (dlock.Locker, error) { return redislock.NewFair(rdb) }},
+		{"reentrant", func() (dlock.Locker, error) { return redislock.NewReentrant(rdb) }},
+		{"semaphore", func() (dlock.Locker, error) { return redislock.NewSemaphore(rdb, 3) }},
+		{"write", func() (dlock.Locker, error) { return rw.Client, nil }},
+		{"read", func() (dlock.Locker, error) { return rw.RLocker(), nil }},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c, err := k.new()
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, forcer(t, admin, 1))
+			t.Logf("ForceUnlock to Done: %v", took)
+		})
+	}
+}
+
+func TestKeyspaceDeletionTellsHolderAtOnce(t *testing.T) {
+	own := testserver.StartRedis(t, "--notify-keyspace-events", "Kgxe")
+	admin := newRDB(t, own.Addr)
+	c, err := redislock.New(newRDB(t, own.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		lossSubscribed(t, ctx, admin, 1, 1)
+		start := time.Now()
+		return start, admin.Del(ctx, redislock.LockKey(l.Key())).Err()
+	})
+	t.Logf("DEL by another client to Done: %v", took)
+}
+
+// TestLossPushWithoutKeyspacePermission: an ACL that allows dlock's channels
+// but not the keyspace notifications' refuses the keyspace pattern; the
+// Client subscribes to dlock:lost alone, and a force-unlock still reaches the
+// holder at once.
+func TestLossPushWithoutKeyspacePermission(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "locker", "on", ">secret", "~*", "resetchannels", "&dlock:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := testserver.RedisClient(t, own.Addr, func(o *redis.Options) { o.Username, o.Password = "locker", "secret" })
+	c, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), pushBound, forcer(t, admin, 1))
+	t.Logf("ForceUnlock to Done: %v", took)
+}
+
+// TestLossWatchForgetsEndedLeases: the hub stops watching a holding however
+// its lease ended: unlocked, force-unlocked (pushed), found gone by a renewal,
+// past its deadline, or its acquisition cancelled.
+func TestLossWatchForgetsEndedLeases(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	d, err := redislock.NewDriver(newRDB(t, own.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.NewClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := dlocktest.Key(t)
+	take := func(opts ...dlock.Option) *dlock.Lease {
+		t.Helper()
+		l, err := c.TryLock(ctx, key, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := redislock.WatchedHoldings(d); n != 1 {
+			t.Fatalf("%d holdings watched while one is held", n)
+		}
+		return l
+	}
+	forgotten := func(what string) {
+		t.Helper()
+		if n := redislock.WatchedHoldings(d); n != 0 {
+			t.Errorf("%s: %d holdings still watched", what, n)
+		}
+	}
+	l := take()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	forgotten("unlocked")
+
+	l = take()
+	lossSubscribed(t, ctx, admin, 1)
+	in, _ := redislock.NewInspector(admin)
+	if _, err := in.ForceUnlock(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	forgotten("force-unlocked, not unlocked yet")
+	_ = l.Unlock(ctx)
+
+	l = take(dlock.WithTTL(time.Second), dlock.WithRenewEvery(20*time.Millisecond))
+	if err := admin.Del(ctx, redislock.LockKey(key)).Err(); err != nil { // nobody is told
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, dlock.ErrLockLost) {
+		t.Fatalf("after a silent delete: %v", cause)
+	}
+	forgotten("found gone by a renewal")
+
+	l = take(dlock.WithTTL(50*time.Millisecond), dlock.WithAutoRenew(false))
+	<-l.Done()
+	forgotten("past its deadline")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Lock(cctx, key); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled context: %v", err)
+	}
+	forgotten("acquisition cancelled")
+}
