@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -14,27 +15,6 @@ import (
 // reply to a waiter that left state in the store (a queue entry, a mark) says
 // how soon to refresh it. Each kind describes its script call in an
 // acquisition; acquire does the rest.
-
-// ticket is what the hub tells a waiting attempt (see hub.attempt).
-type ticket struct {
-	// subscribed is true when the hub has the wake channel subscribed: only a
-	// subscribed process joins the plain lock's waiting set.
-	subscribed bool
-	// othersWait is true when other waiters of this process wait for the key.
-	othersWait bool
-	// arrival is this process's arrival in the plain lock's waiting set, ""
-	// when it has none yet.
-	arrival string
-	// onSet is true when this process is on the plain lock's waiting set (it
-	// has an arrival, and no release took it off to wake it).
-	onSet bool
-	// queued is how long to wait for a wake, without any attempt, behind this
-	// process's earlier waiters; 0 to make the attempt.
-	queued time.Duration
-	// done reports the attempt's outcome: its error, the arrival the script
-	// gave this process, and the fencing token of a grant.
-	done func(err error, arrival string, token uint64)
-}
 
 // acquisition is one lock kind's part of an attempt. (The plain mutex, whose
 // waiters queue behind this process's earlier waiters of the key and report
@@ -97,4 +77,32 @@ func (a acquisition) decode(ctx context.Context, r driver.AcquireRequest, res []
 	}
 	g, err := acquireReply(res, err, r.TTL)
 	return g, arrival, err
+}
+
+// queued marks busy as the reply to a waiter that left state in the store (a
+// queue entry, a mark) which it must refresh at least every refresh, and which
+// the Client abandons if it gives up.
+func queued(busy *driver.Taken, refresh time.Duration) {
+	busy.Queued = true
+	if busy.Remaining < 0 || busy.Remaining > refresh {
+		busy.Remaining = refresh
+	}
+}
+
+// waitingArg is the acquire scripts' argument that says whether the caller
+// will wait: "1" or "0".
+func waitingArg(r driver.AcquireRequest) string {
+	if r.Waiting {
+		return "1"
+	}
+	return "0"
+}
+
+// abandoned is the result of a release script run to abandon an acquisition:
+// finding nothing held is no error.
+func abandoned(err error) error {
+	if errors.Is(err, dlock.ErrNotHeld) {
+		return nil
+	}
+	return err
 }

@@ -276,12 +276,12 @@ var _ driver.Inspector = (*Inspector)(nil)
 // NewInspector returns an Inspector over rdb. It returns an error matching
 // dlock.ErrInvalid for a nil client; it does no I/O.
 func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
-	m, err := NewDriver(rdb)
+	c, err := newConn(rdb)
 	if err != nil {
 		return nil, err
 	}
-	fair := &FairDriver{c: m.c}
-	mutex := mutexKind(m.releaseForced)
+	fair := &FairDriver{c: c}
+	mutex := mutexKind(c.releaseForced)
 	plain := mutex.force
 	mutex.force = func(ctx context.Context, key string, info LockInfo) error {
 		if info.Kind == driver.KindFair {
@@ -290,8 +290,8 @@ func NewInspector(rdb redis.UniversalClient) (*Inspector, error) {
 		return plain(ctx, key, info)
 	}
 	return &Inspector{
-		c: m.c, mutex: mutex, reentrant: reentrantKind(m.releaseForced), // every hold goes with the holding
-		sem: newMultiHolder(m.c, semMarker).kind(), rw: newMultiHolder(m.c, rwMarker).kind(),
+		c: c, mutex: mutex, reentrant: reentrantKind(c.releaseForced), // every hold goes with the holding
+		sem: newMultiHolder(c, semMarker).kind(), rw: newMultiHolder(c, rwMarker).kind(),
 	}, nil
 }
 

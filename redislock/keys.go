@@ -135,3 +135,9 @@ func parseRecord(v string) (lockRecord, bool) {
 	r.owner, r.metadata, _ = strings.Cut(rest, " ")
 	return r, r.owner != ""
 }
+
+// rwMarker is the lock hash field that marks a read-write lock.
+const rwMarker = "rw"
+
+// semMarker is the lock hash field of a semaphore: its number of permits.
+const semMarker = "n"

@@ -2,12 +2,10 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
 
@@ -75,32 +73,4 @@ func (l multiHolder) kind() kind {
 			return mapErr(err)
 		},
 	}
-}
-
-// queued marks busy as the reply to a waiter that left state in the store (a
-// queue entry, a mark) which it must refresh at least every refresh, and which
-// the Client abandons if it gives up.
-func queued(busy *driver.Taken, refresh time.Duration) {
-	busy.Queued = true
-	if busy.Remaining < 0 || busy.Remaining > refresh {
-		busy.Remaining = refresh
-	}
-}
-
-// waitingArg is the acquire scripts' argument that says whether the caller
-// will wait: "1" or "0".
-func waitingArg(r driver.AcquireRequest) string {
-	if r.Waiting {
-		return "1"
-	}
-	return "0"
-}
-
-// abandoned is the result of a release script run to abandon an acquisition:
-// finding nothing held is no error.
-func abandoned(err error) error {
-	if errors.Is(err, dlock.ErrNotHeld) {
-		return nil
-	}
-	return err
 }

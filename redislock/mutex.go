@@ -49,7 +49,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{c: c, ack: o.ack, ackTimeout: o.ackTimeout}
-	d.inspection = inspection{c: c, k: mutexKind(d.releaseForced)}
+	d.inspection = inspection{c: c, k: mutexKind(c.releaseForced)}
 	return d, nil
 }
 
@@ -179,11 +179,11 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	switch hd := h.Handle.(type) {
 	case *plainHolding:
 		if lock, waiting, ok := hd.releaseKeys(h.Key); ok {
-			return d.release(ctx, h.Key, lock, waiting, h.Owner, hd.token, false)
+			return d.c.release(ctx, h.Key, lock, waiting, h.Owner, hd.token, false)
 		}
-		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd.token, false)
+		return d.c.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd.token, false)
 	case uint64:
-		return d.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd, false)
+		return d.c.release(ctx, h.Key, LockKey(h.Key), waitingKey(h.Key), h.Owner, hd, false)
 	}
 	drawn := ""
 	if dr, ok := h.Handle.(redisscript.Drawn); ok {
@@ -199,27 +199,27 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 // releaseForced releases the holding of owner read by an inspection; the
 // released record keeps the lock's token, and a holding with a lock-delay
 // leaves the lock in its delay.
-func (d *Driver) releaseForced(ctx context.Context, key, owner string) error {
-	return d.release(ctx, key, LockKey(key), waitingKey(key), owner, 0, true)
+func (c *conn) releaseForced(ctx context.Context, key, owner string) error {
+	return c.release(ctx, key, LockKey(key), waitingKey(key), owner, 0, true)
 }
 
 // release releases owner's holding of the plain lock named key, whose lock
 // key and waiting set are lock and waiting, recording token (0: the record's
 // own) in the released record; forced says that the holding is forced
 // (ForceUnlock), which starts its lock-delay.
-func (d *Driver) release(ctx context.Context, key, lock, waiting, owner string, token uint64, forced bool) error {
+func (c *conn) release(ctx context.Context, key, lock, waiting, owner string, token uint64, forced bool) error {
 	tok := ""
 	if token > 0 {
 		tok = strconv.FormatUint(token, 36)
 	}
-	c := getCall()
-	argv := append(c.argv[:redisscript.LeanArgs], "2", c.str(0, lock), c.str(1, waiting),
-		c.str(2, owner), d.c.hub.publishArg(), c.str(3, tok), forcedArg(forced))
-	res, err := redisscript.Release.Run(ctx, d.c.rdb, argv).Result()
-	c.put()
-	err = d.c.released(key, res, err)
-	if err == nil && d.c.hub.waiting() {
-		d.c.hub.released(clientWakeChannel(key, d.c.hub.id))
+	call := getCall()
+	argv := append(call.argv[:redisscript.LeanArgs], "2", call.str(0, lock), call.str(1, waiting),
+		call.str(2, owner), c.hub.publishArg(), call.str(3, tok), forcedArg(forced))
+	res, err := redisscript.Release.Run(ctx, c.rdb, argv).Result()
+	call.put()
+	err = c.released(key, res, err)
+	if err == nil && c.hub.waiting() {
+		c.hub.released(clientWakeChannel(key, c.hub.id))
 	}
 	return err
 }
@@ -264,4 +264,25 @@ func forcedArg(forced bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// New returns a Client that locks through rdb, which may be a *redis.Client,
+// *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
+// opts become the defaults of every TryLock and Lock. It returns an error matching
+// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
+func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
+	d, err := NewDriver(rdb)
+	if err != nil {
+		return nil, err
+	}
+	return dlock.NewClient(d, opts...)
+}
+
+// NewClient returns a Client over d (a Driver made with options), with opts as
+// the defaults of every TryLock and Lock.
+func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+	}
+	return dlock.NewClient(d, opts...)
 }

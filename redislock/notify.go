@@ -659,3 +659,24 @@ func (h *hub) attempt(ctx context.Context, channel, owner string, newcomerWaits 
 		}
 	}}
 }
+
+// ticket is what the hub tells a waiting attempt (see hub.attempt).
+type ticket struct {
+	// subscribed is true when the hub has the wake channel subscribed: only a
+	// subscribed process joins the plain lock's waiting set.
+	subscribed bool
+	// othersWait is true when other waiters of this process wait for the key.
+	othersWait bool
+	// arrival is this process's arrival in the plain lock's waiting set, ""
+	// when it has none yet.
+	arrival string
+	// onSet is true when this process is on the plain lock's waiting set (it
+	// has an arrival, and no release took it off to wake it).
+	onSet bool
+	// queued is how long to wait for a wake, without any attempt, behind this
+	// process's earlier waiters; 0 to make the attempt.
+	queued time.Duration
+	// done reports the attempt's outcome: its error, the arrival the script
+	// gave this process, and the fencing token of a grant.
+	done func(err error, arrival string, token uint64)
+}

@@ -146,18 +146,6 @@ const AbandonMarkTTL = time.Second
 // kind).
 type Client = dlock.Client
 
-// New returns a Client that locks through rdb, which may be a *redis.Client,
-// *redis.ClusterClient, a Sentinel failover client, or any redis.UniversalClient.
-// opts become the defaults of every TryLock and Lock. It returns an error matching
-// dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
-func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
-	d, err := NewDriver(rdb)
-	if err != nil {
-		return nil, err
-	}
-	return dlock.NewClient(d, opts...)
-}
-
 // conn is what the drivers of every lock kind share: the go-redis client and the
 // wake-up hub.
 type conn struct {
@@ -178,4 +166,23 @@ var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
 // markTTL is the lifetime of an abandon mark for an acquisition with the given TTL.
 func markTTL(ttl time.Duration) int64 {
 	return max(ttl, AbandonMarkTTL).Milliseconds()
+}
+
+// released turns the reply of a release script into the Release result: 1 is
+// done, 0 not held, and an error table a release whose wake-up failed.
+func (c *conn) released(key string, res any, err error) error {
+	if err != nil {
+		return mapErr(err)
+	}
+	switch v := res.(type) {
+	case int64:
+		if v == 1 {
+			return nil
+		}
+		return notHeld(key)
+	case []any:
+		c.hub.publishFailed(fmt.Sprint(v...))
+		return nil
+	}
+	return fmt.Errorf("%w: redislock: unexpected release reply %v", dlock.ErrRefused, res)
 }

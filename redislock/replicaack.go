@@ -67,15 +67,6 @@ func newOptions(rdb redis.UniversalClient, kind string, opts []Option) (options,
 	return o, nil
 }
 
-// NewClient returns a Client over d (a Driver made with options), with opts as
-// the defaults of every TryLock and Lock.
-func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
-	if d == nil {
-		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
-	}
-	return dlock.NewClient(d, opts...)
-}
-
 // checkAck releases a grant that fewer replicas than WithReplicaAck asks for
 // acknowledged, and reports it.
 func (d *Driver) checkAck(ctx context.Context, r driver.AcquireRequest, acked int64) error {

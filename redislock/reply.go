@@ -70,25 +70,6 @@ func ttlReply(key string, n int64, err error) (time.Duration, error) {
 	return time.Duration(n) * time.Millisecond, nil
 }
 
-// released turns the reply of a release script into the Release result: 1 is
-// done, 0 not held, and an error table a release whose wake-up failed.
-func (c *conn) released(key string, res any, err error) error {
-	if err != nil {
-		return mapErr(err)
-	}
-	switch v := res.(type) {
-	case int64:
-		if v == 1 {
-			return nil
-		}
-		return notHeld(key)
-	case []any:
-		c.hub.publishFailed(fmt.Sprint(v...))
-		return nil
-	}
-	return fmt.Errorf("%w: redislock: unexpected release reply %v", dlock.ErrRefused, res)
-}
-
 func notHeld(key string) error {
 	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
 }

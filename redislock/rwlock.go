@@ -30,9 +30,6 @@ var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
 // matches dlock.ErrInvalid.
 var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a write lock (two readers upgrading would wait for each other forever); unlock it and take the write lock", dlock.ErrInvalid)
 
-// rwMarker is the lock hash field that marks a read-write lock.
-const rwMarker = "rw"
-
 // RWMutex is a read-write lock on Redis: any number of readers or one writer
 // hold a key at a time. The embedded *Client takes the write lock (TryLock,
 // Lock); RLocker returns the Client that takes read locks. Both share one

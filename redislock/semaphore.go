@@ -36,9 +36,6 @@ func (*limitError) Is(target error) bool { return target == dlock.ErrConflict }
 // error matching ErrLimitMismatch.
 const StoredSize = -1
 
-// semMarker is the lock hash field of a semaphore: its number of permits.
-const semMarker = "n"
-
 // NewSemaphore returns a Client whose locks are counting semaphores of n
 // permits: at most n leases of a key are held at once, each with its own owner,
 // fencing token (drawn from the key's one counter), TTL, watchdog and loss
