@@ -155,7 +155,8 @@ func testDelayExpiry(t *testing.T, b Backend) {
 	start := time.Now()
 	held := mustLock(t, l, key, dlock.WithTTL(ttl), dlock.WithLockDelay(lockDelay))
 	locked := time.Now() // the store's holding ends before locked + ttl
-	select {             // the holder crashed: it renews nothing and never unlocks
+	// The holder crashed: it renews nothing and never unlocks.
+	select {
 	case <-held.Done():
 	case <-time.After(ttl + 10*time.Second):
 		t.Fatal("Done not closed after the lease's TTL")
