@@ -166,6 +166,13 @@ func TestPlainMemoryPerHeldLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer warm.Unlock(ctx)
+	// ... nor is the connection that tells the holder of a force-unlock.
+	// Its first check of the holdings (on a connection of the pool's own) is
+	// done when the scripts' calls stop changing.
+	eventually(t, "the loss subscription", func() bool {
+		return admin.PubSubNumSub(ctx, redislock.Prefix+"lost").Val()[redislock.Prefix+"lost"] == 1
+	})
+	quiet(t, func() int64 { return testserver.CommandCalls(t, admin, nil)["evalsha"] })
 	before := used()
 	leases := make([]*dlock.Lease, 0, k)
 	for i := range k {

@@ -34,10 +34,12 @@ import (
 // name no holding, so none is lost without that check: a message that was sent
 // before a holding began (a release by the previous holder, read late) costs a
 // read and nothing else. A message missed while the connection was down is not
-// replayed: the renewals and the local deadline find that loss, as they find
-// every loss that nobody pushed. RESP3 client tracking was not chosen: it tells
-// of every write to a tracked key (every renewal of every holder), not of
-// deletions, and would cost a read per renewal.
+// replayed, but each time the connection is subscribed (at first, and again
+// after it dropped) the holdings registered until then are checked once, so
+// that a force-unlock that came before the subscription is found too. RESP3
+// client tracking was not chosen: it tells of every write to a tracked key
+// (every renewal of every holder), not of deletions, and would cost a read per
+// renewal.
 
 // lossChannel is the channel on which force-unlocks publish the name of the
 // lock they removed (a plain PUBLISH, which reaches every node of a Cluster).
@@ -229,9 +231,19 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		if m, ok := msg.(*redis.Message); ok {
+		switch m := msg.(type) {
+		case *redis.Message:
 			if key, ok := h.lossKey(m); ok {
 				h.suspect(key)
+			}
+		case *redis.Subscription:
+			// Subscribed (first, or again after a dropped connection): a
+			// message sent before this was not heard, so the holdings
+			// registered until now are checked once.
+			if m.Kind == "subscribe" || m.Kind == "psubscribe" {
+				for key := range h.holds {
+					h.suspect(key)
+				}
 			}
 		}
 		h.mu.Unlock()

@@ -258,8 +258,8 @@ func (d *Driver) drop(ctx context.Context, h driver.Holding, mark, drawn string)
 }
 
 // forcedArg is the release script's argument that says whether a release is
-// forced.
-func forcedArg(forced bool) string {
+// forced, ready for a command line (a constant, which boxing does not copy).
+func forcedArg(forced bool) any {
 	if forced {
 		return "1"
 	}

@@ -79,6 +79,27 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 // quiet waits until n has not changed for 100ms (at most 10s): the waiters'
 // start-up attempts are over.
+// openLossWatch takes and releases a lock of key through c, so that c's loss
+// subscription, which lingers, is open (and its first check of the holdings
+// done) before a test counts commands.
+func openLossWatch(t testing.TB, ctx context.Context, c dlock.Locker, key string) {
+	t.Helper()
+	l, err := c.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lossWatchers waits until n connections are subscribed to the loss channel.
+func lossWatchers(t testing.TB, ctx context.Context, probe *redis.Client, n int64) {
+	t.Helper()
+	ch := redislock.Prefix + "lost"
+	eventually(t, "loss subscriptions", func() bool { return probe.PubSubNumSub(ctx, ch).Val()[ch] >= n })
+}
+
 func quiet(t testing.TB, n func() int64) {
 	t.Helper()
 	last, since := n(), time.Now()

@@ -197,8 +197,14 @@ func TestSentinelFailoverLosesUnreplicatedLock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lock on the promoted replica: %v (the hazard did not show)", err)
 	}
-	if la.Err() != nil {
-		t.Fatalf("first lease ended: %v", la.Err())
+	if err := la.Err(); err != nil {
+		// The first holder's loss subscription, subscribed again on the
+		// promoted replica, checked its holding and found it gone: it was
+		// told, which is better; the tokens still have to order the two.
+		if !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("first lease ended: %v, not a loss", err)
+		}
+		t.Logf("the first holder was told of its loss after the failover: %v", err)
 	}
 	t.Logf("two holders after the failover: token %d (lost with the old master) and %d", la.Token(), lb.Token())
 	if lb.Token() <= la.Token() {

@@ -257,6 +257,7 @@ func TestRWMutexWriterReleaseWakesAllReaders(t *testing.T) {
 	var g errgroup.Group
 	for i := 0; i < clients; i++ {
 		rl := newRWMutex(t, cnts.rdb(t)).RLocker()
+		openLossWatch(t, ctx, rl, fmt.Sprint(key, "-warm-", i)) // its first check is not the wake-up's
 		for j := 0; j < perClient; j++ {
 			g.Go(func() error {
 				l, err := rl.Lock(ctx, key)
@@ -270,6 +271,7 @@ func TestRWMutexWriterReleaseWakesAllReaders(t *testing.T) {
 	total := cnts.total
 	ch := redislock.WakeChannel(key)
 	eventually(t, "readers subscribed", func() bool { return probe.PubSubNumSub(ctx, ch).Val()[ch] == clients })
+	lossWatchers(t, ctx, probe, clients+1)
 	quiet(t, total)
 	before := total()
 	if err := w.Unlock(ctx); err != nil {

@@ -292,6 +292,7 @@ func TestSemaphoreWakesOnePerFreedPermit(t *testing.T) {
 	g, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < clients; i++ {
 		c := newSemaphore(t, cnts.rdb(t), n)
+		openLossWatch(t, ctx, c, fmt.Sprint(key, "-warm-", i)) // its first check is not the hand-over's
 		for j := 0; j < perClient; j++ {
 			g.Go(func() error {
 				l, err := c.Lock(gctx, key, dlock.WithTTL(time.Minute))
@@ -304,6 +305,7 @@ func TestSemaphoreWakesOnePerFreedPermit(t *testing.T) {
 	}
 	total := cnts.total
 	eventually(t, "every waiter queued", func() bool { return probe.LLen(ctx, redislock.QueueKey(key)).Val() == clients*perClient })
+	lossWatchers(t, ctx, probe, clients+1)
 	quiet(t, total)
 	// Hand the permits through the queue: each release lets exactly one waiter in.
 	before := total()
