@@ -559,7 +559,7 @@ func (a *Analysis) ToldAtOnce() *Violation {
 				lines = append(lines, g.doneLine)
 			}
 			return &Violation{Checker: "told-at-once", Lines: lines,
-				Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and its Done fired %s (bound %v)", fo.ok.Key, g.ok.Proc, g.ok.Token, told, bound)}
+				Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and its Done fired %s (bound %v)", fo.ok.Key, g.ok.Proc, g.ok.Token, told, bound.Round(time.Millisecond))}
 		}
 	}
 	return nil
