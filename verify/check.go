@@ -87,9 +87,9 @@ type grant struct {
 	forced   int64 // when a force-unlock that removed it was invoked (0: none)
 }
 
-// forced is a force-unlock that completed (FaultForce), and the grant of the
+// forceOp is a force-unlock that completed (FaultForce), and the grant of the
 // holding it removed, when the history shows it.
-type forced struct {
+type forceOp struct {
 	inv, ok Event
 	g       *grant
 }
@@ -101,7 +101,7 @@ type Analysis struct {
 	grants map[string][]*grant // per key, by grant completion
 	acqs   []acq               // every acquisition, with its completion
 	faults []fault
-	forces []forced // the force-unlocks that removed a holding
+	forces []forceOp // the force-unlocks that removed a holding
 	// resizes are a semaphore's changes of size, per key (see OpResize).
 	resizes map[string][]resizeOp
 	Stats   Stats
@@ -164,11 +164,11 @@ func Analyze(h []Event, p Params) *Analysis {
 			default:
 				if e.Fault == FaultForce {
 					// A force that removed a holding excuses nothing but
-					// its holder's overlap (see forced); one of unknown
+					// its holder's overlap (see forcedBy); one of unknown
 					// outcome is a fault of the store.
 					switch e.Type {
 					case OK:
-						a.forces = append(a.forces, forced{inv: forceInv, ok: e})
+						a.forces = append(a.forces, forceOp{inv: forceInv, ok: e})
 					case Info:
 						a.faults = append(a.faults, fault{name: e.Fault, target: -1, start: forceInv.T, end: e.T, line: forceInv.Line})
 					}
