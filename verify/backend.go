@@ -47,7 +47,9 @@ import (
 //     and take permits under the N they were made with.
 //   - nodelay: the store is never told of the lock-delay: a holding that
 //     ends without a release frees the lock at its expiry.
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize", "nodelay"}
+//   - nopush: the driver's grants carry no Lost: a holder whose lock was
+//     force-unlocked learns of it at its next renewal, not at once.
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize", "nodelay", "nopush"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -233,6 +235,8 @@ func (b *broken) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		}
 		b.last[r.Key] = g.Token
 		b.mu.Unlock()
+	case "nopush":
+		g.Lost = nil // the store's word that the holding is gone never reaches the lease
 	case "noexpiry":
 		if err := b.rdb.Persist(ctx, redislock.LockKey(r.Key)).Err(); err != nil {
 			return g, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)

@@ -29,6 +29,7 @@ var brokenCases = []struct {
 	{"shortwait", nil, false, "", []string{"fairness"}},
 	{"nosize", nil, false, "", []string{"exclusion"}},
 	{"nodelay", []string{FaultKill}, false, "", []string{"lock-delay"}},
+	{"nopush", []string{FaultForce}, false, "", []string{"told-at-once"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the

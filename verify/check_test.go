@@ -341,3 +341,51 @@ func TestLockDelayFindsAGrantWithinTheDelay(t *testing.T) {
 		t.Errorf("a lock without a delay: %s", v.Msg)
 	}
 }
+
+// forceEvents is the test process's force-unlock of k at t, which removed
+// token tok (0: the Inspector named none).
+func forceEvents(t int64, tok uint64) []Event {
+	return []Event{
+		{T: ms(t), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultForce, Target: -1, Key: "k"},
+		{T: ms(t + 2), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultForce, Target: -1, Key: "k", Token: tok},
+	}
+}
+
+// TestToldAtOnceAfterAForce: a force-unlocked holder's Done must fire within
+// the bound (67 ms for a 400 ms TTL) of the force; its overlap with the next
+// holder until then is excused, and only its own; a stopped holder and a
+// holding younger than the bound are excused.
+func TestToldAtOnceAfterAForce(t *testing.T) {
+	told := func(at int64) []Event {
+		return []Event{{T: ms(at), Proc: 0, Op: OpDone, Key: "k", Token: 10},
+			{T: ms(at + 1), Proc: 0, Op: OpRelease, Type: Invoke, ID: 2, Key: "k"}, {T: ms(at + 2), Proc: 0, Op: OpRelease, Type: Fail, ID: 2, Key: "k"}}
+	}
+	stop := []Event{{T: ms(90), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultStop, Target: 0}, {T: ms(300), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultStop, Target: 0}}
+	next := grantEvents(1, 1, 104, 11, 400) // a waiter takes the freed lock
+	for _, tc := range []struct {
+		name string
+		h    []Event
+		want []string // the checkers that must fail (of told-at-once, exclusion, told-first, spurious-loss)
+	}{
+		{"told at once", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 10), next, told(112), releaseEvents(1, 2, 300)), nil},
+		{"told at the renewal", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 10), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}},
+		{"never told", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 10), next, releaseEvents(1, 2, 300)), []string{"told-at-once"}},
+		{"no token named, told late", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 0), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}},
+		{"a stopped holder", cat(grantEvents(0, 1, 0, 10, 400), stop[:1], forceEvents(100, 10), next, stop[1:], told(310), releaseEvents(1, 2, 320)), nil},
+		{"a holding younger than the bound", cat(grantEvents(0, 1, 50, 10, 400), forceEvents(100, 10), next, told(230), releaseEvents(1, 2, 300)), nil},
+		{"released before the force", cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 99), forceEvents(100, 10), next, releaseEvents(1, 2, 300)), nil},
+		// A force that removed another holding excuses nothing of this one.
+		{"a force of another token", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 9), next, told(230), releaseEvents(1, 2, 300)), []string{"exclusion", "told-first", "spurious-loss"}},
+	} {
+		a := Analyze(tc.h, checkParams)
+		var got []string
+		for _, v := range []*Violation{a.ToldAtOnce(), a.Exclusion(), a.ToldFirst(), a.SpuriousLoss()} {
+			if v != nil {
+				got = append(got, v.Checker)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: violations %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -80,6 +80,7 @@ func Properties(h []Event, kind string, ttl time.Duration, htmlPath string) ([]P
 		{Name: "exclusion", What: "no two holders' validity windows overlap", Violation: a.Exclusion()},
 		{Name: "spurious-loss", What: "no lease is lost while nothing disturbs its holder", Violation: a.SpuriousLoss()},
 		{Name: "told-first", What: "a holder's Done fires before another grant of the key completes", Violation: a.ToldFirst()},
+		{Name: "told-at-once", What: "a force-unlocked holder's Done fires within TTL/6 (1 s at most) of the force", Violation: a.ToldAtOnce()},
 		{Name: "hand-over", What: "a released or dead holder's key is granted again within TTL plus a bound", Violation: a.Handover()},
 		{Name: "fairness", What: "waiters are served in arrival order where promised", Violation: a.Fairness()},
 		{Name: "starvation", What: "no worker waits without ever getting the lock", Violation: a.Starvation()},

@@ -64,6 +64,11 @@ const (
 	FaultPartition = "partition"
 	// FaultTerminate ends every client connection of PostgreSQL (pg_terminate_backend).
 	FaultTerminate = "terminate"
+	// FaultForce force-unlocks a held key through the backend's Inspector,
+	// over a connection of the test process's own to the store (not
+	// through the proxies), as an operator's dlock unlock --force does: the
+	// event names the key and the holding the store removed (Token, Owner).
+	FaultForce = "force"
 )
 
 // Config is one run: a workload on one backend under a seeded nemesis.
@@ -134,6 +139,8 @@ type store struct {
 	shards [][]*testserver.Redis
 
 	legacy bool // the legacy timestamp protocol's store: keys without expiry
+
+	mem *memlock.Store // memlock: the store the in-process workers share
 }
 
 func startStore(t testing.TB, c Config) *store {
@@ -266,6 +273,7 @@ func Run(t testing.TB, c Config) *Result {
 	spec.Topology = c.Topology
 	if spec.Backend == "memlock" {
 		spec.mem = memlock.NewStore()
+		st.mem = spec.mem
 	}
 	rec, err := NewRecorder(filepath.Join(dir, "nemesis.jsonl"), -1)
 	if err != nil {
@@ -629,6 +637,12 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		return true
 	}
+	force, closeForce, err := forceInspector(c, st)
+	if err != nil {
+		t.Errorf("verify: the force-unlocking inspector: %v", err)
+		return
+	}
+	defer closeForce()
 	for sleep(between(ttl/2, 2*ttl)) {
 		// Every draw is made each round, used or not, so that a seed
 		// replays the same choices whatever the processes did.
@@ -700,6 +714,12 @@ func nemesis(ctx context.Context, t testing.TB, c Config, st *store, ws *workers
 			st.proxies[pick].Heal()
 			e.Type = OK
 			rec.Record(e)
+		case FaultForce:
+			// Drawn here, so that the other faults' draws stay those of a
+			// repertoire without it.
+			if force == nil || !forceHeld(ctx, force, c.Spec.Keys, rng.IntN(len(c.Spec.Keys)), rec) {
+				continue
+			}
 		case FaultTerminate:
 			if st.pg == nil {
 				continue

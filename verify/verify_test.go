@@ -108,13 +108,19 @@ type scenario struct {
 
 var holderFaults = []string{FaultStop, FaultKill, FaultReset, FaultDelay, FaultBlackhole}
 
+// forceFaults are FaultForce and holderFaults: an operator's force-unlock of a
+// held key, whose holder must be told at once.
+var forceFaults = append([]string{FaultForce}, holderFaults...)
+
 // The order of a repertoire decides which of its faults a seed's draws pick:
 // the etcd, ZooKeeper and PostgreSQL scenarios, whose 1 s TTL leaves room for
 // one or two faults in the quick run's 5 s, list a network fault first so that
-// the quick run's seed injects it (a partition, a session expiry, a black hole).
+// the quick run's seed injects it (a partition, a session expiry, a black hole);
+// FaultForce sits where it leaves the quick run's draws as they were without
+// it (etcd-3's partition and leader crash): longer runs draw it.
 
 var scenarios = []scenario{
-	{"redis-plain", "redis", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
+	{"redis-plain", "redis", "plain", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness", false},
 	{"redis-plain-aof", "redis", "plain", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", true},
 	{"redis-plain-rdb", "redis", "plain", []string{FaultStop, FaultCrash}, "rdb", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", true},
 	{"redis-fair-aof", "redis", "fair", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", false},
@@ -126,10 +132,10 @@ var scenarios = []scenario{
 	{"redis-semaphore-resize", "redis", semResize, holderFaults, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness", false},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)", false},
 	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, linearizable, liveness", false},
-	{"memlock", "memlock", "plain", nil, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (worker goroutines: one process)", false},
-	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys and leases)", false},
-	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (ephemeral nodes)", false},
-	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (rows)", false},
+	{"memlock", "memlock", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness (worker goroutines: one process)", false},
+	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys and leases)", false},
+	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes)", false},
+	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows)", false},
 	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
