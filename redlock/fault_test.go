@@ -17,7 +17,8 @@ import (
 
 // TestRestartWithoutPersistenceBreaksExclusion shows Redlock's known hole: a
 // node of the holder's majority restarts empty, and another client gathers a
-// new majority at once, while the first still holds its lease. The new holder's
+// new majority at once, while the first still holds its lease (until its
+// loss subscription, back on the restarted node, tells it). The new holder's
 // token is greater, so a resource that checks tokens refuses the old holder's
 // write.
 func TestRestartWithoutPersistenceBreaksExclusion(t *testing.T) {
@@ -38,8 +39,17 @@ func TestRestartWithoutPersistenceBreaksExclusion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryLock after the restart: %v (the hole did not open)", err)
 	}
-	if la.Err() != nil || lb.Err() != nil {
-		t.Fatalf("leases: %v, %v", la.Err(), lb.Err())
+	if lb.Err() != nil {
+		t.Fatalf("the new holder's lease: %v", lb.Err())
+	}
+	if err := la.Err(); err != nil {
+		// The old holder may already be told: its loss subscription to the
+		// restarted node checked its holding there when it subscribed again.
+		// Until then both held the lock.
+		if !errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("the old holder's lease: %v, not a loss", err)
+		}
+		t.Logf("the old holder was told: %v", err)
 	}
 	t.Logf("two holders: token %d (nodes 0,1) and token %d (nodes 2,3,4)", la.Token(), lb.Token())
 	if lb.Token() <= la.Token() {
