@@ -150,6 +150,31 @@ func newClient(t *testing.T, addr string, opts ...dlock.Option) *redislock.Clien
 	return c
 }
 
+// openLossWatch has c take and release a lock of its own, and waits until
+// its loss subscription (which lingers) is open, so that it is not the one
+// that finds a loss a test leaves to a renewal: a Client checks its holdings
+// once when it subscribes.
+func openLossWatch(t *testing.T, c *redislock.Client) {
+	t.Helper()
+	ctx := context.Background()
+	probe := newRedis(t, redisAddr)
+	ch := redislock.Prefix + "lost"
+	before := probe.PubSubNumSub(ctx, ch).Val()[ch]
+	l, err := c.TryLock(ctx, "warm:"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); probe.PubSubNumSub(ctx, ch).Val()[ch] <= before; {
+		if time.Now().After(end) {
+			t.Fatal("the Client's loss subscription did not open in 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func outcome(o string) attribute.KeyValue {
 	return dlockotel.AttrOutcome.String(o)
 }
@@ -292,6 +317,7 @@ func TestRefusedRenewalIsALoss(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	c := newClient(t, redisAddr, dlock.WithObserver(e.obs))
+	openLossWatch(t, c)
 	l, err := c.TryLock(ctx, "sync:1", dlock.WithTTL(time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -418,6 +444,7 @@ func TestStaleTokens(t *testing.T) {
 	ctx := context.Background()
 	rdb := newRedis(t, redisAddr)
 	c := newClient(t, redisAddr, dlock.WithObserver(e.obs), dlock.WithTTL(10*time.Second))
+	openLossWatch(t, c)
 	f, err := redislock.NewFence(rdb)
 	if err != nil {
 		t.Fatal(err)
