@@ -19,6 +19,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// openLossWatch has c take and release a lock of its own, and waits until its
+// loss subscription (which lingers) is open: a Client checks its holdings once
+// when it subscribes, which would find a loss a test leaves to a renewal.
+func openLossWatch(t *testing.T, c *redislock.Client) {
+	t.Helper()
+	ctx := context.Background()
+	probe := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer probe.Close()
+	ch := redislock.Prefix + "lost"
+	before := probe.PubSubNumSub(ctx, ch).Val()[ch]
+	l, err := c.TryLock(ctx, "warm:"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); probe.PubSubNumSub(ctx, ch).Val()[ch] <= before; {
+		if time.Now().After(end) {
+			t.Fatal("the Client's loss subscription did not open in 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func newRedisLocker(t *testing.T, opts ...dlock.Option) *redislock.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
@@ -290,6 +315,7 @@ func TestLossNamesCause(t *testing.T) {
 	t.Run("not held", func(t *testing.T) {
 		c := newRedisLocker(t)
 		key := dlocktest.Key(t)
+		openLossWatch(t, c)
 		l, err := c.TryLock(ctx, key, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(true), dlock.WithRenewEvery(100*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
