@@ -97,16 +97,16 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	})
 	if err != nil {
 		ws.end()
-		sigs.settle(nil, 0)
+		sigs.settle(nil, nil, 0)
 		return driver.Grant{}, err // the Client abandons the acquisition on every node
 	}
 	g, err := d.settle(ctx, r, got, late, timeout)
 	if hd, ok := g.Handle.(*holding); ok && err == nil {
-		if q := sigs.settle(hd.granted, d.quorum); q != nil {
+		if q := sigs.settle(hd.granted, late.nodes(), d.quorum); q != nil {
 			g.Lost = q
 		}
 	} else {
-		sigs.settle(nil, 0)
+		sigs.settle(nil, nil, 0)
 	}
 	var busy *driver.Taken
 	if errors.As(err, &busy) && ws != nil {

@@ -54,6 +54,14 @@ func (s *stragglers[T]) waitUntil(t time.Time) {
 	s.wait()
 }
 
+// nodes returns the nodes whose calls were still on their way.
+func (s *stragglers[T]) nodes() []int {
+	if s == nil {
+		return nil
+	}
+	return s.pending
+}
+
 // wait collects the stragglers' replies until every one has answered or their
 // timeout has passed, and returns the nodes that did not answer.
 func (s *stragglers[T]) wait() (unanswered []int) {

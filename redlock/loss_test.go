@@ -10,13 +10,21 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/redislock"
 )
 
-// lossSubscribed waits until every master has a loss subscription.
-func lossSubscribed(t testing.TB, ctx context.Context) {
+// lossSubscribed waits until every master (or those of idx) has a loss
+// subscription.
+func lossSubscribed(t testing.TB, ctx context.Context, idx ...int) {
 	t.Helper()
-	for _, s := range srvs {
+	if len(idx) == 0 {
+		for i := range srvs {
+			idx = append(idx, i)
+		}
+	}
+	for _, i := range idx {
+		s := srvs[i]
 		admin := newRDB(t, s.Addr)
 		for i := 0; ; i++ {
 			if n, _ := admin.PubSubNumSub(ctx, "dlock:lost").Result(); n["dlock:lost"] >= 1 {
@@ -68,7 +76,7 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 		}
 	}
 	// Forced master by master: the lease is lost once fewer than a quorum
-	// hold it (or sooner, while a master's late grant is not counted yet).
+	// hold it.
 	start := time.Now()
 	force(holding)
 	select {
@@ -81,4 +89,79 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 		t.Errorf("loss %v, want one naming the quorum", err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// TestLateGrantCountsTowardTheQuorum: a master whose attempt was on its way
+// when the majority granted counts as holding until it answers: one master of
+// the first majority going does not lose a lock that four masters hold, and a
+// late master that refuses is counted off.
+func TestLateGrantCountsTowardTheQuorum(t *testing.T) {
+	const delay = time.Second
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refuse=%v", refuse), func(t *testing.T) {
+			ctx := ctxT(t, 30*time.Second)
+			key := dlocktest.Key(t)
+			c, slow := proxiedClient(t, ctx, key, 3*time.Second, 1, 2)
+			for _, p := range slow {
+				p.SetLatency(testproxy.Upstream, delay)
+			}
+			l, err := c.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := held(t, key, 1, 2); len(got) != 0 {
+				t.Fatalf("nodes %v granted within the majority's time; the test needs them late", got)
+			}
+			if refuse {
+				// Another owner takes the lock on the late masters before the
+				// delayed attempts arrive.
+				for _, i := range []int{1, 2} {
+					other, err := redislock.New(newRDB(t, srvs[i].Addr))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := other.TryLock(ctx, key, dlock.WithTTL(10*time.Second)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Master 0 loses it, and says so.
+			lossSubscribed(t, ctx, 0)
+			admin := newRDB(t, srvs[0].Addr)
+			if err := admin.Del(ctx, redislock.LockKey(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.Publish(ctx, "dlock:lost", key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if refuse {
+				// 0, 1 and 2 gone: 3 and 4 are fewer than the quorum.
+				select {
+				case <-l.Done():
+				case <-time.After(delay + 3*time.Second):
+					t.Fatal("a lease held by 2 of 5 masters was not lost")
+				}
+				if err := l.Err(); !strings.Contains(fmt.Sprint(err), "fewer than the quorum") {
+					t.Errorf("loss %v, want one naming the quorum", err)
+				}
+				return
+			}
+			// The late grants land; the lease, held by 1 to 4, stays.
+			for i := 0; len(held(t, key, 1, 2)) < 2; i++ {
+				if i == 200 {
+					t.Fatal("the late masters never granted")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatalf("Extend with 4 of 5 masters holding: %v", err)
+			}
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease held by 4 of 5 masters lost: %v", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -80,6 +80,29 @@ func newClient(t testing.TB, opts ...dlock.Option) *redlock.Client {
 	return newClientAt(t, addrs(), nil, opts...)
 }
 
+// proxiedClient returns a Client with the given node timeout whose nodes idx
+// are reached through the returned proxies (in idx's order), every node's
+// connection warmed, and identified, by a lock taken and released on key, so
+// that dialling is not measured.
+func proxiedClient(t testing.TB, ctx context.Context, key string, nodeTimeout time.Duration, idx ...int) (*redlock.Client, []*testproxy.Proxy) {
+	t.Helper()
+	at := addrs()
+	proxies := make([]*testproxy.Proxy, len(idx))
+	for n, i := range idx {
+		proxies[n] = testproxy.Start(t, at[i])
+		at[i] = proxies[n].Addr
+	}
+	c := newClientAt(t, at, []redlock.Option{redlock.WithNodeTimeout(nodeTimeout)})
+	l, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, proxies
+}
+
 // stop kills the servers with the given indexes; they are started again, empty,
 // when the test ends (or earlier with start).
 func stop(t testing.TB, idx ...int) {
@@ -281,27 +304,13 @@ func TestThreeNodesDownFailsAndLeavesNothing(t *testing.T) {
 // settles without it, nor holds one that needs it beyond the node timeout.
 func TestSlowNodeDoesNotSlowAcquire(t *testing.T) {
 	const delay, timeout = 2 * time.Second, 150 * time.Millisecond
-	at := addrs()
-	proxies := make([]*testproxy.Proxy, 3)
-	for i := range proxies {
-		proxies[i] = testproxy.Start(t, at[i])
-		at[i] = proxies[i].Addr
-	}
-	c := newClientAt(t, at, []redlock.Option{redlock.WithNodeTimeout(timeout)})
 	ctx := ctxT(t, 20*time.Second)
 	key := dlocktest.Key(t)
-	// Warm the connections, so that dialling is not measured.
-	l, err := c.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, proxies := proxiedClient(t, ctx, key, timeout, 0, 1, 2)
 
 	proxies[0].SetLatency(testproxy.Downstream, delay)
 	begin := time.Now()
-	l, err = c.TryLock(ctx, key, dlock.WithTTL(5*time.Second))
+	l, err := c.TryLock(ctx, key, dlock.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatalf("TryLock with one slow node: %v", err)
 	}
