@@ -156,23 +156,13 @@ func newClient(t *testing.T, addr string, opts ...dlock.Option) *redislock.Clien
 // once when it subscribes.
 func openLossWatch(t *testing.T, c *redislock.Client) {
 	t.Helper()
-	ctx := context.Background()
-	probe := newRedis(t, redisAddr)
-	ch := redislock.Prefix + "lost"
-	before := probe.PubSubNumSub(ctx, ch).Val()[ch]
-	l, err := c.TryLock(ctx, "warm:"+t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for end := time.Now().Add(5 * time.Second); probe.PubSubNumSub(ctx, ch).Val()[ch] <= before; {
-		if time.Now().After(end) {
-			t.Fatal("the Client's loss subscription did not open in 5s")
+	testserver.OpenLossWatch(t, redisAddr, func(ctx context.Context) error {
+		l, err := c.TryLock(ctx, "warm:"+t.Name())
+		if err != nil {
+			return err
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return l.Unlock(ctx)
+	})
 }
 
 func outcome(o string) attribute.KeyValue {

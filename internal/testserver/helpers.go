@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -33,4 +34,26 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// lossChannel is the channel on which redislock's loss subscriptions listen.
+const lossChannel = "dlock:lost"
+
+// OpenLossWatch runs cycle (a lock taken and released through the Client under
+// test), and waits until one more connection to the server at addr than
+// before is subscribed to the loss channel: the Client's loss subscription,
+// which lingers, is open. A Client checks its holdings once when it
+// subscribes, which would find a loss that a test leaves to a renewal; a test
+// that does opens the subscription first.
+func OpenLossWatch(t testing.TB, addr string, cycle func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	probe := RedisClient(t, addr)
+	before := probe.PubSubNumSub(ctx, lossChannel).Val()[lossChannel]
+	if err := cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, "the Client's loss subscription", func() bool {
+		return probe.PubSubNumSub(ctx, lossChannel).Val()[lossChannel] > before
+	})
 }
