@@ -81,6 +81,30 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 	t.Logf("ForceUnlock to Done: %v", took)
 }
 
+// TestDeletionBeforeTheWatchTellsHolderAtOnce: an entry deleted after its
+// holding began but before the Driver's loss watch was created is found when
+// the watch begins, not at the next renewal.
+func TestDeletionBeforeTheWatchTellsHolderAtOnce(t *testing.T) {
+	d, err := NewDriver(newEtcd(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proceed := make(chan struct{})
+	d.lw.start = func() { <-proceed }
+	c, err := dlock.NewClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := newEtcd(t)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		start := time.Now()
+		_, err := raw.Delete(ctx, EntryKey(l.Key(), l.Owner()))
+		close(proceed)
+		return start, err
+	})
+	t.Logf("a delete before the watch to Done: %v", took)
+}
+
 func TestDeletionByAnotherClientTellsHolderAtOnce(t *testing.T) {
 	c, watched := watchedClient(t)
 	raw := newEtcd(t)
