@@ -124,7 +124,7 @@ func (e *env) runPrimitives(ctx context.Context, v variant, g int) (metrics, err
 		m, exclusive := hs[i].holder(key, i)
 		excl[i] = exclusive
 		wg.Go(func() {
-			for runCtx.Err() == nil {
+			for !over(runCtx) {
 				t0 := time.Now()
 				if !e.lockWithin(runCtx, m, &timeouts, &errs) {
 					continue

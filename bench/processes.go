@@ -220,14 +220,14 @@ func workerMain(args []string) error {
 	me := strconv.Itoa(*id)
 	runCtx, stop := context.WithTimeout(ctx, *dur)
 	defer stop()
-	for runCtx.Err() == nil {
+	for !over(runCtx) {
 		t0 := time.Now()
 		wctx, cancel := context.WithTimeout(runCtx, *wait)
 		err := m.lock(wctx)
 		cancel()
 		if err != nil {
 			switch {
-			case runCtx.Err() != nil:
+			case over(runCtx):
 			case errors.Is(err, errNotObtained) || wctx.Err() != nil:
 				r.Timeouts++
 			default:

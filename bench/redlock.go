@@ -241,12 +241,12 @@ func (e *env) redlockRun(ctx context.Context, v redlockVariant, ld redlockLoad, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for runCtx.Err() == nil {
+			for !over(runCtx) {
 				wctx, wcancel := context.WithTimeout(runCtx, e.cfg.wait)
 				err := m.lock(wctx)
 				wcancel()
 				if err != nil {
-					if runCtx.Err() != nil {
+					if over(runCtx) {
 						return
 					}
 					if errors.Is(err, errNotObtained) || errors.Is(err, context.DeadlineExceeded) {
