@@ -63,6 +63,14 @@ type Params struct {
 	// Told is told-at-once's bound: how soon after a force-unlock completes
 	// its holder's Done fires (0: ToldBound of TTL).
 	Told time.Duration
+	// LateWatch: a holder may miss a force-unlock that came before the
+	// subscription or watch that tells it was up, and learn of it at its
+	// renewal, so told-at-once excuses a holding younger than its bound.
+	// Not on Redis (every kind, Redlock's masters too), whose Client checks
+	// its holdings each time its loss subscription is established (at
+	// first, and again after it dropped), nor on memlock, which tells the
+	// holder itself; see the stores that need it in Run.
+	LateWatch bool
 }
 
 // ToldBound is told-at-once's default bound for locks of ttl: a sixth of it, a
@@ -87,11 +95,11 @@ type grant struct {
 	forced   int64 // when a force-unlock that removed it was invoked (0: none)
 }
 
-// forceOp is a force-unlock that completed (FaultForce), and the grant of the
-// holding it removed, when the history shows it.
+// forceOp is a force-unlock that completed (FaultForce), and the grants of the
+// holdings it removed, where the history shows them.
 type forceOp struct {
 	inv, ok Event
-	g       *grant
+	gs      []*grant
 }
 
 // Analysis is a history split into what the checkers use.
@@ -284,22 +292,46 @@ func Analyze(h []Event, p Params) *Analysis {
 	return a
 }
 
-// matchForces finds the grant each force removed: the key's grant of the
+// matchForces finds the grants each force removed: the key's grant of the
 // token the force named (the one valid when it was invoked, where the
-// Inspector names no token), granted before the force completed; the grant
-// is marked forced from the force's invocation on.
+// Inspector names no token), granted before the force completed; on a lock
+// that several hold (a semaphore, a read-write lock), whose force removes
+// every holder, each grant valid when the force was invoked. Those grants are
+// marked forced from the force's invocation on, and so are, on a lock that
+// several hold, the grants that completed while the force ran (granted before
+// it or after: they are not checked as removed).
 func (a *Analysis) matchForces() {
+	shared := a.P.Kind == "sem" || a.P.Kind == "rw"
 	for i := range a.forces {
 		fo := &a.forces[i]
 		for _, g := range a.grants[fo.ok.Key] {
-			if g.ok.T > fo.ok.T || fo.ok.Token != 0 && g.ok.Token != fo.ok.Token ||
-				fo.ok.Token == 0 && (g.ok.T > fo.inv.T || g.end <= fo.inv.T) {
-				continue
+			if g.ok.T > fo.ok.T {
+				continue // granted after the force
 			}
-			fo.g = g
+			valid := g.ok.T <= fo.inv.T && g.end > fo.inv.T // when the force was invoked
+			switch {
+			case shared:
+				if g.end <= fo.inv.T {
+					continue
+				}
+				if valid {
+					fo.gs = append(fo.gs, g)
+				}
+			case fo.ok.Token != 0:
+				if g.ok.Token != fo.ok.Token {
+					continue
+				}
+				fo.gs = append(fo.gs, g)
+			case !valid:
+				continue
+			default:
+				fo.gs = append(fo.gs, g)
+			}
 			if g.forced == 0 || fo.inv.T < g.forced {
 				g.forced = fo.inv.T
 			}
+		}
+		for _, g := range fo.gs {
 			if g.done > fo.ok.T {
 				a.Stats.MaxTold = max(a.Stats.MaxTold, time.Duration(g.done-fo.ok.T))
 			}
@@ -530,36 +562,36 @@ func (a *Analysis) ToldFirst() *Violation {
 // than at its next renewal. It checks each force whose LockInfo named a
 // holding that the history shows granted and not yet ended when the force was
 // invoked (not released, told, dead, or at its local deadline, which tells it
-// anyway, by then), but a holding younger than the bound (its holder's
-// subscription or watch may be starting still: a push it missed leaves it to
-// the renewal, as the docs say) and a force near another fault that hit its
-// worker or the store (a stopped holder, a subscription cut by the network,
-// from two TTLs before on).
+// anyway, by then), but a force near another fault that hit its worker or the
+// store (a stopped holder, a subscription cut by the network, from two TTLs
+// before on) and, with P.LateWatch, a holding younger than the bound (its
+// holder's watch may be starting still: a push it missed leaves it to the
+// renewal, as the docs say). A holding that several holders share (a
+// semaphore's permits, a read-write lock's readers) is checked for each of
+// them that the force removed.
 func (a *Analysis) ToldAtOnce() *Violation {
 	bound := a.P.Told
 	if bound <= 0 {
 		bound = ToldBound(a.P.TTL)
 	}
 	for _, fo := range a.forces {
-		g := fo.g
-		if g == nil {
-			continue // nothing the history shows held
-		}
-		t, by := fo.ok.T, fo.ok.T+int64(bound)
-		if g.relInv != 0 && g.relInv <= t || g.done != 0 && g.done <= t || g.death != 0 && g.death <= by ||
-			g.deadline != 0 && g.deadline <= by || fo.inv.T-g.ok.T < int64(bound) ||
-			a.faultNear(fo.inv.T-2*int64(a.P.TTL), by, g.ok.Proc) {
-			continue
-		}
-		if g.done == 0 || g.done > by {
-			told := "never"
-			lines := []int{g.ok.Line, fo.inv.Line, fo.ok.Line}
-			if g.done != 0 {
-				told = fmt.Sprintf("%v after it", time.Duration(g.done-t).Round(time.Millisecond))
-				lines = append(lines, g.doneLine)
+		for _, g := range fo.gs {
+			t, by := fo.ok.T, fo.ok.T+int64(bound)
+			if g.relInv != 0 && g.relInv <= t || g.done != 0 && g.done <= t || g.death != 0 && g.death <= by ||
+				g.deadline != 0 && g.deadline <= by || a.P.LateWatch && fo.inv.T-g.ok.T < int64(bound) ||
+				a.faultNear(fo.inv.T-2*int64(a.P.TTL), by, g.ok.Proc) {
+				continue
 			}
-			return &Violation{Checker: "told-at-once", Lines: lines,
-				Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and its Done fired %s (bound %v)", fo.ok.Key, g.ok.Proc, g.ok.Token, told, bound.Round(time.Millisecond))}
+			if g.done == 0 || g.done > by {
+				told := "never"
+				lines := []int{g.ok.Line, fo.inv.Line, fo.ok.Line}
+				if g.done != 0 {
+					told = fmt.Sprintf("%v after it", time.Duration(g.done-t).Round(time.Millisecond))
+					lines = append(lines, g.doneLine)
+				}
+				return &Violation{Checker: "told-at-once", Lines: lines,
+					Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and its Done fired %s (bound %v)", fo.ok.Key, g.ok.Proc, g.ok.Token, told, bound.Round(time.Millisecond))}
+			}
 		}
 	}
 	return nil
