@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
+	"github.com/dlock-go/dlock/internal/verifyhooks"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/pglock"
@@ -49,7 +50,10 @@ import (
 //     ends without a release frees the lock at its expiry.
 //   - nopush: the driver's grants carry no Lost: a holder whose lock was
 //     force-unlocked learns of it at its next renewal, not at once.
-var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize", "nodelay", "nopush"}
+//   - nosubcheck: the Client does not check its holdings when its loss
+//     subscription is established (at first, or again after it dropped): a
+//     force-unlock that came before is left to the holder's next renewal.
+var Variants = []string{"rawdel", "repeat", "prefix", "nodone", "noexpiry", "renewafter", "latecleanup", "lostack", "rwshared", "nosize", "nodelay", "nopush", "nosubcheck"}
 
 // lockVariant reports whether variant breaks the lock's driver (the others
 // break the worker's side: its lease's watch, or the resource).
@@ -146,6 +150,11 @@ func NewLocker(s Spec) (dlock.Locker, func(), error) {
 		lk, err = lateCleanupRedlock(rdbs, s.TTL/2)
 	case s.Variant == "shortwait" && s.Backend == "redlock":
 		lk, err = shortWaitRedlock(rdbs)
+	case s.Variant == "nosubcheck":
+		// The plain lock itself, its Client's subscribe-time check
+		// switched off in this worker process.
+		verifyhooks.NoSubscribeCheck.Store(true)
+		lk, err = redislock.New(uc)
 	case s.Variant == "nosize" && rdb != nil:
 		lk, err = noSizeClient(rdb, s.N)
 	case lockVariant(s.Variant) && rdb == nil:

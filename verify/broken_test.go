@@ -30,6 +30,9 @@ var brokenCases = []struct {
 	{"nosize", nil, false, "", []string{"exclusion"}},
 	{"nodelay", []string{FaultKill}, false, "", []string{"lock-delay"}},
 	{"nopush", []string{FaultForce}, false, "", []string{"told-at-once"}},
+	// Each force drops the subscriptions as it publishes (Config.ForceGap):
+	// only the check when they are set up again tells the holders.
+	{"nosubcheck", []string{FaultForce}, false, "", []string{"told-at-once"}},
 }
 
 // TestBrokenVariantsAreCaught runs each deliberately broken variant under the
@@ -88,7 +91,8 @@ func TestBrokenVariantsAreCaught(t *testing.T) {
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second,
-					Healed: bc.variant == "noexpiry"} // the recovery checker sees the kills heal
+					Healed:   bc.variant == "noexpiry", // the recovery checker sees the kills heal
+					ForceGap: bc.variant == "nosubcheck"}
 				r := Run(t, c)
 				for _, v := range r.Violations {
 					if slices.Contains(bc.checker, v.Checker) {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
 	"github.com/dlock-go/dlock/zklock"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -20,9 +21,11 @@ import (
 )
 
 // forceInspector returns the Inspector that FaultForce unlocks through, over a
-// connection of its own straight to the store of c (not through the proxies),
-// and the function that closes it; nil when c has no FaultForce, or when the
-// store is one it does not force (Redlock, a replica, Sentinel, Cluster).
+// connection of its own straight to the store of c (not through the proxies;
+// on Sentinel, to the primary the Sentinels name; on Cluster, to the master of
+// the key; on Redlock, to every master), and the function that closes it; nil
+// when c has no FaultForce. It fails on a store it does not force (legacy, a
+// primary with a replica failed over by hand).
 func forceInspector(c Config, st *store) (driver.Inspector, func(), error) {
 	none := func() {}
 	if !slices.Contains(c.Faults, FaultForce) {
@@ -61,8 +64,43 @@ func forceInspector(c Config, st *store) (driver.Inspector, func(), error) {
 			return nil, none, err
 		}
 		return d, func() { cli.Close() }, nil
+	case st.sentinels != nil:
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.sentinels[0].MasterName, SentinelAddrs: st.addrs})
+		in, err := redislock.NewInspector(rdb)
+		if err != nil {
+			rdb.Close()
+			return nil, none, err
+		}
+		return in, func() { rdb.Close() }, nil
+	case st.shards != nil:
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: st.addrs})
+		in, err := redislock.NewInspector(cc)
+		if err != nil {
+			cc.Close()
+			return nil, none, err
+		}
+		return in, func() { cc.Close() }, nil
+	case len(st.servers) > 1 && !st.legacy: // Redlock's masters
+		var nodes []redis.UniversalClient
+		closeAll := func() {
+			for _, n := range nodes {
+				n.Close()
+			}
+		}
+		for _, sv := range st.servers {
+			nodes = append(nodes, redis.NewClient(&redis.Options{Addr: sv.Addr}))
+		}
+		d, err := redlock.NewDriver(nodes)
+		if err != nil {
+			closeAll()
+			return nil, none, err
+		}
+		return d, closeAll, nil
 	case len(st.servers) == 1 && st.replica == nil && !st.legacy:
 		rdb := redis.NewClient(&redis.Options{Addr: st.servers[0].Addr})
+		if c.ForceGap {
+			rdb.AddHook(subscriptionGap{rdb})
+		}
 		in, err := redislock.NewInspector(rdb)
 		if err != nil {
 			rdb.Close()
@@ -103,4 +141,32 @@ func forceHeld(ctx context.Context, in driver.Inspector, keys []string, first in
 		return true
 	}
 	return false
+}
+
+// subscriptionGap is the hook of Config.ForceGap on the force's client: it
+// sends the publish of a force's loss in one write after CLIENT KILL TYPE
+// pubsub, so that the server drops every subscriber before it publishes.
+type subscriptionGap struct{ rdb *redis.Client }
+
+// DialHook implements redis.Hook.
+func (subscriptionGap) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook: the publish on redislock's loss channel
+// goes after the kill.
+func (s subscriptionGap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() != "publish" || len(args) < 2 || args[1] != redislock.Prefix+"lost" {
+			return next(ctx, cmd)
+		}
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ClientKillByFilter(ctx, "TYPE", "pubsub")
+			return p.Process(ctx, cmd)
+		})
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (subscriptionGap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

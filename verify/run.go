@@ -94,6 +94,13 @@ type Config struct {
 	// (not where the allowance is longer than a second: the fair,
 	// reentrant and read-write locks on Redis, etcd).
 	Healed bool
+	// ForceGap: on a single Redis server, each FaultForce drops the
+	// workers' subscription connections (CLIENT KILL TYPE pubsub) in the
+	// same write as the force's publish of the loss, which so reaches no
+	// holder: each must find the loss when its subscription is set up again
+	// (its Client checks its holdings then) and be told at once all the
+	// same, so the drop is not recorded as a fault that excuses anything.
+	ForceGap bool
 }
 
 // Redis topologies of the lock store (Config.Topology, Spec.Topology).

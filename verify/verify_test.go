@@ -125,13 +125,14 @@ var scenarios = []scenario{
 	{"redis-plain-rdb", "redis", "plain", []string{FaultStop, FaultCrash}, "rdb", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", true},
 	{"redis-fair-aof", "redis", "fair", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", false},
 	{"redis-fair-rdb", "redis", "fair", []string{FaultStop, FaultCrash}, "rdb", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", false},
-	{"redis-fair", "redis", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order", false},
-	{"redis-reentrant", "redis", "reentrant", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
-	{"redis-rw-writers", "redis", "rw", holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone), told-first, linearizable, liveness", false},
-	{"redis-semaphore-2", "redis", "sem", holderFaults, "", false, 0, "fencing, at most 2 holders, liveness", false},
+	{"redis-fair", "redis", "fair", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness, arrival order", false},
+	{"redis-reentrant", "redis", "reentrant", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness", false},
+	{"redis-rw-writers", "redis", "rw", forceFaults, "", false, 0, "fencing, resource, exclusion (a writer alone), told-first, told-at-once (force-unlocks), linearizable, liveness", false},
+	{"redis-semaphore-2", "redis", "sem", forceFaults, "", false, 0, "fencing, at most 2 holders, told-at-once (a force-unlock removes every holder: each is told), liveness", false},
 	{"redis-semaphore-resize", "redis", semResize, holderFaults, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness", false},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)", false},
-	{"redlock-5", "redlock", "plain", []string{FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, linearizable, liveness", false},
+	{"redlock-5", "redlock", "plain", []string{FaultForce, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, told-at-once (force-unlocks on every master), linearizable, liveness", false},
+	{forceGapScenario, "redis", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (each force-unlock published while every subscription connection is dropped: the holders find the loss when subscribed again), linearizable, liveness", false},
 	{"memlock", "memlock", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness (worker goroutines: one process)", false},
 	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys and leases)", false},
 	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes)", false},
@@ -140,9 +141,9 @@ var scenarios = []scenario{
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
-	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultStop, FaultFailover}, "", false, 0, "fencing, resource, linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
-	{"redis-cluster", "redis-cluster", "plain", []string{FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
-	{"redis-rw-readers", "redis", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness", false},
+	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultForce, FaultStop, FaultFailover}, "", false, 0, "fencing, resource, told-at-once (force-unlocks on the primary), linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
+	{"redis-cluster", "redis-cluster", "plain", []string{FaultForce, FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, told-at-once (force-unlocks on the key's master, published to every node), linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
+	{"redis-rw-readers", "redis", rwReaders, forceFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, told-at-once (a force-unlock removes every reader: each is told), linearizable (reads under read locks), liveness", false},
 	{"valkey-rw-readers", "valkey", rwReaders, holderFaults, "", false, 0, "fencing, resource, exclusion (a writer alone, readers together), told-first, linearizable (reads under read locks), liveness (valkey-server)", false},
 	{"redis-plain-lock-delay", "redis", delayed, holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (no grant within the delay after a holding ended without a release), linearizable, liveness", false},
 	{"memlock-lock-delay", "memlock", delayed, nil, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (worker goroutines: one process)", false},
@@ -151,10 +152,17 @@ var scenarios = []scenario{
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
 
+// forceGapScenario is the scenario whose force-unlocks drop the workers'
+// subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
+// variant's faults, on the plain lock itself.
+const forceGapScenario = "redis-plain-force-resubscribe"
+
 // configure sets what sc's backend needs beyond the scenario's fields: the
 // valkey-server executable (it skips t when there is none) or the Redis
-// topology, and the workload's time.
+// topology, and the workload's time; and the force-unlocks' dropped
+// subscriptions of forceGapScenario.
 func (sc scenario) configure(t *testing.T, c *Config) {
+	c.ForceGap = sc.name == forceGapScenario
 	switch sc.backend {
 	case "valkey":
 		bin, err := testserver.ValkeyBinary()
