@@ -65,21 +65,9 @@ func forceInspector(c Config, st *store) (driver.Inspector, func(), error) {
 		}
 		return d, func() { cli.Close() }, nil
 	case st.sentinels != nil:
-		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.sentinels[0].MasterName, SentinelAddrs: st.addrs})
-		in, err := redislock.NewInspector(rdb)
-		if err != nil {
-			rdb.Close()
-			return nil, none, err
-		}
-		return in, func() { rdb.Close() }, nil
+		return redisInspector(redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.sentinels[0].MasterName, SentinelAddrs: st.addrs}))
 	case st.shards != nil:
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: st.addrs})
-		in, err := redislock.NewInspector(cc)
-		if err != nil {
-			cc.Close()
-			return nil, none, err
-		}
-		return in, func() { cc.Close() }, nil
+		return redisInspector(redis.NewClusterClient(&redis.ClusterOptions{Addrs: st.addrs}))
 	case len(st.servers) > 1 && !st.legacy: // Redlock's masters
 		var nodes []redis.UniversalClient
 		closeAll := func() {
@@ -101,14 +89,20 @@ func forceInspector(c Config, st *store) (driver.Inspector, func(), error) {
 		if c.ForceGap {
 			rdb.AddHook(subscriptionGap{rdb})
 		}
-		in, err := redislock.NewInspector(rdb)
-		if err != nil {
-			rdb.Close()
-			return nil, none, err
-		}
-		return in, func() { rdb.Close() }, nil
+		return redisInspector(rdb)
 	}
 	return nil, none, fmt.Errorf("%w: verify: no force-unlock on this store", dlock.ErrInvalid)
+}
+
+// redisInspector returns redislock's Inspector over rdb, and the function that
+// closes rdb.
+func redisInspector(rdb redis.UniversalClient) (driver.Inspector, func(), error) {
+	in, err := redislock.NewInspector(rdb)
+	if err != nil {
+		rdb.Close()
+		return nil, func() {}, err
+	}
+	return in, func() { rdb.Close() }, nil
 }
 
 // forceHeld force-unlocks the first of keys, from the one at first on, that in
