@@ -157,12 +157,27 @@ var scenarios = []scenario{
 // variant's faults, on the plain lock itself.
 const forceGapScenario = "redis-plain-force-resubscribe"
 
+// forceGapTiming sets the timing of the workers of Config.ForceGap: a 1 s TTL,
+// whose told-at-once bound (167 ms) leaves room for what a holder does after
+// its subscription dropped (the Client waits 10 ms before it reads again; the
+// new connection; the check; every waiter woken at once, its wake-up
+// subscription dropped too), which took 15 to 69 ms on the loaded 2-core test
+// host, beyond the 67 ms of a 400 ms TTL now and then; the holds are longer
+// than that bound, so that a holder left to its renewal (every 333 ms) is
+// still holding when the bound passes.
+func forceGapTiming(s *Spec) {
+	s.TTL, s.Hold, s.Wait = time.Second, 600*time.Millisecond, 3*time.Second
+}
+
 // configure sets what sc's backend needs beyond the scenario's fields: the
 // valkey-server executable (it skips t when there is none) or the Redis
 // topology, and the workload's time; and the force-unlocks' dropped
 // subscriptions of forceGapScenario.
 func (sc scenario) configure(t *testing.T, c *Config) {
-	c.ForceGap = sc.name == forceGapScenario
+	if sc.name == forceGapScenario {
+		c.ForceGap = true
+		forceGapTiming(&c.Spec)
+	}
 	switch sc.backend {
 	case "valkey":
 		bin, err := testserver.ValkeyBinary()
