@@ -68,7 +68,8 @@ type Params struct {
 	// renewal, so told-at-once excuses a holding younger than its bound.
 	// Not on Redis (every kind, Redlock's masters too), whose Client checks
 	// its holdings each time its loss subscription is established (at
-	// first, and again after it dropped), nor on memlock, which tells the
+	// first, and again after it dropped), nor on etcd, whose Driver reads
+	// them when its loss watch begins, nor on memlock, which tells the
 	// holder itself; see the stores that need it in Run.
 	LateWatch bool
 }

@@ -375,13 +375,14 @@ func TestToldAtOnceAfterAForce(t *testing.T) {
 		{"no token named, told late", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 0), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}, false},
 		{"a stopped holder", cat(grantEvents(0, 1, 0, 10, 400), stop[:1], forceEvents(100, 10), next, stop[1:], told(310), releaseEvents(1, 2, 320)), nil, false},
 		// Redis's Client checks its holdings when its loss subscription
-		// is established, memlock tells the holder itself: a force that
-		// came before the holder's subscription was up is told at once
-		// too, so a young holding told at the renewal is a violation.
+		// is established, etcd's Driver when its watch begins, memlock
+		// tells the holder itself: a force that came before the holder's
+		// subscription was up is told at once too, so a young holding
+		// told at the renewal is a violation.
 		{"a holding younger than the bound", cat(grantEvents(0, 1, 50, 10, 400), forceEvents(100, 10), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}, false},
 		{"a holding younger than the bound, told at once", cat(grantEvents(0, 1, 90, 10, 400), forceEvents(100, 10), next, told(115), releaseEvents(1, 2, 300)), nil, false},
-		// etcd, ZooKeeper, PostgreSQL: a force before the watch was up
-		// is left to the renewal.
+		// ZooKeeper, PostgreSQL: a force before the watch was up is
+		// left to the renewal.
 		{"a holding younger than the bound, watch starting", cat(grantEvents(0, 1, 50, 10, 400), forceEvents(100, 10), next, told(230), releaseEvents(1, 2, 300)), nil, true},
 		{"an older holding, watch up", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 10), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}, true},
 		{"released before the force", cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 99), forceEvents(100, 10), next, releaseEvents(1, 2, 300)), nil, false},
