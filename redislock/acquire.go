@@ -48,6 +48,7 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
 		}
 	}
+	sent := time.Now()
 	res, err := a.run(ctx, t)
 	g, _, err := a.decode(ctx, r, res, err)
 	t.done(err, "", 0)
@@ -57,7 +58,7 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 	}
 	c.fl.sent(r, err)
 	if err == nil && a.holder != nil {
-		g.Lost = &c.hub.holding(a.holder, r.Key, r.Owner, g.Handle).LossSignal
+		g.Lost = &c.hub.holding(a.holder, r.Key, r.Owner, g.Handle, sent).LossSignal
 	}
 	return g, err
 }

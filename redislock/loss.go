@@ -71,8 +71,11 @@ type lossWatch struct {
 	closed bool
 }
 
-// holding registers a new holding of d and returns its Grant.Lost.
-func (h *hub) holding(d driver.Driver, key, owner string, handle any) *hold {
+// holding registers a new holding of d, whose acquisition was sent at sent,
+// and returns its Grant.Lost. A message about key heard since sent, when the
+// process held none of it, has the new holding checked: the force it tells of
+// may have come after the grant and before this registration.
+func (h *hub) holding(d driver.Driver, key, owner string, handle any, sent time.Time) *hold {
 	hd := &hold{h: h, d: d, key: key, owner: owner, handle: handle}
 	hd.Forgetter = hd
 	if _, ring := h.rdb.(*redis.Ring); ring {
@@ -87,6 +90,9 @@ func (h *hub) holding(d driver.Driver, key, owner string, handle any) *hold {
 	h.holds[key] = hd
 	h.nholds++
 	h.watchLosses()
+	if at, ok := h.heard[key]; ok && !at.Before(sent) {
+		h.suspect(key)
+	}
 	return hd
 }
 
@@ -269,9 +275,11 @@ func (h *hub) lossKey(m *redis.Message) (string, bool) {
 }
 
 // suspect has the holdings of key checked, unless a check is under way (it
-// checks again when done); h.mu is held.
+// checks again when done); h.mu is held. A message about a lock the process
+// holds none of is remembered for a while (see holding).
 func (h *hub) suspect(key string) {
 	if h.holds[key] == nil {
+		h.hear(key)
 		return
 	}
 	if h.checking == nil {
@@ -285,8 +293,36 @@ func (h *hub) suspect(key string) {
 	go h.check(key)
 }
 
+// heardFor is how long a message about a lock this process holds none of is
+// remembered: longer than an acquisition's round trip.
+const heardFor = 10 * time.Second
+
+// maxHeard bounds the messages remembered (see hear).
+const maxHeard = 1024
+
+// hear remembers that a message named key, which this process holds none of;
+// h.mu is held.
+func (h *hub) hear(key string) {
+	now := time.Now()
+	if len(h.heard) >= maxHeard {
+		for k, at := range h.heard {
+			if now.Sub(at) > heardFor {
+				delete(h.heard, k)
+			}
+		}
+		if len(h.heard) >= maxHeard {
+			clear(h.heard) // a flood of messages: forget them
+		}
+	}
+	if h.heard == nil {
+		h.heard = map[string]time.Time{}
+	}
+	h.heard[key] = now
+}
+
 // check checks this process's holdings of key with the server, and loses
-// those it no longer has.
+// those it no longer has. A check that fails (the server is unreachable, a
+// Cluster slot moves) is tried again, until lossCheckTimeout.
 func (h *hub) check(key string) {
 	for {
 		h.mu.Lock()
@@ -296,10 +332,20 @@ func (h *hub) check(key string) {
 		}
 		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), lossCheckTimeout)
-		for _, hd := range hs {
-			_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
-			if errors.Is(err, dlock.ErrNotHeld) {
-				hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
+		for pause := 10 * time.Millisecond; len(hs) > 0; pause = min(2*pause, 500*time.Millisecond) {
+			var failed []*hold
+			for _, hd := range hs {
+				_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
+				switch {
+				case errors.Is(err, dlock.ErrNotHeld):
+					hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
+				case err != nil && !hd.forgotten():
+					failed = append(failed, hd)
+				}
+			}
+			hs = failed
+			if len(hs) == 0 || !sleepCtx(ctx, pause) {
+				break
 			}
 		}
 		cancel()
@@ -323,4 +369,23 @@ func (c *conn) pushLoss(ctx context.Context, key string) {
 		return
 	}
 	_ = c.rdb.Publish(ctx, lossChannel, key).Err()
+}
+
+// forgotten reports whether the lease of hd has ended.
+func (hd *hold) forgotten() bool {
+	hd.h.mu.Lock()
+	defer hd.h.mu.Unlock()
+	return hd.gone
+}
+
+// sleepCtx waits d, and reports false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -3,11 +3,14 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -183,4 +186,93 @@ func TestLossWatchForgetsEndedLeases(t *testing.T) {
 		t.Fatalf("Lock with a cancelled context: %v", err)
 	}
 	forgotten("acquisition cancelled")
+}
+
+// TestForceBetweenGrantAndRegistrationIsTold: a force-unlock whose message
+// reaches the Client after the server granted the lock and before the grant's
+// reply did (so before the holding was registered) is not lost: the holding is
+// checked when it registers.
+func TestForceBetweenGrantAndRegistrationIsTold(t *testing.T) {
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	slow := testproxy.Start(t, own.Addr)
+	var direct atomic.Bool
+	rdb := testserver.RedisClient(t, own.Addr, func(o *redis.Options) {
+		// Commands go through the proxy, on one pooled connection; the loss
+		// subscription, dialled while direct is set, does not.
+		o.PoolSize, o.MinIdleConns = 1, 0
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if !direct.Load() {
+				addr = slow.Addr
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		name string
+		new  func() (dlock.Locker, error)
+	}{
+		{"plain", func() (dlock.Locker, error) { return redislock.New(rdb) }},
+		{"fair", func() (dlock.Locker, error) { return redislock.NewFair(rdb) }},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			c, err := k.new()
+			if err != nil {
+				t.Fatal(err)
+			}
+			direct.Store(true)
+			testserver.OpenLossWatch(t, own.Addr, func(ctx context.Context) error {
+				l, err := c.TryLock(ctx, dlocktest.Key(t)+"-warm")
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			})
+			direct.Store(false)
+			key := dlocktest.Key(t)
+			const delay = 300 * time.Millisecond
+			slow.SetLatency(testproxy.Downstream, delay)
+			type result struct {
+				l   *dlock.Lease
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				l, err := c.TryLock(ctx, key, dlock.WithTTL(dlocktest.PushedTTL))
+				got <- result{l, err}
+			}()
+			// Granted by the server, its reply on its way: force it.
+			in, err := redislock.NewInspector(admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testserver.Eventually(t, 5*time.Second, "the grant", func() bool {
+				info, err := in.Inspect(ctx, key)
+				return err == nil && info.Held
+			})
+			if _, err := in.ForceUnlock(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			forced := time.Now()
+			r := <-got
+			slow.SetLatency(testproxy.Downstream, 0)
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if time.Since(forced) < delay/2 {
+				t.Fatalf("the reply came %v after the force: not delayed past it", time.Since(forced))
+			}
+			select {
+			case <-r.l.Done():
+				t.Logf("force to Done: %v", time.Since(forced))
+			case <-time.After(pushBound):
+				t.Fatalf("a holding forced before its registration was not told within %v", pushBound)
+			}
+		})
+	}
 }

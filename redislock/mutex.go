@@ -96,6 +96,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		c.str(0, lock), c.str(1, fence), c.str(2, abandon), c.str(3, waiting),
 		c.str(5, r.Owner), c.int(0, r.TTL.Milliseconds()), retake, c.str(6, r.Metadata),
 		markBusy, markTaken, hubID, c.str(7, t.arrival), registered, c.int(1, r.Delay.Milliseconds()))
+	sent := time.Now()
 	res, acked, err := d.runAcquire(ctx, argv)
 	c.put()
 	g, arrival, err := plainGrant(res, err, r.TTL)
@@ -110,7 +111,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err
 	}
 	g.Handle = &plainHolding{token: g.Token, waiting: waiting}
-	g.Lost = &d.c.hub.holding(d, r.Key, r.Owner, g.Handle).LossSignal
+	g.Lost = &d.c.hub.holding(d, r.Key, r.Owner, g.Handle, sent).LossSignal
 	return g, nil
 }
 

@@ -65,10 +65,11 @@ type hub struct {
 	// The holdings watched for pushed losses (loss.go).
 	holds           map[string]*hold // by lock name, a list each
 	nholds          int
-	loss            *lossWatch      // the loss subscription; nil when closed
-	lossRefusedTill time.Time       // the server refused it: not again until then
-	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
-	checking        map[string]bool // locks whose holdings are being checked: again when true
+	loss            *lossWatch           // the loss subscription; nil when closed
+	lossRefusedTill time.Time            // the server refused it: not again until then
+	lossNoKeyspace  bool                 // the server refused the keyspace pattern: dlock:lost alone
+	checking        map[string]bool      // locks whose holdings are being checked: again when true
+	heard           map[string]time.Time // messages about locks held by none here, when heard (see holding)
 }
 
 type topic struct {
