@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +29,10 @@ func listen(t *testing.T) *pgx.Conn {
 }
 
 // A release notifies only when a waiting acquisition found the lock held
-// since the last grant: an uncontended cycle sends no NOTIFY (each costs the
-// server a lock of the whole database at commit), a release with a waiter
-// does.
+// since the last grant, and then wakes that waiter alone: an uncontended
+// cycle sends no NOTIFY (each costs the server a lock of the whole database
+// at commit), a release with a waiter one, whose payload names the waiter;
+// a waiter that gave up leaves no mark behind.
 func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	conn := listen(t)
@@ -53,29 +55,40 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if _, err := newClient(t).TryLock(ctx, quiet); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held key: %v", err)
 	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A Lock that gives up waiting leaves its mark: the release notifies.
-	l, err = c.TryLock(ctx, waited)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newClient(t).Lock(ctx, waited, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+	// Nor does a Lock that gives up waiting: it leaves the queue.
+	if _, err := newClient(t).Lock(ctx, quiet, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Lock of a held key: %v", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A Lock waiting when the release comes is woken by name.
+	l, err = c.TryLock(ctx, waited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := newDriver(t)
+	got := waitFor(t, clientOf(t, wd), waited)
+	subscribed(t, wd, 1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	if next == nil {
+		t.FailNow()
 	}
 	// Notifications arrive in commit order: the first is the last release's.
 	n, err := conn.WaitForNotification(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Payload != waited {
-		t.Errorf("first notification for %q, want %q: an unwaited release notified", n.Payload, waited)
+	if key, id, _ := strings.Cut(n.Payload, wakeSep); key != waited || id != waiterID(next.Owner()) {
+		t.Errorf("first notification %q, want %q, %q and the waiter's id: an unwaited release notified, or not the waiter", n.Payload, waited, wakeSep)
 	}
 	// The next holder starts unmarked.
+	if err := next.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	l, err = c.Lock(ctx, waited)
 	if err != nil {
 		t.Fatal(err)

@@ -254,22 +254,27 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	var token, remaining int64
 	found, locked := false, false
 	// What the listener has received before the attempt: a waiter that
-	// subscribes after it is woken at once only if a notification of the
-	// key may have come meanwhile.
+	// subscribes after it is woken at once only if a notification for it
+	// may have come meanwhile. A waiter that will be notified joins the
+	// row's queue of waiters.
 	var mark any
+	queue := false
 	if r.Waiting && !d.cfg.poll {
-		mark = d.ln.mark(r.Key)
+		mark, queue = d.ln.mark(r.Key, waiterID(r.Owner))
 	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
-		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
+		err := d.acquire(ctx, r, queue, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
 		if err != nil && sqlState(err) == "55P03" {
 			locked = true // a transaction fenced on the key holds its row
 			return nil
 		}
 		return err
 	})
+	// A waiter that may be in the queue leaves it (Abandon) when it gives
+	// up: a release may have woken it, and the next waiter is woken in its
+	// place.
 	if err == nil && locked {
-		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark, Queued: queue}
 	}
 	switch {
 	case err != nil:
@@ -277,7 +282,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark, Queued: queue}
 	case state == stateGranted:
 		if token <= 0 {
 			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -286,7 +291,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
+	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark, Queued: queue}
 }
 
 // MaxLockDelay implements driver.LockDelayer: the key's row keeps the
@@ -299,16 +304,18 @@ func (d *Driver) Info() driver.DriverInfo {
 	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex}
 }
 
-// acquire runs the acquisition statement and passes its row, if any, to row.
-// A key without a row gets one inserted (a second statement); when another
-// acquisition inserted it first, the update runs again.
-func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, row func(state int, token, remaining int64)) error {
+// acquire runs the acquisition statement (which puts the owner in the row's
+// queue of waiters when queue is set and the key is busy) and passes its
+// row, if any, to row. A key without a row gets one inserted (a second
+// statement); when another acquisition inserted it first, the update runs
+// again.
+func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, queue bool, row func(state int, token, remaining int64)) error {
 	var res struct {
 		state            int
 		token, remaining int64
 	}
 	for i := 0; ; i++ {
-		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting, micros(r.Delay)).
+		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, queue, micros(r.Delay)).
 			Scan(&res.state, &res.token, &res.remaining)
 		if err == nil {
 			row(res.state, res.token, res.remaining)

@@ -13,9 +13,10 @@ import (
 
 // queries are the statements of a Driver, for its table and sequence.
 type queries struct {
-	migrate, check                                             []string
-	acquire, insert, extend, release, releaseAll, ttl, abandon string
-	sweep, inspect, list, forceUnlock, fence                   string
+	migrate, check                                    []string
+	acquire, insert, extend, release, releaseAll, ttl string
+	abandon, abandonAll                               string // abandonAll wakes every waiter (the fair lock's)
+	sweep, inspect, list, forceUnlock, fence          string
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
@@ -25,7 +26,25 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 // grantable is whether the row l may go to owner $2 at the time c.now: it
 // is free, the owner's already, or expired, it is not in its lock-delay, and
 // the owner's acquisition was not abandoned.
-const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ($2 = ANY (l.abandoned) AND l.abandoned_until > c.now))`
+const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ` + gone + `)`
+
+// gone is whether owner $2's acquisition of the row l was abandoned (see
+// Abandon) at the time c.now.
+const gone = `($2 = ANY (l.abandoned) AND l.abandoned_until > c.now)`
+
+// waiterIDLen is the length in characters of the id under which an owner
+// waits in a row's queue of waiters (see buildQueries): the owner's last
+// characters, which a Client draws at random (see waiterID).
+const waiterIDLen = 16
+
+// maxWaiters is the most waiters a row's queue holds; a waiter that finds it
+// full marks the row instead (waited), and the next release wakes every
+// waiter of the key.
+const maxWaiters = 64
+
+// wakeSep separates the key from the waiter's id in the payload of a
+// NOTIFY that wakes one waiter; keys have no control characters.
+const wakeSep = "\x02"
 
 // delaying is whether the holding of the row l ran out at most its
 // lock-delay before c.now: the row is then in its lock-delay (as it is while
@@ -52,7 +71,8 @@ const delayLeftUS = `CASE WHEN l.delay_until > c.now OR ` + delaying + ` THEN (e
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
 // the expiry only) does not.
 func buildQueries(table, seq, channel string) queries {
-	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable,
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable, "$GONE", gone,
+		"$WID", "right($2, "+strconv.Itoa(waiterIDLen)+")", "$MAXW", strconv.Itoa(maxWaiters),
 		"$DLEFT", delayLeftUS, "$DEND", delayEnd,
 		// Constants are written into the text, so that a call sends fewer
 		// arguments (the channel's name is letters, digits, '_' and '.').
@@ -83,17 +103,19 @@ func buildQueries(table, seq, channel string) queries {
 				abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
 				waited          boolean     NOT NULL DEFAULT false,
 				lock_delay      bigint      NOT NULL DEFAULT 0,
-				delay_until     timestamptz NOT NULL DEFAULT '-infinity'
+				delay_until     timestamptz NOT NULL DEFAULT '-infinity',
+				waiters         text[]      NOT NULL DEFAULT '{}'
 			)$WITH`),
 			// A table of an earlier layout gets the columns it lacks (the
 			// check before it fails on any other table).
 			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until FROM $T LIMIT 0`),
 			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false,
 				ADD COLUMN IF NOT EXISTS lock_delay bigint NOT NULL DEFAULT 0,
-				ADD COLUMN IF NOT EXISTS delay_until timestamptz NOT NULL DEFAULT '-infinity'`),
+				ADD COLUMN IF NOT EXISTS delay_until timestamptz NOT NULL DEFAULT '-infinity',
+				ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{}'`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until, waiters FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 whether the owner
@@ -117,7 +139,11 @@ UPDATE $T l SET
 	-- statement's transaction alone): the new row is computed before the
 	-- row is locked.
 	metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', '$WAIT', true), 0),
-	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2 ELSE l.waited OR $5 END,
+	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2
+		ELSE l.waited OR ($5 AND NOT $GONE AND cardinality(l.waiters) >= $MAXW AND NOT $WID = ANY (l.waiters)) END,
+	waiters = CASE WHEN $GRANT THEN array_remove(l.waiters, $WID)
+		WHEN NOT $5 OR $GONE OR $WID = ANY (l.waiters) OR cardinality(l.waiters) >= $MAXW THEN l.waiters
+		ELSE l.waiters || $WID END,
 	lock_delay = CASE WHEN $GRANT THEN $6::bigint ELSE l.lock_delay END
 FROM (SELECT clock_timestamp() AS now) c
 WHERE l.key = $1
@@ -136,12 +162,21 @@ RETURNING token`),
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner. The owner's row is freed in place (a HOT update),
-		// keeping its token. One row when the owner's row was there: whether
-		// the holding had not expired when the server received the release,
-		// and whether a notification was sent: only when a waiter marked
-		// the row since its last grant (releaseAll: always).
+		// keeping its token, and the first of its queue of waiters, if any,
+		// leaves the queue and is woken by a NOTIFY whose payload names it
+		// (the key, wakeSep, its id): one waiter per release, not all. (The
+		// new row is computed before the row is locked, as in acquire: a
+		// release that waited for another statement's write of the row may
+		// wake one waiter more, never none.) One row when the owner's row
+		// was there: whether the holding had not expired when the server
+		// received the release, and whether every waiter of the key was
+		// woken (a NOTIFY with the key as payload): only when a waiter
+		// found the queue full (or a Driver of an earlier version waited)
+		// since the row's last grant (releaseAll: always).
 		release: s(`
-UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = ''
+UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = '',
+	waiters = CASE WHEN cardinality(l.waiters) = 0 THEN l.waiters
+		WHEN pg_notify($CHANNEL, $1 || chr(2) || l.waiters[1]) IS NOT NULL THEN l.waiters[2:] END
 WHERE l.key = $1 AND l.owner = $2 AND (l.lock_delay = 0 OR l.expires_at > clock_timestamp())
 RETURNING l.expires_at >= statement_timestamp(),
 	CASE WHEN l.waited THEN pg_notify($CHANNEL, $1) IS NULL ELSE false END`),
@@ -149,6 +184,12 @@ RETURNING l.expires_at >= statement_timestamp(),
 		ttl: s(`SELECT $REM FROM $T l WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
 		// the mark alone has a negative token: unique, and never granted.
+		// The owner leaves the row's queue of waiters; when the row is free
+		// after this (also when the owner held it), the first waiter left
+		// in the queue is woken in its place and leaves it too, as by a
+		// release: a waiter that a release woke and that gives up passes
+		// the wake-up on. Every waiter of the key is woken when the row is
+		// marked as waited for (abandonAll: always).
 		abandon: s(fmt.Sprintf(`
 WITH up AS (
 	INSERT INTO $T AS l (key, owner, token, expires_at, metadata, abandoned, abandoned_until)
@@ -160,10 +201,15 @@ WITH up AS (
 		abandoned = CASE WHEN l.abandoned_until > clock_timestamp()
 			THEN (l.abandoned || $2::text)[greatest(1, cardinality(l.abandoned) + 2 - %d):]
 			ELSE ARRAY[$2::text] END,
-		abandoned_until = greatest(l.abandoned_until, EXCLUDED.abandoned_until)
-	RETURNING l.key
+		abandoned_until = greatest(l.abandoned_until, EXCLUDED.abandoned_until),
+		waiters = CASE WHEN cardinality(array_remove(l.waiters, $WID)) = 0
+				OR NOT (l.owner IN ('', $2) OR l.expires_at <= clock_timestamp())
+			THEN array_remove(l.waiters, $WID)
+			WHEN pg_notify($4, $1 || chr(2) || (array_remove(l.waiters, $WID))[1]) IS NOT NULL
+			THEN (array_remove(l.waiters, $WID))[2:] END
+	RETURNING l.waited
 )
-SELECT pg_notify($4, $1) IS NULL FROM up`, maxMarks)),
+SELECT CASE WHEN waited THEN pg_notify($4, $1) IS NULL ELSE false END FROM up`, maxMarks)),
 		// $1 the age in µs past its expiry of a row to delete.
 		sweep: s(`
 DELETE FROM $T WHERE ctid IN (
@@ -194,6 +240,7 @@ SELECT owner, token, owner <> '' AND expires_at > clock_timestamp()
 FROM $T WHERE key = $1 FOR KEY SHARE`),
 	}
 	q.releaseAll = strings.Replace(q.release, "WHEN l.waited THEN", "WHEN true THEN", 1)
+	q.abandonAll = strings.Replace(q.abandon, "WHEN waited THEN", "WHEN true THEN", 1)
 	return q
 }
 
