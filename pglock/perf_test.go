@@ -248,3 +248,62 @@ func TestLayoutBeforeLockDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A locks' table of the layout before the queue of waiters (0.1.0: with
+// lock_delay and delay_until, without waiters) is refused as ErrOldLayout
+// without CreateTable, and migrated by Migrate, its rows and tokens kept; a
+// waiter of a Driver of that version (which marks the row waited) is still
+// woken by a release.
+func TestLayoutBeforeWaiterQueue(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	table := "pre_queue_" + dlocktest.Key(t)[len(dlocktest.Key(t))-6:]
+	for _, q := range []string{
+		`CREATE SEQUENCE ` + table + `_token AS bigint`,
+		`CREATE TABLE ` + table + ` (
+			key             text        PRIMARY KEY,
+			owner           text        NOT NULL,
+			token           bigint      NOT NULL UNIQUE,
+			expires_at      timestamptz NOT NULL,
+			metadata        text        NOT NULL DEFAULT '',
+			abandoned       text[]      NOT NULL DEFAULT '{}',
+			abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+			waited          boolean     NOT NULL DEFAULT false,
+			lock_delay      bigint      NOT NULL DEFAULT 0,
+			delay_until     timestamptz NOT NULL DEFAULT '-infinity')`,
+		`INSERT INTO ` + table + ` (key, owner, token, expires_at) VALUES ('old', '', 1000, clock_timestamp())`,
+		`SELECT setval('` + table + `_token', 1000)`,
+	} {
+		admin(t, q)
+	}
+	c := clientOf(t, newDriver(t, WithTable(table)))
+	if _, err := c.TryLock(ctx, "old"); !errors.Is(err, ErrOldLayout) || !errors.Is(err, dlock.ErrRefused) {
+		t.Fatalf("TryLock on a table without waiters: %v; want ErrOldLayout", err)
+	}
+	if err := newDriver(t, WithTable(table)).Migrate(ctx); err != nil {
+		t.Fatalf("Migrate of a table without waiters: %v", err)
+	}
+	l, err := c.TryLock(ctx, "old")
+	if err != nil {
+		t.Fatalf("TryLock after the migration: %v", err)
+	}
+	if l.Token() <= 1000 {
+		t.Errorf("token %d after the migration, want more than the row's 1000", l.Token())
+	}
+	// A waiter of the earlier version marks the row; the release wakes every
+	// waiter of the key, as that version's did.
+	conn, err := pgx.Connect(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+table); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, "UPDATE "+table+" SET waited = true WHERE key = 'old'")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.WaitForNotification(ctx); err != nil || n.Payload != "old" {
+		t.Errorf("release of a row an earlier version's waiter marked: notification %v, %v; want the key", n, err)
+	}
+}

@@ -25,8 +25,8 @@
 // Acquire is one statement: an UPDATE of the key's row in place, which takes
 // over a row that is free, expired or that its owner already holds (a retry
 // whose first reply was lost gets the same holding and token back), and
-// otherwise reports the holder's remaining time, marking the row as waited
-// for when the caller will wait. A key's first acquisition (or its first after
+// otherwise reports the holder's remaining time, putting the caller in the
+// row's queue of waiters when it will wait. A key's first acquisition (or its first after
 // Sweep) inserts the row, a second statement. An acquisition waits at most
 // 200ms for the lock of the row (held for longer only by a transaction fenced
 // on the key, see Fence), and the key is busy meanwhile. Extend and Release
@@ -38,17 +38,28 @@
 //
 // # Waiting
 //
-// A release of a row marked by a waiter (or a forced unlock, or an abandoned
-// acquisition) sends a NOTIFY on a channel named after the table with the key
-// as payload; an uncontended release sends none. A Driver that has waiters
-// keeps one dedicated connection (outside the pool, with the pool's connection
-// settings) LISTENing on it, until a tenth of a second after its last waiter left, and
-// wakes its waiters of that key. A notification can be lost (the listening
-// connection broke, the server restarted): a waiter then sleeps at most the
-// holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
-// when the holder's TTL has passed. Where LISTEN is refused, or with
-// WithPolling (for a pooler in transaction mode, which does not carry
-// notifications), waiters poll.
+// A Lock that finds the key held joins the row's queue of waiters (under the
+// last 16 characters of its owner, which are random). A release wakes the
+// first waiter of the queue alone: it takes it out of the queue and sends a
+// NOTIFY, on a channel named after the table, whose payload names the key and
+// that waiter; an uncontended release sends none. A Driver that has waiters
+// keeps one dedicated connection (outside the pool, with the pool's
+// connection settings) LISTENing on it, until a tenth of a second after its
+// last waiter left, and wakes the waiter a notification names. The woken
+// waiter tries again: it takes the lock, or joins the end of the queue again
+// when another acquisition took it first (whose release wakes the next).
+// A waiter that gives up leaves the queue (Abandon) and, when the row is free,
+// wakes the next waiter in its place, so that a wake-up it received is passed
+// on. A waiter that finds the queue full (64 waiters) marks the row instead,
+// and the next release wakes every waiter of the key, as a forced unlock does
+// (and as a release does after a waiter of a Driver of an earlier version
+// marked the row). A wake-up can be lost (the listening connection broke, the
+// server restarted, the woken waiter's process died): the other waiters then
+// sleep at most the holder's remaining TTL, as with Redis, and a dead waiter
+// costs that once, since the release that woke it took it out of the queue.
+// An expiry sends nothing; waiters wake when the holder's TTL has passed.
+// Where LISTEN is refused, or with WithPolling (for a pooler in transaction
+// mode, which does not carry notifications), waiters poll and do not queue.
 //
 // # Fencing inside the database
 //
@@ -238,8 +249,10 @@ func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / t
 const acquireLockWait = 200 * time.Millisecond
 
 // Acquire implements driver.Driver in one statement: take over the key's row
-// when it is free, expired or r.Owner's already, and otherwise report the
-// holder's time left (marking the row as waited for when r.Waiting). A key
+// when it is free, expired or r.Owner's already (leaving the row's queue of
+// waiters), and otherwise report the holder's time left (joining the queue
+// when r.Waiting and the Driver is notified: the Taken is then Queued, and
+// the Client abandons the acquisition if it gives up). A key
 // without a row (its first acquisition, or its first after Sweep) costs a
 // second statement, which inserts it. The key is busy (with an unknown
 // remaining time) while a transaction fenced on it is open.
@@ -366,8 +379,8 @@ func (d *Driver) extend(ctx context.Context, q string, h driver.Holding, ttl tim
 }
 
 // Release implements driver.Driver: it frees the owner's row (the row and its
-// token stay; see Sweep) and notifies the key's waiters. An expired row of the
-// owner is freed too, and reported as dlock.ErrNotHeld.
+// token stay; see Sweep) and wakes the first of the row's queue of waiters.
+// An expired row of the owner is freed too, and reported as dlock.ErrNotHeld.
 func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	if d == nil {
 		return errNilDriver
@@ -428,9 +441,11 @@ func (d *Driver) ttl(ctx context.Context, q string, h driver.Holding) (time.Dura
 }
 
 // Abandon implements driver.Abandoner: it frees the owner's row if the owner
-// holds it, and marks the acquisition abandoned in the key's row for
+// holds it, takes the owner out of the row's queue of waiters (waking the
+// first waiter left in it when the row is free: a wake-up the owner received
+// is passed on), and marks the acquisition abandoned in the key's row for
 // AbandonMarkTTL (or h.TTL when longer), so that an attempt of the owner still
-// in flight cannot take the key. An attempt meets the mark whatever the order:
+// in flight cannot take the key (nor join the queue again). An attempt meets the mark whatever the order:
 // both write the same row, and the database orders the two writes.
 func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	if d == nil {
