@@ -269,9 +269,13 @@ func (s *sub) notify() {
 func (l *listener) wakeKey(r *listenRun, payload string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cur != r || l.lostKey(payload) {
+	if l.cur != r {
 		return
 	}
+	// A force-unlock's payload has its holdings checked; it wakes no waiter
+	// (waiters' keys have no control characters), but a latch's or a
+	// barrier's, which starts the same way, wakes its waiters.
+	l.lostKey(payload)
 	if all {
 		for _, set := range l.subs {
 			for s := range set {
