@@ -122,9 +122,12 @@ func buildQueries(table, seq, channel string) queries {
 		// will wait, $6 the lock-delay in µs. The
 		// key's row is updated in place, whatever it holds, so that one
 		// statement tells every outcome: taken over when it is grantable
-		// (the token drawn anew unless the owner held it already; the mark
-		// of waiters cleared when the owner changes), and otherwise left as
-		// it is but marked as waited for when the owner will wait. One
+		// (the token drawn anew unless the owner held it already; the owner
+		// taken out of the queue of waiters, and the mark that wakes every
+		// waiter cleared when the owner changes), and otherwise left as it
+		// is but with the owner at the end of the queue when it will wait
+		// (once; not after its acquisition was abandoned; the row marked
+		// instead when the queue is full). One
 		// clock reading (c.now) decides the whole row. Only the token is
 		// indexed besides the key, so every update but a grant to a new
 		// owner is a HOT update. One row: granted (0) with the token, busy
