@@ -267,6 +267,22 @@ func heard(t *testing.T, drivers []*Driver) int64 {
 	return int64(len(drivers))
 }
 
+// listeningDriver returns a Driver whose listening connection is up, kept by
+// a subscription of its own until the test ends: a waiter that subscribes
+// to it is not woken for an attempt more (see Subscribe), so that its Lock
+// makes no attempt after it subscribed until it is woken.
+func listeningDriver(t *testing.T) *Driver {
+	t.Helper()
+	d := newDriver(t)
+	_, stop, err := d.Subscribe(ctxT(t, 10*time.Second), driver.Holding{Key: dlocktest.Key(t) + "-listen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	listening(t, d)
+	return d
+}
+
 // wakes sums the waiters that the drivers' listeners woke on notifications.
 func wakes(drivers []*Driver) (n int64) {
 	for _, d := range drivers {
@@ -293,10 +309,10 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	drivers := make([]*Driver, n)
 	leases := make(chan *dlock.Lease, n)
 	for i := range drivers {
-		drivers[i] = newDriver(t)
+		drivers[i] = listeningDriver(t)
 		got := waitFor(t, clientOf(t, drivers[i], dlock.WithTTL(ttl)), key)
 		go func() { leases <- <-got }()
-		subscribed(t, drivers[i], 1)
+		subscribed(t, drivers[i], 2)
 	}
 	w0 := wakes(drivers)
 	start := time.Now()
@@ -348,13 +364,7 @@ func TestWokenWaiterThatLeavesPassesTheWakeOn(t *testing.T) {
 	}
 	// The first waiter gives up as soon as it is woken. Its listening
 	// connection is up before it waits (a waiter is woken when it comes up).
-	first := newDriver(t)
-	_, stop, err := first.Subscribe(ctx, driver.Holding{Key: key + "-other"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	listening(t, first)
+	first := listeningDriver(t)
 	fctx, leave := context.WithCancel(ctx)
 	defer leave()
 	left := make(chan error, 1)
@@ -367,9 +377,9 @@ func TestWokenWaiterThatLeavesPassesTheWakeOn(t *testing.T) {
 		left <- err
 	}()
 	subscribed(t, first, 2)
-	second := newDriver(t)
+	second := listeningDriver(t)
 	got := waitFor(t, clientOf(t, second), key)
-	subscribed(t, second, 1)
+	subscribed(t, second, 2)
 	start := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
