@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -26,7 +27,8 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 // grantable is whether the row l may go to owner $2 at the time c.now: it
 // is free, the owner's already, or expired, it is not in its lock-delay, and
 // the owner's acquisition was not abandoned.
-const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ` + gone + `)`
+const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ` + gone + `
+	AND (l.woken_until <= c.now OR coalesce(l.waiters[1] = ` + waiterIDOf2 + `, false)))`
 
 // gone is whether owner $2's acquisition of the row l was abandoned (see
 // Abandon) at the time c.now.
@@ -36,6 +38,18 @@ const gone = `($2 = ANY (l.abandoned) AND l.abandoned_until > c.now)`
 // waits in a row's queue of waiters (see buildQueries): the owner's last
 // characters, which a Client draws at random (see waiterID).
 const waiterIDLen = 16
+
+// waiterIDOf2 is the waiter id of owner $2 (waiterIDLen characters).
+const waiterIDOf2 = `right($2, 16)`
+
+// wakeWindow is how long a free row stays reserved for the waiter that a
+// release (or an abandoned acquisition) woke, the first of its queue: the
+// releasing process, or a newcomer, does not take the lock from under it
+// meanwhile (each would then hold it again and again, and the lock would
+// seldom change hands). A woken waiter that does not come in time (its
+// process died) holds the others up this long, once: the next grant takes
+// it out of the queue.
+const wakeWindow = 100 * time.Millisecond
 
 // maxWaiters is the most waiters a row's queue holds; a waiter that finds it
 // full marks the row instead (waited), and the next release wakes every
@@ -72,7 +86,8 @@ const delayLeftUS = `CASE WHEN l.delay_until > c.now OR ` + delaying + ` THEN (e
 // the expiry only) does not.
 func buildQueries(table, seq, channel string) queries {
 	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable, "$GONE", gone,
-		"$WID", "right($2, "+strconv.Itoa(waiterIDLen)+")", "$MAXW", strconv.Itoa(maxWaiters),
+		"$WID", waiterIDOf2, "$MAXW", strconv.Itoa(maxWaiters),
+		"$WINDOW", strconv.FormatInt(wakeWindow.Microseconds(), 10)+" microseconds",
 		"$DLEFT", delayLeftUS, "$DEND", delayEnd,
 		// Constants are written into the text, so that a call sends fewer
 		// arguments (the channel's name is letters, digits, '_' and '.').
@@ -104,7 +119,8 @@ func buildQueries(table, seq, channel string) queries {
 				waited          boolean     NOT NULL DEFAULT false,
 				lock_delay      bigint      NOT NULL DEFAULT 0,
 				delay_until     timestamptz NOT NULL DEFAULT '-infinity',
-				waiters         text[]      NOT NULL DEFAULT '{}'
+				waiters         text[]      NOT NULL DEFAULT '{}',
+				woken_until     timestamptz NOT NULL DEFAULT '-infinity'
 			)$WITH`),
 			// A table of an earlier layout gets the columns it lacks (the
 			// check before it fails on any other table).
@@ -112,10 +128,11 @@ func buildQueries(table, seq, channel string) queries {
 			s(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false,
 				ADD COLUMN IF NOT EXISTS lock_delay bigint NOT NULL DEFAULT 0,
 				ADD COLUMN IF NOT EXISTS delay_until timestamptz NOT NULL DEFAULT '-infinity',
-				ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{}'`),
+				ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{}',
+				ADD COLUMN IF NOT EXISTS woken_until timestamptz NOT NULL DEFAULT '-infinity'`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until, waiters FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until, waiters, woken_until FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 whether the owner
@@ -144,14 +161,15 @@ UPDATE $T l SET
 	metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', '$WAIT', true), 0),
 	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2
 		ELSE l.waited OR ($5 AND NOT $GONE AND cardinality(l.waiters) >= $MAXW AND NOT $WID = ANY (l.waiters)) END,
-	waiters = CASE WHEN $GRANT THEN array_remove(l.waiters, $WID)
+	waiters = CASE WHEN $GRANT THEN array_remove(CASE WHEN l.woken_until > '-infinity' THEN l.waiters[2:] ELSE l.waiters END, $WID)
 		WHEN NOT $5 OR $GONE OR $WID = ANY (l.waiters) OR cardinality(l.waiters) >= $MAXW THEN l.waiters
 		ELSE l.waiters || $WID END,
+	woken_until = CASE WHEN $GRANT THEN '-infinity' ELSE l.woken_until END,
 	lock_delay = CASE WHEN $GRANT THEN $6::bigint ELSE l.lock_delay END
 FROM (SELECT clock_timestamp() AS now) c
 WHERE l.key = $1
 RETURNING CASE WHEN l.owner = $2 AND l.expires_at > c.now THEN 0 WHEN $2 = ANY (l.abandoned) AND l.abandoned_until > c.now THEN 2 ELSE 1 END,
-	l.token, (extract(epoch FROM greatest(l.expires_at, $DEND, c.now) - c.now) * 1e6)::bigint`),
+	l.token, (extract(epoch FROM greatest(l.expires_at, $DEND, l.woken_until, c.now) - c.now) * 1e6)::bigint`),
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 lock-delay in µs:
 		// the key's first row (or its first after Sweep), granted to the
 		// owner; no row when another statement inserted it first.
@@ -178,8 +196,8 @@ WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// since the row's last grant (releaseAll: always).
 		release: s(`
 UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = '',
-	waiters = CASE WHEN cardinality(l.waiters) = 0 THEN l.waiters
-		WHEN pg_notify($CHANNEL, $1 || chr(2) || l.waiters[1]) IS NOT NULL THEN l.waiters[2:] END
+	woken_until = CASE WHEN cardinality(l.waiters) = 0 THEN '-infinity'
+		WHEN pg_notify($CHANNEL, $1 || chr(2) || l.waiters[1]) IS NOT NULL THEN clock_timestamp() + interval '$WINDOW' END
 WHERE l.key = $1 AND l.owner = $2 AND (l.lock_delay = 0 OR l.expires_at > clock_timestamp())
 RETURNING l.expires_at >= statement_timestamp(),
 	CASE WHEN l.waited THEN pg_notify($CHANNEL, $1) IS NULL ELSE false END`),
@@ -205,11 +223,12 @@ WITH up AS (
 			THEN (l.abandoned || $2::text)[greatest(1, cardinality(l.abandoned) + 2 - %d):]
 			ELSE ARRAY[$2::text] END,
 		abandoned_until = greatest(l.abandoned_until, EXCLUDED.abandoned_until),
-		waiters = CASE WHEN cardinality(array_remove(l.waiters, $WID)) = 0
-				OR NOT (l.owner IN ('', $2) OR l.expires_at <= clock_timestamp())
-			THEN array_remove(l.waiters, $WID)
+		waiters = array_remove(l.waiters, $WID),
+		woken_until = CASE WHEN cardinality(array_remove(l.waiters, $WID)) = 0 THEN '-infinity'
+			WHEN l.waiters[1] <> $WID AND l.woken_until > '-infinity' THEN l.woken_until
+			WHEN NOT (l.owner IN ('', $2) OR l.expires_at <= clock_timestamp()) THEN '-infinity'
 			WHEN pg_notify($4, $1 || chr(2) || (array_remove(l.waiters, $WID))[1]) IS NOT NULL
-			THEN (array_remove(l.waiters, $WID))[2:] END
+			THEN clock_timestamp() + interval '$WINDOW' END
 	RETURNING l.waited
 )
 SELECT CASE WHEN waited THEN pg_notify($4, $1) IS NULL ELSE false END FROM up`, maxMarks)),
