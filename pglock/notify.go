@@ -130,8 +130,11 @@ type listenRun struct {
 
 func newListener(d *Driver) *listener {
 	return &listener{
-		d:      d,
-		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
+		d: d,
+		// The table's channel (a wake-up of every waiter of a key, a
+		// force-unlock, a latch), and the Driver's own (a release's
+		// wake-up of one of its waiters).
+		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize() + "; LISTEN " + pgx.Identifier{wakePrefix + d.id}.Sanitize(),
 		subs:   map[string]map[*sub]struct{}{},
 
 		lingerFor: listenLinger,

@@ -89,6 +89,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"sync"
@@ -130,6 +131,7 @@ type Driver struct {
 	table   string // quoted, possibly schema-qualified
 	seq     string // quoted
 	channel string // the NOTIFY channel, unquoted
+	id      string // random: its waiters' entries in queues start with it (see waiterIDLen)
 	q       queries
 	semQ    semQueries
 	fairQ   fairQueries
@@ -218,7 +220,8 @@ func NewDriver(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 		seq:     pgx.Identifier(seqParts).Sanitize(),
 		channel: cfg.table,
 	}
-	d.q = buildQueries(d.table, d.seq, d.channel)
+	d.id = fmt.Sprintf("%0*x", driverIDLen, rand.Uint64())
+	d.q = buildQueries(d.table, d.seq, d.channel, d.id)
 	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
 	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
 	if cfg.unlogged {

@@ -28,19 +28,26 @@ const remainingUS = `(extract(epoch FROM greatest(l.expires_at, clock_timestamp(
 // is free, the owner's already, or expired, it is not in its lock-delay, and
 // the owner's acquisition was not abandoned.
 const grantable = `((l.owner IN ('', $2) OR l.expires_at <= c.now) AND l.delay_until <= c.now AND NOT ` + delaying + ` AND NOT ` + gone + `
-	AND (l.woken_until <= c.now OR coalesce(l.waiters[1] = ` + waiterIDOf2 + `, false)))`
+	AND (l.woken_until <= c.now OR coalesce(l.waiters[1] = $WID, false)))`
 
 // gone is whether owner $2's acquisition of the row l was abandoned (see
 // Abandon) at the time c.now.
 const gone = `($2 = ANY (l.abandoned) AND l.abandoned_until > c.now)`
 
 // waiterIDLen is the length in characters of the id under which an owner
-// waits in a row's queue of waiters (see buildQueries): the owner's last
-// characters, which a Client draws at random (see waiterID).
+// waits in a row's queue of waiters: the owner's last characters, which a
+// Client draws at random (see waiterID). An entry of the queue is the
+// waiting Driver's id (driverIDLen characters) followed by the owner's:
+// the release NOTIFYs the Driver's own channel (wakePrefix and its id),
+// which no other Driver's listening connection receives.
 const waiterIDLen = 16
 
-// waiterIDOf2 is the waiter id of owner $2 (waiterIDLen characters).
-const waiterIDOf2 = `right($2, 16)`
+// driverIDLen is the length of a Driver's id, in hex digits.
+const driverIDLen = 16
+
+// wakePrefix starts the name of the channel on which a Driver is woken
+// (see waiterIDLen).
+const wakePrefix = "dlock_wake_"
 
 // wakeWindow is how long a free row stays reserved for the waiter that a
 // release (or an abandoned acquisition) woke, the first of its queue: the
@@ -73,7 +80,8 @@ const delayEnd = `greatest(l.delay_until, CASE WHEN l.owner <> '' AND l.lock_del
 // microseconds, 0 when it is not in one.
 const delayLeftUS = `CASE WHEN l.delay_until > c.now OR ` + delaying + ` THEN (extract(epoch FROM ` + delayEnd + ` - c.now) * 1e6)::bigint ELSE 0 END`
 
-// buildQueries writes the statements for table and seq (both quoted).
+// buildQueries writes the statements for table and seq (both quoted), of the
+// Driver whose id is id (see waiterIDLen).
 //
 // A row is held while its owner is not ” and its expiry lies ahead. A
 // holding with a lock-delay (lock_delay, in µs) leaves the row in its delay
@@ -84,10 +92,13 @@ const delayLeftUS = `CASE WHEN l.delay_until > c.now OR ` + delaying + ` THEN (e
 // update that changes the token (a grant to another owner) or deletes the row
 // conflicts with the FOR KEY SHARE lock of Fence, while Extend (which changes
 // the expiry only) does not.
-func buildQueries(table, seq, channel string) queries {
-	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", grantable, "$GONE", gone,
-		"$WID", waiterIDOf2, "$MAXW", strconv.Itoa(maxWaiters),
+func buildQueries(table, seq, channel, id string) queries {
+	// The entry of owner $2 in a queue of waiters.
+	wid := "('" + id + "' || right($2, " + strconv.Itoa(waiterIDLen) + "))"
+	r := strings.NewReplacer("$T", table, "$S", seq, "$REM", remainingUS, "$GRANT", strings.ReplaceAll(grantable, "$WID", wid), "$GONE", gone,
+		"$WID", wid, "$MAXW", strconv.Itoa(maxWaiters),
 		"$WINDOW", strconv.FormatInt(wakeWindow.Microseconds(), 10)+" microseconds",
+		"$WAKE", wakePrefix, "$DIDLEN", strconv.Itoa(driverIDLen),
 		"$DLEFT", delayLeftUS, "$DEND", delayEnd,
 		// Constants are written into the text, so that a call sends fewer
 		// arguments (the channel's name is letters, digits, '_' and '.').
@@ -197,7 +208,8 @@ WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		release: s(`
 UPDATE $T l SET owner = '', expires_at = least(l.expires_at, clock_timestamp()), metadata = '',
 	woken_until = CASE WHEN cardinality(l.waiters) = 0 THEN '-infinity'
-		WHEN pg_notify($CHANNEL, $1 || chr(2) || l.waiters[1]) IS NOT NULL THEN clock_timestamp() + interval '$WINDOW' END
+		WHEN pg_notify('$WAKE' || left(l.waiters[1], $DIDLEN), $1 || chr(2) || substr(l.waiters[1], $DIDLEN + 1)) IS NOT NULL
+		THEN clock_timestamp() + interval '$WINDOW' END
 WHERE l.key = $1 AND l.owner = $2 AND (l.lock_delay = 0 OR l.expires_at > clock_timestamp())
 RETURNING l.expires_at >= statement_timestamp(),
 	CASE WHEN l.waited THEN pg_notify($CHANNEL, $1) IS NULL ELSE false END`),
@@ -227,7 +239,8 @@ WITH up AS (
 		woken_until = CASE WHEN cardinality(array_remove(l.waiters, $WID)) = 0 THEN '-infinity'
 			WHEN l.waiters[1] <> $WID AND l.woken_until > '-infinity' THEN l.woken_until
 			WHEN NOT (l.owner IN ('', $2) OR l.expires_at <= clock_timestamp()) THEN '-infinity'
-			WHEN pg_notify($4, $1 || chr(2) || (array_remove(l.waiters, $WID))[1]) IS NOT NULL
+			WHEN pg_notify('$WAKE' || left((array_remove(l.waiters, $WID))[1], $DIDLEN),
+				$1 || chr(2) || substr((array_remove(l.waiters, $WID))[1], $DIDLEN + 1)) IS NOT NULL
 			THEN clock_timestamp() + interval '$WINDOW' END
 	RETURNING l.waited
 )

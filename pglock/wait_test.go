@@ -416,7 +416,7 @@ func TestDeadWaiterCostsAtMostTheTTL(t *testing.T) {
 	key := dlocktest.Key(t)
 	l, wd, got := heldAndWaited(t, key, ttl)
 	taken := time.Now()
-	admin(t, "UPDATE dlock_locks SET waiters = '{dead0123456789ab}' || waiters WHERE key = $1", key)
+	admin(t, "UPDATE dlock_locks SET waiters = '{dead0123456789abdead0123456789ab}' || waiters WHERE key = $1", key)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
