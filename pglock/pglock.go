@@ -38,28 +38,32 @@
 //
 // # Waiting
 //
-// A Lock that finds the key held joins the row's queue of waiters (under the
-// last 16 characters of its owner, which are random). A release wakes the
-// first waiter of the queue alone: it takes it out of the queue and sends a
-// NOTIFY, on a channel named after the table, whose payload names the key and
-// that waiter; an uncontended release sends none. A Driver that has waiters
-// keeps one dedicated connection (outside the pool, with the pool's
-// connection settings) LISTENing on it, until a tenth of a second after its
-// last waiter left, and wakes the waiter a notification names. The woken
-// waiter tries again: it takes the lock, or joins the end of the queue again
-// when another acquisition took it first (whose release wakes the next).
-// A waiter that gives up leaves the queue (Abandon) and, when the row is free,
-// wakes the next waiter in its place, so that a wake-up it received is passed
-// on. A waiter that finds the queue full (64 waiters) marks the row instead,
-// and the next release wakes every waiter of the key, as a forced unlock does
-// (and as a release does after a waiter of a Driver of an earlier version
-// marked the row). A wake-up can be lost (the listening connection broke, the
-// server restarted, the woken waiter's process died): the other waiters then
-// sleep at most the holder's remaining TTL, as with Redis, and a dead waiter
-// costs that once, since the release that woke it took it out of the queue.
-// An expiry sends nothing; waiters wake when the holder's TTL has passed.
-// Where LISTEN is refused, or with WithPolling (for a pooler in transaction
-// mode, which does not carry notifications), waiters poll and do not queue.
+// A Lock that finds the key held joins the row's queue of waiters (under its
+// Driver's random id and the last 16 characters of its owner, which are
+// random too). A release wakes the first waiter of the queue alone: it sends a
+// NOTIFY on that waiter's Driver's own channel ("dlock_wake_" and the
+// Driver's id) whose payload names the key and the waiter, and keeps the
+// row for that waiter for a tenth of a second, so that neither the releasing
+// process nor a newcomer takes the lock from under it; an uncontended release
+// sends none. A Driver that has waiters keeps one dedicated connection
+// (outside the pool, with the pool's connection settings) LISTENing on its
+// channel and on the table's (named after the table), until a tenth of a
+// second after its last waiter left, and wakes the waiter a notification
+// names. The woken waiter takes the lock and leaves the queue. A waiter that
+// gives up leaves the queue (Abandon) and, when the row is free, wakes the
+// next waiter in its place, so that a wake-up it received is passed on. A
+// waiter that finds the queue full (64 waiters) marks the row instead, and
+// the next release also wakes every waiter of the key (a NOTIFY on the
+// table's channel with the key as payload), as a forced unlock does (and as
+// a release does after a waiter of a Driver of an earlier version marked the
+// row). A wake-up can be lost (the listening connection broke, the server
+// restarted, the woken waiter's process died): the other waiters then sleep
+// at most the holder's remaining TTL, as with Redis (a process that tries
+// meanwhile gets the lock when the tenth of a second has passed), and a dead
+// waiter costs that once, since the next grant takes it out of the queue. An
+// expiry sends nothing; waiters wake when the holder's TTL has passed. Where
+// LISTEN is refused, or with WithPolling (for a pooler in transaction mode,
+// which does not carry notifications), waiters poll and do not queue.
 //
 // # Fencing inside the database
 //

@@ -151,15 +151,18 @@ func buildQueries(table, seq, channel, id string) queries {
 		// key's row is updated in place, whatever it holds, so that one
 		// statement tells every outcome: taken over when it is grantable
 		// (the token drawn anew unless the owner held it already; the owner
-		// taken out of the queue of waiters, and the mark that wakes every
-		// waiter cleared when the owner changes), and otherwise left as it
+		// taken out of the queue of waiters, with the woken waiter the row
+		// was reserved for, and the mark that wakes every waiter cleared
+		// when the owner changes; a row reserved for a woken waiter is
+		// grantable to that waiter alone), and otherwise left as it
 		// is but with the owner at the end of the queue when it will wait
 		// (once; not after its acquisition was abandoned; the row marked
 		// instead when the queue is full). One
 		// clock reading (c.now) decides the whole row. Only the token is
 		// indexed besides the key, so every update but a grant to a new
 		// owner is a HOT update. One row: granted (0) with the token, busy
-		// (1) with the holder's time left in µs, or abandoned (2); no row
+		// (1) with the holder's time left in µs (or the reservation's), or
+		// abandoned (2); no row
 		// when the key has no row (see insert).
 		acquire: s(`
 UPDATE $T l SET
@@ -195,11 +198,15 @@ UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsec
 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner. The owner's row is freed in place (a HOT update),
 		// keeping its token, and the first of its queue of waiters, if any,
-		// leaves the queue and is woken by a NOTIFY whose payload names it
-		// (the key, wakeSep, its id): one waiter per release, not all. (The
-		// new row is computed before the row is locked, as in acquire: a
-		// release that waited for another statement's write of the row may
-		// wake one waiter more, never none.) One row when the owner's row
+		// is woken by a NOTIFY on its Driver's channel whose payload names
+		// it (the key, wakeSep, its id), and the row is reserved for it for
+		// wakeWindow (woken_until): one waiter per release, not all, and no
+		// other acquisition takes the lock from under it meanwhile. It
+		// leaves the queue when it takes the lock, or when another does
+		// after the window. (The new row is computed before the row is
+		// locked, as in acquire: a release that waited for another
+		// statement's write of the row may wake one waiter more, never
+		// none.) One row when the owner's row
 		// was there: whether the holding had not expired when the server
 		// received the release, and whether every waiter of the key was
 		// woken (a NOTIFY with the key as payload): only when a waiter
@@ -218,11 +225,12 @@ RETURNING l.expires_at >= statement_timestamp(),
 		// $1 key, $2 owner, $3 mark life in µs, $4 channel. A row made for
 		// the mark alone has a negative token: unique, and never granted.
 		// The owner leaves the row's queue of waiters; when the row is free
-		// after this (also when the owner held it), the first waiter left
-		// in the queue is woken in its place and leaves it too, as by a
-		// release: a waiter that a release woke and that gives up passes
-		// the wake-up on. Every waiter of the key is woken when the row is
-		// marked as waited for (abandonAll: always).
+		// after this (also when the owner held it) and not reserved for
+		// another woken waiter, the first waiter left in the queue is woken
+		// and the row reserved for it, as by a release: a waiter that a
+		// release woke and that gives up passes the wake-up on. Every
+		// waiter of the key is woken when the row is marked as waited for
+		// (abandonAll: always).
 		abandon: s(fmt.Sprintf(`
 WITH up AS (
 	INSERT INTO $T AS l (key, owner, token, expires_at, metadata, abandoned, abandoned_until)
