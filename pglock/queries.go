@@ -175,10 +175,14 @@ UPDATE $T l SET
 	metadata = CASE WHEN $GRANT THEN $4::text ELSE l.metadata END || left(set_config('lock_timeout', '$WAIT', true), 0),
 	waited = CASE WHEN $GRANT THEN l.waited AND l.owner = $2
 		ELSE l.waited OR ($5 AND NOT $GONE AND cardinality(l.waiters) >= $MAXW AND NOT $WID = ANY (l.waiters)) END,
-	waiters = CASE WHEN $GRANT THEN array_remove(CASE WHEN l.woken_until > '-infinity' THEN l.waiters[2:] ELSE l.waiters END, $WID)
+	-- (An uncontended acquisition meets an empty queue and no woken
+	-- waiter: the cheap tests come first.)
+	waiters = CASE WHEN cardinality(l.waiters) = 0 AND NOT $5 THEN l.waiters
+		WHEN $GRANT THEN CASE WHEN cardinality(l.waiters) = 0 THEN l.waiters
+			ELSE array_remove(CASE WHEN l.woken_until > '-infinity' THEN l.waiters[2:] ELSE l.waiters END, $WID) END
 		WHEN NOT $5 OR $GONE OR $WID = ANY (l.waiters) OR cardinality(l.waiters) >= $MAXW THEN l.waiters
 		ELSE l.waiters || $WID END,
-	woken_until = CASE WHEN $GRANT THEN '-infinity' ELSE l.woken_until END,
+	woken_until = CASE WHEN l.woken_until = '-infinity' THEN l.woken_until WHEN $GRANT THEN '-infinity' ELSE l.woken_until END,
 	lock_delay = CASE WHEN $GRANT THEN $6::bigint ELSE l.lock_delay END
 FROM (SELECT clock_timestamp() AS now) c
 WHERE l.key = $1
