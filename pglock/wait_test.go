@@ -443,3 +443,37 @@ func TestDeadWaiterCostsAtMostTheTTL(t *testing.T) {
 	}
 	_ = next.Unlock(ctx)
 }
+
+// A released lock that a waiter was woken for is kept for it: the releasing
+// process, locking again at once, does not take it from under the waiter,
+// which gets it.
+func TestReleaseKeepsTheLockForTheWokenWaiter(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	c := newClient(t, dlock.WithTTL(30*time.Second))
+	for i := range 5 {
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd := listeningDriver(t)
+		got := waitFor(t, clientOf(t, wd), key)
+		subscribed(t, wd, 2)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := c.TryLock(ctx, key); err == nil {
+			_ = again.Unlock(ctx)
+			t.Fatalf("cycle %d: the releasing Client took the lock back from under the woken waiter", i)
+		} else if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		next := <-got
+		if next == nil {
+			t.FailNow()
+		}
+		if err := next.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
