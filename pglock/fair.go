@@ -239,7 +239,7 @@ func (f *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	}
 	return f.d.doOn(ctx, "abandon", partFair, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, f.d.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, f.d.q.abandon, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL)), f.d.channel); err != nil {
+			if _, err := tx.Exec(ctx, f.d.q.abandonAll, h.Key, h.Owner, micros(max(h.TTL, AbandonMarkTTL)), f.d.channel); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, f.d.fairQ.abandon, h.Key, h.Owner)

@@ -89,17 +89,16 @@ func (h *pgHold) Forget(*driver.LossSignal) {
 	l.unuse()
 }
 
-// lostKey checks the holdings of the key a force-unlock's payload names, and
-// reports whether payload was one; l.mu is held.
-func (l *listener) lostKey(payload string) bool {
+// lostKey checks the holdings of the key a force-unlock's payload names, if
+// payload is one; l.mu is held.
+func (l *listener) lostKey(payload string) {
 	key, ok := strings.CutPrefix(payload, lostMark)
 	if !ok {
-		return false
+		return
 	}
 	for h := l.holds[key]; h != nil; h = h.next {
 		go h.check()
 	}
-	return true
 }
 
 // check loses h if the table no longer has it.

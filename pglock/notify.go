@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
 
@@ -48,8 +50,9 @@ type listener struct {
 	refusedUntil time.Time
 	refused      error
 	// gen counts the changes of live and of cur; seen counts the
-	// notifications received, by bucket of their key. Together they tell a
-	// subscriber whether a notification of its key may have come since its
+	// notifications received, by bucket of their key (of their key and
+	// waiter for those that wake one waiter). Together they tell a
+	// subscriber whether a notification for it may have come since its
 	// attempt began (see mark).
 	gen  uint64
 	seen [buckets]uint64
@@ -69,32 +72,54 @@ type listener struct {
 // sub is one waiter's subscription.
 type sub struct {
 	key    string
+	id     string // the waiter's id in the row's queue (see waiterID)
 	wake   chan struct{}
 	closed bool // wake is closed: notifications stopped, the waiter polls
 }
 
 // listenMark is what a listener had received when an acquisition attempt
 // began: the Handle of the attempt's driver.Taken, handed back to Subscribe.
-type listenMark struct{ gen, seen uint64 }
+// seen counts the notifications that wake every waiter of the key, seenID
+// those that wake the one waiter.
+type listenMark struct{ gen, seen, seenID uint64 }
 
-// bucket is the counter of key's notifications.
-func bucket(key string) int {
+// bucket is the counter of the notifications of key that wake every waiter,
+// or, with an id, the one waiter id.
+func bucket(key, id string) int {
 	h := uint32(2166136261) // FNV-1a
 	for i := 0; i < len(key); i++ {
 		h = (h ^ uint32(key[i])) * 16777619
 	}
+	if id != "" {
+		h = (h ^ uint32(wakeSep[0])) * 16777619
+		for i := 0; i < len(id); i++ {
+			h = (h ^ uint32(id[i])) * 16777619
+		}
+	}
 	return int(h % buckets)
 }
 
-// mark returns what l has received for key so far, or nil when it is not
-// listening.
-func (l *listener) mark(key string) any {
+// waiterID is the id under which owner waits in a row's queue: its last
+// waiterIDLen characters (the queries' right($2, waiterIDLen)).
+func waiterID(owner string) string {
+	i := len(owner)
+	for n := 0; n < waiterIDLen && i > 0; n++ {
+		_, size := utf8.DecodeLastRuneInString(owner[:i])
+		i -= size
+	}
+	return owner[i:]
+}
+
+// mark returns what l has received so far for the waiter id of key (nil when
+// it is not listening), and whether the waiter may join the row's queue (not
+// while LISTEN is refused: it polls then).
+func (l *listener) mark(key, id string) (any, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.live {
-		return nil
+		return nil, l.refused == nil || !time.Now().Before(l.refusedUntil)
 	}
-	return listenMark{l.gen, l.seen[bucket(key)]}
+	return listenMark{l.gen, l.seen[bucket(key, "")], l.seen[bucket(key, id)]}, true
 }
 
 // listenRun is one run of the connection loop.
@@ -105,8 +130,11 @@ type listenRun struct {
 
 func newListener(d *Driver) *listener {
 	return &listener{
-		d:      d,
-		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize(),
+		d: d,
+		// The table's channel (a wake-up of every waiter of a key, a
+		// force-unlock, a latch), and the Driver's own (a release's
+		// wake-up of one of its waiters).
+		listen: "LISTEN " + pgx.Identifier{d.channel}.Sanitize() + "; LISTEN " + pgx.Identifier{wakePrefix + d.id}.Sanitize(),
 		subs:   map[string]map[*sub]struct{}{},
 
 		lingerFor: listenLinger,
@@ -130,16 +158,16 @@ func (d *Driver) Subscribe(_ context.Context, h driver.Holding) (<-chan struct{}
 	if d.cfg.poll {
 		return nil, nil, fmt.Errorf("pglock: notifications disabled (WithPolling): %w", errors.ErrUnsupported)
 	}
-	return d.ln.subscribe(h.Key, h.Handle)
+	return d.ln.subscribe(h.Key, waiterID(h.Owner), h.Handle)
 }
 
-func (l *listener) subscribe(key string, mark any) (<-chan struct{}, func(), error) {
+func (l *listener) subscribe(key, id string, mark any) (<-chan struct{}, func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if time.Now().Before(l.refusedUntil) {
 		return nil, nil, errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: LISTEN refused: %w", l.refused))
 	}
-	s := &sub{key: key, wake: make(chan struct{}, 1)}
+	s := &sub{key: key, id: id, wake: make(chan struct{}, 1)}
 	if l.subs[key] == nil {
 		l.subs[key] = map[*sub]struct{}{}
 	}
@@ -147,7 +175,7 @@ func (l *listener) subscribe(key string, mark any) (<-chan struct{}, func(), err
 	switch started := l.use(); {
 	case started:
 	case l.live:
-		if m, ok := mark.(listenMark); !ok || m != (listenMark{l.gen, l.seen[bucket(key)]}) {
+		if m, ok := mark.(listenMark); !ok || m != (listenMark{l.gen, l.seen[bucket(key, "")], l.seen[bucket(key, id)]}) {
 			s.notify()
 		}
 	}
@@ -238,14 +266,19 @@ func (s *sub) notify() {
 	}
 }
 
-// wakeKey wakes the waiters of key (all of them when all is set) if r is still
-// the current run.
-func (l *listener) wakeKey(r *listenRun, key string, all bool) {
+// wakeKey handles the payload of a notification if r is still the current
+// run: a key wakes its waiters, a key, wakeSep and a waiter's id that one
+// waiter of the key (every waiter of every key when all is set).
+func (l *listener) wakeKey(r *listenRun, payload string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cur != r || l.lostKey(key) {
+	if l.cur != r {
 		return
 	}
+	// A force-unlock's payload has its holdings checked; it wakes no waiter
+	// (waiters' keys have no control characters), but a latch's or a
+	// barrier's, which starts the same way, wakes its waiters.
+	l.lostKey(payload)
 	if all {
 		for _, set := range l.subs {
 			for s := range set {
@@ -254,8 +287,12 @@ func (l *listener) wakeKey(r *listenRun, key string, all bool) {
 		}
 		return
 	}
-	l.seen[bucket(key)]++
+	key, id, one := strings.Cut(payload, wakeSep)
+	l.seen[bucket(key, id)]++
 	for s := range l.subs[key] {
+		if one && s.id != id {
+			continue
+		}
 		l.wakes.Add(1)
 		s.notify()
 	}

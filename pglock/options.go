@@ -19,7 +19,8 @@ type options struct {
 // WithTable sets the table of the locks, optionally schema-qualified
 // ("locks.dlock"); the default is DefaultTable. Names are letters, digits and
 // '_', not starting with a digit, at most 57 bytes (the sequence appends
-// "_token"). The NOTIFY channel has the same name.
+// "_token"). The NOTIFY channel has the same name; a Driver whose Lock waits
+// also LISTENs on a channel of its own (see the package's Waiting).
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithRequestTimeout bounds each single request (one statement, or a pool

@@ -28,9 +28,11 @@ func listen(t *testing.T) *pgx.Conn {
 }
 
 // A release notifies only when a waiting acquisition found the lock held
-// since the last grant: an uncontended cycle sends no NOTIFY (each costs the
-// server a lock of the whole database at commit), a release with a waiter
-// does.
+// since the last grant, and then on the waiter's Driver's channel alone: an
+// uncontended cycle sends no NOTIFY (each costs the server a lock of the
+// whole database at commit), a release with a waiter one, which a listener
+// of the table's channel (or of another Driver's) does not receive; a
+// waiter that gave up leaves no mark behind.
 func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	conn := listen(t)
@@ -53,29 +55,35 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if _, err := newClient(t).TryLock(ctx, quiet); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held key: %v", err)
 	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A Lock that gives up waiting leaves its mark: the release notifies.
-	l, err = c.TryLock(ctx, waited)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newClient(t).Lock(ctx, waited, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
+	// Nor does a Lock that gives up waiting: it leaves the queue.
+	if _, err := newClient(t).Lock(ctx, quiet, dlock.WithWait(50*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Lock of a held key: %v", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Notifications arrive in commit order: the first is the last release's.
-	n, err := conn.WaitForNotification(ctx)
+	// A Lock waiting when the release comes is woken by name.
+	l, err = c.TryLock(ctx, waited)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Payload != waited {
-		t.Errorf("first notification for %q, want %q: an unwaited release notified", n.Payload, waited)
+	wd := newDriver(t)
+	got := waitFor(t, clientOf(t, wd), waited)
+	subscribed(t, wd, 1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := <-got
+	if next == nil {
+		t.FailNow()
+	}
+	if _, wakes, _ := wd.ListenerStats(); wakes != 1 {
+		t.Errorf("the waiter was woken %d times by notifications, want 1", wakes)
 	}
 	// The next holder starts unmarked.
+	if err := next.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	l, err = c.Lock(ctx, waited)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +91,11 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Notifications arrive in commit order: the first on the table's
+	// channel is the end marker.
 	admin(t, "SELECT pg_notify($1, 'end')", DefaultTable)
 	if n, err := conn.WaitForNotification(ctx); err != nil || n.Payload != "end" {
-		t.Errorf("after an unwaited cycle: notification %v, %v; want the end marker", n, err)
+		t.Errorf("notification %v, %v on the table's channel; want the end marker alone", n, err)
 	}
 }
 
@@ -233,5 +243,64 @@ func TestLayoutBeforeLockDelay(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A locks' table of the layout before the queue of waiters (0.1.0: with
+// lock_delay and delay_until, without waiters) is refused as ErrOldLayout
+// without CreateTable, and migrated by Migrate, its rows and tokens kept; a
+// waiter of a Driver of that version (which marks the row waited) is still
+// woken by a release.
+func TestLayoutBeforeWaiterQueue(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	table := "pre_queue_" + dlocktest.Key(t)[len(dlocktest.Key(t))-6:]
+	for _, q := range []string{
+		`CREATE SEQUENCE ` + table + `_token AS bigint`,
+		`CREATE TABLE ` + table + ` (
+			key             text        PRIMARY KEY,
+			owner           text        NOT NULL,
+			token           bigint      NOT NULL UNIQUE,
+			expires_at      timestamptz NOT NULL,
+			metadata        text        NOT NULL DEFAULT '',
+			abandoned       text[]      NOT NULL DEFAULT '{}',
+			abandoned_until timestamptz NOT NULL DEFAULT '-infinity',
+			waited          boolean     NOT NULL DEFAULT false,
+			lock_delay      bigint      NOT NULL DEFAULT 0,
+			delay_until     timestamptz NOT NULL DEFAULT '-infinity')`,
+		`INSERT INTO ` + table + ` (key, owner, token, expires_at) VALUES ('old', '', 1000, clock_timestamp())`,
+		`SELECT setval('` + table + `_token', 1000)`,
+	} {
+		admin(t, q)
+	}
+	c := clientOf(t, newDriver(t, WithTable(table)))
+	if _, err := c.TryLock(ctx, "old"); !errors.Is(err, ErrOldLayout) || !errors.Is(err, dlock.ErrRefused) {
+		t.Fatalf("TryLock on a table without waiters: %v; want ErrOldLayout", err)
+	}
+	if err := newDriver(t, WithTable(table)).Migrate(ctx); err != nil {
+		t.Fatalf("Migrate of a table without waiters: %v", err)
+	}
+	l, err := c.TryLock(ctx, "old")
+	if err != nil {
+		t.Fatalf("TryLock after the migration: %v", err)
+	}
+	if l.Token() <= 1000 {
+		t.Errorf("token %d after the migration, want more than the row's 1000", l.Token())
+	}
+	// A waiter of the earlier version marks the row; the release wakes every
+	// waiter of the key, as that version's did.
+	conn, err := pgx.Connect(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+table); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, "UPDATE "+table+" SET waited = true WHERE key = 'old'")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := conn.WaitForNotification(ctx); err != nil || n.Payload != "old" {
+		t.Errorf("release of a row an earlier version's waiter marked: notification %v, %v; want the key", n, err)
 	}
 }

@@ -25,8 +25,8 @@
 // Acquire is one statement: an UPDATE of the key's row in place, which takes
 // over a row that is free, expired or that its owner already holds (a retry
 // whose first reply was lost gets the same holding and token back), and
-// otherwise reports the holder's remaining time, marking the row as waited
-// for when the caller will wait. A key's first acquisition (or its first after
+// otherwise reports the holder's remaining time, putting the caller in the
+// row's queue of waiters when it will wait. A key's first acquisition (or its first after
 // Sweep) inserts the row, a second statement. An acquisition waits at most
 // 200ms for the lock of the row (held for longer only by a transaction fenced
 // on the key, see Fence), and the key is busy meanwhile. Extend and Release
@@ -38,17 +38,32 @@
 //
 // # Waiting
 //
-// A release of a row marked by a waiter (or a forced unlock, or an abandoned
-// acquisition) sends a NOTIFY on a channel named after the table with the key
-// as payload; an uncontended release sends none. A Driver that has waiters
-// keeps one dedicated connection (outside the pool, with the pool's connection
-// settings) LISTENing on it, until a tenth of a second after its last waiter left, and
-// wakes its waiters of that key. A notification can be lost (the listening
-// connection broke, the server restarted): a waiter then sleeps at most the
-// holder's remaining TTL, as with Redis. An expiry sends nothing; waiters wake
-// when the holder's TTL has passed. Where LISTEN is refused, or with
-// WithPolling (for a pooler in transaction mode, which does not carry
-// notifications), waiters poll.
+// A Lock that finds the key held joins the row's queue of waiters (under its
+// Driver's random id and the last 16 characters of its owner, which are
+// random too). A release wakes the first waiter of the queue alone: it sends a
+// NOTIFY on that waiter's Driver's own channel ("dlock_wake_" and the
+// Driver's id) whose payload names the key and the waiter, and keeps the
+// row for that waiter for a tenth of a second, so that neither the releasing
+// process nor a newcomer takes the lock from under it; an uncontended release
+// sends none. A Driver that has waiters keeps one dedicated connection
+// (outside the pool, with the pool's connection settings) LISTENing on its
+// channel and on the table's (named after the table), until a tenth of a
+// second after its last waiter left, and wakes the waiter a notification
+// names. The woken waiter takes the lock and leaves the queue. A waiter that
+// gives up leaves the queue (Abandon) and, when the row is free, wakes the
+// next waiter in its place, so that a wake-up it received is passed on. A
+// waiter that finds the queue full (64 waiters) marks the row instead, and
+// the next release also wakes every waiter of the key (a NOTIFY on the
+// table's channel with the key as payload), as a forced unlock does (and as
+// a release does after a waiter of a Driver of an earlier version marked the
+// row). A wake-up can be lost (the listening connection broke, the server
+// restarted, the woken waiter's process died): the other waiters then sleep
+// at most the holder's remaining TTL, as with Redis (a process that tries
+// meanwhile gets the lock when the tenth of a second has passed), and a dead
+// waiter costs that once, since the next grant takes it out of the queue. An
+// expiry sends nothing; waiters wake when the holder's TTL has passed. Where
+// LISTEN is refused, or with WithPolling (for a pooler in transaction mode,
+// which does not carry notifications), waiters poll and do not queue.
 //
 // # Fencing inside the database
 //
@@ -78,6 +93,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"sync"
@@ -119,6 +135,7 @@ type Driver struct {
 	table   string // quoted, possibly schema-qualified
 	seq     string // quoted
 	channel string // the NOTIFY channel, unquoted
+	id      string // random: its waiters' entries in queues start with it (see waiterIDLen)
 	q       queries
 	semQ    semQueries
 	fairQ   fairQueries
@@ -207,7 +224,8 @@ func NewDriver(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 		seq:     pgx.Identifier(seqParts).Sanitize(),
 		channel: cfg.table,
 	}
-	d.q = buildQueries(d.table, d.seq, d.channel)
+	d.id = fmt.Sprintf("%0*x", driverIDLen, rand.Uint64())
+	d.q = buildQueries(d.table, d.seq, d.channel, d.id)
 	d.semQ, d.semCreate, d.semCheck = buildSemQueries(pgx.Identifier(semParts).Sanitize(), d.seq)
 	d.fairQ, d.fairCreate, d.fairCheck = buildFairQueries(d.table, pgx.Identifier(queueParts).Sanitize(), d.seq)
 	if cfg.unlogged {
@@ -238,8 +256,10 @@ func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / t
 const acquireLockWait = 200 * time.Millisecond
 
 // Acquire implements driver.Driver in one statement: take over the key's row
-// when it is free, expired or r.Owner's already, and otherwise report the
-// holder's time left (marking the row as waited for when r.Waiting). A key
+// when it is free, expired or r.Owner's already (leaving the row's queue of
+// waiters), and otherwise report the holder's time left (joining the queue
+// when r.Waiting and the Driver is notified: the Taken is then Queued, and
+// the Client abandons the acquisition if it gives up). A key
 // without a row (its first acquisition, or its first after Sweep) costs a
 // second statement, which inserts it. The key is busy (with an unknown
 // remaining time) while a transaction fenced on it is open.
@@ -254,22 +274,27 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	var token, remaining int64
 	found, locked := false, false
 	// What the listener has received before the attempt: a waiter that
-	// subscribes after it is woken at once only if a notification of the
-	// key may have come meanwhile.
+	// subscribes after it is woken at once only if a notification for it
+	// may have come meanwhile. A waiter that will be notified joins the
+	// row's queue of waiters.
 	var mark any
+	queue := false
 	if r.Waiting && !d.cfg.poll {
-		mark = d.ln.mark(r.Key)
+		mark, queue = d.ln.mark(r.Key, waiterID(r.Owner))
 	}
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
-		err := d.acquire(ctx, r, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
+		err := d.acquire(ctx, r, queue, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
 		if err != nil && sqlState(err) == "55P03" {
 			locked = true // a transaction fenced on the key holds its row
 			return nil
 		}
 		return err
 	})
+	// A waiter that may be in the queue leaves it (Abandon) when it gives
+	// up: a release may have woken it, and the next waiter is woken in its
+	// place.
 	if err == nil && locked {
-		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark, Queued: queue}
 	}
 	switch {
 	case err != nil:
@@ -277,7 +302,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case !found:
 		// The row that kept us out was written after this statement's
 		// snapshot: held, for a time we cannot tell.
-		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark}
+		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark, Queued: queue}
 	case state == stateGranted:
 		if token <= 0 {
 			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
@@ -286,7 +311,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}
-	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark}
+	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark, Queued: queue}
 }
 
 // MaxLockDelay implements driver.LockDelayer: the key's row keeps the
@@ -299,16 +324,18 @@ func (d *Driver) Info() driver.DriverInfo {
 	return driver.DriverInfo{Backend: "pglock", Kind: driver.KindMutex}
 }
 
-// acquire runs the acquisition statement and passes its row, if any, to row.
-// A key without a row gets one inserted (a second statement); when another
-// acquisition inserted it first, the update runs again.
-func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, row func(state int, token, remaining int64)) error {
+// acquire runs the acquisition statement (which puts the owner in the row's
+// queue of waiters when queue is set and the key is busy) and passes its
+// row, if any, to row. A key without a row gets one inserted (a second
+// statement); when another acquisition inserted it first, the update runs
+// again.
+func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest, queue bool, row func(state int, token, remaining int64)) error {
 	var res struct {
 		state            int
 		token, remaining int64
 	}
 	for i := 0; ; i++ {
-		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, r.Waiting, micros(r.Delay)).
+		err := d.pool.QueryRow(ctx, d.q.acquire, r.Key, r.Owner, micros(r.TTL), r.Metadata, queue, micros(r.Delay)).
 			Scan(&res.state, &res.token, &res.remaining)
 		if err == nil {
 			row(res.state, res.token, res.remaining)
@@ -359,8 +386,8 @@ func (d *Driver) extend(ctx context.Context, q string, h driver.Holding, ttl tim
 }
 
 // Release implements driver.Driver: it frees the owner's row (the row and its
-// token stay; see Sweep) and notifies the key's waiters. An expired row of the
-// owner is freed too, and reported as dlock.ErrNotHeld.
+// token stay; see Sweep) and wakes the first of the row's queue of waiters.
+// An expired row of the owner is freed too, and reported as dlock.ErrNotHeld.
 func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	if d == nil {
 		return errNilDriver
@@ -421,9 +448,11 @@ func (d *Driver) ttl(ctx context.Context, q string, h driver.Holding) (time.Dura
 }
 
 // Abandon implements driver.Abandoner: it frees the owner's row if the owner
-// holds it, and marks the acquisition abandoned in the key's row for
+// holds it, takes the owner out of the row's queue of waiters (waking the
+// first waiter left in it when the row is free: a wake-up the owner received
+// is passed on), and marks the acquisition abandoned in the key's row for
 // AbandonMarkTTL (or h.TTL when longer), so that an attempt of the owner still
-// in flight cannot take the key. An attempt meets the mark whatever the order:
+// in flight cannot take the key (nor join the queue again). An attempt meets the mark whatever the order:
 // both write the same row, and the database orders the two writes.
 func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 	if d == nil {

@@ -45,3 +45,35 @@ func TestSyncForeignTableIsConflict(t *testing.T) {
 		t.Fatalf("Enter over a foreign table: %v, want ErrConflict", err)
 	}
 }
+
+// A latch's waiter is woken by the count-down that opens it (its NOTIFY),
+// not by its recheck ten seconds later.
+func TestLatchWaiterIsWokenByTheCountDown(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	name := dlocktest.Key(t)
+	wd := newDriver(t)
+	l, err := dlock.NewLatch(wd, name, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	subscribed(t, wd, 1)
+	c, err := dlock.NewLatch(newDriver(t), name, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Wait returned %v after the count-down", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the latch's waiter not woken 5 s after the count-down that opened it")
+	}
+}

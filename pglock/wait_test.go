@@ -234,3 +234,246 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 		t.Fatalf("lock left held after the storm: %+v, %v", info, err)
 	}
 }
+
+// heard waits until every driver's listener has received every notification
+// committed so far: it sends a marker after them (notifications arrive in
+// commit order) and waits for each listener to wake a subscription to it.
+// It returns the wakes the marker caused (one per driver).
+func heard(t *testing.T, drivers []*Driver) int64 {
+	t.Helper()
+	ctx := ctxT(t, 10*time.Second)
+	marker := dlocktest.Key(t) + "-marker"
+	var wakes []<-chan struct{}
+	for _, d := range drivers {
+		w, cancel, err := d.Subscribe(ctx, driver.Holding{Key: marker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cancel()
+		select { // a subscription to a live connection is woken at once
+		case <-w:
+		default:
+		}
+		wakes = append(wakes, w)
+	}
+	admin(t, "SELECT pg_notify($1, $2)", DefaultTable, marker)
+	for i, w := range wakes {
+		select {
+		case <-w:
+		case <-ctx.Done():
+			t.Fatalf("driver %d: the marker never arrived", i)
+		}
+	}
+	return int64(len(drivers))
+}
+
+// listeningDriver returns a Driver whose listening connection is up, kept by
+// a subscription of its own until the test ends: a waiter that subscribes
+// to it is not woken for an attempt more (see Subscribe), so that its Lock
+// makes no attempt after it subscribed until it is woken.
+func listeningDriver(t *testing.T) *Driver {
+	t.Helper()
+	d := newDriver(t)
+	_, stop, err := d.Subscribe(ctxT(t, 10*time.Second), driver.Holding{Key: dlocktest.Key(t) + "-listen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	listening(t, d)
+	return d
+}
+
+// wakes sums the waiters that the drivers' listeners woke on notifications.
+func wakes(drivers []*Driver) (n int64) {
+	for _, d := range drivers {
+		_, w, _ := d.ListenerStats()
+		n += w
+	}
+	return n
+}
+
+// A release wakes one waiter, not every one: n Clients, each with a Driver,
+// a pool and a listening connection of its own (as n processes), wait for
+// a key; its release wakes one of them, and the lock then passes through
+// them all, each release waking the next, none left to the fallback (the
+// holder's TTL).
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	const n = 6
+	const ttl = 30 * time.Second
+	ctx := ctxT(t, 60*time.Second)
+	key := dlocktest.Key(t)
+	l, err := newClient(t).TryLock(ctx, key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers := make([]*Driver, n)
+	leases := make(chan *dlock.Lease, n)
+	for i := range drivers {
+		drivers[i] = listeningDriver(t)
+		got := waitFor(t, clientOf(t, drivers[i], dlock.WithTTL(ttl)), key)
+		go func() { leases <- <-got }()
+		subscribed(t, drivers[i], 2)
+	}
+	w0 := wakes(drivers)
+	start := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	marker := heard(t, drivers)
+	if w := wakes(drivers) - w0 - marker; w != 1 {
+		t.Errorf("a release woke %d of %d waiters, want 1", w, n)
+	}
+	for i := range n {
+		select {
+		case next := <-leases:
+			if next == nil {
+				t.FailNow()
+			}
+			if err := next.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(ttl / 3):
+			t.Fatalf("hand-over %d: no waiter got the lock %v after the release", i, ttl/3)
+		}
+	}
+	t.Logf("the lock passed through %d waiters in %v", n, time.Since(start))
+	marker = heard(t, drivers)
+	if w := wakes(drivers) - w0 - 2*marker; w != n {
+		t.Errorf("%d releases with waiters woke %d waiters, want %d", n, w, n)
+	}
+}
+
+// wakeObserver calls its function when its waiter is woken.
+type wakeObserver struct {
+	dlock.NopObserver
+	f func()
+}
+
+func (o wakeObserver) Wake(context.Context, dlock.Target) { o.f() }
+
+// A waiter that a release woke and that gives up before it takes the lock
+// passes the wake-up on to the next waiter, which gets the lock at once, not
+// after the fallback (the holder's TTL).
+func TestWokenWaiterThatLeavesPassesTheWakeOn(t *testing.T) {
+	const ttl = 30 * time.Second
+	ctx := ctxT(t, 60*time.Second)
+	key := dlocktest.Key(t)
+	l, err := newClient(t).TryLock(ctx, key, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first waiter gives up as soon as it is woken. Its listening
+	// connection is up before it waits (a waiter is woken when it comes up).
+	first := listeningDriver(t)
+	fctx, leave := context.WithCancel(ctx)
+	defer leave()
+	left := make(chan error, 1)
+	fc := clientOf(t, first, dlock.WithObserver(wakeObserver{f: leave}))
+	go func() {
+		l, err := fc.Lock(fctx, key)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		left <- err
+	}()
+	subscribed(t, first, 2)
+	second := listeningDriver(t)
+	got := waitFor(t, clientOf(t, second), key)
+	subscribed(t, second, 2)
+	start := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the first waiter: %v, want it to give up when woken", err)
+		}
+	case <-time.After(ttl / 3):
+		t.Fatal("the first waiter was not woken by the release")
+	}
+	select {
+	case next := <-got:
+		if next == nil {
+			t.FailNow()
+		}
+		t.Logf("the second waiter got the lock %v after the release", time.Since(start))
+		_ = next.Unlock(ctx)
+	case <-time.After(ttl / 3):
+		t.Fatalf("the second waiter did not get the lock %v after the release: the wake-up was not passed on", ttl/3)
+	}
+	if _, w, _ := second.ListenerStats(); w != 1 {
+		t.Errorf("the second waiter was woken %d times by notifications, want 1", w)
+	}
+}
+
+// A waiter whose wake-up is lost (its process died while it waited) costs
+// the others at most the fallback (the holder's remaining TTL), and only
+// once: the release that woke it took it out of the queue.
+func TestDeadWaiterCostsAtMostTheTTL(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	l, wd, got := heldAndWaited(t, key, ttl)
+	taken := time.Now()
+	admin(t, "UPDATE dlock_locks SET waiters = '{dead0123456789abdead0123456789ab}' || waiters WHERE key = $1", key)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var next *dlock.Lease
+	select {
+	case next = <-got:
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatal("the waiter behind a dead one never got the lock")
+	}
+	el := time.Since(taken)
+	t.Logf("the waiter behind a dead one got the lock %v after a %v lease was taken", el, ttl)
+	if next == nil || el > ttl+2*time.Second {
+		t.Fatalf("waiter behind a dead one: %v after %v", next, el)
+	}
+	if _, w, _ := wd.ListenerStats(); w != 0 {
+		t.Errorf("the waiter was woken %d times by notifications, want 0 (the release woke the dead one)", w)
+	}
+	var queue []string
+	if err := newPool(t).QueryRow(ctx, "SELECT waiters FROM dlock_locks WHERE key = $1", key).Scan(&queue); err != nil {
+		t.Fatal(err)
+	}
+	if len(queue) != 0 {
+		t.Errorf("queue %q after the hand-over, want it empty", queue)
+	}
+	_ = next.Unlock(ctx)
+}
+
+// A released lock that a waiter was woken for is kept for it: the releasing
+// process, locking again at once, does not take it from under the waiter,
+// which gets it.
+func TestReleaseKeepsTheLockForTheWokenWaiter(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	key := dlocktest.Key(t)
+	c := newClient(t, dlock.WithTTL(30*time.Second))
+	for i := range 5 {
+		l, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd := listeningDriver(t)
+		got := waitFor(t, clientOf(t, wd), key)
+		subscribed(t, wd, 2)
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := c.TryLock(ctx, key); err == nil {
+			_ = again.Unlock(ctx)
+			t.Fatalf("cycle %d: the releasing Client took the lock back from under the woken waiter", i)
+		} else if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		next := <-got
+		if next == nil {
+			t.FailNow()
+		}
+		if err := next.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
