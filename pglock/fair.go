@@ -157,6 +157,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	var state int
 	var token, rem int64
 	var queued bool
+	sent := time.Now()
 	err := f.d.doOn(ctx, "acquire", partFair, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		b.Queue(f.d.fairQ.lockRow, r.Key, acquireLockWait.Milliseconds())
@@ -171,7 +172,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	case err != nil:
 		return driver.Grant{}, err
 	case state == stateGranted:
-		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: f.d.ln.hold(f, r.Key, r.Owner)}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: f.d.ln.hold(f, r.Key, r.Owner, sent)}, nil
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}

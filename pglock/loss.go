@@ -38,9 +38,12 @@ type pgHold struct {
 	gone  bool
 }
 
-// hold registers a holding of key by owner, checked by d's TTL, and returns
-// its Grant.Lost; nil without notifications (WithPolling: no LISTEN).
-func (l *listener) hold(d driver.Driver, key, owner string) context.Context {
+// hold registers a holding of key by owner, checked by d's TTL, whose
+// acquisition was sent at sent, and returns its Grant.Lost; nil without
+// notifications (WithPolling: no LISTEN). A force-unlock of key heard since
+// sent, when the Driver held none of it, has the new holding checked: it may
+// have come after the grant and before this registration.
+func (l *listener) hold(d driver.Driver, key, owner string, sent time.Time) context.Context {
 	if l.d.cfg.poll {
 		return nil
 	}
@@ -58,6 +61,9 @@ func (l *listener) hold(d driver.Driver, key, owner string) context.Context {
 	l.holds[key] = h
 	l.nholds++
 	l.use()
+	if l.heard.Since(key, sent) {
+		go h.check()
+	}
 	return &h.LossSignal
 }
 
@@ -96,8 +102,23 @@ func (l *listener) lostKey(payload string) {
 	if !ok {
 		return
 	}
+	if l.holds[key] == nil {
+		l.heard.Add(key)
+		return
+	}
 	for h := l.holds[key]; h != nil; h = h.next {
 		go h.check()
+	}
+}
+
+// checkHolds has every holding registered until now checked once: the
+// connection has just started to listen, and a force-unlock before was not
+// heard; l.mu is held.
+func (l *listener) checkHolds() {
+	for _, h := range l.holds {
+		for ; h != nil; h = h.next {
+			go h.check()
+		}
 	}
 }
 

@@ -58,3 +58,24 @@ func TestForceUnlockTellsHolderAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestForceBeforeTheListenIsTold: a force-unlock whose NOTIFY went out before
+// the holder's Driver started to listen is found when it starts: its
+// holdings are checked then.
+func TestForceBeforeTheListenIsTold(t *testing.T) {
+	d := newDriver(t)
+	proceed := make(chan struct{})
+	d.ln.before = func() { <-proceed }
+	c, err := dlock.NewClient(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newDriver(t)
+	took := dlocktest.PushedLoss(t, c, dlocktest.Key(t), 2*time.Second, func(ctx context.Context, l *dlock.Lease) (time.Time, error) {
+		start := time.Now()
+		_, err := other.ForceUnlock(ctx, l.Key())
+		close(proceed)
+		return start, err
+	})
+	t.Logf("a force before the LISTEN to Done: %v", took)
+}

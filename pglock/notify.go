@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/heard"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,7 @@ const buckets = 256
 type listener struct {
 	d      *Driver
 	listen string // the LISTEN statement
+	before func() // called before each LISTEN (for tests)
 
 	mu           sync.Mutex
 	subs         map[string]map[*sub]struct{} // by key
@@ -63,6 +65,7 @@ type listener struct {
 	lingerFor time.Duration // listenLinger, unless a test changed it
 
 	holds  map[string]*pgHold // the holdings told of a force-unlock, by key, a list each (loss.go)
+	heard  heard.Set          // force-unlocks of keys held by none here, when heard (loss.go)
 	nholds int                // holdings among the users counted in n
 
 	// Counters, for tests and figures.
@@ -298,13 +301,17 @@ func (l *listener) wakeKey(r *listenRun, payload string, all bool) {
 	}
 }
 
-// setLive records whether r listens, and wakes every waiter when it starts
-// to: notifications may have been missed before.
+// setLive records whether r listens, and wakes every waiter and has every
+// holding checked when it starts to: notifications may have been missed
+// before.
 func (l *listener) setLive(r *listenRun, live bool) {
 	l.mu.Lock()
 	if l.cur == r {
 		l.live = live
 		l.gen++
+		if live {
+			l.checkHolds()
+		}
 	}
 	l.mu.Unlock()
 	if live {
@@ -378,6 +385,9 @@ func (l *listener) run(ctx context.Context, r *listenRun) (listened bool, refuse
 		defer cancel()
 		_ = conn.Close(ctx)
 	}()
+	if l.before != nil {
+		l.before()
+	}
 	if _, err := conn.Exec(cctx, l.listen); err != nil {
 		if code := sqlState(err); code != "" && !transient(code) {
 			return false, err

@@ -282,6 +282,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if r.Waiting && !d.cfg.poll {
 		mark, queue = d.ln.mark(r.Key, waiterID(r.Owner))
 	}
+	sent := time.Now()
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		err := d.acquire(ctx, r, queue, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })
 		if err != nil && sqlState(err) == "55P03" {
@@ -307,7 +308,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if token <= 0 {
 			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
 		}
-		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: d.ln.hold(d, r.Key, r.Owner)}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: d.ln.hold(d, r.Key, r.Owner, sent)}, nil
 	case state == stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	}

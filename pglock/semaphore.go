@@ -321,6 +321,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	}
 	var state int
 	var token, soonest, stored int64
+	sent := time.Now()
 	err := s.d.doOn(ctx, "acquire", partSem, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		b.Queue(s.q.header, r.Key, s.n, acquireLockWait.Milliseconds())
@@ -337,7 +338,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	}
 	switch state {
 	case stateGranted:
-		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: s.d.ln.hold(s, r.Key, r.Owner)}, nil
+		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: s.d.ln.hold(s, r.Key, r.Owner, sent)}, nil
 	case stateAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
 	case stateMismatch:

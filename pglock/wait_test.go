@@ -235,11 +235,11 @@ func TestCancellationStormLeavesNoRowNorListener(t *testing.T) {
 	}
 }
 
-// heard waits until every driver's listener has received every notification
+// caughtUp waits until every driver's listener has received every notification
 // committed so far: it sends a marker after them (notifications arrive in
 // commit order) and waits for each listener to wake a subscription to it.
 // It returns the wakes the marker caused (one per driver).
-func heard(t *testing.T, drivers []*Driver) int64 {
+func caughtUp(t *testing.T, drivers []*Driver) int64 {
 	t.Helper()
 	ctx := ctxT(t, 10*time.Second)
 	marker := dlocktest.Key(t) + "-marker"
@@ -319,7 +319,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	marker := heard(t, drivers)
+	marker := caughtUp(t, drivers)
 	if w := wakes(drivers) - w0 - marker; w != 1 {
 		t.Errorf("a release woke %d of %d waiters, want 1", w, n)
 	}
@@ -337,7 +337,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}
 	}
 	t.Logf("the lock passed through %d waiters in %v", n, time.Since(start))
-	marker = heard(t, drivers)
+	marker = caughtUp(t, drivers)
 	if w := wakes(drivers) - w0 - 2*marker; w != n {
 		t.Errorf("%d releases with waiters woke %d waiters, want %d", n, w, n)
 	}

@@ -90,7 +90,7 @@ func (h *hub) holding(d driver.Driver, key, owner string, handle any, sent time.
 	h.holds[key] = hd
 	h.nholds++
 	h.watchLosses()
-	if at, ok := h.heard[key]; ok && !at.Before(sent) {
+	if h.heard.Since(key, sent) {
 		h.suspect(key)
 	}
 	return hd
@@ -279,7 +279,7 @@ func (h *hub) lossKey(m *redis.Message) (string, bool) {
 // holds none of is remembered for a while (see holding).
 func (h *hub) suspect(key string) {
 	if h.holds[key] == nil {
-		h.hear(key)
+		h.heard.Add(key)
 		return
 	}
 	if h.checking == nil {
@@ -291,33 +291,6 @@ func (h *hub) suspect(key string) {
 	}
 	h.checking[key] = false
 	go h.check(key)
-}
-
-// heardFor is how long a message about a lock this process holds none of is
-// remembered: longer than an acquisition's round trip.
-const heardFor = 10 * time.Second
-
-// maxHeard bounds the messages remembered (see hear).
-const maxHeard = 1024
-
-// hear remembers that a message named key, which this process holds none of;
-// h.mu is held.
-func (h *hub) hear(key string) {
-	now := time.Now()
-	if len(h.heard) >= maxHeard {
-		for k, at := range h.heard {
-			if now.Sub(at) > heardFor {
-				delete(h.heard, k)
-			}
-		}
-		if len(h.heard) >= maxHeard {
-			clear(h.heard) // a flood of messages: forget them
-		}
-	}
-	if h.heard == nil {
-		h.heard = map[string]time.Time{}
-	}
-	h.heard[key] = now
 }
 
 // check checks this process's holdings of key with the server, and loses

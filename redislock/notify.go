@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/heard"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -65,11 +66,11 @@ type hub struct {
 	// The holdings watched for pushed losses (loss.go).
 	holds           map[string]*hold // by lock name, a list each
 	nholds          int
-	loss            *lossWatch           // the loss subscription; nil when closed
-	lossRefusedTill time.Time            // the server refused it: not again until then
-	lossNoKeyspace  bool                 // the server refused the keyspace pattern: dlock:lost alone
-	checking        map[string]bool      // locks whose holdings are being checked: again when true
-	heard           map[string]time.Time // messages about locks held by none here, when heard (see holding)
+	loss            *lossWatch      // the loss subscription; nil when closed
+	lossRefusedTill time.Time       // the server refused it: not again until then
+	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
+	checking        map[string]bool // locks whose holdings are being checked: again when true
+	heard           heard.Set       // messages about locks held by none here, when heard (see holding)
 }
 
 type topic struct {

@@ -69,8 +69,9 @@ type Params struct {
 	// Not on Redis (every kind, Redlock's masters too), whose Client checks
 	// its holdings each time its loss subscription is established (at
 	// first, and again after it dropped), nor on etcd, whose Driver reads
-	// them when its loss watch begins, nor on memlock, which tells the
-	// holder itself; see the stores that need it in Run.
+	// them when its loss watch begins, nor on PostgreSQL, whose Driver checks
+	// them when its LISTEN starts, nor on memlock, which tells the holder
+	// itself; see the stores that need it in Run.
 	LateWatch bool
 }
 

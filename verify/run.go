@@ -372,16 +372,15 @@ func Run(t testing.TB, c Config) *Result {
 	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
-	// A holder of ZooKeeper or PostgreSQL may miss a force that came before
-	// what tells it was up: ZooKeeper's child watch, set by the read that
-	// granted the holding, may fire before the holding is registered, which
-	// then nobody checks; a NOTIFY sent before the Driver's LISTEN connection
-	// is up reaches nobody, and it checks no holding when LISTEN starts.
+	// A holder of ZooKeeper may miss a force that came before what tells it
+	// was up: its child watch, set by the read that granted the holding, may
+	// fire before the holding is registered, which then nobody checks.
 	// Redis's Client checks its holdings when its loss subscription is
 	// established, etcd's Driver when its loss watch begins (at the watch's
-	// first revision), and memlock tells the holder itself (see
-	// Params.LateWatch).
-	late := spec.Backend == "zookeeper" || spec.Backend == "postgres"
+	// first revision), PostgreSQL's Driver when its LISTEN starts (and each
+	// of them a holding registered after a force it heard), and memlock tells
+	// the holder itself (see Params.LateWatch).
+	late := spec.Backend == "zookeeper"
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, LateWatch: late})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
