@@ -69,6 +69,15 @@ type lossWatch struct {
 	ps     *redis.PubSub
 	idle   *time.Timer
 	closed bool
+	stop   chan struct{} // closed when it is: the checks it started stop retrying
+}
+
+// end marks w closed; h.mu is held.
+func (w *lossWatch) end() {
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
+	}
 }
 
 // holding registers a new holding of d, whose acquisition was sent at sent,
@@ -154,7 +163,7 @@ func (h *hub) watchLosses() {
 	if db, ok := h.keyspaceDB(); ok && !h.lossNoKeyspace {
 		pattern = keyspacePrefix(db) + Prefix + "{*}"
 	}
-	w := &lossWatch{ps: h.rdb.Subscribe(context.Background())}
+	w := &lossWatch{ps: h.rdb.Subscribe(context.Background()), stop: make(chan struct{})}
 	h.loss = w
 	go h.receiveLosses(w, pattern)
 }
@@ -179,7 +188,7 @@ func (h *hub) closeLoss() {
 		return
 	}
 	h.loss = nil
-	w.closed = true
+	w.end()
 	if w.idle != nil {
 		w.idle.Stop()
 	}
@@ -210,7 +219,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 		switch {
 		case errors.Is(err, redis.ErrClosed):
 			h.loss = nil
-			w.closed = true
+			w.end()
 			h.mu.Unlock()
 			return
 		case err != nil && refusal(err) && pattern != "":
@@ -295,13 +304,18 @@ func (h *hub) suspect(key string) {
 
 // check checks this process's holdings of key with the server, and loses
 // those it no longer has. A check that fails (the server is unreachable, a
-// Cluster slot moves) is tried again, until lossCheckTimeout.
+// Cluster slot moves) is tried again, until lossCheckTimeout, while the loss
+// subscription lasts and the connection is open.
 func (h *hub) check(key string) {
 	for {
 		h.mu.Lock()
 		var hs []*hold
 		for hd := h.holds[key]; hd != nil; hd = hd.next {
 			hs = append(hs, hd)
+		}
+		var stop <-chan struct{}
+		if h.loss != nil {
+			stop = h.loss.stop
 		}
 		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), lossCheckTimeout)
@@ -312,12 +326,12 @@ func (h *hub) check(key string) {
 				switch {
 				case errors.Is(err, dlock.ErrNotHeld):
 					hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
-				case err != nil && !hd.forgotten():
+				case err != nil && stop != nil && !errors.Is(err, redis.ErrClosed) && !hd.forgotten():
 					failed = append(failed, hd)
 				}
 			}
 			hs = failed
-			if len(hs) == 0 || !sleepCtx(ctx, pause) {
+			if len(hs) == 0 || !sleepCtx(ctx, stop, pause) {
 				break
 			}
 		}
@@ -351,12 +365,14 @@ func (hd *hold) forgotten() bool {
 	return hd.gone
 }
 
-// sleepCtx waits d, and reports false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// sleepCtx waits d, and reports false if ctx ended or stop was closed first.
+func sleepCtx(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
+	case <-stop:
 		return false
 	case <-t.C:
 		return true
