@@ -112,6 +112,11 @@ func TestListenerOutlivesAWait(t *testing.T) {
 	w, _ := NewClient(wd, dlock.WithTTL(30*time.Second))
 	const waits = 3
 	for i := range waits {
+		if i > 0 {
+			// The last wait's holding has let go of the connection, so that
+			// the next count of one is the new waiter's subscription.
+			subscribed(t, wd, 0)
+		}
 		l, err := h.TryLock(ctx, key)
 		if err != nil {
 			t.Fatal(err)
@@ -133,8 +138,11 @@ func TestListenerOutlivesAWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if connects, wakes, subs := wd.ListenerStats(); connects != 1 || subs != 0 || wakes != waits {
-		t.Errorf("%d waits: %d connections, %d wakes, %d subscriptions left; want 1, %d, 0", waits, connects, wakes, subs, waits)
+	// Each wait is woken by its NOTIFY, save that on a loaded host a
+	// waiter's own retry (its row was locked by the release's transaction
+	// a moment) may take the lock just before the NOTIFY comes: once.
+	if connects, wakes, subs := wd.ListenerStats(); connects != 1 || subs != 0 || wakes < waits-1 || wakes > waits {
+		t.Errorf("%d waits: %d connections, %d wakes, %d subscriptions left; want 1, %d (or one fewer), 0", waits, connects, wakes, subs, waits)
 	}
 }
 
