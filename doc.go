@@ -105,7 +105,9 @@
 //     restart of a minority of the servers.
 //   - A lock's TTL is at most the session timeout, so the holder's local deadline
 //     comes before the server can expire its session; a holder that crashes
-//     blocks the lock for the session timeout.
+//     blocks the lock for its TTL, not for the session timeout: the next
+//     attempt that finds its node older than its TTL, by the server's clock,
+//     deletes it.
 //   - Tokens are the lock nodes' czxids: they increase across the ensemble, also
 //     when a lock's node is removed and made again.
 //
