@@ -53,7 +53,7 @@ func (p panicking) Renewal(context.Context, dlock.RenewalEvent) { p.hook("Renewa
 func (p panicking) Loss(context.Context, dlock.LossEvent) { p.hook("Loss") }
 func (p panicking) Abandon(context.Context, dlock.Target) { p.hook("Abandon") }
 func (p panicking) Wake(context.Context, dlock.Target)    { p.hook("Wake") }
-func (p panicking) Leadership(_ context.Context, e dlock.LeadershipEvent) {
+func (p panicking) Term(_ context.Context, e dlock.LeadershipEvent) {
 	if e.Leader {
 		p.hook("Leadership")
 	}

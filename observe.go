@@ -25,7 +25,7 @@ import (
 //
 // A hook that panics leaves no lock held. The panic goes on up the goroutine of
 // the event, after dlock has undone what the caller will never see: a lease
-// whose AcquireEnd (or, in Campaign, whose Leadership) panicked is unlocked
+// whose AcquireEnd (or, in Campaign, whose Term) panicked is unlocked
 // (its Release is told, and renewal stops), with the keys LockAll took before
 // it, an acquisition whose Wake or Abandon panicked is abandoned, and the
 // release that follows a Loss runs. On the caller's goroutine a recovering
@@ -43,7 +43,7 @@ type Observer interface {
 	AcquireStart(ctx context.Context, e AcquireStartEvent) context.Context
 	// AcquireEnd is called once per AcquireStart, when the acquisition
 	// returns. When it returned a lease, the returned context is the one the
-	// lease's later events (Renewal, Loss, Release, Leadership) are given;
+	// lease's later events (Renewal, Loss, Release, Term) are given;
 	// otherwise it is ignored.
 	AcquireEnd(ctx context.Context, e AcquireEndEvent) context.Context
 	// Renewal is called after each renewal of a lease by its watchdog.
@@ -61,9 +61,9 @@ type Observer interface {
 	// Wake is called when a waiter is woken by the store's notification, with
 	// the context AcquireStart returned.
 	Wake(ctx context.Context, t Target)
-	// Leadership is called when Campaign wins a role and when that leadership
-	// ends (lost or resigned).
-	Leadership(ctx context.Context, e LeadershipEvent)
+	// Term is called when Campaign wins a role (a leader's term begins) and
+	// when that term ends (lost or resigned).
+	Term(ctx context.Context, e LeadershipEvent)
 	// StaleToken is called when a fence helper (redislock.Fence, pglock's
 	// Fence) refused a write made with a lease's token because the resource
 	// had been written with a newer one: a holder that lost its lock was kept
@@ -100,8 +100,8 @@ func (NopObserver) Abandon(context.Context, Target) {}
 // Wake does nothing.
 func (NopObserver) Wake(context.Context, Target) {}
 
-// Leadership does nothing.
-func (NopObserver) Leadership(context.Context, LeadershipEvent) {}
+// Term does nothing.
+func (NopObserver) Term(context.Context, LeadershipEvent) {}
 
 // StaleToken does nothing.
 func (NopObserver) StaleToken(context.Context, StaleTokenEvent) {}
@@ -293,7 +293,7 @@ func (l *Lease) observeTermEnd(octx context.Context, held time.Duration, cause e
 	leader := l.obs.leader
 	l.mu.Unlock()
 	if leader {
-		l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Held: held, Err: cause})
+		l.obs.o.Term(octx, LeadershipEvent{Target: l.obs.t, Held: held, Err: cause})
 	}
 }
 
@@ -306,7 +306,7 @@ func (l *Lease) observeLeader() {
 	l.obs.leader = true
 	octx := l.obs.ctx
 	l.mu.Unlock()
-	l.obs.o.Leadership(octx, LeadershipEvent{Target: l.obs.t, Leader: true})
+	l.obs.o.Term(octx, LeadershipEvent{Target: l.obs.t, Leader: true})
 }
 
 // StaleTokenEvent is a fenced write refused because its token was stale.

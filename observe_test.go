@@ -71,7 +71,7 @@ func (r *recorder) Abandon(_ context.Context, t dlock.Target) { r.add("abandon %
 
 func (r *recorder) Wake(_ context.Context, t dlock.Target) { r.add("wake %s", t.Key) }
 
-func (r *recorder) Leadership(_ context.Context, e dlock.LeadershipEvent) {
+func (r *recorder) Term(_ context.Context, e dlock.LeadershipEvent) {
 	r.add("leader %s %t", e.Key, e.Leader)
 }
 
@@ -278,7 +278,7 @@ func (renewalObserver) Loss(context.Context, dlock.LossEvent)             {}
 func (renewalObserver) Release(context.Context, dlock.ReleaseEvent)       {}
 func (renewalObserver) Abandon(context.Context, dlock.Target)             {}
 func (renewalObserver) Wake(context.Context, dlock.Target)                {}
-func (renewalObserver) Leadership(context.Context, dlock.LeadershipEvent) {}
+func (renewalObserver) Term(context.Context, dlock.LeadershipEvent)       {}
 func (renewalObserver) StaleToken(context.Context, dlock.StaleTokenEvent) {}
 
 // TestReportStaleToken: a fence helper's refusal reaches the Observer of the

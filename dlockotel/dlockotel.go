@@ -335,8 +335,8 @@ func (o *Observer) Wake(ctx context.Context, t dlock.Target) {
 	trace.SpanFromContext(ctx).AddEvent("dlock.wake")
 }
 
-// Leadership sets dlock.leader for the role.
-func (o *Observer) Leadership(ctx context.Context, e dlock.LeadershipEvent) {
+// Term sets dlock.leader for the role.
+func (o *Observer) Term(ctx context.Context, e dlock.LeadershipEvent) {
 	v := int64(0)
 	if e.Leader {
 		v = 1
