@@ -267,19 +267,43 @@ func TestLossNamesCause(t *testing.T) {
 	}
 
 	t.Run("fixed TTL", func(t *testing.T) {
-		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(50*time.Millisecond))
+		// A TTL that a loaded machine's round trip fits in (a grant after
+		// the validity is refused), and whose expiry may be told by the
+		// store before the deadline's timer fires (next subtest).
+		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lost(t, l, "fixed lease's TTL of 50ms ran out", "WithAutoRenew(true)")
+		lost(t, l, "fixed lease's TTL of 1s ran out", "WithAutoRenew(true)")
+	})
+	t.Run("told by the store past the deadline", func(t *testing.T) {
+		// The local deadline has passed and its timer has not fired (a
+		// suspended host's, here; a loaded one's fires late) when the
+		// store tells that the holding is gone: the loss is the expiry.
+		clk := &suspendClock{}
+		defer dlock.SetBootClock(clk.now)()
+		c := newRedisLocker(t)
+		openLossWatch(t, c)
+		key := dlocktest.Key(t)
+		l, err := c.TryLock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.suspend(2 * time.Minute)
+		if _, err := newRedisLocker(t).ForceUnlock(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		lost(t, l, "fixed lease's TTL of 1m0s ran out", "suspended past it")
 	})
 	t.Run("max hold", func(t *testing.T) {
-		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(100*time.Millisecond),
-			dlock.WithAutoRenew(true), dlock.WithMaxHold(250*time.Millisecond))
+		// Renewals every third of a TTL that a loaded machine's round trip
+		// fits in, as in "fixed TTL".
+		l, err := newRedisLocker(t).TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(time.Second),
+			dlock.WithAutoRenew(true), dlock.WithMaxHold(1500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lost(t, l, "MaxHold cap of 250ms")
+		lost(t, l, "MaxHold cap of 1.5s")
 	})
 	t.Run("renewals failed", func(t *testing.T) {
 		srv := testserver.StartRedis(t)
@@ -316,7 +340,11 @@ func TestLossNamesCause(t *testing.T) {
 		if err := rdb.Del(ctx, redislock.LockKey(key)).Err(); err != nil {
 			t.Fatal(err)
 		}
-		lost(t, l, "the store no longer holds it")
+		// Found by a renewal ("the store no longer holds it"), or by the
+		// check of the holdings that the loss subscription makes once it is
+		// subscribed, if a loaded machine runs that check after the
+		// deletion ("the server said ... it no longer holds it").
+		lost(t, l, "no longer holds it")
 		// Said once: not the backend's "not held" again after it.
 		if msg := l.Err().Error(); strings.Contains(msg, "not held") || strings.Count(msg, "lock lost") != 1 {
 			t.Errorf("loss %q says it more than once", msg)

@@ -31,9 +31,7 @@ func (l *Lease) watchLost(lost context.Context) {
 		sig.Watch((*pushWatcher)(l))
 		return
 	}
-	stop := context.AfterFunc(lost, func() {
-		_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, context.Cause(lost)), LossStoreSignal, true)
-	})
+	stop := context.AfterFunc(lost, func() { l.pushed(context.Cause(lost)) })
 	l.mu.Lock()
 	l.lostStop = stop
 	l.mu.Unlock()
@@ -48,7 +46,22 @@ func (w *pushWatcher) Lost() {
 	l.mu.Lock()
 	sig := l.lostSig
 	l.mu.Unlock()
-	_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, sig.Cause()), LossStoreSignal, true)
+	l.pushed(sig.Cause())
+}
+
+// pushed loses the lease the driver told is gone, for cause. Past the local
+// deadline, whose timer has not fired yet (a loaded or suspended host's), the
+// loss is the expiry, named as the deadline names it: the store lets a
+// holding go only after that deadline, and may tell so first.
+func (l *Lease) pushed(cause error) {
+	l.mu.Lock()
+	past := l.state == held && l.pastDeadline()
+	l.mu.Unlock()
+	if past {
+		_ = l.lose(l.expiry(), l.expiryCause(), true)
+		return
+	}
+	_ = l.lose(fmt.Errorf("%w: %w", ErrLockLost, cause), LossStoreSignal, true)
 }
 
 // unwatchLost stops watching the driver's LossSignal, if any: the lease has

@@ -45,47 +45,89 @@ fi
 # say prints a progress line with the time since the start.
 say() { printf 'test.sh [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
-say "gofmt, go vet, staticcheck (the first run downloads and builds staticcheck ${STATICCHECK_VERSION})"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
-if [ -n "$unformatted" ]; then
-	echo "gofmt needed on: $unformatted" >&2
-	exit 1
-fi
-go vet ./...
-go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...
+# From here on a failing check or test does not stop the run: step records it
+# and the next step runs; the summary at the end lists every failure, and the
+# exit status is 1 if there was one. (Setup above still stops at its first
+# error.)
+failed=()
+
+# step NAME CMD...: runs CMD, recording NAME as failed if it fails.
+step() {
+	local name=$1
+	shift
+	if ! "$@"; then
+		failed+=("$name")
+		say "FAILED: $name"
+	fi
+}
+
+# indir DIR CMD...: runs CMD in DIR.
+indir() {
+	local dir=$1
+	shift
+	(cd "$dir" && "$@")
+}
+
+runStaticcheck() { go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" "$@"; }
+
+formatted() {
+	local unformatted
+	unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+	if [ -n "$unformatted" ]; then
+		echo "gofmt needed on: $unformatted" >&2
+		return 1
+	fi
+}
 
 # The root module must not build the clients of the optional backends and
 # integrations: they live in modules of their own (and the CLI's).
-optional='etcd\.io|go-zookeeper|jackc/pgx|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
-if go list -deps -test ./... | grep -qE "$optional"; then
-	echo "test.sh: the root module depends on packages of an optional module:" >&2
-	go list -deps -test ./... | grep -E "$optional" >&2
-	exit 1
-fi
+noOptionalDeps() {
+	local optional='etcd\.io|go-zookeeper|jackc/pgx|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
+	local deps
+	deps=$(go list -deps -test ./...) || return 1
+	if grep -qE "$optional" <<<"$deps"; then
+		echo "test.sh: the root module depends on packages of an optional module:" >&2
+		grep -E "$optional" <<<"$deps" >&2
+		return 1
+	fi
+}
+
+say "gofmt, go vet, staticcheck (the first run downloads and builds staticcheck ${STATICCHECK_VERSION})"
+step "gofmt" formatted
+step "go vet" go vet ./...
+step "staticcheck" runStaticcheck ./...
+step "no optional module in the root's dependencies" noOptionalDeps
 
 # go test prints each package's result as it finishes (several run at once).
 # redislock, whose tests take minutes, runs on its own after the others with a
 # line for each top-level test as it ends; its whole output is shown when it fails.
 say "go test -race ./... ($(go list ./... | wc -l) packages; redislock last, test by test)"
-go test -race -count=1 -timeout 15m "$@" $(go list ./... | grep -v '/redislock$')
-say "redislock: each test's result as it ends"
+step "go test -race (root module but redislock)" go test -race -count=1 -timeout 15m "$@" $(go list ./... | grep -v '/redislock$')
+
 redislock_log=$(mktemp)
 trap 'rm -f "$redislock_log"' EXIT
-if ! go test -race -count=1 -timeout 15m -v "$@" ./redislock/ 2>&1 | tee "$redislock_log" |
-	grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)'; then
-	echo "test.sh: redislock failed; its whole output:" >&2
-	cat "$redislock_log" >&2
-	exit 1
-fi
+redislockTests() {
+	if ! go test -race -count=1 -timeout 15m -v "$@" ./redislock/ 2>&1 | tee "$redislock_log" |
+		grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)'; then
+		echo "test.sh: redislock failed; its whole output:" >&2
+		cat "$redislock_log" >&2
+		return 1
+	fi
+}
+say "redislock: each test's result as it ends"
+step "go test -race ./redislock/" redislockTests "$@"
 
 say "the Redis backends on Valkey $(valkey-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p') (redislock, redlock, legacy)"
-DLOCK_REDIS_SERVER=$(command -v valkey-server) go test -count=1 -timeout 15m ./redislock/ ./redlock/ ./legacy/
+step "Valkey: redislock, redlock, legacy" env DLOCK_REDIS_SERVER="$(command -v valkey-server)" go test -count=1 -timeout 15m ./redislock/ ./redlock/ ./legacy/
 
 # module DIR WHAT [TESTFLAGS]: vet, staticcheck and the tests of a module of
-# its own (one whose dependencies never reach the root module's users).
+# its own (one whose dependencies never reach the root module's users); each
+# runs whether or not the one before failed.
 module() {
 	say "$1 (its own module): $2"
-	(cd "$1" && go vet ./... && go run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./... && go test -count=1 ${3--race} ./...)
+	step "$1: go vet" indir "$1" go vet ./...
+	step "$1: staticcheck" indir "$1" runStaticcheck ./...
+	step "$1: go test" indir "$1" go test -count=1 ${3--race} ./...
 }
 
 module cmd/dlock "the CLI, against real servers of every backend"
@@ -101,4 +143,9 @@ module dlockk8s "client-go's leader election with the record in redis-server"
 module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
 module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" ""
 
+if ((${#failed[@]})); then
+	say "${#failed[@]} failed:"
+	printf '  %s\n' "${failed[@]}"
+	exit 1
+fi
 say "all green"

@@ -274,13 +274,22 @@ func caughtUp(t *testing.T, drivers []*Driver) int64 {
 func listeningDriver(t *testing.T) *Driver {
 	t.Helper()
 	d := newDriver(t)
+	keepListening(t, d)
+	return d
+}
+
+// keepListening starts d's listening connection and keeps it, by a
+// subscription of its own, until the test ends: it does not close in the
+// pauses between the test's waits and holdings (listenLinger), however long
+// a loaded machine makes them.
+func keepListening(t *testing.T, d *Driver) {
+	t.Helper()
 	_, stop, err := d.Subscribe(ctxT(t, 10*time.Second), driver.Holding{Key: dlocktest.Key(t) + "-listen"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
 	listening(t, d)
-	return d
 }
 
 // wakes sums the waiters that the drivers' listeners woke on notifications.

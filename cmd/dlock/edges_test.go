@@ -161,7 +161,7 @@ func TestMalformedURLsKeepPasswords(t *testing.T) {
 		"redis://u:" + pw + "@[::1/0",
 		"redis://u:" + pw + "@h:1/x",
 		"u:" + pw + "@127.0.0.1:1",
-		"redis://" + pw + ":" + pw + "/@h:1",
+		"redis://usr:" + pw + "/@h:1", // url.Parse reads the password as a port
 	}
 	for _, u := range bad {
 		for _, args := range [][]string{

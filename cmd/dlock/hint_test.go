@@ -18,7 +18,7 @@ func TestUnknownCommandHints(t *testing.T) {
 		{[]string{"--wait", "5s", "status", "k"}, `flags go after the command name: dlock status --wait 5s ...`},
 		{[]string{"-v"}, `flags go after the command name (dlock COMMAND [flags] [args]); dlock --version prints the version`},
 		{[]string{"--redis", "redis://h:1/0"}, `flags go after the command name (dlock COMMAND [flags] [args])`},
-		{[]string{"--redis=redis://u:s3cret@h:1/0", "--redis", "redis://:s3cret@h:2/0", "run", "k"}, `flags go after the command name: dlock run --redis=redis://xxxxx@h:1/0 --redis redis://xxxxx@h:2/0 ...`},
+		{[]string{"--redis=redis://u:s3cret@h:1/0", "--redis", "redis://:s3cret@h:2/0", "run", "k"}, `flags go after the command name: dlock run --redis=redis://u:xxxxx@h:1/0 --redis redis://:xxxxx@h:2/0 ...`},
 		{[]string{"staus", "k"}, `did you mean "status"?`},
 		{[]string{"lsit"}, `did you mean "list"?`},
 		{[]string{"Run"}, `did you mean "run"?`},

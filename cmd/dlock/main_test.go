@@ -549,6 +549,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"wrong scheme", []string{"run", "--redis", "http://127.0.0.1:1", key, "--", "true"}, 64, "bad Redis URL"},
 		{"unreachable", []string{"run", "--redis", down, key, "--", "true"}, 69, "cannot reach"},
 		{"wrong password", []string{"run", "--redis", wrongPass, key, "--", "true"}, 69, "WRONGPASS"},
+		{"wrong one-letter password, in the server's words", []string{"run", "--redis", "redis://:e@" + guarded.Addr + "/0", key, "--", "true"}, 69, "WRONGPASS invalid username-password pair"},
 		{"status unreachable", []string{"status", "--redis", down, key}, 69, "cannot reach"},
 		{"not found", []string{"run", key, "--", "no-such-command-dlock"}, 127, "command not found"},
 		{"not executable", []string{"run", key, "--", notExec}, 126, "permission denied"},

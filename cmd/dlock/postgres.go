@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,7 +41,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 	}
 	cfg, err := pgxpool.ParseConfig(conn)
 	if err != nil {
-		return nil, usageErrorf("bad PostgreSQL URL: %v", redactPG(err.Error(), raw))
+		return nil, usageErrorf("bad PostgreSQL URL: %v", redact(err.Error(), raw))
 	}
 	cfg.ConnConfig.ConnectTimeout = dialTimeout
 	if tf.set() {
@@ -104,11 +103,11 @@ func pgConnectError(where, raw string, err error) error {
 		if pe.Hint != "" {
 			msg += "; hint: " + pe.Hint
 		}
-		return unavailableErrorf("%s refused: %s", where, redactPG(msg, raw))
+		return unavailableErrorf("%s refused: %s", where, redact(msg, raw))
 	}
 	var ce *pgconn.ConnectError
 	if !errors.As(err, &ce) {
-		return unavailableErrorf("cannot reach %s: %s", where, redactPG(oneLine(err), raw))
+		return unavailableErrorf("cannot reach %s: %s", where, redact(oneLine(err), raw))
 	}
 	var attempts []string
 	inner := errors.Unwrap(ce)
@@ -129,9 +128,9 @@ func pgConnectError(where, raw string, err error) error {
 		kept = append(kept, a)
 	}
 	if len(kept) == 0 {
-		return unavailableErrorf("cannot reach %s: %s", where, redactPG(oneLine(err), raw))
+		return unavailableErrorf("cannot reach %s: %s", where, redact(oneLine(err), raw))
 	}
-	return unavailableErrorf("cannot reach %s: %s", where, redactPG(strings.Join(kept, "; "), raw))
+	return unavailableErrorf("cannot reach %s: %s", where, redact(strings.Join(kept, "; "), raw))
 }
 
 // pgInspector is the inspector of a pgStore: an inspection in a database
@@ -161,24 +160,4 @@ func (p pgInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.Loc
 func (p pgInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := p.in.ForceUnlock(ctx, key)
 	return info, p.noTable(err)
-}
-
-// redactPG removes the password of the connection string raw (a URL's, a
-// key=value string's, or $PGPASSWORD) from msg; user and database names stay.
-func redactPG(msg, raw string) string {
-	cfg, err := pgxpool.ParseConfig(raw)
-	if err != nil {
-		return redact(msg, raw)
-	}
-	user := cfg.ConnConfig.User
-	for _, s := range secrets(raw) {
-		// Without a password, a URL's user information is the user name.
-		if s != "" && s != user && s != url.PathEscape(user) {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	if p := cfg.ConnConfig.Password; p != "" {
-		msg = strings.ReplaceAll(msg, p, "xxxxx")
-	}
-	return msg
 }

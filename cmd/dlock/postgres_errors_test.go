@@ -27,6 +27,8 @@ func TestPostgresConnectErrors(t *testing.T) {
 	}{
 		{"role missing, database named as the user", "postgres://nobody:s3cretpw@" + pg.Addr + "/nobody",
 			[]string{"PostgreSQL at " + pg.Addr + "/nobody refused", `role "nobody" does not exist`}, []string{"xxxxx", "tls", "TLS", "cannot reach"}},
+		{"password equal to the user name", "postgres://nobody:nobody@" + pg.Addr + "/nobody",
+			[]string{"PostgreSQL at " + pg.Addr + "/nobody refused", `role "nobody" does not exist`}, []string{"xxxxx"}},
 		{"database missing", "postgres://postgres@" + pg.Addr + "/nope",
 			[]string{"PostgreSQL at " + pg.Addr + "/nope refused", `database "nope" does not exist`, "3D000"}, []string{"xxxxx", "tls", "TLS", "cannot reach"}},
 		{"key=value string", "host=127.0.0.1 port=" + strconv.Itoa(pg.Port) + " user=postgres password=s3cretpw dbname=nope",
