@@ -2,75 +2,12 @@ package dlock
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 )
-
-// refPrefix starts every lease reference: the name and version of its format.
-const refPrefix = "dlock1."
-
-// maxRefLen bounds the references Resume reads.
-const maxRefLen = 8 << 10
-
-// leaseRef is what a lease reference carries: the holding, and what is needed
-// to renew it as its first holder did.
-type leaseRef struct {
-	Backend string `json:"b"`
-	Kind    string `json:"k"`
-	Key     string `json:"key"`
-	Owner   string `json:"o"`
-	Token   uint64 `json:"t"`
-	TTL     int64  `json:"ttl"`          // ms: the TTL the holding is renewed with
-	Delay   int64  `json:"d,omitempty"`  // ms: the holding's lock-delay
-	Fixed   bool   `json:"fx,omitempty"` // taken without renewal
-}
-
-func (r leaseRef) String() string {
-	b, _ := json.Marshal(r) // strings and integers only: never fails
-	return refPrefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-// parseRef reads a lease reference, refusing anything that is not one whole
-// reference with every field set and valid, with an error matching ErrInvalid.
-func parseRef(s string) (leaseRef, error) {
-	var r leaseRef
-	if len(s) > maxRefLen {
-		return r, invalidf("lease reference of %d bytes, more than %d", len(s), maxRefLen)
-	}
-	body, ok := strings.CutPrefix(s, refPrefix)
-	if !ok {
-		return r, invalidf("not a lease reference (it starts with %q)", refPrefix)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(body)
-	if err != nil {
-		return r, invalidf("lease reference: %v (truncated or altered?)", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil || dec.More() {
-		return leaseRef{}, invalidf("lease reference: unreadable contents (truncated or altered?)")
-	}
-	switch {
-	case r.Backend == "" || r.Kind == "":
-		return leaseRef{}, invalidf("lease reference without its backend")
-	case r.Owner == "" || len(r.Owner) > driver.MaxOwnerLen:
-		return leaseRef{}, invalidf("lease reference with an invalid owner")
-	case r.Token == 0:
-		return leaseRef{}, invalidf("lease reference without a fencing token")
-	case r.TTL <= 0 || r.Delay < 0:
-		return leaseRef{}, invalidf("lease reference with an invalid TTL or lock-delay")
-	}
-	if err := driver.ValidateKey(r.Key); err != nil {
-		return leaseRef{}, invalidf("lease reference: %v", err)
-	}
-	return r, nil
-}
 
 // errDetached is the cause of a detached lease's end: it matches ErrReleased.
 var errDetached = fmt.Errorf("%w: detached (the holding goes on in the store)", ErrReleased)
@@ -80,8 +17,8 @@ var errDetached = fmt.Errorf("%w: detached (the holding goes on in the store)", 
 // and the holding stays in the store until its TTL runs out, unless a Resume
 // of the returned reference takes it up first, in this process or another.
 //
-// The reference is a short printable string (the backend and kind, the key,
-// the owner, the fencing token, the TTL and lock-delay). It is a bearer
+// The reference is a short printable string (driver.Ref: the backend and
+// kind, the key, the owner, the fencing token, the TTL and lock-delay). It is a bearer
 // credential for that one holding: whoever has it can extend, release and
 // fence as the holder, and learns nothing else. Keep it as you would the
 // lease. A reference resumed twice at once gives two leases of one owner, which
@@ -110,9 +47,9 @@ func (l *Lease) Detach() (string, error) {
 		return "", context.Cause(l.ctx)
 	}
 	l.state = released
-	r := leaseRef{
+	r := driver.Ref{
 		Backend: l.c.info.Backend, Kind: l.c.info.Kind, Key: l.key, Owner: l.owner, Token: l.token,
-		TTL: l.ttl.Milliseconds(), Delay: l.delay.Milliseconds(), Fixed: l.renewEvery == 0,
+		TTL: l.ttl, Delay: l.delay, Fixed: l.renewEvery == 0,
 	}
 	l.cancel(errDetached) // the first cause stays: stopTimers' ErrReleased does not replace it
 	l.mu.Unlock()
@@ -144,7 +81,7 @@ func (c *Client) Resume(ctx context.Context, ref string, opts ...Option) (*Lease
 	if ctx == nil {
 		return nil, invalidf("nil context")
 	}
-	r, err := parseRef(ref)
+	r, err := driver.ParseRef(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +93,7 @@ func (c *Client) Resume(ctx context.Context, ref string, opts ...Option) (*Lease
 		return nil, invalidf("a reference to a %s %s lock, given to a Client of a %s %s lock", r.Backend, r.Kind, c.info.Backend, c.info.Kind)
 	}
 	cfg := c.base
-	cfg.ttl, cfg.lockDelay = time.Duration(r.TTL)*time.Millisecond, time.Duration(r.Delay)*time.Millisecond
+	cfg.ttl, cfg.lockDelay = r.TTL, r.Delay
 	if r.Fixed {
 		cfg.apply([]Option{WithAutoRenew(false)})
 	}

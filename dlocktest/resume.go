@@ -46,7 +46,7 @@ func resumable(t *testing.T, c *dlock.Client, key string) bool {
 // would.
 func alterRef(t *testing.T, ref, field string, v any) string {
 	t.Helper()
-	body, _ := strings.CutPrefix(ref, "dlock1.")
+	body, _ := strings.CutPrefix(ref, driver.RefPrefix)
 	b, err := base64.RawURLEncoding.DecodeString(body)
 	if err != nil {
 		t.Fatalf("reference %q: %v", ref, err)
@@ -57,7 +57,7 @@ func alterRef(t *testing.T, ref, field string, v any) string {
 	}
 	m[field] = v
 	b, _ = json.Marshal(m)
-	return "dlock1." + base64.RawURLEncoding.EncodeToString(b)
+	return driver.RefPrefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
 // testDetachResume: a detached holding is resumed by another Client with its
