@@ -63,15 +63,26 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 		}
 		return nil, err
 	}
+	l, err := a.c.granted(a.key, a.owner, g, start, a.cfg)
+	if err != nil {
+		// The holding is ours: a retry takes it again with a fresh validity.
+		a.dirty = true
+		return nil, err
+	}
+	return l, nil
+}
+
+// granted makes and starts the lease of g, the grant of key to owner by a
+// round trip that started at start. A grant whose reply came back too late for
+// the lease to be of any use is dropped (the holding stays owner's in the
+// store until its TTL) with an error matching ErrUnavailable.
+func (c *Client) granted(key, owner string, g driver.Grant, start time.Time, cfg *config) (*Lease, error) {
 	ttl := g.TTL
 	if ttl <= 0 {
-		ttl = a.cfg.ttl
+		ttl = cfg.ttl
 	}
-	l := newLease(a.c, driver.Holding{Key: a.key, Owner: a.owner, TTL: ttl, Handle: g.Handle}, g.Token, start, a.cfg)
+	l := newLease(c, driver.Holding{Key: key, Owner: owner, TTL: ttl, Handle: g.Handle}, g.Token, start, cfg)
 	if !time.Now().Before(l.deadline) {
-		// The reply came back too late for the lease to be of any use. The
-		// holding is ours: a retry takes it again with a fresh validity.
-		a.dirty = true
 		l.stopTimers()
 		if sig, ok := g.Lost.(*driver.LossSignal); ok {
 			sig.Unwatch() // the driver may forget the holding

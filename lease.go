@@ -44,7 +44,7 @@ type Lease struct {
 	acquired   time.Time
 	ttl        time.Duration // the TTL the watchdog renews with
 	drift      float64
-	delayed    bool // taken with a lock-delay: a local loss releases nothing
+	delay      time.Duration // the lock-delay it was taken with: a local loss releases nothing then
 	renewEvery time.Duration
 	maxHold    time.Duration
 
@@ -89,7 +89,7 @@ func newLease(c *Client, h driver.Holding, token uint64, start time.Time, cfg *c
 	l := &Lease{
 		c: c, key: h.Key, owner: h.Owner, handle: h.Handle, token: token,
 		acquired: start, ttl: h.TTL, drift: cfg.drift, maxHold: cfg.maxHold,
-		re: renewEntry{idx: -1}, delayed: cfg.lockDelay > 0,
+		re: renewEntry{idx: -1}, delay: cfg.lockDelay,
 	}
 	if cfg.renewing() {
 		l.renewEvery = cfg.renewEvery

@@ -103,7 +103,7 @@ func (l *Lease) stopTimers() {
 func (l *Lease) lose(cause error, why LossCause, release bool) error {
 	// The driver stops watching the holding before anybody sees the loss.
 	l.unwatchLost()
-	release = release && !l.delayed
+	release = release && l.delay == 0
 	l.mu.Lock()
 	if l.state != held {
 		l.mu.Unlock()

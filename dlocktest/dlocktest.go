@@ -80,6 +80,7 @@ func Run(t *testing.T, b Backend) {
 		{"InspectorShowsAndForcesLocks", testInspector},
 		{"DriverNamesBackendAndKind", testDriverInfo},
 		{"LockDelay", testDelay},
+		{"DetachAndResume", testDetachResume},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -186,6 +186,21 @@ type Abandoner interface {
 	Abandon(ctx context.Context, h Holding) error
 }
 
+// Resumer is implemented by Drivers whose holdings can be taken up again by
+// another Client, in this process or another, from what a detached lease's
+// reference carries (see dlock.Lease.Detach and dlock.Client.Resume): the key,
+// the owner and the fencing token.
+type Resumer interface {
+	// Resume checks with the store that h.Owner still holds h.Key with the
+	// fencing token token, and extends the holding to h.TTL, in one
+	// owner-checked step that never creates a holding. It returns the holding's
+	// Grant as Acquire would: Token equal to token, the Handle later calls
+	// pass, and Lost when the driver can tell a loss at once. A holding that is
+	// gone (released, expired, forced) or that names another owner or token
+	// returns an error matching ErrNotHeld and is not touched.
+	Resume(ctx context.Context, h Holding, token uint64) (Grant, error)
+}
+
 // Taken is what a Driver's Acquire returns when another owner holds the key: an
 // error matching ErrNotObtained that carries what the Client's wait needs. The
 // Client hands its callers a *BusyError instead (errors.As of a *Taken into a

@@ -70,6 +70,7 @@ var (
 	_ driver.TTLLimiter = (*Store)(nil)
 
 	_ driver.LockDelayer = (*Store)(nil)
+	_ driver.Resumer     = (*Store)(nil)
 )
 
 // NewStore returns an empty Store.
@@ -176,6 +177,19 @@ func (s *Store) Extend(_ context.Context, h driver.Holding, ttl time.Duration) (
 	}
 	cur.expires = s.now().Add(ttl)
 	return ttl, nil
+}
+
+// Resume implements driver.Resumer: the holding of h.Owner with token, if it
+// is still there, extended to h.TTL.
+func (s *Store) Resume(_ context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.live(h.Key)
+	if cur == nil || cur.owner != h.Owner || cur.token != token {
+		return driver.Grant{}, notHeld(h.Key)
+	}
+	cur.expires = s.now().Add(h.TTL)
+	return driver.Grant{Token: cur.token, TTL: h.TTL, Lost: cur.lostCtx}, nil
 }
 
 // Release implements driver.Driver.

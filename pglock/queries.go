@@ -14,10 +14,10 @@ import (
 
 // queries are the statements of a Driver, for its table and sequence.
 type queries struct {
-	migrate, check                                    []string
-	acquire, insert, extend, release, releaseAll, ttl string
-	abandon, abandonAll                               string // abandonAll wakes every waiter (the fair lock's)
-	sweep, inspect, list, forceUnlock, fence          string
+	migrate, check                                            []string
+	acquire, insert, extend, resume, release, releaseAll, ttl string
+	abandon, abandonAll                                       string // abandonAll wakes every waiter (the fair lock's)
+	sweep, inspect, list, forceUnlock, fence                  string
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
@@ -200,6 +200,11 @@ RETURNING token`),
 		extend: s(`
 UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()`),
+		// $1 key, $2 owner, $3 ttl in µs, $4 token: extend, of the holding
+		// with that token alone (a detached lease's, taken up again).
+		resume: s(`
+UPDATE $T SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND owner = $2 AND token = $4 AND expires_at > clock_timestamp()`),
 		// $1 key, $2 owner. The owner's row is freed in place (a HOT update),
 		// keeping its token, and the first of its queue of waiters, if any,
 		// is woken by a NOTIFY on its Driver's channel whose payload names

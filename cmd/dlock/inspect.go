@@ -160,8 +160,8 @@ examples:
 
 func unlockCommand() command {
 	return command{
-		name: "unlock", summary: "remove a lock whoever holds it (admin; needs --force)",
-		synopsis: "dlock unlock --force [flags] KEY",
+		name: "unlock", summary: "remove a lock whoever holds it (admin; needs --force), or release one from its reference",
+		synopsis: "dlock unlock --force [flags] KEY | dlock unlock [flags] REF",
 		help: `Removes the lock KEY whoever holds it and says whose lock it removed. The
 holder is told at once (Redis, Redlock, etcd, ZooKeeper and PostgreSQL push
 the news to it; a holder that missed it notices at its next renewal): a
@@ -169,8 +169,13 @@ the news to it; a holder that missed it notices at its next renewal): a
 is still greater than every earlier one. Refuses without --force (exit 64); exits
 1 when the lock is free.
 
+Given a reference that "dlock lock" or "dlock extend" printed instead of a KEY,
+it releases that holding, owner-checked, without --force: exit 0 when released,
+1 when the holding was gone already (nothing touched).
+
 examples:
   dlock unlock --force nightly-report
+  dlock unlock "$REF"
   dlock unlock --force --json nightly-report`,
 		flags: func() *flag.FlagSet { return new(inspectFlags).define("unlock") },
 		run:   runUnlock,
@@ -197,10 +202,13 @@ func withStore(ctx context.Context, e *env, c command, args []string, def string
 	case arg == "":
 		return fail(e, c.name, usageErrorf("missing KEY"))
 	}
-	if def == "" {
+	if def == "" && !(c.name == "unlock" && strings.HasPrefix(arg, driver.RefPrefix)) {
 		if err := driver.ValidateKey(arg); err != nil {
 			return fail(e, c.name, err)
 		}
+	}
+	if c.name == "unlock" && strings.HasPrefix(arg, driver.RefPrefix) {
+		return unlockRef(ctx, e, &o.servers, arg)
 	}
 	if c.name == "unlock" && !o.force {
 		return fail(e, c.name, usageErrorf("refusing to remove %q without --force (it may be held by a running job)", arg))

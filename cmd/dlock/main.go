@@ -5,6 +5,9 @@
 //	dlock status [flags] KEY
 //	dlock list [flags] [PATTERN]
 //	dlock unlock --force [flags] KEY
+//	dlock lock --ttl DURATION [flags] KEY
+//	dlock extend --ttl DURATION [flags] REF
+//	dlock unlock [flags] REF
 //	dlock latch count-down|wait|count --count N [flags] NAME
 //	dlock barrier --parties N [flags] NAME [-- COMMAND [ARGS...]]
 //	dlock semaphore resize [flags] KEY N
@@ -72,6 +75,8 @@ func commands() []command {
 		statusCommand(),
 		listCommand(),
 		unlockCommand(),
+		lockCommand(),
+		extendCommand(),
 		latchCommand(),
 		barrierCommand(),
 		semaphoreCommand(),

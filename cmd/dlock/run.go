@@ -298,12 +298,7 @@ func commandError(e *env, name string, err error) int {
 // lockOptions are the lease options of this run, with the holder's metadata.
 func (r *runRequest) lockOptions() []dlock.Option {
 	o := r.flags
-	m := holder.Record{PID: os.Getpid(), Since: time.Now().UTC(), Description: o.description}
-	m.Host, _ = os.Hostname()
-	if u, err := user.Current(); err == nil {
-		m.User = u.Username
-	}
-	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(m.Encode()), dlock.WithFailureLimit(o.failAfter.d)}
+	opts := []dlock.Option{dlock.WithTTL(o.ttl.d), dlock.WithAutoRenew(true), dlock.WithMetadata(holderRecord(o.description).Encode()), dlock.WithFailureLimit(o.failAfter.d)}
 	if o.renewEvery.set {
 		opts = append(opts, dlock.WithRenewEvery(o.renewEvery.d))
 	}
@@ -311,6 +306,17 @@ func (r *runRequest) lockOptions() []dlock.Option {
 		opts = append(opts, dlock.WithLockDelay(o.lockDelay.d))
 	}
 	return opts
+}
+
+// holderRecord is the holder record of this process (host, pid, user, now),
+// with description, which status and list show.
+func holderRecord(description string) holder.Record {
+	m := holder.Record{PID: os.Getpid(), Since: time.Now().UTC(), Description: description}
+	m.Host, _ = os.Hostname()
+	if u, err := user.Current(); err == nil {
+		m.User = u.Username
+	}
+	return m
 }
 
 // acquire takes the lock: one attempt, then (unless --wait 0) waiting until it

@@ -32,6 +32,8 @@ var (
 	extendLibSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed resume.lua
+	resumeSrc string
 	//go:embed extendmany.lua
 	extendManySrc string
 	//go:embed pttl.lua
@@ -73,6 +75,7 @@ var (
 	Abandon = script(wakeSrc, abandonSrc)
 	Pass    = script(wakeSrc, passSrc)
 	Extend  = script(extendLibSrc, extendSrc)
+	Resume  = script(extendLibSrc, resumeSrc)
 	PTTL    = script(pttlSrc)
 )
 
