@@ -264,7 +264,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err
 	}
 	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta, token: g.token, delayed: g.delayed},
-		Lost: d.hold(d.lockPath(r.Key), g.node, d.sess.lost(g.session, d.conn.SessionID()))}, nil
+		Lost: d.hold(d.lockPath(r.Key), g.node, d.sess.lost(g.session, d.conn.SessionID()), g.watch)}, nil
 }
 
 // Info implements driver.Driver: ZooKeeper's locks are granted in the order
