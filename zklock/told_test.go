@@ -154,25 +154,61 @@ func TestForceUnlockTellsEveryHoldingAtOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			forcer, err := NewClient(newDriver(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := tc.take(t, key, holder)
-			start := time.Now()
-			if _, err := forcer.ForceUnlock(ctxT(t, 10*time.Second), key); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-l.Done():
-			case <-time.After(told):
-				t.Fatalf("the holder was not told within %v of the force-unlock", told)
-			}
-			took := time.Since(start)
-			if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
-				t.Errorf("Err after the force-unlock: %v, want ErrLockLost", err)
-			}
-			t.Logf("force-unlock to Done: %v", took)
+			forceAndAwait(t, tc.take(t, key, holder), told)
 		})
 	}
+}
+
+// forceAndAwait force-unlocks l's lock from a Client of another session, and
+// wants l's Done closed within told, with ErrLockLost.
+func forceAndAwait(t *testing.T, l *dlock.Lease, told time.Duration) {
+	t.Helper()
+	forcer, err := NewClient(newDriver(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := forcer.ForceUnlock(ctxT(t, 10*time.Second), l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(told):
+		t.Fatalf("the holder was not told within %v of the force-unlock", told)
+	}
+	took := time.Since(start)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Err after the force-unlock: %v, want ErrLockLost", err)
+	}
+	t.Logf("force-unlock to Done: %v", took)
+}
+
+// TestForceAfterAQueueChangeBeforeRegistrationIsTold: another client queues
+// behind a grant between its last read of the queue and the registration of
+// its holding, so that the child watch of that read fires before there is a
+// holding to arm; a force-unlock later is told at once all the same.
+func TestForceAfterAQueueChangeBeforeRegistrationIsTold(t *testing.T) {
+	key := dlocktest.Key(t)
+	d := newDriver(t)
+	other := newDriver(t)
+	d.testHookGrant = func(lp string) {
+		d.testHookGrant = nil
+		if _, err := other.acquire(ctxT(t, 10*time.Second), key, "waiter", testSession, "", true); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("queueing behind the grant: %v", err)
+		}
+		// The server sends the watch's event before the reply to this
+		// session's next request: the event has been handled once it returns.
+		if _, _, err := d.conn.Exists(lp); err != nil {
+			t.Error(err)
+		}
+	}
+	holder, err := NewClient(d, dlock.WithTTL(15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.TryLock(ctxT(t, 10*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forceAndAwait(t, l, 500*time.Millisecond)
 }
