@@ -372,16 +372,15 @@ func Run(t testing.TB, c Config) *Result {
 	if spec.Backend == "etcd" || spec.Backend == "zookeeper" || spec.Backend == "postgres" {
 		unsafe = nil // etcd keeps every write of a quorum on disk: no fault excuses two holders
 	}
-	// A holder of ZooKeeper may miss a force that came before what tells it
-	// was up: its child watch, set by the read that granted the holding, may
-	// fire before the holding is registered, which then nobody checks.
-	// Redis's Client checks its holdings when its loss subscription is
-	// established, etcd's Driver when its loss watch begins (at the watch's
-	// first revision), PostgreSQL's Driver when its LISTEN starts (and each
-	// of them a holding registered after a force it heard), and memlock tells
-	// the holder itself (see Params.LateWatch).
-	late := spec.Backend == "zookeeper"
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, LateWatch: late})
+	// No store leaves a force that came before what tells its holder to the
+	// renewal (Params.LateWatch): Redis's Client checks its holdings when its
+	// loss subscription is established, etcd's Driver when its loss watch
+	// begins (at the watch's first revision), PostgreSQL's Driver when its
+	// LISTEN starts (and each of them a holding registered after a force it
+	// heard), ZooKeeper's Driver sets the watch on the holder's node when the
+	// queue's child watch fired before the holding was registered, and
+	// memlock tells the holder itself.
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {

@@ -84,8 +84,9 @@ type Driver struct {
 	sess       sessionWatch  // ends the Grant.Lost of the current session's holdings
 	holds      holdings      // the holdings watched for their node's deletion (loss.go)
 
-	testHookCreate func() // called before each create of a lock node, in tests
-	onTimeout      func() // called when the negotiated session timeout is known
+	testHookCreate func()          // called before each create of a lock node, in tests
+	testHookGrant  func(lp string) // called before a grant's holding is registered, in tests
+	onTimeout      func()          // called when the negotiated session timeout is known
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -263,8 +264,11 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if err = done(err); err != nil {
 		return driver.Grant{}, err
 	}
+	if d.testHookGrant != nil {
+		d.testHookGrant(d.lockPath(r.Key))
+	}
 	return driver.Grant{Token: g.token, TTL: g.ttl, Handle: &handle{node: g.node, metadata: g.meta, token: g.token, delayed: g.delayed},
-		Lost: d.hold(d.lockPath(r.Key), g.node, d.sess.lost(g.session, d.conn.SessionID()))}, nil
+		Lost: d.hold(d.lockPath(r.Key), g.node, d.sess.lost(g.session, d.conn.SessionID()), g.watch)}, nil
 }
 
 // Info implements driver.Driver: ZooKeeper's locks are granted in the order

@@ -50,15 +50,25 @@ func (d *Driver) list(ctx context.Context, lp string) ([]child, error) {
 
 // listMarked is list, also reporting the lock-delay marker (see gate).
 func (d *Driver) listMarked(ctx context.Context, lp string) ([]child, bool, error) {
+	q, marked, _, err := d.listWatched(ctx, lp)
+	return q, marked, err
+}
+
+// listWatched is listMarked, also returning the event channel of the child
+// watch the read set (see loss.go).
+func (d *Driver) listWatched(ctx context.Context, lp string) ([]child, bool, <-chan zk.Event, error) {
 	var names []string
+	var ev <-chan zk.Event
 	err := d.call(ctx, func() (err error) {
-		names, _, _, err = d.conn.ChildrenW(lp) // the watch tells a holder of a deletion (see loss.go)
+		names, _, ev, err = d.conn.ChildrenW(lp) // the watch tells a holder of a deletion (see loss.go)
 		return err
 	})
 	if err != nil {
-		return parseList(lp, nil, err) // names may still be written: the call ended early
+		q, marked, err := parseList(lp, nil, err) // names may still be written: the call ended early
+		return q, marked, nil, err
 	}
-	return parseList(lp, names, nil)
+	q, marked, err := parseList(lp, names, nil)
+	return q, marked, ev, err
 }
 
 // parseList is the outcome of listMarked from the reply to the read.
@@ -79,11 +89,12 @@ func parseList(lp string, names []string, err error) ([]child, bool, error) {
 // round trip. A read that does not show the node went out before it was made
 // (the lock node was missing, and the create was made again) or after it was
 // gone: the queue is read again. The result has a name when the node was made
-// (err is then the read's).
-func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, bool, error) {
+// (err is then the read's), and the event channel of the read's child watch.
+func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byte) (created, []child, bool, <-chan zk.Event, error) {
 	type listed struct {
 		q      []child
 		marked bool
+		ev     <-chan zk.Event
 		err    error
 	}
 	written, forget := d.wire.expect(lp + "/" + childPrefix + owner + "-")
@@ -99,9 +110,9 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		}
 		// The call ends when the server answers or the connection drops; the
 		// caller waits for it only as long as ctx lets it.
-		names, _, _, err := d.conn.ChildrenW(lp) // see loss.go
+		names, _, ev, err := d.conn.ChildrenW(lp) // see loss.go
 		q, marked, err := parseList(lp, names, err)
-		lc <- listed{q, marked, err}
+		lc <- listed{q, marked, ev, err}
 	}()
 	c, err := d.create(ctx, lp, owner, data)
 	close(done)
@@ -112,13 +123,13 @@ func (d *Driver) createAndList(ctx context.Context, lp, owner string, data []byt
 		l.err = ctx.Err()
 	}
 	if err != nil {
-		return created{}, nil, false, err
+		return created{}, nil, false, nil, err
 	}
 	if l.err == nil && index(l.q, c.name) >= 0 {
-		return c, l.q, l.marked, nil
+		return c, l.q, l.marked, l.ev, nil
 	}
-	q, marked, err := d.listMarked(ctx, lp)
-	return c, q, marked, err
+	q, marked, ev, err := d.listWatched(ctx, lp)
+	return c, q, marked, ev, err
 }
 
 // errNotSent is the outcome of a read of the queue that was not made.
@@ -266,6 +277,11 @@ type grant struct {
 	meta    string
 	session int64 // the session the node belongs to
 	delayed bool  // the holding wrote a lock-delay marker
+
+	// watch is the event channel of the child watch set by the last read of
+	// the queue: fired before the holding is watched (see hold), it no longer
+	// tells the holder of a deletion.
+	watch <-chan zk.Event
 }
 
 // busy builds the error for a lock held by another owner with rem left (<0
@@ -369,10 +385,11 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 	}
 	for round := 0; round < maxRounds; round++ {
 		var q []child
+		var watch <-chan zk.Event // the child watch of the last read of q
 		listed, marked := false, false
 		if w.node == "" && (unknown || !waiting) {
 			var err error
-			if q, marked, err = d.listMarked(ctx, lp); err != nil {
+			if q, marked, watch, err = d.listWatched(ctx, lp); err != nil {
 				return grant{}, err
 			}
 			listed = true
@@ -393,8 +410,8 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 		fresh := false
 		if w.node == "" {
 			wstart := time.Now()
-			c, cq, cm, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
-			marked = cm
+			c, cq, cm, cw, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
+			marked, watch = cm, cw
 			if c.name == "" {
 				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
 					// The create may have been applied with its reply lost.
@@ -417,7 +434,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			}
 		} else if !listed {
 			var err error
-			if q, marked, err = d.listMarked(ctx, lp); err != nil {
+			if q, marked, watch, err = d.listWatched(ctx, lp); err != nil {
 				return grant{}, err
 			}
 		}
@@ -436,6 +453,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 		}
 		if i == 0 {
 			g, err := d.take(ctx, lp, w, start, ttl, metadata, fresh)
+			g.watch = watch
 			if err != nil || !marked && delay == 0 {
 				return g, err
 			}

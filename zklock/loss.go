@@ -18,6 +18,13 @@ import (
 // delete) is told by that watch, with no request. The session's expiry, which
 // deletes every node of it, loses them all at once too. Each loss has
 // dlock.LossStoreSignal as its Observer's cause.
+//
+// A watch fires once. The child watch of the grant's last read may have fired
+// before the holding was registered: the grant itself changed the queue after
+// that read (a lock-delay marker written or a stale one deleted, a duplicate
+// node removed), or another client did; the event then found no holding, and
+// hold sets the exists watch at once. The exists watch also fires when the
+// node is written (a renewal): it is set again then.
 
 // zkHold is a holding of the Driver's session, watched for its node's deletion.
 type zkHold struct {
@@ -38,8 +45,10 @@ type holdings struct {
 }
 
 // hold registers the holding of node under lp, in the session whose holdings
-// end with sess, and returns its Grant.Lost.
-func (d *Driver) hold(lp, node string, sess context.Context) *driver.LossSignal {
+// end with sess, and returns its Grant.Lost. watch is the child watch of the
+// grant's last read of the queue: when it has fired already, its event came
+// before the registration, and the exists watch is set now.
+func (d *Driver) hold(lp, node string, sess context.Context, watch <-chan zk.Event) *driver.LossSignal {
 	h := &zkHold{d: d, lp: lp, path: lp + "/" + node}
 	h.Forgetter = h
 	hs := &d.holds
@@ -48,8 +57,18 @@ func (d *Driver) hold(lp, node string, sess context.Context) *driver.LossSignal 
 		hs.byLock, hs.byNode = map[string]*zkHold{}, map[string]*zkHold{}
 	}
 	hs.byLock[lp], hs.byNode[h.path] = h, h
+	fired := watch == nil
+	select {
+	case <-watch:
+		fired = true
+	default:
+	}
+	h.checking = fired
 	hs.mu.Unlock()
 	h.stopSess = context.AfterFunc(sess, func() { h.Lose(context.Cause(sess)) })
+	if fired {
+		go d.arm(h)
+	}
 	return &h.LossSignal
 }
 
@@ -83,6 +102,19 @@ func (d *Driver) lossEvent(ev zk.Event) {
 		check := h != nil && !h.armed && !h.checking
 		if check {
 			h.checking = true
+		}
+		hs.mu.Unlock()
+		if check {
+			go d.arm(h)
+		}
+	case zk.EventNodeDataChanged:
+		// The holder's node was written (a renewal): the exists watch has
+		// fired, and is set again.
+		hs.mu.Lock()
+		h := hs.byNode[ev.Path]
+		check := h != nil && h.armed && !h.checking
+		if check {
+			h.armed, h.checking = false, true
 		}
 		hs.mu.Unlock()
 		if check {
