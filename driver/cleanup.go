@@ -22,9 +22,10 @@ func CleanupContext(ctx context.Context) (cctx context.Context, cancel context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 }
 
-// isNil reports whether v is nil or an interface holding a nil pointer, map,
-// channel, function or slice.
-func isNil(v any) bool {
+// IsNil reports whether v is nil or an interface value holding a nil pointer,
+// map, channel, function, slice or interface. Backends use it to reject
+// typed-nil clients with ErrInvalid instead of panicking later.
+func IsNil(v any) bool {
 	if v == nil {
 		return true
 	}
@@ -34,8 +35,3 @@ func isNil(v any) bool {
 	}
 	return false
 }
-
-// IsNil reports whether v is nil or an interface value holding a nil pointer (or
-// other nil reference). Backends use it to reject typed-nil clients with ErrInvalid
-// instead of panicking later.
-func IsNil(v any) bool { return isNil(v) }

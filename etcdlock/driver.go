@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/bounded"
 )
 
 // DefaultRequestTimeout bounds each call of a Driver (one acquisition attempt,
@@ -118,7 +117,7 @@ func (d *Driver) RequestTimeout() time.Duration { return d.timeout }
 // short by it (not by the caller's context) is etcd not answering,
 // dlock.ErrUnavailable. The call passes its error through done.
 func (d *Driver) request(ctx context.Context) (context.Context, func(error) error) {
-	return bounded.Call(ctx, d.timeout, "etcd")
+	return driver.BoundCall(ctx, d.timeout, "etcd")
 }
 
 // TTLLimits returns the lease times etcd can grant: whole seconds, at least one.

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/heard"
 
 	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
@@ -65,7 +64,7 @@ type listener struct {
 	lingerFor time.Duration // listenLinger, unless a test changed it
 
 	holds  map[string]*pgHold // the holdings told of a force-unlock, by key, a list each (loss.go)
-	heard  heard.Set          // force-unlocks of keys held by none here, when heard (loss.go)
+	heard  driver.Heard       // force-unlocks of keys held by none here, when heard (loss.go)
 	nholds int                // holdings among the users counted in n
 
 	// Counters, for tests and figures.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/heard"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
@@ -70,7 +69,7 @@ type hub struct {
 	lossRefusedTill time.Time       // the server refused it: not again until then
 	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
 	checking        map[string]bool // locks whose holdings are being checked: again when true
-	heard           heard.Set       // messages about locks held by none here, when heard (see holding)
+	heard           driver.Heard    // messages about locks held by none here, when heard (see holding)
 }
 
 type topic struct {

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/workers"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // reply is one node's answer to a request sent to several nodes.
@@ -101,7 +101,7 @@ func sortedKeys(m map[int]bool) []int {
 // askNodesWithStragglers is askNodesDetached that also returns the calls still
 // on their way when decided settled the outcome. The calls share one context
 // bounded by timeout, which the last of them to answer cancels, and run on
-// workers (see package workers).
+// workers (see driver.Go).
 func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeout time.Duration,
 	f func(ctx context.Context, node int) (T, error), decided func(got []reply[T], pending int) bool) ([]reply[T], *stragglers[T], error) {
 	if len(nodes) == 0 {
@@ -113,7 +113,7 @@ func askNodesWithStragglers[T any](ctx, base context.Context, nodes []int, timeo
 	left := new(atomic.Int32)
 	left.Store(int32(len(nodes)))
 	for _, i := range nodes {
-		workers.Go(func() {
+		driver.Go(func() {
 			v, err := f(nctx, i)
 			if err != nil && base.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 				err = errNoAnswer(timeout) // the node's timeout, not the caller's context

@@ -3,10 +3,10 @@ package zklock
 import (
 	"context"
 
-	"github.com/dlock-go/dlock/internal/workers"
+	"github.com/dlock-go/dlock/driver"
 )
 
-// call runs f, a blocking ZooKeeper call, on a worker (see package workers),
+// call runs f, a blocking ZooKeeper call, on a worker (see driver.Go),
 // and returns its error, or ctx's error when ctx ends first (f then finishes on its own: the client answers every
 // request, at the latest with an error when the connection drops or closes).
 func (d *Driver) call(ctx context.Context, f func() error) error {
@@ -14,7 +14,7 @@ func (d *Driver) call(ctx context.Context, f func() error) error {
 		return err
 	}
 	done := make(chan error, 1)
-	workers.Go(func() { done <- f() })
+	driver.Go(func() { done <- f() })
 	select {
 	case err := <-done:
 		return err
@@ -43,7 +43,7 @@ func (d *Driver) ownerCall(ctx context.Context, lp, owner string, f func() error
 	ops.n++
 	d.inflightMu.Unlock()
 	done := make(chan error, 1)
-	workers.Go(func() {
+	driver.Go(func() {
 		err := f()
 		d.inflightMu.Lock()
 		if ops.n--; ops.n == 0 {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-go/dlock/internal/bounded"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // errSessionExpired and errDriverClosed are the causes of a Grant.Lost.
@@ -65,5 +65,5 @@ func (s *sessionWatch) end(cause error) {
 // short by it (not by the caller's context) is the server not answering,
 // dlock.ErrUnavailable. The call passes its error through done.
 func (d *Driver) request(ctx context.Context) (context.Context, func(error) error) {
-	return bounded.Call(ctx, d.reqTimeout, "ZooKeeper")
+	return driver.BoundCall(ctx, d.reqTimeout, "ZooKeeper")
 }

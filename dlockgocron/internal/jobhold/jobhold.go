@@ -1,7 +1,8 @@
 // Package jobhold keeps the lease of a finished scheduled job until its
-// min-hold has passed, for the scheduler adapters (dlockgocron, dlockcron): a
-// scheduler whose clock runs a little behind then finds the job still locked
-// and skips the run another instance made.
+// min-hold has passed, for dlockgocron's Locker: a scheduler whose clock runs a
+// little behind then finds the job still locked and skips the run another
+// instance made. dlockcron keeps a copy of its own: each module is released on
+// its own, and may be built with a newer root module than its own release's.
 package jobhold
 
 import (
