@@ -32,7 +32,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/dlockcron/internal/jobhold"
+	"github.com/dlock-go/dlock/jobhold"
 	"github.com/robfig/cron/v3"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/dlockgocron/internal/jobhold"
+	"github.com/dlock-go/dlock/jobhold"
 	"github.com/go-co-op/gocron/v2"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/dlockcron/internal/jobhold"
+	"github.com/dlock-go/dlock/jobhold"
 	"github.com/dlock-go/dlock/memlock"
 	"go.uber.org/goleak"
 )

@@ -1,8 +1,9 @@
 // Package jobhold keeps the lease of a finished scheduled job until its
-// min-hold has passed, for dlockgocron's Locker: a scheduler whose clock runs a
-// little behind then finds the job still locked and skips the run another
-// instance made. dlockcron keeps a copy of its own: each module is released on
-// its own, and may be built with a newer root module than its own release's.
+// min-hold has passed: a scheduler whose clock runs a little behind then finds
+// the job still locked and skips the run another instance made. It is the
+// part that the scheduler adapters (dlockgocron, dlockcron, and an adapter of
+// your own) share, released with the root module so that an adapter of an
+// older release builds with a newer root.
 package jobhold
 
 import (
