@@ -11,8 +11,9 @@ import (
 
 // maxRootNames bounds the root package's exported top-level names (functions,
 // types, constants and variables; methods are not counted): what a user of
-// the locks reads. The backend contract lives in package driver.
-const maxRootNames = 70
+// the locks reads. The backend contract lives in package driver. 70 when the
+// API was first committed to (v0.1.0); 71 with Once.
+const maxRootNames = 71
 
 // TestRootPackageStaysSmall fails when the root package exports more
 // top-level names than maxRootNames.

@@ -81,6 +81,7 @@ func Run(t *testing.T, b Backend) {
 		{"DriverNamesBackendAndKind", testDriverInfo},
 		{"LockDelay", testDelay},
 		{"DetachAndResume", testDetachResume},
+		{"Once", testOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

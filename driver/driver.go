@@ -201,6 +201,22 @@ type Resumer interface {
 	Resume(ctx context.Context, h Holding, token uint64) (Grant, error)
 }
 
+// ResultKeeper is implemented by Drivers that keep a small value beside each
+// lock, written only by the lock's holder: the result that dlock.Once computes
+// under the lock and hands to every caller of the key.
+type ResultKeeper interface {
+	// PutResult stores value as h.Key's result for ttl, replacing any earlier
+	// one, if h (its owner) still holds the key: the check and the write are
+	// one step, so that a holder that lost the lock writes nothing. It returns
+	// an error matching ErrNotHeld, storing nothing, when h does not hold it.
+	PutResult(ctx context.Context, h Holding, value []byte, ttl time.Duration) error
+	// GetResult returns key's result, with ok false when there is none (never
+	// stored, or its TTL has run out).
+	GetResult(ctx context.Context, key string) (value []byte, ok bool, err error)
+	// MaxResult is the size of the largest value the store keeps, in bytes.
+	MaxResult() int
+}
+
 // Taken is what a Driver's Acquire returns when another owner holds the key: an
 // error matching ErrNotObtained that carries what the Client's wait needs. The
 // Client hands its callers a *BusyError instead (errors.As of a *Taken into a

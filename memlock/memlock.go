@@ -40,6 +40,7 @@ type Store struct {
 	waiters map[string][]*waiter            // by key, in arrival order
 	gone    map[string]map[string]time.Time // abandoned owners, by key, until when
 	delayed map[string]time.Time            // keys in their lock-delay, until when
+	results map[string]result               // Once's results, by key
 	now     func() time.Time
 	syn     syncs // latches and barriers (sync.go)
 }
@@ -69,9 +70,51 @@ var (
 	_ driver.Inspector  = (*Store)(nil)
 	_ driver.TTLLimiter = (*Store)(nil)
 
-	_ driver.LockDelayer = (*Store)(nil)
-	_ driver.Resumer     = (*Store)(nil)
+	_ driver.LockDelayer  = (*Store)(nil)
+	_ driver.Resumer      = (*Store)(nil)
+	_ driver.ResultKeeper = (*Store)(nil)
 )
+
+// result is a value stored with PutResult.
+type result struct {
+	value   []byte
+	expires time.Time
+}
+
+// maxResult is the largest result a Store keeps.
+const maxResult = 64 << 20
+
+// PutResult implements driver.ResultKeeper.
+func (s *Store) PutResult(_ context.Context, h driver.Holding, value []byte, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := s.live(h.Key); cur == nil || cur.owner != h.Owner {
+		return notHeld(h.Key)
+	}
+	if len(value) > maxResult {
+		return fmt.Errorf("%w: memlock: a result of %d bytes, more than %d", dlock.ErrInvalid, len(value), maxResult)
+	}
+	s.results[h.Key] = result{value: append([]byte(nil), value...), expires: s.now().Add(ttl)}
+	return nil
+}
+
+// GetResult implements driver.ResultKeeper.
+func (s *Store) GetResult(_ context.Context, key string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.results[key]
+	if !ok {
+		return nil, false, nil
+	}
+	if !s.now().Before(r.expires) {
+		delete(s.results, key)
+		return nil, false, nil
+	}
+	return append([]byte(nil), r.value...), true, nil
+}
+
+// MaxResult implements driver.ResultKeeper.
+func (s *Store) MaxResult() int { return maxResult }
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
@@ -81,6 +124,7 @@ func NewStore() *Store {
 		waiters: map[string][]*waiter{},
 		gone:    map[string]map[string]time.Time{},
 		delayed: map[string]time.Time{},
+		results: map[string]result{},
 		now:     time.Now,
 	}
 }

@@ -21,6 +21,10 @@ func FenceKey(key string) string { return Prefix + "{" + key + "}:fence" }
 // ValueKey returns the Redis key of the versioned value named key.
 func ValueKey(key string) string { return Prefix + "{" + key + "}:value" }
 
+// resultKey returns the Redis key of the result that dlock.Once stored for
+// the lock named key.
+func resultKey(key string) string { return Prefix + "{" + key + "}:result" }
+
 // waitingKey returns the Redis key of the processes waiting for the plain lock
 // named key: a sorted set of their Clients' ids by arrival, from which each
 // release wakes the first.

@@ -32,6 +32,8 @@ var (
 	extendLibSrc string
 	//go:embed extend.lua
 	extendSrc string
+	//go:embed result.lua
+	resultSrc string
 	//go:embed resume.lua
 	resumeSrc string
 	//go:embed extendmany.lua
@@ -77,6 +79,7 @@ var (
 	Extend  = script(extendLibSrc, extendSrc)
 	Resume  = script(extendLibSrc, resumeSrc)
 	PTTL    = script(pttlSrc)
+	Result  = script(resultSrc)
 )
 
 // ExtendMany extends many mutexes (plain or fair) on one server in one call,
