@@ -137,8 +137,10 @@ func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
 }
 
 // contendedBound bounds the server's lock commands per critical section of
-// TestPlainCommandsPerContendedCriticalSection (a grant's TIME included).
-const contendedBound = 14
+// TestPlainCommandsPerContendedCriticalSection (a grant's TIME included, and a
+// hand-over's PUBSUB NUMSUB, which finds a live process to wake: 12.4 before
+// it, 13.1 with it at G = 64).
+const contendedBound = 15
 
 func TestPlainMemoryPerHeldLock(t *testing.T) {
 	own := testserver.StartRedis(t)

@@ -32,6 +32,10 @@ const channelLinger = time.Second
 // without channel permissions) lets its waiters poll before it tries again.
 const refusedRetry = time.Minute
 
+// passWait bounds how long a waiter that leaves waits for its process to have
+// left the plain lock's waiting set (see hub.subscribe).
+const passWait = 3 * time.Second
+
 // hub is the notification side of the drivers over one go-redis client: one
 // subscription connection (one per master on Redis Cluster, with sharded
 // pub/sub) shared by every waiter on every key, subscribing a key's channel while
@@ -103,11 +107,13 @@ type subConn struct {
 }
 
 // subOp is a SUBSCRIBE (sub) or UNSUBSCRIBE of channel, or a command to run
-// (fn), for the writer.
+// (fn), for the writer, which closes done (when not nil) once the op has run
+// or will never run.
 type subOp struct {
 	sub     bool
 	channel string
 	fn      func(ctx context.Context)
+	done    chan struct{}
 }
 
 func newHub(rdb redis.UniversalClient) *hub {
@@ -189,7 +195,22 @@ func (h *hub) subscribe(ctx context.Context, key, channel, owner string) (<-chan
 	t.busy()
 	h.mu.Unlock()
 	var once sync.Once
-	return w.wake, func() { once.Do(func() { h.leave(t, w) }) }, nil
+	return w.wake, func() {
+		once.Do(func() {
+			// A waiter whose leaving takes its process off the plain lock's
+			// waiting set (or passes on a wake it was sent) returns once that
+			// is done: a process that exits right after its Lock gave up
+			// must leave no entry that a release would wake in vain.
+			if done := h.leave(t, w); done != nil {
+				timer := time.NewTimer(passWait)
+				defer timer.Stop()
+				select {
+				case <-done:
+				case <-timer.C:
+				}
+			}
+		})
+	}, nil
 }
 
 // node returns the client of the server that serves channel: the Cluster master
@@ -244,6 +265,9 @@ func (h *hub) attach(t *topic) {
 // queue hands op to c's writer; h.mu is held.
 func (c *subConn) queue(op subOp) {
 	if c.closed {
+		if op.done != nil {
+			close(op.done)
+		}
 		return
 	}
 	c.ops = append(c.ops, op)
@@ -273,6 +297,9 @@ func (h *hub) writer(c *subConn) {
 			switch {
 			case op.fn != nil:
 				op.fn(ctx)
+				if op.done != nil {
+					close(op.done)
+				}
 			case op.sub && h.sharded:
 				_ = c.ps.SSubscribe(ctx, op.channel)
 			case op.sub:
@@ -305,19 +332,23 @@ func (t *topic) add(owner string) *waiter {
 	return w
 }
 
-// leave unregisters w; a wake it was sent but never used goes to the next waiter.
-func (h *hub) leave(t *topic, w *waiter) {
+// leave unregisters w; a wake it was sent but never used goes to the next
+// waiter. It returns what remove returns.
+func (h *hub) leave(t *topic, w *waiter) <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.subs--
 	if w.subs > 0 {
-		return
+		return nil
 	}
-	h.remove(t, w)
+	return h.remove(t, w)
 }
 
-// remove takes w off t, and t off its connection once it has no waiter; h.mu is held.
-func (h *hub) remove(t *topic, w *waiter) {
+// remove takes w off t, and t off its connection once it has no waiter; h.mu
+// is held. When that takes this process off the plain lock's waiting set, or
+// passes a wake on, it returns a channel closed once the writer has done it
+// (or never will), else nil.
+func (h *hub) remove(t *topic, w *waiter) (done <-chan struct{}) {
 	for i, x := range t.waiters {
 		if x == w {
 			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
@@ -332,10 +363,10 @@ func (h *hub) remove(t *topic, w *waiter) {
 		// Nobody here waits any more: leave the waiting set, and pass on a
 		// wake that nobody used.
 		t.score = ""
-		h.pass(t, w.woken)
+		done = h.pass(t, w.woken)
 	}
 	if len(t.waiters) > 0 || h.topics[t.channel] != t || t.idle != nil {
-		return
+		return done
 	}
 	t.idle = time.AfterFunc(channelLinger, func() {
 		h.mu.Lock()
@@ -344,23 +375,27 @@ func (h *hub) remove(t *topic, w *waiter) {
 			h.detach(t)
 		}
 	})
+	return done
 }
 
 // pass has this hub leave the waiting set of t's plain lock and, with wake, wake
 // the next waiting process if the lock is free: a wake that came to this
-// process when none of its waiters could use it; h.mu is held.
-func (h *hub) pass(t *topic, wake bool) { h.passKey(t.conn, t.key, wake) }
+// process when none of its waiters could use it; h.mu is held. It returns a
+// channel closed once that is done (or never will be).
+func (h *hub) pass(t *topic, wake bool) <-chan struct{} { return h.passKey(t.conn, t.key, wake) }
 
 // passKey is pass for the plain lock named key, run by c's writer; h.mu is held.
-func (h *hub) passKey(c *subConn, key string, wake bool) {
+func (h *hub) passKey(c *subConn, key string, wake bool) <-chan struct{} {
 	pass := "0"
 	if wake {
 		pass = "1"
 	}
+	done := make(chan struct{})
 	c.queue(subOp{fn: func(ctx context.Context) {
 		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), waitingKey(key)},
 			h.id, pass, h.publishCmd(), wakeChannel(key)).Err()
-	}})
+	}, done: done})
+	return done
 }
 
 // detach unsubscribes t's channel; h.mu is held.
@@ -401,6 +436,12 @@ func (h *hub) closeConn(c *subConn) {
 	if h.conns[c.addr] == c {
 		delete(h.conns, c.addr)
 	}
+	for _, op := range c.ops {
+		if op.done != nil {
+			close(op.done) // the writer stops: it will not run
+		}
+	}
+	c.ops = nil
 	close(c.kick)
 }
 

@@ -74,12 +74,15 @@
 // wakes its longest waiting waiter. A Client that takes the lock while others of
 // its waiters wait goes to the back of the set (processes take turns); one that
 // loses the lock to a newcomer joins again with its old arrival; one whose
-// waiters all leave takes itself off and passes on a wake it did not use. A
-// process that dies while woken costs the others at most the holder's TTL, as a
-// lost message does. Within a process, a Lock call that finds other waiters of
-// its Client on the key queues behind them without a round trip. Through a
-// redis.Ring, which has no single subscription, waiters poll with the retry
-// strategy.
+// waiters all leave takes itself off (a Lock that gives up returns once that
+// is done) and passes on a wake it did not use. A release skips, and drops, the
+// ids whose wake channel nobody subscribes to: a process that died while
+// waiting, or whose subscription is being made again (its confirmation wakes
+// it, and it joins again with its old arrival). A process that dies after it
+// was woken costs the others at most the holder's TTL, as a lost message does.
+// Within a process, a Lock call that finds other waiters of its Client on the
+// key queues behind them without a round trip. Through a redis.Ring, which has
+// no single subscription, waiters poll with the retry strategy.
 //
 // The fair lock (NewFair) grants in arrival order across all processes: waiters
 // queue in the list "dlock:{KEY}:queue" (each entry the waiter's Client id and

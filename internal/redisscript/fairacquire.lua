@@ -56,6 +56,7 @@ if not owner then
   -- released one marked '+': the lock is then the first live one's.
   local head, more
   if not v or waited then
+    refuse_full(KEYS[5]) -- the pop writes first (see lib.lua)
     head, more = pop_waiting()
   end
   local t = draw(token, r[3])

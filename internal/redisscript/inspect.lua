@@ -8,7 +8,42 @@
 -- plain and the fair mutex's) is read as well as a lock hash (record is then 1,
 -- else 0, and 0 for a record with a fair-lock queue); its last token is the
 -- record's. delay is the ms left of a plain lock's lock-delay (0: none); pttl
--- is then -2, and the holding's own PTTL (without the delay) else.
+-- is then -2, and the holding's own PTTL (without the delay) else. A plain
+-- lock's waiting processes are those whose own wake channel (the lock's
+-- channel, ':' and the Client id) has a subscriber, plain or sharded: a
+-- process that died while waiting is on the set until a release drops it (see
+-- wake.lua), and is not counted (of the first 100; the rest are).
+
+-- live_waiting counts the live processes on the waiting set at key.
+local function live_waiting(key)
+  local ids = redis.call('ZRANGE', key, 0, 99)
+  local n = redis.call('ZCARD', key) - #ids
+  if #ids == 0 then
+    return n
+  end
+  local chans = {}
+  for i, id in ipairs(ids) do
+    chans[i] = KEYS[1] .. ':wake:' .. id
+  end
+  local subs = {}
+  for _, cmd in ipairs({'NUMSUB', 'SHARDNUMSUB'}) do
+    local r = redis.pcall('PUBSUB', cmd, unpack(chans))
+    if type(r) == 'table' and not r.err then
+      for i = 2, #r, 2 do
+        if r[i] > 0 then
+          subs[r[i - 1]] = true
+        end
+      end
+    end
+  end
+  for _, c in ipairs(chans) do
+    if subs[c] then
+      n = n + 1
+    end
+  end
+  return n
+end
+
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
   local t, owner, _, meta, _, d = record(redis.call('GET', KEYS[1]))
@@ -21,7 +56,7 @@ if kind == 'string' then
   if redis.call('TYPE', KEYS[3])['ok'] == 'list' then
     waiting, plain = redis.call('LLEN', KEYS[3]), 0
   elseif redis.call('TYPE', KEYS[4])['ok'] == 'zset' then
-    waiting = redis.call('ZCARD', KEYS[4])
+    waiting = live_waiting(KEYS[4])
   end
   local last = string.format('%.0f', t)
   if left then

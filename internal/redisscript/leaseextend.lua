@@ -10,6 +10,10 @@ local now = now_ms()
 if not lease_end(ARGV[1], now) then
   return 0
 end
+-- The lease's end is removed before the new one is written: a server out of
+-- memory refuses a script's first write that may grow it (ZADD), not a ZADD
+-- after a ZREM, and renewals must go on on a full server (see lib.lua).
+redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), ARGV[1])
 local keep = tonumber(redis.call('HGET', KEYS[1], 'ww'))
 settle(now, keep)

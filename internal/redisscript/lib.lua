@@ -16,6 +16,28 @@ local function not_owned(owner)
   return nil
 end
 
+-- A server out of memory (maxmemory, noeviction) refuses a write that may grow
+-- it only when it is a script's first write: once a script has written, the
+-- rest of it runs past the limit. So every acquisition, whatever it writes
+-- first (a queue's dead entries popped, a lease that ended dropped), runs
+-- refuse_full before its first write: SETRANGE key 0 '' is such a write, which
+-- writes nothing (key, a string or none, keeps its value, and no key is made),
+-- and which a full server refuses with OOM, as it refuses the plain lock's SET.
+-- It returns the length of the string at key (0 when none). Renewals and
+-- releases do not run it: their first write cannot grow the server (a DEL, a
+-- PEXPIRE, a score removed before it is written again), and they work on a
+-- full server.
+local function refuse_full(key)
+  return redis.call('SETRANGE', key, 0, '')
+end
+
+-- abandoned reports whether the abandon mark at key (a string '1') is set; it
+-- reads it with refuse_full, the first call of an acquisition of a kind with
+-- several holders or of the reentrant lock.
+local function abandoned(key)
+  return refuse_full(key) > 0
+end
+
 -- The plain mutex keeps everything in one string at its lock key, the lock
 -- record: "FT OWNER[ METADATA]" while held, and "-T" once released, until the
 -- holding's TTL runs out. T is the newest fencing token drawn for the key, in

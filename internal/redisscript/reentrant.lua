@@ -120,7 +120,7 @@ if op == 'acquire' then
   -- may try again} when another holder has it, when the next owner's turn comes
   -- first or when a re-entry is barred, {2, 0} when the acquisition was
   -- abandoned.
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  if abandoned(KEYS[3]) then
     return {2, 0}
   end
   local f = redis.call('HMGET', KEYS[1], 'o', 't', 'c')

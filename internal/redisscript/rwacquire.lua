@@ -19,7 +19,7 @@
 -- when the owner's acquisition was abandoned, {3, 0} when a downgrade finds
 -- ARGV[10] holding nothing, {4, 0} when a downgrade finds ARGV[10] reading or
 -- the key a lock of another kind (ARGV[10]'s lease is not a write lease).
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if abandoned(KEYS[5]) then
   return {2, 0}
 end
 if ARGV[10] ~= '' and redis.call('EXISTS', KEYS[1]) == 1 and not redis.call('HGET', KEYS[1], 'rw') then

@@ -17,7 +17,7 @@
 -- Client whose number is neither the stored size nor its size before the first
 -- resize (nor, without a stored size, that of the holders) gets an error
 -- DLOCKLIMIT n, n the size in force ('0' when there is none to adopt).
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if abandoned(KEYS[5]) then
   return {2, 0}
 end
 local e = kind_error('n')
