@@ -1,7 +1,12 @@
 package verify
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -13,7 +18,34 @@ import (
 type procs struct {
 	mu   sync.Mutex
 	pids []int
-	stop bool // no worker is started again
+	stop bool      // no worker is started again
+	rec  *Recorder // where an exit other than a clean one or a kill goes (nil: nowhere)
+}
+
+// exited records in the history how worker i's process ended, when it ended
+// otherwise than cleanly (exit status 0) or by SIGKILL (the nemesis's kill,
+// or the final stop's): a worker that failed (exit status 1), panicked
+// (exit status 2) or died of another signal, with the last lines of its log
+// (its stderr), which the checkers report (see Analysis.Exits).
+func (ws *procs) exited(i int, err error, logPath string) {
+	var ee *exec.ExitError
+	if err == nil || ws.rec == nil || !errors.As(err, &ee) {
+		return
+	}
+	if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() && st.Signal() == syscall.SIGKILL {
+		return
+	}
+	ws.rec.Record(Event{Op: OpExit, Type: Fail, Target: i, Err: fmt.Sprintf("%v: %s", err, logTail(logPath))})
+}
+
+// logTail returns the last lines of the log at path (at most 2 kB).
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	b = b[max(0, len(b)-2048):]
+	return strings.TrimSpace(string(b))
 }
 
 // signal sends sig to worker i; it reports whether the worker was running.

@@ -289,7 +289,7 @@ func Run(t testing.TB, c Config) *Result {
 	defer rec.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	ws := &workers{procs: procs{pids: make([]int, c.Workers)}, spec: spec}
+	ws := &workers{procs: procs{pids: make([]int, c.Workers), rec: rec}, spec: spec}
 	var wg sync.WaitGroup
 	for i := range c.Workers {
 		wg.Add(1)
@@ -381,12 +381,10 @@ func Run(t testing.TB, c Config) *Result {
 	// of them a holding registered after a force it heard), and memlock tells
 	// the holder itself (see Params.LateWatch).
 	late := spec.Backend == "zookeeper"
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, LateWatch: late})
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, LateWatch: late,
+		HTML: filepath.Join(dir, "resource.html")})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
-	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {
-		res.Violations = append(res.Violations, *v)
-	}
 	if len(res.Leftover) > 0 {
 		slices.Sort(res.Leftover)
 		res.Violations = append(res.Violations, Violation{Checker: "liveness",
@@ -612,8 +610,9 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 			t.Error(err)
 			return
 		}
-		_ = cmd.Wait()
+		err = cmd.Wait()
 		logs.Close()
+		ws.exited(i, err, logs.Name())
 		ws.mu.Lock()
 		ws.pids[i] = 0
 		ws.mu.Unlock()
