@@ -345,3 +345,37 @@ func TestExitsFailsAWorkerThatDiedOtherwiseThanKilled(t *testing.T) {
 		t.Errorf("%d exits recorded, want the one of worker 0: %v", n, h)
 	}
 }
+
+// TestDoneIsMatchedByItsKey: a Done of another key's lease with the same
+// token tells nothing of this one.
+func TestDoneIsMatchedByItsKey(t *testing.T) {
+	h := func(key string) []Event {
+		return cat(grantEvents(0, 1, 0, 10, 400), []Event{{T: ms(402), Proc: 0, Op: OpDone, Key: key, Token: 10}},
+			grantEvents(1, 1, 500, 11, 400), releaseEvents(1, 2, 600))
+	}
+	if v := Analyze(h("j"), checkParams).ToldFirst(); v == nil {
+		t.Error("a holder never told passed on the Done of another key")
+	}
+	if v := Analyze(h("k"), checkParams).ToldFirst(); v != nil {
+		t.Errorf("a holder told at its deadline: %s", v.Msg)
+	}
+}
+
+// TestAResizeOfUnknownOutcomeEnds: a resize of unknown outcome may have
+// landed, but not past a later resize invoked well after it returned.
+func TestAResizeOfUnknownOutcomeEnds(t *testing.T) {
+	p := checkParams
+	p.Kind, p.N = "sem", 2
+	unknown := []Event{{T: ms(20), Proc: -1, Op: OpResize, Type: Invoke, ID: 1, Key: "k", Value: 3},
+		{T: ms(2020), Proc: -1, Op: OpResize, Type: Info, ID: 1, Key: "k", Value: 3}}
+	h := func(at int64) []Event {
+		return cat(unknown, resizeEvents(2, 4100, 2), grantEvents(0, 1, at-200, 10, 400), grantEvents(1, 1, at-190, 11, 400),
+			grantEvents(2, 1, at, 12, 400), releaseEvents(0, 2, at+100), releaseEvents(1, 2, at+150), releaseEvents(2, 2, at+250))
+	}
+	if v := Analyze(h(4200), p).Exclusion(); v == nil {
+		t.Error("a third holder under a size of 2, the resize to 3 of unknown outcome long overridden, went unseen")
+	}
+	if v := Analyze(h(3000), p).Exclusion(); v != nil {
+		t.Errorf("a third holder while the resize to 3 of unknown outcome may be in force: %s", v.Msg)
+	}
+}
