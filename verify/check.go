@@ -155,6 +155,10 @@ type Stats struct {
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
 	MaxTold                              time.Duration  // the longest from a force-unlock's completion to its holder's Done
+	// FairJudged counts the pairs of waiters whose order of service the
+	// fair lock's checker judged, FairExcused those of them a fault
+	// excused (see Fairness).
+	FairJudged, FairExcused int
 }
 
 // Analyze pairs the events of h and computes the holders' validity windows.
@@ -311,6 +315,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		}
 	}
 	a.matchForces()
+	_, a.Stats.FairJudged, a.Stats.FairExcused = a.fairOrder()
 	var sum, sq float64
 	for _, n := range perProc {
 		sum += float64(n)
@@ -768,7 +773,9 @@ func (a *Analysis) toldAtDeadline() *Violation {
 // holder's watch may be starting still: a push it missed leaves it to the
 // renewal, as the docs say). A holding that several holders share (a
 // semaphore's permits, a read-write lock's readers) is checked for each of
-// them that the force removed.
+// them that the force removed. And a renewal of a removed holding that began
+// after the force completed never succeeds, whatever fault came near, but an
+// unsafe one between them (it may have brought the holding back).
 func (a *Analysis) ToldAtOnce() *Violation {
 	bound := a.P.Told
 	if bound <= 0 {
@@ -1019,27 +1026,41 @@ func (a *Analysis) Starvation() *Violation {
 // while the earlier one waited and hit one of the two or the store (its
 // network included): a fault of another worker leaves their order alone.
 func (a *Analysis) Fairness() *Violation {
+	v, _, _ := a.fairOrder()
+	return v
+}
+
+// fairOrder judges the fair lock's order of service (see Fairness): the first
+// violation, and how many pairs of waiters it judged (the earlier arrived
+// well before the later, which arrived before the earlier was served) and
+// of those how many a fault excused.
+func (a *Analysis) fairOrder() (v *Violation, judged, excused int) {
 	if a.P.Kind != "fair" {
-		return nil
+		return nil, 0, 0
 	}
 	margin := int64(100 * time.Millisecond)
 	for i := range a.acqs {
 		x := &a.acqs[i]
 		for j := range a.acqs {
 			y := &a.acqs[j]
-			if x.inv.Key != y.inv.Key || x.inv.Mode == "try" || y.inv.Mode == "try" || x.end.Type != OK || y.end.Type != OK {
+			if x.inv.Key != y.inv.Key || x.inv.Mode == "try" || y.inv.Mode == "try" || x.end.Type != OK || y.end.Type != OK ||
+				x.inv.T+margin >= y.inv.T || y.inv.T >= x.end.T {
 				continue
 			}
-			// x arrived well before y, both waited (y arrived before x was served),
-			// and y was served first.
-			if x.inv.T+margin < y.inv.T && y.inv.T < x.end.T && y.end.Token < x.end.Token &&
-				!a.faultNear(x.inv.T, x.end.T, x.inv.Proc) && !a.procFault(x.inv.T, x.end.T, y.inv.Proc) {
-				return &Violation{Checker: "fairness", Lines: []int{x.inv.Line, y.inv.Line, y.end.Line, x.end.Line},
+			// x arrived well before y, both waited (y arrived before x
+			// was served).
+			judged++
+			if a.faultNear(x.inv.T, x.end.T, x.inv.Proc) || a.procFault(x.inv.T, x.end.T, y.inv.Proc) {
+				excused++
+				continue
+			}
+			if y.end.Token < x.end.Token && v == nil { // y was served first
+				v = &Violation{Checker: "fairness", Lines: []int{x.inv.Line, y.inv.Line, y.end.Line, x.end.Line},
 					Msg: fmt.Sprintf("key %s: worker %d arrived %v after worker %d and was served first", x.inv.Key, y.inv.Proc, time.Duration(y.inv.T-x.inv.T), x.inv.Proc)}
 			}
 		}
 	}
-	return nil
+	return v, judged, excused
 }
 
 // register is the resource as a register fenced by tokens: a write is applied

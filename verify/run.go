@@ -594,6 +594,7 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 		}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		from := logSize(logs)
 		ws.mu.Lock()
 		if ws.stop {
 			ws.mu.Unlock()
@@ -612,7 +613,7 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 		}
 		err = cmd.Wait()
 		logs.Close()
-		ws.exited(i, err, logs.Name())
+		ws.exited(i, err, logs.Name(), from)
 		ws.mu.Lock()
 		ws.pids[i] = 0
 		ws.mu.Unlock()
