@@ -14,7 +14,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, lost-write, exclusion, linearizable, told-first, told-at-once, liveness, recovery, fairness
+	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, liveness, recovery, fairness, worker, params, latch, barrier
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -528,8 +528,9 @@ func (a *Analysis) orderFixed(g, b *grant) bool {
 	return true
 }
 
-// sent returns when a round trip that set the deadline dl began, at the
-// latest: the deadline is that start plus the TTL, minus the drift margin.
+// sent returns a time no later than when the round trip that set the
+// deadline dl began: the deadline is that start plus the TTL, minus the
+// drift margin.
 func (a *Analysis) sent(dl int64) int64 { return dl - int64(a.P.TTL) }
 
 // lastTrip returns when g's last successful round trip (its acquisition's,
