@@ -653,11 +653,11 @@ func (a *Analysis) Exclusion() *Violation {
 }
 
 // SpuriousLoss: a holding is not lost before its local deadline (its Done
-// firing early, from a renewal the store refused) unless a fault hit its
-// worker or the store: nobody else may end it (an Unlock of another owner, a
-// release without the owner check).
+// firing early, from a renewal the store refused), to within a millisecond,
+// unless a fault hit its worker or the store: nobody else may end it (an
+// Unlock of another owner, a release without the owner check).
 func (a *Analysis) SpuriousLoss() *Violation {
-	margin := int64(a.P.TTL / 4)
+	margin := int64(time.Millisecond) // the history's deadline is read off two clocks
 	for key, gs := range a.grants {
 		for _, g := range gs {
 			if g.done == 0 || g.relInv != 0 && g.relInv <= g.done || g.deadline != 0 && g.done > g.deadline-margin ||

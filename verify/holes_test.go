@@ -384,3 +384,18 @@ func TestAResizeOfUnknownOutcomeEnds(t *testing.T) {
 		t.Errorf("a third holder while the resize to 3 of unknown outcome may be in force: %s", v.Msg)
 	}
 }
+
+// TestSpuriousLossInTheLeasesLastQuarter: a holding lost 50 ms before its
+// deadline (within the last quarter of a 400 ms TTL) with no fault near is
+// an early loss too.
+func TestSpuriousLossInTheLeasesLastQuarter(t *testing.T) {
+	h := func(doneAt int64) []Event {
+		return cat(grantEvents(0, 1, 0, 10, 400), doneEvents(0, doneAt, 10), releaseEvents(0, 2, doneAt+5))
+	}
+	if v := Analyze(h(350), checkParams).SpuriousLoss(); v == nil {
+		t.Error("a loss 50 ms before the deadline went unseen")
+	}
+	if v := Analyze(h(400), checkParams).SpuriousLoss(); v != nil {
+		t.Errorf("a loss at the deadline: %s", v.Msg)
+	}
+}
