@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -13,7 +14,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, lost-write, exclusion, linearizable, told-first, told-at-once, liveness, recovery, fairness
+	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, liveness, recovery, fairness, worker, params, latch, barrier
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -73,6 +74,20 @@ type Params struct {
 	// them when its LISTEN starts, nor on memlock, which tells the holder
 	// itself; see the stores that need it in Run.
 	LateWatch bool
+	// HTML is where Check's linearizability check writes porcupine's
+	// visualization of a history it finds not linearizable (empty: none).
+	HTML string
+	// LinTimeout bounds Check's linearizability check (0: 20 s); a history
+	// it could not decide by then fails.
+	LinTimeout time.Duration
+}
+
+// params reports Params the checkers cannot judge by.
+func (a *Analysis) params() *Violation {
+	if a.P.Kind == "sem" && a.P.N < 1 {
+		return &Violation{Checker: "params", Msg: fmt.Sprintf("a semaphore of %d permits: Params.N must be 1 or more", a.P.N)}
+	}
+	return nil
 }
 
 // ToldBound is told-at-once's default bound for locks of ttl: a sixth of it, a
@@ -95,7 +110,13 @@ type grant struct {
 	deadline int64 // the last local deadline seen (0: none)
 	death    int64 // when its process exited or was killed (0: it did not)
 	forced   int64 // when a force-unlock that removed it was invoked (0: none)
+	forceEnd int64 // when that force completed
+	renewals []renewal
 }
+
+// renewal is a successful renewal of a grant as its worker saw it: when the
+// deadline was seen to move, and the new deadline.
+type renewal struct{ t, deadline int64 }
 
 // forceOp is a force-unlock that completed (FaultForce), and the grants of the
 // holdings it removed, where the history shows them.
@@ -134,6 +155,10 @@ type Stats struct {
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
 	MaxTold                              time.Duration  // the longest from a force-unlock's completion to its holder's Done
+	// FairJudged counts the pairs of waiters whose order of service the
+	// fair lock's checker judged, FairExcused those of them a fault
+	// excused (see Fairness).
+	FairJudged, FairExcused int
 }
 
 // Analyze pairs the events of h and computes the holders' validity windows.
@@ -142,7 +167,7 @@ func Analyze(h []Event, p Params) *Analysis {
 	inv := map[string]Event{}
 	holding := map[int]*grant{} // per process: its current grant
 	byToken := map[string]*grant{}
-	tk := func(proc int, tok uint64) string { return fmt.Sprint(proc, "/", tok) }
+	tk := func(proc int, key string, tok uint64) string { return fmt.Sprint(proc, "/", key, "/", tok) }
 	perProc := map[int]int{}
 	openFault := map[string]*fault{}
 	var forceInv Event // the force under way (the nemesis forces one at a time)
@@ -194,13 +219,17 @@ func Analyze(h []Event, p Params) *Analysis {
 		case OpStart, "exit":
 			death(e.Proc, e.T)
 			continue
+		case OpExit:
+			death(e.Target, e.T)
+			continue
 		case OpDone, OpExtend:
-			if g := byToken[tk(e.Proc, e.Token)]; g != nil {
+			if g := byToken[tk(e.Proc, e.Key, e.Token)]; g != nil {
 				if e.Op == OpDone && g.done == 0 {
 					g.done, g.doneLine = e.T, e.Line
 				}
 				if e.Op == OpExtend {
 					g.deadline = e.Deadline
+					g.renewals = append(g.renewals, renewal{e.T, e.Deadline})
 				}
 			}
 			continue
@@ -227,11 +256,14 @@ func Analyze(h []Event, p Params) *Analysis {
 		switch e.Op {
 		case OpAcquire:
 			a.acqs = append(a.acqs, acq{in, e})
+			if e.Proc >= 0 {
+				perProc[e.Proc] += 0 // a worker that tried counts, granted or not
+			}
 			if e.Type == OK {
 				g := &grant{inv: in, ok: e, deadline: e.Deadline, read: in.Read || e.Read}
 				a.grants[e.Key] = append(a.grants[e.Key], g)
 				holding[e.Proc] = g
-				byToken[tk(e.Proc, e.Token)] = g
+				byToken[tk(e.Proc, e.Key, e.Token)] = g
 				perProc[e.Proc]++
 				a.Stats.Grants++
 				if in.Mode != "try" {
@@ -283,6 +315,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		}
 	}
 	a.matchForces()
+	_, a.Stats.FairJudged, a.Stats.FairExcused = a.fairOrder()
 	var sum, sq float64
 	for _, n := range perProc {
 		sum += float64(n)
@@ -330,7 +363,7 @@ func (a *Analysis) matchForces() {
 				fo.gs = append(fo.gs, g)
 			}
 			if g.forced == 0 || fo.inv.T < g.forced {
-				g.forced = fo.inv.T
+				g.forced, g.forceEnd = fo.inv.T, fo.ok.T
 			}
 		}
 		for _, g := range fo.gs {
@@ -401,10 +434,22 @@ func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 	return false
 }
 
-// Check runs every checker and returns the first violation of each.
+// Check runs every checker and returns the first violation of each. Params
+// that no checker can judge by (a semaphore of no permits) are a violation of
+// their own, "params".
 func (a *Analysis) Check() []Violation {
+	if v := a.params(); v != nil {
+		return []Violation{*v}
+	}
 	var vs []Violation
-	for _, c := range []func() *Violation{a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation} {
+	lin := func() *Violation {
+		timeout := a.P.LinTimeout
+		if timeout <= 0 {
+			timeout = 20 * time.Second
+		}
+		return a.Linearizable(a.P.HTML, timeout)
+	}
+	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -412,20 +457,119 @@ func (a *Analysis) Check() []Violation {
 	return vs
 }
 
-// Fencing: per key, a grant that completed before another was invoked has the
-// smaller token.
+// Exits: no worker process ends otherwise than cleanly, by the nemesis's
+// kill or at the final stop: one that failed, panicked or died of another
+// signal (OpExit, with the end of its log) is a violation, not a kill.
+func (a *Analysis) Exits() *Violation {
+	for _, e := range a.H {
+		if e.Op == OpExit {
+			return &Violation{Checker: "worker", Lines: []int{e.Line}, Msg: fmt.Sprintf("worker %d's process ended: %s", e.Target, e.Err)}
+		}
+	}
+	return nil
+}
+
+// Fencing: per key, no two grants carry the same token, and of two grants
+// whose order the store must have fixed the first has the smaller token. The
+// store fixed it when the first completed before the second was invoked, and
+// also, on a lock that one holds at a time, when the first completed before
+// the second did while the second's holding was valid (its local deadline
+// still ahead): the store cannot have granted the second first, for it kept
+// that holding until its expiry, which comes after that deadline, and would
+// have refused the first meanwhile. Only an unsafe fault or a force-unlock
+// inside the second's acquisition (it may have removed the holding the
+// second's reply reports) excuses a pair of the second kind; nothing excuses
+// one of the first or a repeated token.
 func (a *Analysis) Fencing() *Violation {
 	for key, gs := range a.grants {
+		byToken := map[uint64]*grant{}
 		for i, b := range gs {
+			if g := byToken[b.ok.Token]; g != nil {
+				return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.ok.Line},
+					Msg: fmt.Sprintf("key %s: token %d granted twice, to worker %d and to worker %d", key, b.ok.Token, g.ok.Proc, b.ok.Proc)}
+			}
+			byToken[b.ok.Token] = b
 			for _, g := range gs[:i] {
-				if g.ok.T < b.inv.T && g.ok.Token >= b.ok.Token {
+				if g.ok.Token < b.ok.Token {
+					continue
+				}
+				if g.ok.T < b.inv.T {
 					return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.inv.Line, b.ok.Line},
 						Msg: fmt.Sprintf("key %s: grant of token %d completed before the grant of token %d was invoked", key, g.ok.Token, b.ok.Token)}
+				}
+				if a.orderFixed(g, b) {
+					return &Violation{Checker: "fencing", Lines: []int{b.inv.Line, g.ok.Line, b.ok.Line},
+						Msg: fmt.Sprintf("key %s: grant of token %d completed while the grant of token %d was under way, and its holding was valid %v more: the store granted it first",
+							key, g.ok.Token, b.ok.Token, time.Duration(b.ok.Deadline-g.ok.T).Round(time.Millisecond))}
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// orderFixed reports whether the store must have granted g before b, two
+// grants whose acquisitions overlapped: g completed first, b's holding was
+// valid then (its deadline after g's completion), the lock is held by one at
+// a time (not a semaphore, not two readers), and no unsafe fault or
+// force-unlock of the key came within b's acquisition.
+func (a *Analysis) orderFixed(g, b *grant) bool {
+	if a.P.Kind == "sem" || g.read && b.read || g.ok.T >= b.ok.T || b.ok.Deadline <= g.ok.T {
+		return false
+	}
+	if a.unsafeBetween(b.inv.T, b.ok.T) {
+		return false
+	}
+	for _, fo := range a.forces {
+		if fo.ok.Key == b.ok.Key && fo.inv.T <= b.ok.T && fo.ok.T >= b.inv.T {
+			return false
+		}
+	}
+	return true
+}
+
+// sent returns a time no later than when the round trip that set the
+// deadline dl began: the deadline is that start plus the TTL, minus the
+// drift margin.
+func (a *Analysis) sent(dl int64) int64 { return dl - int64(a.P.TTL) }
+
+// lastTrip returns when g's last successful round trip (its acquisition's,
+// or a renewal's) seen completed by t began, at the earliest.
+func (a *Analysis) lastTrip(g *grant, t int64) int64 {
+	s := g.inv.T
+	if g.ok.Deadline != 0 {
+		s = max(s, a.sent(g.ok.Deadline))
+	}
+	for _, r := range g.renewals {
+		if r.t <= t {
+			s = max(s, a.sent(r.deadline))
+		}
+	}
+	return s
+}
+
+// lostBy reports whether g's holding may have been lost by t to a fault the
+// docs name as unsafe: one that overlapped the time from g's last successful
+// round trip seen by then to t. A fault that healed before a round trip
+// that succeeded lost nothing of g: the store still had it after the fault.
+func (a *Analysis) lostBy(g *grant, t int64) bool { return a.unsafeBetween(a.lastTrip(g, t), t) }
+
+// renewedAfter returns the first renewal of g seen by t that began after
+// from (nil: none).
+func (a *Analysis) renewedAfter(g *grant, from, t int64) *renewal {
+	for i, r := range g.renewals {
+		if r.t <= t && a.sent(r.deadline) > from {
+			return &g.renewals[i]
+		}
+	}
+	return nil
+}
+
+// forcedOff reports whether a force-unlock excuses g's holder at t: one was
+// invoked by then, and no renewal of g that began after it completed had
+// succeeded by then (the store still had g after the force).
+func (a *Analysis) forcedOff(g *grant, t int64) bool {
+	return g.forcedBy(t) && a.renewedAfter(g, g.forceEnd, t) == nil
 }
 
 // Resource: the resource never accepts a write whose token is below one it
@@ -480,7 +624,7 @@ func (a *Analysis) Exclusion() *Violation {
 				if g.read && b.read {
 					continue // readers share the lock
 				}
-				if g.ok.T < b.ok.T && g.end > b.ok.T && !a.unsafeBetween(g.ok.T, b.ok.T) && !g.forcedBy(b.ok.T) {
+				if g.ok.T < b.ok.T && g.end > b.ok.T && !a.lostBy(g, b.ok.T) && !a.forcedOff(g, b.ok.T) {
 					over = append(over, g)
 				}
 			}
@@ -488,7 +632,7 @@ func (a *Analysis) Exclusion() *Violation {
 			if a.P.Kind == "sem" {
 				limit = a.semLimit(key, b, over)
 			}
-			if len(over) >= limit {
+			if len(over) >= max(limit, 1) {
 				g := over[0]
 				msg := fmt.Sprintf("key %s: token %d granted to worker %d while %d holder(s) were valid (token %d of worker %d until %v later)",
 					key, b.ok.Token, b.ok.Proc, len(over), g.ok.Token, g.ok.Proc, time.Duration(g.end-b.ok.T))
@@ -509,11 +653,11 @@ func (a *Analysis) Exclusion() *Violation {
 }
 
 // SpuriousLoss: a holding is not lost before its local deadline (its Done
-// firing early, from a renewal the store refused) unless a fault hit its
-// worker or the store: nobody else may end it (an Unlock of another owner, a
-// release without the owner check).
+// firing early, from a renewal the store refused), to within a millisecond,
+// unless a fault hit its worker or the store: nobody else may end it (an
+// Unlock of another owner, a release without the owner check).
 func (a *Analysis) SpuriousLoss() *Violation {
-	margin := int64(a.P.TTL / 4)
+	margin := int64(time.Millisecond) // the history's deadline is read off two clocks
 	for key, gs := range a.grants {
 		for _, g := range gs {
 			if g.done == 0 || g.relInv != 0 && g.relInv <= g.done || g.deadline != 0 && g.done > g.deadline-margin ||
@@ -527,16 +671,28 @@ func (a *Analysis) SpuriousLoss() *Violation {
 	return nil
 }
 
-// ToldFirst: a holder that had not released is told (its Done fires) before
-// another grant of the key completes, within the drift margin, unless it was
-// stopped or dead, or an unsafe fault came between, or a fault of the store
-// itself (a restart) came near. No fault of the network excuses it (see
+// toldMargin is how late after its moment a Done may be seen: scheduling on
+// a loaded host.
+const toldMargin = int64(100 * time.Millisecond)
+
+// ToldFirst: a holder is told (its Done fires) at its own local deadline,
+// within a scheduling margin, unless it released or died before, or a fault
+// that hit its worker (a stop) overlapped that moment: a holder of a
+// deadline the history knows that is still holding then is checked whatever
+// happened before or after. And a holder that had not released is told
+// before another grant of the key completes (within the margin), unless it
+// was dead, force-unlocked (until a renewal that began after the force
+// succeeded), or a fault of the store that may have lost its holding came
+// after its last successful round trip, or its worker was stopped from its
+// deadline (or that grant) on. No fault of the network excuses either (see
 // networkFaults).
 func (a *Analysis) ToldFirst() *Violation {
+	if v := a.toldAtDeadline(); v != nil {
+		return v
+	}
 	if a.P.Kind == "sem" {
 		return nil
 	}
-	margin := int64(100 * time.Millisecond) // scheduling on a loaded host
 	for key, gs := range a.grants {
 		for i, b := range gs {
 			for _, g := range gs[:i] {
@@ -546,14 +702,62 @@ func (a *Analysis) ToldFirst() *Violation {
 				if g.read && b.read {
 					continue // readers share the lock: nobody is told
 				}
-				if g.death != 0 && g.death <= b.ok.T || g.forcedBy(b.ok.T) || a.unsafeBetween(g.ok.T, b.ok.T) || a.faultNearExcept(g.ok.T, b.ok.T, g.ok.Proc, networkFaults) {
+				due := b.ok.T
+				if g.deadline != 0 {
+					due = min(due, g.deadline)
+				}
+				if g.death != 0 && g.death <= b.ok.T || a.forcedOff(g, b.ok.T) || a.lostBy(g, b.ok.T) ||
+					a.faultNearExcept(a.lastTrip(g, b.ok.T), b.ok.T, noProc, networkFaults) || a.procFault(due, b.ok.T+toldMargin, g.ok.Proc) {
 					continue
 				}
-				if g.done == 0 || g.done > b.ok.T+margin {
+				if g.done == 0 || g.done > b.ok.T+toldMargin {
 					return &Violation{Checker: "told-first", Lines: []int{g.ok.Line, b.ok.Line},
 						Msg: fmt.Sprintf("key %s: worker %d (token %d) was not told before worker %d got token %d", key, g.ok.Proc, g.ok.Token, b.ok.Proc, b.ok.Token)}
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// noProc is a worker number no worker has: faultNear with it finds the
+// faults of the store and the network alone.
+const noProc = -1 << 30
+
+// procFault reports whether a fault that hit worker proc itself (a stop, a
+// kill) overlapped [t0, t1].
+func (a *Analysis) procFault(t0, t1 int64, proc int) bool {
+	for _, f := range a.faults {
+		if f.target == proc && f.start <= t1 && f.end >= t0 {
+			return true
+		}
+	}
+	return false
+}
+
+// toldAtDeadline is ToldFirst's check of each holder against its own
+// deadline.
+func (a *Analysis) toldAtDeadline() *Violation {
+	if len(a.H) == 0 {
+		return nil
+	}
+	last := a.H[len(a.H)-1].T
+	for key, gs := range a.grants {
+		for _, g := range gs {
+			d := g.deadline
+			if d == 0 || d+toldMargin > last || g.relInv != 0 && g.relInv <= d || g.death != 0 && g.death <= d+toldMargin ||
+				g.done != 0 && g.done <= d+toldMargin || a.procFault(d, d+toldMargin, g.ok.Proc) {
+				continue
+			}
+			told, lines := "never", []int{g.ok.Line}
+			if g.done != 0 {
+				told, lines = fmt.Sprintf("%v after it", time.Duration(g.done-d).Round(time.Millisecond)), append(lines, g.doneLine)
+			}
+			if g.relInv != 0 {
+				told += fmt.Sprintf(", and it released %v after it", time.Duration(g.relInv-d).Round(time.Millisecond))
+			}
+			return &Violation{Checker: "told-first", Lines: lines,
+				Msg: fmt.Sprintf("key %s: worker %d's token %d reached its local deadline, and its Done fired %s", key, g.ok.Proc, g.ok.Token, told)}
 		}
 	}
 	return nil
@@ -570,7 +774,9 @@ func (a *Analysis) ToldFirst() *Violation {
 // holder's watch may be starting still: a push it missed leaves it to the
 // renewal, as the docs say). A holding that several holders share (a
 // semaphore's permits, a read-write lock's readers) is checked for each of
-// them that the force removed.
+// them that the force removed. And a renewal of a removed holding that began
+// after the force completed never succeeds, whatever fault came near, but an
+// unsafe one between them (it may have brought the holding back).
 func (a *Analysis) ToldAtOnce() *Violation {
 	bound := a.P.Told
 	if bound <= 0 {
@@ -578,6 +784,11 @@ func (a *Analysis) ToldAtOnce() *Violation {
 	}
 	for _, fo := range a.forces {
 		for _, g := range fo.gs {
+			if r := a.renewedAfter(g, fo.ok.T, math.MaxInt64); r != nil && !a.unsafeBetween(fo.inv.T, r.t) {
+				return &Violation{Checker: "told-at-once", Lines: []int{g.ok.Line, fo.inv.Line, fo.ok.Line},
+					Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and a renewal of it that began %v after the force succeeded",
+						fo.ok.Key, g.ok.Proc, g.ok.Token, time.Duration(a.sent(r.deadline)-fo.ok.T).Round(time.Millisecond))}
+			}
 			t, by := fo.ok.T, fo.ok.T+int64(bound)
 			if g.relInv != 0 && g.relInv <= t || g.done != 0 && g.done <= t || g.death != 0 && g.death <= by ||
 				g.deadline != 0 && g.deadline <= by || a.P.LateWatch && fo.inv.T-g.ok.T < int64(bound) ||
@@ -618,7 +829,11 @@ func (a *Analysis) LockDelay() *Violation {
 	}
 	for key, gs := range a.grants {
 		for i, g := range gs {
-			if g.read || g.released != 0 || g.deadline == 0 {
+			// A release counts as clean only when it was sent before the
+			// holder's deadline: after it, the Client must not send it,
+			// and the holding's end in the store was an expiry.
+			clean := g.relInv != 0 && g.relInv < g.deadline
+			if g.read || g.released != 0 && clean || g.deadline == 0 {
 				continue
 			}
 			var b *grant // the next grant of the key
@@ -628,7 +843,7 @@ func (a *Analysis) LockDelay() *Violation {
 					break
 				}
 			}
-			if b == nil || g.relInv != 0 && g.relInv < b.ok.T && !g.relFail || a.unsafeBetween(g.ok.T, b.ok.T) {
+			if b == nil || clean && g.relInv < b.ok.T && !g.relFail || a.lostBy(g, b.ok.T) {
 				continue
 			}
 			end := g.deadline
@@ -757,40 +972,96 @@ func (a *Analysis) Recovery() *Violation {
 	return nil
 }
 
-// Starvation: no worker starves while the others are served: Jain's index of
-// the grants per worker stays at 0.5 or more (one half of the workers getting
-// everything) once there are grants enough to tell.
+// Starvation: no worker starves while the others are served. Jain's index of
+// the grants per worker, over every worker that tried to take a lock (one
+// that never got one counts with none), stays at 0.5 or more (one half of the
+// workers getting everything) once there are grants enough to tell; and no
+// worker that waited (Lock, Do) has every wait fail while others were granted
+// the key it waited for, twice or more away from faults that hit it or the
+// store.
 func (a *Analysis) Starvation() *Violation {
-	if a.Stats.Grants < 20 || a.Stats.Jain >= 0.5 {
-		return nil
+	if a.Stats.Grants >= 20 && a.Stats.Jain < 0.5 {
+		return &Violation{Checker: "fairness", Msg: fmt.Sprintf("grants spread unfairly over the workers: Jain's index %.2f over %d grants", a.Stats.Jain, a.Stats.Grants)}
 	}
-	return &Violation{Checker: "fairness", Msg: fmt.Sprintf("grants spread unfairly over the workers: Jain's index %.2f over %d grants", a.Stats.Jain, a.Stats.Grants)}
+	type waits struct {
+		granted bool
+		passed  []acq // failed waits while another worker was granted the key
+	}
+	by := map[int]*waits{}
+	for _, x := range a.acqs {
+		if x.inv.Proc < 0 || x.inv.Mode == "try" {
+			continue
+		}
+		w := by[x.inv.Proc]
+		if w == nil {
+			w = &waits{}
+			by[x.inv.Proc] = w
+		}
+		if x.end.Type == OK {
+			w.granted = true
+			continue
+		}
+		if x.end.Type != Fail || a.faultNear(x.inv.T, x.end.T, x.inv.Proc) {
+			continue
+		}
+		for _, g := range a.grants[x.inv.Key] {
+			if g.ok.Proc != x.inv.Proc && g.ok.T > x.inv.T && g.ok.T < x.end.T {
+				w.passed = append(w.passed, x)
+				break
+			}
+		}
+	}
+	procs := slices.Sorted(maps.Keys(by))
+	for _, p := range procs {
+		if w := by[p]; !w.granted && len(w.passed) >= 2 {
+			x := w.passed[len(w.passed)-1]
+			return &Violation{Checker: "fairness", Lines: []int{x.inv.Line, x.end.Line},
+				Msg: fmt.Sprintf("worker %d never got a lock: %d of its waits failed while other workers were granted the key it waited for", p, len(w.passed))}
+		}
+	}
+	return nil
 }
 
 // Fairness: on the fair lock, waiters of a key are served in arrival order
-// (with a margin for the first round trip), away from faults.
+// (with a margin for the first round trip), but across a fault that came
+// while the earlier one waited and hit one of the two or the store (its
+// network included): a fault of another worker leaves their order alone.
 func (a *Analysis) Fairness() *Violation {
+	v, _, _ := a.fairOrder()
+	return v
+}
+
+// fairOrder judges the fair lock's order of service (see Fairness): the first
+// violation, and how many pairs of waiters it judged (the earlier arrived
+// well before the later, which arrived before the earlier was served) and
+// of those how many a fault excused.
+func (a *Analysis) fairOrder() (v *Violation, judged, excused int) {
 	if a.P.Kind != "fair" {
-		return nil
+		return nil, 0, 0
 	}
 	margin := int64(100 * time.Millisecond)
 	for i := range a.acqs {
 		x := &a.acqs[i]
 		for j := range a.acqs {
 			y := &a.acqs[j]
-			if x.inv.Key != y.inv.Key || x.inv.Mode == "try" || y.inv.Mode == "try" || x.end.Type != OK || y.end.Type != OK {
+			if x.inv.Key != y.inv.Key || x.inv.Mode == "try" || y.inv.Mode == "try" || x.end.Type != OK || y.end.Type != OK ||
+				x.inv.T+margin >= y.inv.T || y.inv.T >= x.end.T {
 				continue
 			}
-			// x arrived well before y, both waited (y arrived before x was served),
-			// and y was served first.
-			if x.inv.T+margin < y.inv.T && y.inv.T < x.end.T && y.end.Token < x.end.Token &&
-				!a.faultNear(x.inv.T-int64(6*time.Second), x.end.T, -2) {
-				return &Violation{Checker: "fairness", Lines: []int{x.inv.Line, y.inv.Line, y.end.Line, x.end.Line},
+			// x arrived well before y, both waited (y arrived before x
+			// was served).
+			judged++
+			if a.faultNear(x.inv.T, x.end.T, x.inv.Proc) || a.procFault(x.inv.T, x.end.T, y.inv.Proc) {
+				excused++
+				continue
+			}
+			if y.end.Token < x.end.Token && v == nil { // y was served first
+				v = &Violation{Checker: "fairness", Lines: []int{x.inv.Line, y.inv.Line, y.end.Line, x.end.Line},
 					Msg: fmt.Sprintf("key %s: worker %d arrived %v after worker %d and was served first", x.inv.Key, y.inv.Proc, time.Duration(y.inv.T-x.inv.T), x.inv.Proc)}
 			}
 		}
 	}
-	return nil
+	return v, judged, excused
 }
 
 // register is the resource as a register fenced by tokens: a write is applied
@@ -866,8 +1137,12 @@ var registerModel = porcupine.NondeterministicModel{
 
 // Linearizable checks the resource's history as a fenced register per key with
 // porcupine; on a failure it writes the visualization to htmlPath (when not
-// empty).
+// empty). A history porcupine could not decide within timeout fails too: it
+// is not proven linearizable.
 func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violation {
+	if len(a.H) == 0 {
+		return nil // an empty history is linearizable
+	}
 	var ops []porcupine.Operation
 	inv := map[string]Event{}
 	end := a.H[len(a.H)-1].T + 1
@@ -898,8 +1173,11 @@ func (a *Analysis) Linearizable(htmlPath string, timeout time.Duration) *Violati
 	}
 	model := registerModel.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
-	if res != porcupine.Illegal {
+	switch res {
+	case porcupine.Ok:
 		return nil
+	case porcupine.Unknown:
+		return &Violation{Checker: "linearizable", Msg: fmt.Sprintf("not proven: porcupine could not decide the resource's history (%d operations) within %v", len(ops), timeout)}
 	}
 	msg := "the resource's history is not linearizable as a fenced register"
 	if htmlPath != "" {
@@ -928,6 +1206,8 @@ func clientID(proc int) int {
 // acknowledged before the read began, or of one that may have been applied
 // after it: a write whose token is not below it, acknowledged or of unknown
 // outcome, that began before the read ended. It names the write a read missed.
+// A key whose final reads (the harness's) all failed fails too: a write it
+// lost would not show.
 func (a *Analysis) LostWrite() *Violation {
 	type write struct {
 		inv, end Event // end.Type "": never completed (its worker died)
@@ -935,9 +1215,15 @@ func (a *Analysis) LostWrite() *Violation {
 	inv := map[string]Event{}
 	pending := map[string]*write{}
 	byKey := map[string][]*write{}
-	for _, e := range a.H {
+	final := map[string]*Event{} // per key, the harness's last final read (its completion, or its invocation)
+	for i, e := range a.H {
 		if e.Op != OpWrite && e.Op != OpRead {
 			continue
+		}
+		if e.Proc < 0 && e.Op == OpRead {
+			if f := final[e.Key]; f == nil || f.Type != OK {
+				final[e.Key] = &a.H[i]
+			}
 		}
 		k := fmt.Sprint(e.Proc, "/", e.PID, "/", e.ID)
 		if e.Type == Invoke {
@@ -1000,6 +1286,12 @@ func (a *Analysis) LostWrite() *Violation {
 		return &Violation{Checker: "lost-write", Lines: []int{last.inv.Line, last.end.Line, in.Line, e.Line},
 			Msg: fmt.Sprintf("key %s: the write of %d with token %d by worker %d, acknowledged at line %d, is lost: %s read at line %d returned %d",
 				e.Key, last.inv.Value, last.inv.Token, last.inv.Proc, last.end.Line, who, e.Line, e.Value)}
+	}
+	for _, k := range slices.Sorted(maps.Keys(final)) {
+		if f := final[k]; f.Type != OK {
+			return &Violation{Checker: "lost-write", Lines: []int{f.Line},
+				Msg: fmt.Sprintf("key %s: no final read succeeded (%s), so a lost write would not show", k, f.Err)}
+		}
 	}
 	return nil
 }

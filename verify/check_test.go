@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ func cat(parts ...[]Event) []Event {
 	for _, p := range parts {
 		h = append(h, p...)
 	}
+	sort.SliceStable(h, func(i, j int) bool { return h[i].T < h[j].T }) // as ReadHistory orders them
 	return lined(h)
 }
 
@@ -258,7 +260,7 @@ func TestToldFirstIsNotExcusedByTheNetwork(t *testing.T) {
 			[]Event{{T: ms(50), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: fault, Target: target}},
 			grantEvents(1, 1, 500, 11, 400),
 			[]Event{{T: ms(600), Proc: -1, Op: OpNemesis, Type: OK, Fault: fault, Target: target}},
-			[]Event{{T: ms(700), Proc: 0, Op: OpDone, Token: 10}},
+			[]Event{{T: ms(700), Proc: 0, Op: OpDone, Key: "k", Token: 10}},
 		)
 	}
 	for _, f := range []string{FaultBlackhole, FaultDelay, FaultPartition, FaultExpire, FaultReset} {

@@ -49,6 +49,10 @@ const (
 	OpWrite   = "write"   // a fenced write of the protected resource
 	OpNemesis = "nemesis" // a fault injected (Fault says which)
 	OpStart   = "start"   // a worker process started
+	// OpExit is a worker process that ended otherwise than cleanly or by
+	// SIGKILL (Target: the worker, Err: its status and the end of its log),
+	// recorded by the harness.
+	OpExit = "worker-exit"
 )
 
 // Event types: an invocation, and its completion.

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -22,7 +23,7 @@ import (
 
 // The latch and barrier workload: worker processes count down a latch, wait
 // for it, or pass a double barrier, one operation each, while the test kills
-// and pauses them; CheckLatch and CheckBarrier judge the history.
+// and pauses them; Analysis.Latch and Analysis.Barrier judge the history.
 
 // Operations of the latch and barrier workload.
 const (
@@ -188,17 +189,56 @@ func killedAt(h []Event) map[int]int64 {
 	return k
 }
 
-// CheckLatch judges one latch of count n: no Wait returns before the
-// count-down that brought the count to zero was invoked (or, when none is
-// known to have, before n count-downs were), and no Wait fails for a timeout
-// that began after a count-down had brought the count to zero.
-func CheckLatch(h []Event, n int) []string {
-	var bad []string
+// pausedAfter reports whether worker proc was paused at t or after.
+func pausedAfter(h []Event, proc int, t int64) bool {
+	for _, e := range h {
+		if e.Op == OpNemesis && e.Fault == "pause" && e.Target == proc && e.T >= t {
+			return true
+		}
+	}
+	return false
+}
+
+// syncWake is how soon after a latch opens a Wait that was waiting returns:
+// its notification, and scheduling on a loaded host.
+const syncWake = time.Second
+
+// Latch judges the history as one latch of count n: no Wait returns before
+// the count-down that brought the count to zero was invoked (or, when none is
+// known to have, before n count-downs were); no Wait fails for a timeout that
+// began after a count-down had brought the count to zero, nor one that was
+// waiting when the latch opened and failed more than syncWake later, but
+// for a pause of its worker (a lost wake-up); and the counts the
+// count-downs returned are a count-down's: each in [0, n), each above zero
+// returned once, and a count-down that completed before another was invoked
+// returned more, or both zero.
+func (a *Analysis) Latch(n int) []Violation {
+	h := a.H
+	var bad []Violation
+	add := func(lines []int, format string, args ...any) {
+		bad = append(bad, Violation{Checker: "latch", Lines: lines, Msg: fmt.Sprintf(format, args...)})
+	}
 	downs := syncOps(h, OpCountDown)
 	var zero *syncOp // the first count-down known to have reached zero
+	seen := map[int64]*Event{}
 	for i := range downs {
-		if d := downs[i].done; d != nil && d.Type == OK && d.Value == 0 && (zero == nil || downs[i].invoke < zero.invoke) {
+		d := downs[i].done
+		if d == nil || d.Type != OK {
+			continue
+		}
+		if d.Value == 0 && (zero == nil || downs[i].invoke < zero.invoke) {
 			zero = &downs[i]
+		}
+		if d.Value < 0 || d.Value >= int64(n) {
+			add([]int{d.Line}, "latch: worker %d's count-down returned %d, outside [0, %d)", downs[i].proc, d.Value, n)
+		} else if o := seen[d.Value]; o != nil && d.Value > 0 {
+			add([]int{o.Line, d.Line}, "latch: two count-downs returned %d (lines %d and %d)", d.Value, o.Line, d.Line)
+		}
+		seen[d.Value] = d
+		for _, o := range downs {
+			if o.done != nil && o.done.Type == OK && o.done.T < downs[i].invoke && o.done.Value <= d.Value && o.done.Value > 0 {
+				add([]int{o.done.Line, d.Line}, "latch: a count-down returned %d after one that completed before it began returned %d", d.Value, o.done.Value)
+			}
 		}
 	}
 	for _, w := range syncOps(h, OpWait) {
@@ -214,23 +254,36 @@ func CheckLatch(h []Event, n int) []string {
 				}
 			}
 			if zero != nil && zero.invoke > w.done.T || invoked < n {
-				bad = append(bad, fmt.Sprintf("latch: worker %d's Wait returned (line %d) before the latch reached zero (%d count-downs invoked before)", w.proc, w.done.Line, invoked))
+				add([]int{w.done.Line}, "latch: worker %d's Wait returned (line %d) before the latch reached zero (%d count-downs invoked before)", w.proc, w.done.Line, invoked)
 			}
 		case Fail:
-			if zero != nil && zero.done.T < w.invoke {
-				bad = append(bad, fmt.Sprintf("latch: worker %d's Wait failed (line %d: %s) although the latch was open when it began", w.proc, w.done.Line, w.done.Err))
+			switch {
+			case zero == nil:
+			case zero.done.T < w.invoke:
+				add([]int{w.done.Line}, "latch: worker %d's Wait failed (line %d: %s) although the latch was open when it began", w.proc, w.done.Line, w.done.Err)
+			case w.done.T > zero.done.T+int64(syncWake) && !pausedAfter(h, w.proc, w.invoke):
+				add([]int{zero.done.Line, w.done.Line}, "latch: worker %d's Wait failed (line %d: %s) %v after the latch opened (line %d): a lost wake-up",
+					w.proc, w.done.Line, w.done.Err, time.Duration(w.done.T-zero.done.T).Round(time.Millisecond), zero.done.Line)
 			}
 		}
 	}
 	return bad
 }
 
-// CheckBarrier judges one round of a double barrier of n parties: no Enter
-// returns before n parties had invoked it; if one party passed, every party
-// that was not killed passed (all or none); and no Leave returns before every
-// party that entered has invoked Leave or been killed.
-func CheckBarrier(h []Event, n int) []string {
-	var bad []string
+// Barrier judges the history as one round of a double barrier of n parties
+// of a TTL of P.TTL: no Enter returns before n parties had arrived (invoked
+// Enter, and not failed nor been killed a TTL and a scheduling margin
+// before: an arrival that is not taken back lapses a TTL after its last
+// renewal);
+// if one party passed, every party that was not killed passed (all or none);
+// and no Leave returns before every party that entered has invoked Leave or
+// been killed.
+func (a *Analysis) Barrier(n int) []Violation {
+	h := a.H
+	var bad []Violation
+	add := func(lines []int, format string, args ...any) {
+		bad = append(bad, Violation{Checker: "barrier", Lines: lines, Msg: fmt.Sprintf(format, args...)})
+	}
 	killed := killedAt(h)
 	enters, leaves := syncOps(h, OpEnter), syncOps(h, OpLeave)
 	var passed, failed []int
@@ -241,19 +294,26 @@ func CheckBarrier(h []Event, n int) []string {
 			passed = append(passed, e.proc)
 			arrived := 0
 			for _, o := range enters {
-				if o.invoke < e.done.T {
+				gone := int64(math.MaxInt64) // when its arrival was gone, at the latest
+				if k, ok := killed[o.proc]; ok {
+					gone = k
+				}
+				if o.done != nil && o.done.Type != OK {
+					gone = min(gone, o.done.T)
+				}
+				if o.invoke < e.done.T && (gone == math.MaxInt64 || gone+int64(a.P.TTL)+toldMargin >= e.done.T) {
 					arrived++
 				}
 			}
 			if arrived < n {
-				bad = append(bad, fmt.Sprintf("barrier: worker %d entered (line %d) with %d of %d parties arrived", e.proc, e.done.Line, arrived, n))
+				add([]int{e.done.Line}, "barrier: worker %d entered (line %d) with %d of %d parties arrived", e.proc, e.done.Line, arrived, n)
 			}
 		default:
 			failed = append(failed, e.proc)
 		}
 	}
 	if len(passed) > 0 && len(failed) > 0 {
-		bad = append(bad, fmt.Sprintf("barrier: workers %v passed and workers %v did not (all or none)", passed, failed))
+		add(nil, "barrier: workers %v passed and workers %v did not (all or none)", passed, failed)
 	}
 	for _, l := range leaves {
 		if l.done == nil || l.done.Type != OK {
@@ -268,7 +328,7 @@ func CheckBarrier(h []Event, n int) []string {
 				gone = true
 			}
 			if !gone {
-				bad = append(bad, fmt.Sprintf("barrier: worker %d left (line %d) while worker %d was still inside", l.proc, l.done.Line, p))
+				add([]int{l.done.Line}, "barrier: worker %d left (line %d) while worker %d was still inside", l.proc, l.done.Line, p)
 			}
 		}
 	}

@@ -117,22 +117,25 @@ func TestSyncWorkload(t *testing.T) {
 					s := base
 					s.Name, s.N = fmt.Sprintf("latch-%d", seed), 2
 					h := syncRound(t, s, []string{RoleWait, RoleWait, RoleCountDown, RoleCountDown}, rng)
-					for _, v := range CheckLatch(h, s.N) {
-						t.Error(v)
+					for _, v := range Analyze(h, Params{TTL: s.TTL}).Latch(s.N) {
+						t.Error(v.Format(h))
 					}
 				})
 				t.Run(fmt.Sprintf("barrier-seed%d", seed), func(t *testing.T) {
 					s := base
 					s.Name, s.N = fmt.Sprintf("barrier-%d", seed), 3
 					h := syncRound(t, s, []string{RoleParty, RoleParty, RoleParty}, rng)
-					for _, v := range CheckBarrier(h, s.N) {
-						t.Error(v)
+					for _, v := range Analyze(h, Params{TTL: s.TTL}).Barrier(s.N) {
+						t.Error(v.Format(h))
 					}
 				})
 			}
 		})
 	}
 }
+
+// syncParams are the Params of the checkers' own latch and barrier histories.
+var syncParams = Params{TTL: time.Second}
 
 // TestSyncCheckersCatch: the checkers find a Wait released early, a Wait that
 // missed an open latch, a barrier that let some parties through and not
@@ -151,21 +154,21 @@ func TestSyncCheckersCatch(t *testing.T) {
 		ev(1, 20, 1, OpCountDown, Invoke, 1, 0), ev(2, 21, 1, OpCountDown, OK, 1, 0),
 		ev(3, 30, 0, OpWait, Invoke, 1, 0), ev(4, 90, 0, OpWait, Fail, 1, 0),
 	}
-	if len(CheckLatch(early, 2)) == 0 {
-		t.Error("CheckLatch passed a Wait that returned before the count reached zero")
+	if len(Analyze(early, syncParams).Latch(2)) == 0 {
+		t.Error("Latch passed a Wait that returned before the count reached zero")
 	}
-	if len(CheckLatch(missed, 1)) == 0 {
-		t.Error("CheckLatch passed a Wait that timed out on an open latch")
+	if len(Analyze(missed, syncParams).Latch(1)) == 0 {
+		t.Error("Latch passed a Wait that timed out on an open latch")
 	}
-	if v := CheckLatch(early[1:3], 2); len(v) != 0 {
-		t.Errorf("CheckLatch failed a history without a release: %v", v)
+	if v := Analyze(early[1:3], syncParams).Latch(2); len(v) != 0 {
+		t.Errorf("Latch failed a history without a release: %v", v)
 	}
 	partial := []Event{
 		ev(1, 10, 0, OpEnter, Invoke, 1, 0), ev(2, 11, 1, OpEnter, Invoke, 1, 0),
 		ev(3, 20, 0, OpEnter, OK, 1, 0), ev(4, 30, 1, OpEnter, Fail, 1, 0),
 	}
-	if len(CheckBarrier(partial, 2)) == 0 {
-		t.Error("CheckBarrier passed a barrier that released one party of two")
+	if len(Analyze(partial, syncParams).Barrier(2)) == 0 {
+		t.Error("Barrier passed a barrier that released one party of two")
 	}
 	inside := []Event{
 		ev(1, 10, 0, OpEnter, Invoke, 1, 0), ev(2, 11, 1, OpEnter, Invoke, 1, 0),
@@ -173,10 +176,10 @@ func TestSyncCheckersCatch(t *testing.T) {
 		ev(5, 30, 0, OpLeave, Invoke, 2, 0), ev(6, 31, 0, OpLeave, OK, 2, 0),
 		ev(7, 40, 1, OpLeave, Invoke, 2, 0), ev(8, 41, 1, OpLeave, OK, 2, 0),
 	}
-	if len(CheckBarrier(inside, 2)) == 0 {
-		t.Error("CheckBarrier passed a Leave that returned with a party inside")
+	if len(Analyze(inside, syncParams).Barrier(2)) == 0 {
+		t.Error("Barrier passed a Leave that returned with a party inside")
 	}
-	if v := CheckBarrier(inside[:4], 2); len(v) != 0 {
-		t.Errorf("CheckBarrier failed a good history: %v", v)
+	if v := Analyze(inside[:4], syncParams).Barrier(2); len(v) != 0 {
+		t.Errorf("Barrier failed a good history: %v", v)
 	}
 }

@@ -1,7 +1,12 @@
 package verify
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -13,7 +18,52 @@ import (
 type procs struct {
 	mu   sync.Mutex
 	pids []int
-	stop bool // no worker is started again
+	stop bool      // no worker is started again
+	rec  *Recorder // where an exit other than a clean one or a kill goes (nil: nowhere)
+}
+
+// exited records in the history how worker i's process ended, when it ended
+// otherwise than cleanly (exit status 0), by SIGKILL (the nemesis's kill, or
+// the final stop's) or, once the final stop began, by its SIGTERM (a worker
+// just started again may not handle it yet): a worker that failed (exit
+// status 1), panicked (exit status 2) or died of another signal, with what
+// that life wrote to its log (from byte from of logPath: its stderr), which
+// the checkers report (see Analysis.Exits).
+func (ws *procs) exited(i int, err error, logPath string, from int64) {
+	var ee *exec.ExitError
+	if err == nil || ws.rec == nil || !errors.As(err, &ee) {
+		return
+	}
+	if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+		ws.mu.Lock()
+		stopping := ws.stop
+		ws.mu.Unlock()
+		if st.Signal() == syscall.SIGKILL || st.Signal() == syscall.SIGTERM && stopping {
+			return
+		}
+	}
+	ws.rec.Record(Event{Op: OpExit, Type: Fail, Target: i, Err: fmt.Sprintf("%v: %s", err, logTail(logPath, from))})
+}
+
+// logSize returns the size of the log f: where the next life's lines begin.
+func logSize(f *os.File) int64 {
+	st, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logTail returns the end of the log at path from byte from on (2 kB at
+// most).
+func logTail(path string, from int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	b = b[min(from, int64(len(b))):]
+	b = b[max(0, len(b)-2048):]
+	return strings.TrimSpace(string(b))
 }
 
 // signal sends sig to worker i; it reports whether the worker was running.

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -92,7 +93,8 @@ type resizeOp struct{ inv, end Event }
 // sizeDuring returns the largest size of the semaphore key that may have been
 // in force at some instant of [x, y]: the size set by the last resize known to
 // have completed before x (N when none), and that of every resize that may
-// have taken effect within it (one of unknown outcome from its invocation on).
+// have taken effect within it (one of unknown outcome from its invocation on,
+// until a resize invoked more than resizeLand after it returned completed).
 func (a *Analysis) sizeDuring(key string, x, y int64) int {
 	size := a.P.N
 	rs := a.resizes[key]
@@ -103,12 +105,32 @@ func (a *Analysis) sizeDuring(key string, x, y int64) int {
 	}
 	most := size
 	for _, r := range rs {
-		settled := r.end.Type == OK && r.end.T <= x
+		settled := r.end.Type == OK && r.end.T <= x || a.overridden(rs, r, x)
 		if r.inv.T <= y && !settled {
 			most = max(most, int(r.inv.Value))
 		}
 	}
 	return most
+}
+
+// resizeLand is how long after a resize of unknown outcome returned it may
+// still land: its request, sent before, on a connection the faults do not
+// touch, is executed by then or never.
+const resizeLand = 2 * time.Second
+
+// overridden reports whether the resize r, of unknown outcome, can no
+// longer be in force at x: a resize invoked more than resizeLand after r
+// returned completed by x.
+func (a *Analysis) overridden(rs []resizeOp, r resizeOp, x int64) bool {
+	if r.end.Type != Info || r.end.T == math.MaxInt64 {
+		return false
+	}
+	for _, o := range rs {
+		if o.end.Type == OK && o.inv.T > r.end.T+int64(resizeLand) && o.end.T <= x {
+			return true
+		}
+	}
+	return false
 }
 
 // sortResizes orders each key's resizes by invocation.

@@ -289,7 +289,7 @@ func Run(t testing.TB, c Config) *Result {
 	defer rec.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	ws := &workers{procs: procs{pids: make([]int, c.Workers)}, spec: spec}
+	ws := &workers{procs: procs{pids: make([]int, c.Workers), rec: rec}, spec: spec}
 	var wg sync.WaitGroup
 	for i := range c.Workers {
 		wg.Add(1)
@@ -380,12 +380,10 @@ func Run(t testing.TB, c Config) *Result {
 	// heard), ZooKeeper's Driver sets the watch on the holder's node when the
 	// queue's child watch fired before the holding was registered, and
 	// memlock tells the holder itself.
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay})
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay,
+		HTML: filepath.Join(dir, "resource.html")})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
-	if v := a.Linearizable(filepath.Join(dir, "resource.html"), 20*time.Second); v != nil {
-		res.Violations = append(res.Violations, *v)
-	}
 	if len(res.Leftover) > 0 {
 		slices.Sort(res.Leftover)
 		res.Violations = append(res.Violations, Violation{Checker: "liveness",
@@ -595,6 +593,7 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 		}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		from := logSize(logs)
 		ws.mu.Lock()
 		if ws.stop {
 			ws.mu.Unlock()
@@ -611,8 +610,9 @@ func (ws *workers) keep(ctx context.Context, t testing.TB, i int) {
 			t.Error(err)
 			return
 		}
-		_ = cmd.Wait()
+		err = cmd.Wait()
 		logs.Close()
+		ws.exited(i, err, logs.Name(), from)
 		ws.mu.Lock()
 		ws.pids[i] = 0
 		ws.mu.Unlock()
