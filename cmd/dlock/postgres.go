@@ -19,14 +19,36 @@ import (
 )
 
 // pgStore is a store in a PostgreSQL database (pglock's lease table, which
-// run creates when missing and inspection never does): exclusive locks only.
-type pgStore struct{ *mutexStore }
+// run creates when missing and inspection never does): the exclusive lock,
+// the fair lock and semaphores.
+type pgStore struct {
+	*mutexStore
+	pool *pgxpool.Pool
+}
 
-func (s pgStore) locker(kind lockKind, _ int, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind != plainLock {
-		return nil, usageErrorf("--fair, -n, -s and -x are not available on %s: it has the exclusive lock only", s.where)
+func (s pgStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
+	switch kind {
+	case plainLock:
+		return s.newc(opts...)
+	case fairLock:
+		d, err := pglock.NewFairDriver(s.pool, pglock.WithCreateTable())
+		if err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
+	case semaphoreLock:
+		d, err := pglock.NewSemaphoreDriver(s.pool, permits, pglock.WithCreateTable())
+		if err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
 	}
-	return s.newc(opts...)
+	return nil, usageErrorf("-s and -x are not available on %s: it has no read-write lock", s.where)
+}
+
+// resizer returns the semaphores' Resizer of s.
+func (s pgStore) resizer() (driver.Resizer, error) {
+	return pglock.NewSemaphoreDriver(s.pool, pglock.StoredSize, pglock.WithCreateTable())
 }
 
 // openPostgres connects to the PostgreSQL database at raw (a postgres:// URL,
@@ -76,7 +98,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		pool.Close()
 		return nil, err
 	}
-	return pgStore{&mutexStore{
+	return pgStore{pool: pool, mutexStore: &mutexStore{
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return pglock.NewClient(d, opts...) },
 		insp:   pgInspector{c, where},

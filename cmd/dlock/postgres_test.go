@@ -117,3 +117,27 @@ func TestPostgresInspectionCreatesNothing(t *testing.T) {
 		t.Errorf("serve: waiters %d (unknown locks %d), want -1 (1)", j.Locks[0].Waiters, j.WaitersUnknown)
 	}
 }
+
+// TestPostgresFairAndSemaphore takes PostgreSQL's fair lock (--fair) and a
+// semaphore (-n) through the CLI, which refused them before, and resizes the
+// semaphore with dlock semaphore resize.
+func TestPostgresFairAndSemaphore(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	sem, fair := dlocktest.Key(t)+".sem", dlocktest.Key(t)+".fair"
+	if r := dlockRun(t, "run", "--fair", "--postgres", pg.URL, fair, "--", "true"); r.code != 0 {
+		t.Errorf("run --fair: exit %d, stderr %q", r.code, r.stderr)
+	}
+	holdWith(t, sem, "-n", "1", "--postgres", pg.URL)
+	if r := dlockRun(t, "run", "-n", "1", "--wait", "0", "--postgres", pg.URL, sem, "--", "true"); r.code != exitNotObtained {
+		t.Errorf("a second run -n 1: exit %d, stderr %q; want %d", r.code, r.stderr, exitNotObtained)
+	}
+	if r := dlockRun(t, "semaphore", "resize", "--postgres", pg.URL, sem, "2"); r.code != 0 || !strings.Contains(r.stderr, "has 2 permits") {
+		t.Fatalf("semaphore resize: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, "run", "-n", "2", "--wait", "0", "--postgres", pg.URL, sem, "--", "true"); r.code != 0 {
+		t.Errorf("run -n 2 after a resize to 2: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := dlockRun(t, "run", "-s", "--postgres", pg.URL, sem, "--", "true"); r.code != exitUsage {
+		t.Errorf("run -s: exit %d, want %d", r.code, exitUsage)
+	}
+}
