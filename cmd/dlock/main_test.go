@@ -1389,8 +1389,8 @@ func TestConsensusBackends(t *testing.T) {
 				t.Errorf("run on a closed port: exit %d, want %d; %s", r.code, exitUnavailable, r.stderr)
 			}
 			if b.name == "postgres" {
-				if r = dlockRun(t, "run", b.flag, b.addr, "-n", "2", key, "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "exclusive lock only") {
-					t.Errorf("run -n 2 on PostgreSQL: exit %d, want %d; %s", r.code, exitUsage, r.stderr)
+				if r = dlockRun(t, "run", b.flag, b.addr, "-s", key, "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "no read-write lock") {
+					t.Errorf("run -s on PostgreSQL: exit %d, want %d; %s", r.code, exitUsage, r.stderr)
 				}
 			}
 		})
