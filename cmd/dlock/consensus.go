@@ -107,21 +107,34 @@ func openEtcd(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			return etcdlock.New(cli, opts...)
 		},
 		insp:   c,
+		plain:  driver.KindFair,
 		sync:   c.Driver().(driver.SyncDriver),
 		closer: func() { _ = cli.Close() },
-		purge: func(ctx context.Context, prefix string) (int, error) {
-			n := 0
-			for _, p := range []string{etcdlock.QueuePrefix(prefix), etcdlock.Prefix + "abandoned/{" + prefix} {
-				// QueuePrefix ends with "}/": the names that start with prefix go on.
-				resp, err := cli.Delete(ctx, strings.TrimSuffix(p, "}/"), clientv3.WithPrefix())
-				if err != nil {
-					return n, err
-				}
-				n += int(resp.Deleted)
-			}
-			return n, nil
+		purge: func(ctx context.Context, keys []string) (int, error) {
+			return etcdPurge(ctx, cli, keys)
 		},
 	}, nil
+}
+
+// etcdPurge deletes the entries of the locks named keys: their queues,
+// abandon marks and lock-delay marks.
+func etcdPurge(ctx context.Context, cli *clientv3.Client, keys []string) (int, error) {
+	n := 0
+	for _, key := range keys {
+		// AbandonKey(key, "") is the prefix of the lock's abandon marks.
+		resp, err := cli.Txn(ctx).Then(
+			clientv3.OpDelete(etcdlock.QueuePrefix(key), clientv3.WithPrefix()),
+			clientv3.OpDelete(etcdlock.AbandonKey(key, ""), clientv3.WithPrefix()),
+			clientv3.OpDelete(etcdlock.DelayKey(key))).
+			Commit()
+		if err != nil {
+			return n, err
+		}
+		for _, r := range resp.Responses {
+			n += int(r.GetResponseDeleteRange().Deleted)
+		}
+	}
+	return n, nil
 }
 
 // zkSession is the ZooKeeper session timeout of a dlock command: the longest TTL
@@ -186,16 +199,17 @@ func openZK(ctx context.Context, servers []string, tf *tlsFiles) (store, error) 
 			return zklock.NewClient(d, opts...)
 		},
 		insp:   c,
+		plain:  driver.KindFair,
 		closer: func() { _ = d.Close() },
-		purge: func(ctx context.Context, prefix string) (int, error) {
-			return zkPurge(ctx, addrs, dialer, prefix)
+		purge: func(ctx context.Context, keys []string) (int, error) {
+			return zkPurge(ctx, addrs, dialer, keys)
 		},
 	}, nil
 }
 
-// zkPurge deletes the znodes of the locks whose names start with prefix (and
-// everything under them), through a session of its own.
-func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, prefix string) (int, error) {
+// zkPurge deletes the znodes of the locks named keys and everything under
+// them, through a session of its own.
+func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, keys []string) (int, error) {
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
@@ -204,13 +218,6 @@ func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, prefix strin
 		return 0, err
 	}
 	defer conn.Close()
-	kids, _, err := conn.Children(zklock.DefaultRoot)
-	if errors.Is(err, zk.ErrNoNode) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
 	n := 0
 	var remove func(path string) error
 	remove = func(path string) error {
@@ -218,7 +225,10 @@ func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, prefix strin
 			return ctx.Err()
 		}
 		sub, _, err := conn.Children(path)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		for _, k := range sub {
@@ -232,11 +242,10 @@ func zkPurge(ctx context.Context, addrs []string, dialer zk.Dialer, prefix strin
 		n++
 		return nil
 	}
-	for _, k := range kids {
-		if strings.HasPrefix(k, prefix) {
-			if err := remove(zklock.DefaultRoot + "/" + k); err != nil {
-				return n, err
-			}
+	for _, key := range keys {
+		// A run's name (letters, digits, '.', '-', ':') is its own znode name.
+		if err := remove(zklock.DefaultRoot + "/" + key); err != nil {
+			return n, err
 		}
 	}
 	return n, nil

@@ -253,3 +253,23 @@ func (f *stringsFlag) Set(s string) error {
 	*f = append(*f, s)
 	return nil
 }
+
+// exitCodeFlag is a flag whose value is an exit code, 0..255.
+type exitCodeFlag int
+
+func (f *exitCodeFlag) String() string {
+	if f == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*f))
+}
+
+// Set reads an exit code, saying what is expected when s is none.
+func (f *exitCodeFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 255 {
+		return fmt.Errorf("not an exit code: want a whole number 0..255 (e.g. 0 to count a lock not obtained as success, 75 the default)")
+	}
+	*f = exitCodeFlag(n)
+	return nil
+}

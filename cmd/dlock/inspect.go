@@ -240,14 +240,24 @@ func runStatus(ctx context.Context, e *env, args []string) int {
 	})
 }
 
+// delayLine says that a lock nobody holds is in its lock-delay, until when:
+// "is in its lock-delay until 15:04:05.000 (1.2s left): ..."; "" when it is
+// not.
+func (li lockInfo) delayLine() string {
+	if li.Held || li.DelayMS <= 0 || li.DelayTo == nil {
+		return ""
+	}
+	return fmt.Sprintf("is in its lock-delay until %s (%s left): its last holding ended without a release",
+		li.DelayTo.Local().Format("15:04:05.000"), ttlString(li.DelayMS))
+}
+
 // writeStatus prints one lock as a table of fields, holder-supplied text
 // escaped (see printable).
 func writeStatus(w io.Writer, li lockInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "key\t%s\n", printable(li.Key))
-	if !li.Held && li.DelayMS > 0 {
-		fmt.Fprintf(tw, "state\tin its lock-delay until %s (%s left): its last holding ended without a release\n",
-			li.DelayTo.Local().Format("15:04:05.000"), ttlString(li.DelayMS))
+	if d := li.delayLine(); d != "" {
+		fmt.Fprintf(tw, "state\t%s\n", strings.TrimPrefix(d, "is "))
 	} else if !li.Held {
 		fmt.Fprintf(tw, "state\tfree\n")
 	}
@@ -306,6 +316,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 			if err != nil {
 				return fail(e, c.name, err)
 			}
+			namePlainKind(st, s.Rows)
 			writeRows(e.stdout, s.Rows, s.Time, false)
 			return exitOK
 		}

@@ -50,11 +50,12 @@ func TestRunLockDelay(t *testing.T) {
 			t.Errorf("status --json in the lock-delay: %v %+v", err, st)
 		}
 		r = dlockRun(t, "list", key)
-		if !strings.Contains(r.stdout, "lock-delay") {
-			t.Errorf("list in the lock-delay:\n%s", r.stdout)
+		if !strings.Contains(r.stdout, "lock-delay") || !strings.Contains(r.stdout, " mutex ") {
+			t.Errorf("list in the lock-delay, want the kind mutex:\n%s", r.stdout)
 		}
-		if r := dlockRun(t, "run", "--wait", "0", key, "--", "true"); r.code != exitNotObtained {
-			t.Errorf("run --wait 0 in the lock-delay: exit %d, want %d", r.code, exitNotObtained)
+		if r := dlockRun(t, "run", "--wait", "0", key, "--", "true"); r.code != exitNotObtained ||
+			!strings.Contains(r.stderr, "is in its lock-delay until ") || strings.Contains(r.stderr, "held by") {
+			t.Errorf("run --wait 0 in the lock-delay: exit %d, want %d saying it is in its lock-delay, until when; stderr %q", r.code, exitNotObtained, r.stderr)
 		}
 		r = dlockRun(t, "run", "--wait", "20s", key, "--", "true")
 		if got := time.Since(forced); r.code != 0 || got < delay {

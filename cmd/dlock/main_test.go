@@ -557,6 +557,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"busy, wait", []string{"run", "--wait", "300ms", busy, "--", "touch", marker}, 75, "gave up after"},
 		{"busy, -E", []string{"run", "--wait", "0", "-E", "3", busy, "--", "touch", marker}, 3, "held by"},
 		{"bad -E", []string{"run", "-E", "300", key, "--", "true"}, 64, "0..255"},
+		{"-E not a number", []string{"run", "-E", "abc", key, "--", "true"}, 64, `invalid value "abc" for flag -E: not an exit code: want a whole number 0..255`},
 		{"foreign data", []string{"run", foreign, "--", "true"}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
 		{"status of foreign data", []string{"status", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
 		{"unlock of foreign data", []string{"unlock", "--force", foreign}, 65, `key "` + foreign + `" holds data that is not a dlock lock (Redis key "` + redislock.LockKey(foreign) + `" is a string)`},
@@ -1214,9 +1215,8 @@ func TestVersion(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) || strings.Count(r.stdout, "\n") != 1 {
 		t.Errorf("dlock version: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
-	// Built from a checkout: the release the checkout belongs to, marked devel,
-	// and the commit when git is there.
-	if !strings.HasPrefix(r.stdout, "dlock "+moduleVersion+" (devel") {
+	// Built from a checkout: the release the checkout leads to.
+	if !strings.HasPrefix(r.stdout, "dlock "+devVersion()+" (commit ") {
 		t.Errorf("dlock version of a build from a checkout: %q", r.stdout)
 	}
 	if r2 := dlockRun(t, "--version"); r2.code != 0 || r2.stdout != r.stdout {
@@ -1390,8 +1390,8 @@ func TestConsensusBackends(t *testing.T) {
 				t.Errorf("run on a closed port: exit %d, want %d; %s", r.code, exitUnavailable, r.stderr)
 			}
 			if b.name == "postgres" {
-				if r = dlockRun(t, "run", b.flag, b.addr, "-n", "2", key, "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "exclusive lock only") {
-					t.Errorf("run -n 2 on PostgreSQL: exit %d, want %d; %s", r.code, exitUsage, r.stderr)
+				if r = dlockRun(t, "run", b.flag, b.addr, "-s", key, "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "no read-write lock") {
+					t.Errorf("run -s on PostgreSQL: exit %d, want %d; %s", r.code, exitUsage, r.stderr)
 				}
 			}
 		})

@@ -18,14 +18,36 @@ import (
 )
 
 // pgStore is a store in a PostgreSQL database (pglock's lease table, which
-// run creates when missing and inspection never does): exclusive locks only.
-type pgStore struct{ *mutexStore }
+// run creates when missing and inspection never does): the exclusive lock,
+// the fair lock and semaphores.
+type pgStore struct {
+	*mutexStore
+	pool *pgxpool.Pool
+}
 
-func (s pgStore) locker(kind lockKind, _ int, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind != plainLock {
-		return nil, usageErrorf("--fair, -n, -s and -x are not available on %s: it has the exclusive lock only", s.where)
+func (s pgStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
+	switch kind {
+	case plainLock:
+		return s.newc(opts...)
+	case fairLock:
+		d, err := pglock.NewFairDriver(s.pool, pglock.WithCreateTable())
+		if err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
+	case semaphoreLock:
+		d, err := pglock.NewSemaphoreDriver(s.pool, permits, pglock.WithCreateTable())
+		if err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
 	}
-	return s.newc(opts...)
+	return nil, usageErrorf("-s and -x are not available on %s: it has no read-write lock", s.where)
+}
+
+// resizer returns the semaphores' Resizer of s.
+func (s pgStore) resizer() (driver.Resizer, error) {
+	return pglock.NewSemaphoreDriver(s.pool, pglock.StoredSize, pglock.WithCreateTable())
 }
 
 // openPostgres connects to the PostgreSQL database at raw (a postgres:// URL,
@@ -75,18 +97,28 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 		pool.Close()
 		return nil, err
 	}
-	return pgStore{&mutexStore{
+	return pgStore{pool: pool, mutexStore: &mutexStore{
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return pglock.NewClient(d, opts...) },
 		insp:   pgInspector{c, where},
+		plain:  driver.KindMutex,
 		sync:   d,
 		closer: pool.Close,
-		purge: func(ctx context.Context, prefix string) (int, error) {
-			// A prefix holds no LIKE wildcard (dlock verify checks it).
-			tag, err := pool.Exec(ctx, "DELETE FROM "+pglock.DefaultTable+" WHERE key LIKE $1", prefix+"%")
+		purge: func(ctx context.Context, keys []string) (int, error) {
+			tag, err := pool.Exec(ctx, "DELETE FROM "+pglock.DefaultTable+" WHERE key = ANY($1)", keys)
+			if isUndefinedTable(err) {
+				return 0, nil
+			}
 			return int(tag.RowsAffected()), err
 		},
 	}}, nil
+}
+
+// isUndefinedTable reports whether err is PostgreSQL's "relation does not
+// exist" (SQLSTATE 42P01).
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // pgConnectError explains why the PostgreSQL server at where (connection
@@ -133,8 +165,9 @@ func pgConnectError(where, raw string, err error) error {
 	return unavailableErrorf("cannot reach %s: %s", where, redact(strings.Join(kept, "; "), raw))
 }
 
-// pgInspector is the inspector of a pgStore: an inspection in a database
-// without the lock table (which it does not create) says so, exit 1.
+// pgInspector is the inspector of a pgStore: in a database without the lock
+// table (which it does not create) a list is empty, and an inspection or a
+// force of a key says there is no table, exit 1.
 type pgInspector struct {
 	in    driver.Inspector
 	where string
@@ -152,9 +185,14 @@ func (p pgInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 	return info, p.noTable(err)
 }
 
+// ListPrefix lists nothing in a database without the lock table: nothing has
+// been locked there.
 func (p pgInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := p.in.ListPrefix(ctx, prefix)
-	return infos, p.noTable(err)
+	if errors.Is(err, pglock.ErrNoTable) {
+		return nil, nil
+	}
+	return infos, err
 }
 
 func (p pgInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {

@@ -76,6 +76,9 @@ func (p *progress) holder(ctx context.Context, st store, key string) string {
 	ictx, icancel := context.WithTimeout(ctx, progressEvery)
 	defer icancel()
 	li, err := inspectLock(ictx, st, key)
+	if err == nil && !li.Held && li.DelayMS > 0 {
+		return "nobody: " + li.delayLine()
+	}
 	if err != nil || !li.Held {
 		return "another process"
 	}

@@ -96,8 +96,9 @@ func (o *runFlags) define() *flag.FlagSet {
 	fs.BoolVar(&o.shared, "shared", false, "same as -s")
 	fs.BoolVar(&o.exclusive, "x", false, "take the exclusive (write) lock of a key that -s runs share")
 	fs.BoolVar(&o.exclusive, "exclusive", false, "same as -x")
-	fs.IntVar(&o.conflict, "E", exitNotObtained, "exit `CODE` when the lock is not obtained within --wait")
-	fs.IntVar(&o.conflict, "conflict-exit-code", exitNotObtained, "same as -E `CODE`")
+	o.conflict = exitNotObtained
+	fs.Var((*exitCodeFlag)(&o.conflict), "E", "exit `CODE` (0..255) when the lock is not obtained within --wait")
+	fs.Var((*exitCodeFlag)(&o.conflict), "conflict-exit-code", "same as -E `CODE`")
 	fs.StringVar(&o.description, "description", "", "free-form `TEXT` shown by status and list")
 	fs.BoolVar(&o.quiet, "q", false, "quiet: say nothing when the lock is busy (with --wait 0 -E 0: skip silently); errors are still printed")
 	fs.BoolVar(&o.quiet, "quiet", false, "same as -q")
@@ -271,9 +272,6 @@ func (r *runRequest) check() error {
 	case o.lockDelay.d > 0 && (o.shared || o.exclusive || o.slots != 1 || o.fair):
 		return usageErrorf("--lock-delay with --fair, -n, -s or -x: only a plain lock keeps a lock-delay")
 	}
-	if o.conflict < 0 || o.conflict > 255 {
-		return usageErrorf("-E %d: an exit code is 0..255", o.conflict)
-	}
 	if len(o.description) > maxDescription {
 		return usageErrorf("--description of %d bytes exceeds %d", len(o.description), maxDescription)
 	}
@@ -398,14 +396,18 @@ func (r *runRequest) acquire(ctx context.Context, e *env, st store, locker dlock
 func (r *runRequest) notObtained(st store, waited time.Duration) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	who := "another process"
+	state := "is held by another process"
 	if li, err := inspectLock(ctx, st, r.key); err == nil && li.Held {
-		who = li.holderLine(time.Now())
+		state = "is held by " + li.holderLine(time.Now())
+	} else if err == nil {
+		if d := li.delayLine(); d != "" {
+			state = d
+		}
 	}
 	if !r.flags.wait.set || r.flags.wait.d == 0 {
-		return fmt.Sprintf("%q is held by %s (not waiting: --wait 0)", r.key, who)
+		return fmt.Sprintf("%q %s (not waiting: --wait 0)", r.key, state)
 	}
-	return fmt.Sprintf("%q is held by %s; gave up after %v (--wait %v)", r.key, who, waited.Round(time.Millisecond), r.flags.wait.d)
+	return fmt.Sprintf("%q %s; gave up after %v (--wait %v)", r.key, state, waited.Round(time.Millisecond), r.flags.wait.d)
 }
 
 // supervise runs the command under lease and returns dlock's exit code.

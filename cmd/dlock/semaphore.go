@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/redislock"
 )
 
@@ -30,7 +31,7 @@ before the first resize or with the size in force go on working; another -n
 is exit 65). When the size is lowered, the holders above it keep their permits
 until they finish, and no permit is granted until they are fewer than N; when
 it is raised, waiting runs are served at once. "dlock status KEY" shows the
-permits in use and the size ("2 of 3"). On Redis.
+permits in use and the size ("2 of 3"). On Redis and PostgreSQL.
 
 examples:
   dlock semaphore resize builds 8      # allow 8 concurrent builds from now on
@@ -60,15 +61,19 @@ func runSemaphore(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	rs, ok := st.(*redisStore)
-	if !ok {
-		return fail(e, c.name, usageErrorf("semaphores need --redis (one server or a Cluster), not %s", st))
+	var rz driver.Resizer
+	switch s := st.(type) {
+	case *redisStore:
+		rz, err = redislock.NewSemaphoreDriver(s.rdb, redislock.StoredSize)
+	case pgStore:
+		rz, err = s.resizer()
+	default:
+		return fail(e, c.name, usageErrorf("semaphores need --redis (one server or a Cluster) or --postgres, not %s", st))
 	}
-	sem, err := redislock.NewSemaphore(rs.rdb, redislock.StoredSize)
 	if err != nil {
 		return fail(e, c.name, err)
 	}
-	if err := sem.Resize(ctx, key, n); err != nil {
+	if err := rz.Resize(ctx, key, n); err != nil {
 		return fail(e, c.name, st.explain(ctx, key, err))
 	}
 	fmt.Fprintf(e.stderr, "dlock semaphore: %q has %d permits on %s\n", key, n, st)

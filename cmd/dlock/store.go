@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -48,10 +49,11 @@ type mutexStore struct {
 	where  string
 	newc   func(opts ...dlock.Option) (dlock.Locker, error)
 	insp   driver.Inspector
+	plain  string // the kind of its plain lock: driver.KindMutex or KindFair
 	closer func()
-	// purge deletes everything of the locks whose names start with prefix
-	// (dlock verify's cleanup) and returns how many entries it removed.
-	purge func(ctx context.Context, prefix string) (int, error)
+	// purge deletes the entries of the locks named keys (dlock verify's
+	// own, and nothing else) and returns how many entries it removed.
+	purge func(ctx context.Context, keys []string) (int, error)
 	sync  driver.SyncDriver // latches and barriers (sync.go); nil without them
 }
 
@@ -68,6 +70,24 @@ func (s *mutexStore) locker(kind lockKind, permits int, opts ...dlock.Option) (d
 }
 
 func (s *mutexStore) inspector() driver.Inspector { return s.insp }
+
+// namePlainKind names the kind of the rows in their lock-delay, which the
+// backends report without one ("lock"): only a plain lock keeps a delay, a
+// mutex on Redis and PostgreSQL, a fair lock on etcd and ZooKeeper.
+func namePlainKind(st store, rows []dashboard.Row) {
+	plain := driver.KindMutex
+	switch s := st.(type) {
+	case *mutexStore:
+		plain = s.plain
+	case pgStore:
+		plain = s.plain
+	}
+	for i := range rows {
+		if rows[i].Kind == "lock" && !rows[i].Held && rows[i].DelayMS > 0 {
+			rows[i].Kind = plain
+		}
+	}
+}
 
 func (s *mutexStore) failures() *failureLog { return nil }
 

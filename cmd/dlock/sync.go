@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -134,6 +135,24 @@ func waitFailed(e *env, c string, err error) int {
 	return fail(e, c, err)
 }
 
+// madeWith reads the size a latch or barrier was made with, and the one asked
+// for, from a backend's conflict error.
+var madeWith = regexp.MustCompile(`made with (?:count )?(\d+)(?: parties)?, (?:not|this one with) (\d+)`)
+
+// syncConflict explains a conflict of the latch or barrier (what) name, whose
+// size flag is flag: made with another size (exit 65, both named), or a name
+// that holds other data.
+func syncConflict(what, name, flag string, err error) error {
+	if !errors.Is(err, dlock.ErrConflict) {
+		return err
+	}
+	if m := madeWith.FindStringSubmatch(err.Error()); m != nil {
+		return &exitError{code: exitDataErr, err: err, msg: fmt.Sprintf("the %s %q was made with %s %s, not %s: every process gives the same %s %s (or waits until the %s is forgotten, --ttl after its last use)",
+			what, name, flag, m[1], m[2], flag, m[1], what)}
+	}
+	return &exitError{code: exitDataErr, err: err, msg: fmt.Sprintf("%q holds data that is not a dlock %s: %v", name, what, err)}
+}
+
 func runLatch(ctx context.Context, e *env, args []string) int {
 	c := latchCommand()
 	o, a, d, st, code := syncArgs(ctx, e, c, args)
@@ -146,26 +165,26 @@ func runLatch(ctx context.Context, e *env, args []string) int {
 	}
 	l, err := dlock.NewLatch(d, a.before[1], o.n, o.ttl)
 	if err != nil {
-		return fail(e, c.name, err)
+		return fail(e, c.name, syncConflict("latch", a.before[1], "--count", err))
 	}
 	switch a.before[0] {
 	case "count-down":
 		left, err := l.CountDown(ctx)
 		if err != nil {
-			return fail(e, c.name, err)
+			return fail(e, c.name, syncConflict("latch", a.before[1], "--count", err))
 		}
 		fmt.Fprintln(e.stdout, left)
 	case "count":
 		n, err := l.Count(ctx)
 		if err != nil {
-			return fail(e, c.name, err)
+			return fail(e, c.name, syncConflict("latch", a.before[1], "--count", err))
 		}
 		fmt.Fprintln(e.stdout, n)
 	case "wait":
 		wctx, cancel := o.waitCtx(ctx)
 		defer cancel()
 		if err := l.Wait(wctx); err != nil {
-			return waitFailed(e, c.name, err)
+			return waitFailed(e, c.name, syncConflict("latch", a.before[1], "--count", err))
 		}
 	default:
 		return fail(e, c.name, usageErrorf("unknown verb %q: want count-down, wait or count", a.before[0]))

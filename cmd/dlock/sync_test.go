@@ -37,8 +37,9 @@ func TestLatchVerbs(t *testing.T) {
 	if err := waiter.Wait(); err != nil {
 		t.Fatalf("wait: %v", err)
 	}
-	if r := dlockRun(t, "latch", "count", "--count", "3", name); r.code != exitDataErr {
-		t.Fatalf("count with another N: %+v, want exit 65", r)
+	if r := dlockRun(t, "latch", "count", "--count", "3", name); r.code != exitDataErr ||
+		!strings.Contains(r.stderr, "was made with --count 2, not 3: every process gives the same --count 2") || strings.Contains(r.stderr, "not a dlock lock") {
+		t.Fatalf("count with another N: %+v, want exit 65 naming both counts", r)
 	}
 	for _, args := range [][]string{
 		{"latch", "wait", name},

@@ -183,16 +183,25 @@ func TestDescribeBuild(t *testing.T) {
 		{Key: "vcs.time", Value: "2026-01-02T03:04:05Z"},
 		{Key: "vcs.modified", Value: "true"},
 	}}
+	dev := "dlock " + devVersion()
 	for _, tc := range []struct {
 		bi   *debug.BuildInfo
+		rev  string
 		want string
 	}{
-		{bi, "dlock v1.2.0 (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "dlock " + moduleVersion + " (devel) go1.26.0"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: bi.Settings[:1]}, "dlock " + moduleVersion + " (devel, commit 0123456789ab) go1.26.0"},
-		{nil, "dlock " + moduleVersion + " (devel) " + runtime.Version()},
+		{bi, "", "dlock v1.2.0 (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "", dev + " (commit unknown: built without VCS stamping) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}}, "fedcba9876543210", dev + " (commit fedcba987654) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: bi.Settings[:1]}, "", dev + " (commit 0123456789ab) go1.26.0"},
+		// go build in a clone stamps a pseudo-version; go install ...@main too.
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.0.0-20261202020304-a47439e2f0e4+dirty"}, Settings: bi.Settings}, "", dev + " (commit 0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.1.1-0.20261202020304-a47439e2f0e4"}}, "", dev + " (commit a47439e2f0e4, 2026-12-02T02:03:04Z) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.0.0-20261202020304-a47439e2f0e4+dirty"}}, "", dev + " (commit a47439e2f0e4, 2026-12-02T02:03:04Z, modified) go1.26.0"},
+		// go install ...@v0.2.0: the tag names the commit.
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v0.2.0"}}, "", "dlock v0.2.0 (tag cmd/dlock/v0.2.0) go1.26.0"},
+		{nil, "", dev + " (commit unknown: built without VCS stamping) " + runtime.Version()},
 	} {
-		if got := describeBuild(tc.bi); got != tc.want {
+		if got := describeBuild(tc.bi, tc.rev); got != tc.want {
 			t.Errorf("describeBuild = %q, want %q", got, tc.want)
 		}
 	}

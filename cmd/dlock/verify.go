@@ -24,10 +24,10 @@ type verifyFlags struct {
 func (o *verifyFlags) define() *flag.FlagSet {
 	fs := newFlagSet("verify")
 	o.srv.define(fs)
-	fs.StringVar(&o.prefix, "prefix", "", "the `PREFIX` of every lock name the run uses (required; letters, digits, '.', '-', ':'); everything under it is removed at the end")
+	fs.StringVar(&o.prefix, "prefix", "", "the `PREFIX` of every lock name the run uses (required; letters, digits, '.', '-', ':'); the run's names carry a tag of their own after it, and only their entries are removed at the end")
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "how long the workload runs (1s..1h)")
 	fs.DurationVar(&o.ttl, "ttl", 2*time.Second, "the locks' TTL (500ms..30s)")
-	fs.IntVar(&o.keys, "keys", 2, "how many lock names, PREFIX0 .. PREFIX<N-1> (1..16)")
+	fs.IntVar(&o.keys, "keys", 2, "how many lock names, PREFIX<TAG>-0 .. PREFIX<TAG>-<N-1> (1..16)")
 	fs.IntVar(&o.workers, "workers", 4, "worker processes, each with its own connection (2..32)")
 	fs.Uint64Var(&o.seed, "seed", 0, "the seed of the workload and the faults; 0: one is drawn (and printed)")
 	fs.StringVar(&o.history, "history", "", "write the history (JSON lines) to `PATH` (default: dlock-verify-PREFIX-SEED.jsonl in the temporary directory)")
@@ -45,7 +45,8 @@ flags, as it is deployed (a single Redis or a Sentinel set-up's master, a
 Cluster through any node, Redlock over several --redis masters, etcd,
 ZooKeeper, PostgreSQL): worker processes (this
 binary, started again), each with its own connection, take the locks named
-PREFIX0.. with TryLock, Lock and Do, hold them for a while, read-modify-write a
+PREFIX<TAG>-0.. (TAG drawn for the run, so that no other client's lock under
+the prefix is one of them) with TryLock, Lock and Do, hold them for a while, read-modify-write a
 protected resource with their fencing tokens and release, some exiting
 without releasing. Meanwhile it injects client-side faults only: it pauses
 (SIGSTOP/SIGCONT) and kills its own workers, and cuts and delays their
@@ -58,8 +59,10 @@ in-process Redis the workers write to with redislock's Fence), so nothing but
 the locks is written to the store. Every operation is recorded on one clock;
 at the end the history is checked, each property printed with PASS or FAIL
 (with the first violation and the history around it), the history written
-to --history, and everything under the prefix removed (also on Ctrl-C).
---prefix is required, and no other key is read or written.
+to --history, and the entries of the run's locks removed (also on Ctrl-C):
+nothing else under the prefix (another client's lock, a semaphore's size, a
+value, a latch) is touched. --prefix is required, and no key outside it is
+read or written.
 
 exit status: 0 every property holds; 1 a violation; 64 usage (no --prefix,
 or a lock under it is held); 69 the store cannot be reached, or no lock was
@@ -81,7 +84,7 @@ var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9.:-]{1,64}$`)
 func (o *verifyFlags) check(rest int) error {
 	switch {
 	case o.prefix == "":
-		return usageErrorf("--prefix is required: the run's locks are named PREFIX0.., and everything under the prefix is removed at the end")
+		return usageErrorf("--prefix is required: the run's locks are named PREFIX<TAG>-0.., and their entries are removed at the end")
 	case !prefixPattern.MatchString(o.prefix):
 		return usageErrorf("--prefix %q: use 1 to 64 letters, digits, '.', '-' or ':'", o.prefix)
 	case rest > 0:

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,16 +65,21 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 	} else if len(held) > 0 {
 		return fail(e, c.name, usageErrorf("%d lock(s) under --prefix %s are held on %s (%s first): choose a prefix nothing else uses", len(held), o.prefix, st, held[0].Key))
 	}
-	// Everything under the prefix goes at the end, also after an interrupt.
+	// The run's lock names carry a tag drawn for the run, so that no lock
+	// another client takes under the prefix is one of them; at the end (also
+	// after an interrupt) the entries of these names alone go: whatever else
+	// is under the prefix (a lock, a semaphore's size, a value, a latch) is
+	// not touched.
+	keys := runKeys(o.prefix+runTag()+"-", o.keys)
 	defer func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		n, err := purge(pctx, st, o.prefix)
+		n, err := purge(pctx, st, keys)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "dlock verify: removing what is under the prefix %s: %s\n", o.prefix, oneLine(err))
+			fmt.Fprintf(e.stderr, "dlock verify: removing the entries of the run's locks %s..: %s\n", keys[0], oneLine(err))
 			return
 		}
-		fmt.Fprintf(e.stdout, "removed %d entries under the prefix %s\n", n, o.prefix)
+		fmt.Fprintf(e.stdout, "removed %d entries of the run's locks %s..%s\n", n, keys[0], keys[len(keys)-1])
 	}()
 
 	resource := miniredis.NewMiniRedis()
@@ -99,9 +106,7 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 	}
 	spec := verify.Spec{Backend: b.flag, Kind: "plain", Resource: resource.Addr(), TTL: o.ttl,
 		Hold: o.ttl * 3 / 5, Wait: 3 * o.ttl, ExitProb: 0.05, Dir: dir}
-	for i := range o.keys {
-		spec.Keys = append(spec.Keys, fmt.Sprintf("%s%d", o.prefix, i))
-	}
+	spec.Keys = keys
 	logs := make([]*os.File, o.workers) // each worker's stderr, for a look after the run
 	for i := range logs {
 		if logs[i], err = os.Create(filepath.Join(dir, fmt.Sprintf("w%02d.log", i))); err != nil {
@@ -124,8 +129,8 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 			return cmd
 		}}
-	fmt.Fprintf(e.stdout, "dlock verify on %s: prefix %s, %d keys, %d workers, TTL %v, %v, faults: %s, seed %d\n",
-		st, o.prefix, o.keys, o.workers, o.ttl, o.duration, faultNames(faults, proxies), seed)
+	fmt.Fprintf(e.stdout, "dlock verify on %s: prefix %s, %d keys (%s..), %d workers, TTL %v, %v, faults: %s, seed %d\n",
+		st, o.prefix, o.keys, keys[0], o.workers, o.ttl, o.duration, faultNames(faults, proxies), seed)
 	if err := verify.Operate(ctx, cfg); err != nil {
 		return fail(e, c.name, err)
 	}
@@ -133,7 +138,7 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "dlock verify: interrupted; no verdict")
 		return 130
 	}
-	left := verifyLeftover(ctx, st, o.prefix, o.ttl)
+	left := verifyLeftover(ctx, st, keys, o.ttl)
 	h, err := verify.ReadHistory(dir)
 	if err != nil {
 		return fail(e, c.name, err)
@@ -147,7 +152,7 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 	}
 	html := strings.TrimSuffix(hist, ".jsonl") + ".html"
 	props, stats := verify.Properties(h, "plain", o.ttl, html)
-	props = append(props, verify.Property{Name: "leftover", What: "nothing is held under the prefix once every worker ended and a TTL passed"})
+	props = append(props, verify.Property{Name: "leftover", What: "nothing is held under the prefix of the run's locks once every worker ended and a TTL passed"})
 	if len(left) > 0 {
 		props[len(props)-1].Violation = &verify.Violation{Checker: "leftover", Msg: fmt.Sprintf("still held: %s", strings.Join(left, ", "))}
 	}
@@ -292,29 +297,51 @@ func heldUnder(ctx context.Context, st store, prefix string) ([]lockInfo, error)
 	return held, err
 }
 
-// verifyLeftover waits until nothing is held under prefix once the workers
-// have ended (a TTL, and the store's own grace for abandoned acquisitions),
-// and returns what is still held after that.
-func verifyLeftover(ctx context.Context, st store, prefix string, ttl time.Duration) []string {
+// verifyLeftover waits until none of the run's locks (keys) is held once the
+// workers have ended (a TTL, and the store's own grace for abandoned
+// acquisitions), and returns what is still held after that. Other locks under
+// the prefix are not the run's: they are not looked at.
+func verifyLeftover(ctx context.Context, st store, keys []string, ttl time.Duration) []string {
 	start := time.Now()
 	deadline := start.Add(ttl + 7*time.Second)
 	for {
-		held, err := heldUnder(ctx, st, prefix)
-		var keys []string
+		held, err := heldUnder(ctx, st, strings.TrimSuffix(keys[0], "0")) // RUN0 -> RUN
+		var left []string
 		for _, li := range held {
-			if time.Since(start) > ttl && freedByNextAttempt(ctx, st, li.Key) {
+			if !slices.Contains(keys, li.Key) || time.Since(start) > ttl && freedByNextAttempt(ctx, st, li.Key) {
 				continue
 			}
-			keys = append(keys, li.Key)
+			left = append(left, li.Key)
 		}
 		if err != nil {
-			keys = append(keys, "(listing failed: "+oneLine(err)+")")
+			left = append(left, "(listing failed: "+oneLine(err)+")")
 		}
-		if len(keys) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			return keys
+		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return left
 		}
 		time.Sleep(200 * time.Millisecond) // polling the store's expiry
 	}
+}
+
+// runTag returns a tag drawn for one run of dlock verify, which its lock names
+// carry after the prefix: 8 base-36 digits.
+func runTag() string {
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = digits[rand.IntN(len(digits))]
+	}
+	return string(b)
+}
+
+// runKeys returns the n lock names of a run whose names start with run (the
+// prefix, the run's tag and '-'): RUN0 .. RUN<n-1>.
+func runKeys(run string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%d", run, i)
+	}
+	return keys
 }
 
 // freedByNextAttempt reports whether a new acquirer gets key, on a store whose
@@ -338,50 +365,60 @@ func freedByNextAttempt(ctx context.Context, st store, key string) bool {
 	return true
 }
 
-// purge deletes everything of the locks whose names start with prefix, on
-// every server of st, and returns how many entries it removed.
-func purge(ctx context.Context, st store, prefix string) (int, error) {
-	pattern := redislock.Prefix + "{" + prefix + "*"
+// purge deletes the entries of the locks named keys (the run's own, whose
+// names carry the run's tag), on every server of st, and returns how many
+// entries it removed. No other name is touched.
+func purge(ctx context.Context, st store, keys []string) (int, error) {
 	switch s := st.(type) {
 	case *redisStore:
 		if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-			n := 0
+			// The entries of a lock live in its slot: each on one master.
+			var n atomic.Int64
 			err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-				m, err := scanDelete(ctx, c, pattern)
-				n += m
+				m, err := purgeRedis(ctx, c, keys)
+				n.Add(int64(m))
 				return err
 			})
-			return n, err
+			return int(n.Load()), err
 		}
-		return scanDelete(ctx, s.rdb, pattern)
+		return purgeRedis(ctx, s.rdb, keys)
 	case *redlockStore:
 		n := 0
 		var errs []error
 		for _, c := range s.rdbs {
-			m, err := scanDelete(ctx, c, pattern)
+			m, err := purgeRedis(ctx, c, keys)
 			n += m
 			errs = append(errs, err)
 		}
 		return n, errors.Join(errs...)
 	case pgStore:
-		return s.purge(ctx, prefix)
+		return s.purge(ctx, keys)
 	case *mutexStore:
-		return s.purge(ctx, prefix)
+		return s.purge(ctx, keys)
 	}
-	return 0, fmt.Errorf("cannot remove the prefix's entries from %s", st)
+	return 0, fmt.Errorf("cannot remove the run's entries from %s", st)
 }
 
-// scanDelete deletes the keys of one Redis server that match pattern.
-func scanDelete(ctx context.Context, c redis.UniversalClient, pattern string) (int, error) {
+// purgeRedis deletes the entries of the locks named keys on one Redis server:
+// for each, the keys under its hash tag (record, fence counter, waiting set,
+// abandon marks).
+func purgeRedis(ctx context.Context, c redis.UniversalClient, keys []string) (int, error) {
 	n := 0
-	iter := c.Scan(ctx, 0, pattern, 500).Iterator()
-	for iter.Next(ctx) {
-		if err := c.Unlink(ctx, iter.Val()).Err(); err != nil {
+	for _, key := range keys {
+		// A run's name holds no glob character (dlock verify checks the
+		// prefix), and "}" ends it: RUN1 does not match RUN10's keys.
+		iter := c.Scan(ctx, 0, redislock.LockKey(key)+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Unlink(ctx, iter.Val()).Err(); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if err := iter.Err(); err != nil {
 			return n, err
 		}
-		n++
 	}
-	return n, iter.Err()
+	return n, nil
 }
 
 // lastError returns the last error of the history h, else the last line the

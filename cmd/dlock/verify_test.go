@@ -8,16 +8,21 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/zklock"
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -237,7 +242,10 @@ func TestVerifyReportsViolation(t *testing.T) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				rdb.Del(ctx, "dlock:{vt:0}")
+				// The record of the run's first lock, vt:<tag>-0.
+				for _, k := range rdb.Keys(ctx, "dlock:{vt:*-0}").Val() {
+					rdb.Del(ctx, k)
+				}
 			}
 		}
 	}()
@@ -299,5 +307,156 @@ func TestVerifyNothingGranted(t *testing.T) {
 	r := dlockRun(t, "verify", "--prefix", "vt:", "--duration", "2s", "--ttl", "1s", "--faults", "none", "--redis", "redis://"+s.Addr+"/0")
 	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no lock was granted") || !strings.Contains(r.stderr, "OOM") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// tryLocker is what TestVerifyLeavesOthersUnderThePrefix needs of a backend's
+// Client.
+type tryLocker interface {
+	TryLock(ctx context.Context, key string, opts ...dlock.Option) (*dlock.Lease, error)
+}
+
+// TestVerifyLeavesOthersUnderThePrefix takes a lock under the prefix of a
+// running dlock verify (on Redis also a resized semaphore, an optimistic
+// value and a latch; on etcd and PostgreSQL a latch): once the run ended, the
+// lock is still held by its lease, another Client's TryLock is refused, and
+// the other objects are still there.
+func TestVerifyLeavesOthersUnderThePrefix(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd", "postgres", "zookeeper"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			must := func(c tryLocker, err error) tryLocker {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			var (
+				flag, url string
+				newc      func() tryLocker
+				others    func() []string // the objects other than the lock
+				rdb       *redis.Client
+			)
+			switch backend {
+			case "redis":
+				s := testserver.StartRedis(t)
+				flag, url = "--redis", "redis://"+s.Addr+"/0"
+				rdb = redis.NewClient(&redis.Options{Addr: s.Addr})
+				defer rdb.Close()
+				newc = func() tryLocker { return must(redislock.New(rdb)) }
+				others = func() []string {
+					var out []string
+					for _, k := range []string{redislock.SizeKey("vt:sem"), redislock.ValueKey("vt:val"), redislock.LatchKey("vt:latch")} {
+						if rdb.Exists(ctx, k).Val() == 1 {
+							out = append(out, k)
+						}
+					}
+					return out
+				}
+			case "etcd", "postgres":
+				flag = "--" + backend
+				if backend == "etcd" {
+					url = testserver.StartEtcd(t).ClientURL
+					cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cli.Close()
+					newc = func() tryLocker { return must(etcdlock.New(cli)) }
+				} else {
+					url = testserver.StartPostgres(t).URL
+					pool, err := pgxpool.New(ctx, url)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer pool.Close()
+					d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
+					if err != nil {
+						t.Fatal(err)
+					}
+					newc = func() tryLocker { return must(pglock.NewClient(d)) }
+				}
+				others = func() []string {
+					r := dlockRun(t, "latch", "count", "--count", "3", flag, url, "vt:latch")
+					if strings.TrimSpace(r.stdout) == "2" {
+						return []string{"latch"}
+					}
+					return nil
+				}
+			default:
+				flag, url = "--zk", testserver.StartZooKeeper(t).Addr
+				d, err := zklock.NewDriver(ctx, []string{url})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.Close()
+				newc = func() tryLocker { return must(zklock.NewClient(d)) }
+				others = func() []string { return nil }
+			}
+
+			out := filepath.Join(t.TempDir(), "out")
+			f, err := os.Create(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			cmd := dlockCmd(t, "verify", "--prefix", "vt:", "--duration", "3s", "--ttl", "1s", "--faults", "none", flag, url)
+			cmd.Stdout = f
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Its check that nothing is held under the prefix is behind it.
+			waitFor(t, "the run's start", fileHas(out, "dlock verify on "))
+			lease, err := newc().TryLock(ctx, "vt:user", dlock.WithTTL(10*time.Second), dlock.WithAutoRenew(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lease.Unlock(context.Background())
+			var want []string
+			if rdb != nil {
+				if r := dlockRun(t, "semaphore", "resize", flag, url, "vt:sem", "3"); r.code != exitOK {
+					t.Fatalf("resize: exit %d, stderr %q", r.code, r.stderr)
+				}
+				o, err := redislock.NewOptimistic(rdb, time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := o.CompareAndSet(ctx, "vt:val", 0, "v"); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, redislock.SizeKey("vt:sem"), redislock.ValueKey("vt:val"))
+			}
+			if backend != "zookeeper" {
+				if r := dlockRun(t, "latch", "count-down", "--count", "3", flag, url, "vt:latch"); r.code != exitOK {
+					t.Fatalf("latch count-down: exit %d, stderr %q", r.code, r.stderr)
+				}
+				if rdb != nil {
+					want = append(want, redislock.LatchKey("vt:latch"))
+				} else {
+					want = append(want, "latch")
+				}
+			}
+			err = cmd.Wait()
+			b, _ := os.ReadFile(out)
+			if cmd.ProcessState.ExitCode() != exitOK || !strings.Contains(string(b), "every property holds") {
+				t.Errorf("dlock verify: %v; stdout:\n%s\nstderr:\n%s", err, b, stderr.String())
+			}
+			if err := lease.Extend(ctx, 10*time.Second); err != nil || lease.Err() != nil {
+				t.Errorf("the user's lease after the run: Extend %v, Err %v", err, lease.Err())
+			}
+			if other, err := newc().TryLock(ctx, "vt:user"); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Errorf("another Client's TryLock of the user's lock: %v, want ErrNotObtained", err)
+				if other != nil {
+					_ = other.Unlock(ctx)
+				}
+			}
+			if got := others(); !slices.Equal(got, want) {
+				t.Errorf("after the run: %v, want %v", got, want)
+			}
+		})
 	}
 }

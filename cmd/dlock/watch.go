@@ -20,7 +20,10 @@ func runWatch(ctx context.Context, e *env, st store, pattern string, interval ti
 	if err != nil {
 		return fail(e, "list", err)
 	}
-	_ = w.Run(ctx, func(s dashboard.Snapshot) { writeWatch(e.stdout, s) })
+	_ = w.Run(ctx, func(s dashboard.Snapshot) {
+		namePlainKind(st, s.Rows)
+		writeWatch(e.stdout, s)
+	})
 	return exitOK
 }
 
