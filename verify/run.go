@@ -101,6 +101,8 @@ type Config struct {
 	// (its Client checks its holdings then) and be told at once all the
 	// same, so the drop is not recorded as a fault that excuses anything.
 	ForceGap bool
+	// Told is told-at-once's bound (0: ToldBound of the TTL).
+	Told time.Duration
 }
 
 // Redis topologies of the lock store (Config.Topology, Spec.Topology).
@@ -380,7 +382,7 @@ func Run(t testing.TB, c Config) *Result {
 	// heard), ZooKeeper's Driver sets the watch on the holder's node when the
 	// queue's child watch fired before the holding was registered, and
 	// memlock tells the holder itself.
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay,
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
 		HTML: filepath.Join(dir, "resource.html")})
 	res.Stats = a.Stats
 	res.Violations = a.Check()

@@ -106,6 +106,11 @@ type scenario struct {
 	clockToken bool
 }
 
+// zkForcesScenario force-unlocks ZooKeeper holdings with a lock-delay and
+// nothing else, with a TTL long enough that a holder that is told only at its
+// next renewal misses told-at-once's bound on most forces.
+const zkForcesScenario = "zookeeper-lock-delay-forces"
+
 var holderFaults = []string{FaultStop, FaultKill, FaultReset, FaultDelay, FaultBlackhole}
 
 // forceFaults are FaultForce and holderFaults: an operator's force-unlock of a
@@ -153,6 +158,7 @@ var scenarios = []scenario{
 	{"memlock-lock-delay", "memlock", delayed, nil, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (worker goroutines: one process)", false},
 	{"etcd-3-lock-delay", "etcd", delayed, []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (keys and leases)", false},
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
+	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
 
@@ -181,6 +187,14 @@ func (sc scenario) configure(t *testing.T, c *Config) {
 	if sc.name == forceGapScenario {
 		c.ForceGap = true
 		forceGapTiming(&c.Spec)
+	}
+	if sc.name == zkForcesScenario {
+		// A holder not told at once learns of a force at its next renewal
+		// (a third of the TTL) or its release, whichever comes first: with a
+		// 3 s TTL and 2 s holds, up to a second after the force, where
+		// told-at-once's bound is 150 ms here (a pushed loss takes a few ms).
+		c.Spec.TTL, c.Spec.Hold, c.Spec.Wait = 3*time.Second, 2*time.Second, 8*time.Second
+		c.Duration, c.Told = duration(15*time.Second), 150*time.Millisecond
 	}
 	switch sc.backend {
 	case "valkey":
