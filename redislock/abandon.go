@@ -1,10 +1,7 @@
 package redislock
 
 import (
-	"context"
 	"errors"
-	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,26 +57,7 @@ const (
 func answered(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply) || errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrNotObtained) ||
-		errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrRefused) ||
-		unsent(err)
-}
-
-// unsent reports whether err shows that the command never reached the server
-// whole: a write that failed (the client closes the connection, and the
-// server drops the part of a command it received with it), or the context's
-// own error with no network error under it, which the client returns when the
-// context ended before it wrote (waiting for a pooled connection, or before a
-// retry of a write that failed). A read that failed (the reply of a command
-// that may have run) is neither.
-func unsent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op.Op == "write" || op.Op == "dial"
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) { // a connection's deadline: a read's or a write's
-		return false
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+		errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrRefused)
 }
 
 // sent records the outcome err of an attempt of r: it hands a waiting
@@ -142,8 +120,7 @@ func (f *flights) forget(key, owner string) bool {
 // acquisition, or "0" (no mark) when every attempt of it was answered.
 func (f *flights) mark(h driver.Holding) string {
 	flew := f.forget(h.Key, h.Owner)
-	a, ok := h.Handle.(*attempts)
-	if !flew && (h.Handle == nil || ok && !a.unanswered.Load()) {
+	if a, ok := h.Handle.(*attempts); ok && !flew && !a.unanswered.Load() {
 		return "0"
 	}
 	return strconv.FormatInt(markTTL(h.TTL), 10)
