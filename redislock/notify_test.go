@@ -721,7 +721,8 @@ func TestGoneWaiterLeavesNoResidue(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := waiter.Lock(ctx, key)
+			// A second of failures only (its client closed) ends the wait.
+			_, err := waiter.Lock(ctx, key, dlock.WithFailureLimit(time.Second))
 			done <- err
 		}()
 		eventually(t, "waiter subscribed", func() bool { return numSub(probe, key) == 1 })
