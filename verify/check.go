@@ -340,8 +340,8 @@ func (a *Analysis) matchForces() {
 	for i := range a.forces {
 		fo := &a.forces[i]
 		for _, g := range a.grants[fo.ok.Key] {
-			if g.ok.T > fo.ok.T {
-				continue // granted after the force
+			if g.ok.T > fo.ok.T && (fo.ok.Token == 0 || g.ok.Token != fo.ok.Token) {
+				continue // granted after the force (a grant the force names by its token was granted before it, its reply on its way)
 			}
 			valid := g.ok.T <= fo.inv.T && g.end > fo.inv.T // when the force was invoked
 			switch {
@@ -789,7 +789,9 @@ func (a *Analysis) ToldAtOnce() *Violation {
 					Msg: fmt.Sprintf("key %s: worker %d's token %d was force-unlocked, and a renewal of it that began %v after the force succeeded",
 						fo.ok.Key, g.ok.Proc, g.ok.Token, time.Duration(a.sent(r.deadline)-fo.ok.T).Round(time.Millisecond))}
 			}
-			t, by := fo.ok.T, fo.ok.T+int64(bound)
+			// A holder cannot be told before its grant's reply came back: a
+			// force of a grant whose reply was on its way counts from then.
+			t, by := max(fo.ok.T, g.ok.T), max(fo.ok.T, g.ok.T)+int64(bound)
 			if g.relInv != 0 && g.relInv <= t || g.done != 0 && g.done <= t || g.death != 0 && g.death <= by ||
 				g.deadline != 0 && g.deadline <= by || a.P.LateWatch && fo.inv.T-g.ok.T < int64(bound) ||
 				a.faultNear(fo.inv.T-2*int64(a.P.TTL), by, g.ok.Proc) {

@@ -399,3 +399,23 @@ func TestSpuriousLossInTheLeasesLastQuarter(t *testing.T) {
 		t.Errorf("a loss at the deadline: %s", v.Msg)
 	}
 }
+
+// TestForceOfAGrantWhoseReplyWasOnItsWay: a force-unlock that names a grant
+// by its token and completed while the grant's reply was still on its way
+// (the store granted first) removed that holding: the holder's Done right
+// after its reply is no spurious loss, and told-at-once counts from the
+// reply. A Done that never fires after such a reply still fails.
+func TestForceOfAGrantWhoseReplyWasOnItsWay(t *testing.T) {
+	acquire := []Event{
+		{T: ms(0), Proc: 0, Op: OpAcquire, Type: Invoke, ID: 1, Key: "k", Mode: "wait"},
+		{T: ms(30), Proc: 0, Op: OpAcquire, Type: OK, ID: 1, Key: "k", Mode: "wait", Token: 10, Deadline: ms(400)},
+	}
+	told := cat(acquire, forceEvents(10, 10), doneEvents(0, 32, 10), releaseEvents(0, 2, 40))
+	if got := checkerNames(Analyze(told, checkParams)); len(got) != 0 {
+		t.Errorf("a holder told of a force just after its grant's reply: %v, want no violation", got)
+	}
+	never := cat(acquire, forceEvents(10, 10), grantEvents(1, 1, 200, 11, 400), releaseEvents(1, 2, 300))
+	if got := checkerNames(Analyze(never, checkParams)); !slices.Contains(got, "told-at-once") {
+		t.Errorf("a holder never told of a force of its grant: %v, want told-at-once", got)
+	}
+}
