@@ -63,7 +63,8 @@ type Once struct {
 // key's lock (fn's context ends if the lock is lost). It returns ctx's error
 // when ctx ends first, fn's error when this call computed and fn failed (or a
 // shared error's text, with ShareErrors), and an error matching ErrInvalid for
-// a nil Client or fn, a bad key, a negative ResultTTL or MaxSize, or a
+// a nil Client or fn, a bad key, a negative ResultTTL or MaxSize, a
+// ResultTTL below a millisecond, or a
 // MaxSize above the backend's, before any I/O.
 func (o Once) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 	rk, err := o.check(ctx, key, fn)
@@ -77,7 +78,7 @@ func (o Once) Do(ctx context.Context, key string, fn func(ctx context.Context) (
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = lease.Unlock(context.WithoutCancel(ctx)) }()
+	defer func() { _ = lease.Unlock(ctx) }() // an ended ctx: Unlock still releases, on a short bounded context
 	// A computation that ended while this caller waited left its result.
 	if v, ok, err := o.stored(ctx, rk, key); ok || err != nil {
 		return v, err
@@ -109,6 +110,8 @@ func (o Once) check(ctx context.Context, key string, fn func(context.Context) ([
 		return nil, invalidf("nil function")
 	case o.ResultTTL < 0 || o.MaxSize < 0:
 		return nil, invalidf("Once with a negative ResultTTL (%v) or MaxSize (%d)", o.ResultTTL, o.MaxSize)
+	case o.ResultTTL > 0 && o.ResultTTL < time.Millisecond:
+		return nil, invalidf("Once's ResultTTL %v below a millisecond, the stores' unit", o.ResultTTL)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err

@@ -172,6 +172,11 @@ func testOnce(t *testing.T, b Backend) {
 		if err != nil || string(v) != "small" {
 			t.Fatalf("after a refused result: %q, %v; want a new computation", v, err)
 		}
+		for _, bad := range []dlock.Once{{Client: clients[0], ResultTTL: time.Microsecond}, {Client: clients[0], ResultTTL: -time.Second}, {Client: clients[0], MaxSize: -1}, {}} {
+			if _, err := bad.Do(ctx, Key(t), func(context.Context) ([]byte, error) { return nil, nil }); !errors.Is(err, dlock.ErrInvalid) {
+				t.Fatalf("Once %+v: %v, want ErrInvalid", bad, err)
+			}
+		}
 		rk := clients[0].Driver().(driver.ResultKeeper)
 		called := false
 		_, err = dlock.Once{Client: clients[0], MaxSize: rk.MaxResult()}.Do(ctx, Key(t), func(context.Context) ([]byte, error) {
