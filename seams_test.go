@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"bufio"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -128,4 +129,45 @@ func modulePath(gomod string) (string, error) {
 		return "", err
 	}
 	return "", fmt.Errorf("%s: no module line", gomod)
+}
+
+// contractNames are the names package driver defines and the root package
+// re-exports for users. A backend spells them driver.X: the contract between
+// a backend and the core lives in driver.
+var contractNames = []string{
+	"ErrNotObtained", "ErrNotHeld", "ErrLockLost", "ErrReleased", "ErrInvalid",
+	"ErrConflict", "ErrUnavailable", "ErrRefused", "ErrStaleToken",
+	"BusyError", "LockInfo", "MinTTL", "MaxTTL",
+}
+
+// TestBackendsSpellTheContractFromDriver fails when a backend's non-test code
+// names one of contractNames through the root package (dlock.ErrInvalid)
+// instead of package driver (driver.ErrInvalid). Comments may use either.
+func TestBackendsSpellTheContractFromDriver(t *testing.T) {
+	for _, dir := range []string{"redislock", "redlock", "etcdlock", "zklock", "pglock", "memlock", "legacy"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(af, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "dlock" && slices.Contains(contractNames, sel.Sel.Name) {
+					t.Errorf("%s: dlock.%s: spell it driver.%s", fset.Position(sel.Pos()), sel.Sel.Name, sel.Sel.Name)
+				}
+				return true
+			})
+		}
+	}
 }

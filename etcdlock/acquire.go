@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -71,7 +70,7 @@ func (d *Driver) acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		}
 	}
 	if errors.Is(err, errLeaseGone) {
-		err = fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
+		err = fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", driver.ErrUnavailable, leaseAttempts)
 	}
 	if err != nil {
 		if h != nil {
@@ -258,7 +257,7 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 	marker, read := markerOf(resp.Responses[3]), resp.Header.Revision
 	switch {
 	case resp.Responses[1].GetResponseRange().Count > 0:
-		return nil, fmt.Errorf("%w: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return nil, fmt.Errorf("%w: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	case len(own) == 0: // a TryLock that found the queue taken
 		res := &attemptResult{}
 		if len(first) == 1 {
@@ -280,7 +279,7 @@ func (d *Driver) write(ctx context.Context, r driver.AcquireRequest, sl *sharedL
 			return nil, sl.failed(err)
 		}
 		if !resp.Succeeded {
-			return nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", dlock.ErrUnavailable, entry)
+			return nil, fmt.Errorf("%w: etcd: entry %q changed while being taken over", driver.ErrUnavailable, entry)
 		}
 		first = resp.Responses[1].GetResponseRange().Kvs
 		marker, read = markerOf(resp.Responses[2]), resp.Header.Revision

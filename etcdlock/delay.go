@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -54,7 +53,7 @@ func (d *Driver) gate(ctx context.Context, r driver.AcquireRequest, h *queueEntr
 	if m := res.marker; m != nil {
 		tok, ms, ok := parseMark(m.Value)
 		if !ok {
-			return 0, fmt.Errorf("%w: etcd: %s holds %q, not a dlock lock-delay marker", dlock.ErrConflict, mk, m.Value)
+			return 0, fmt.Errorf("%w: etcd: %s holds %q, not a dlock lock-delay marker", driver.ErrConflict, mk, m.Value)
 		}
 		mine = tok == token
 		switch {
@@ -100,7 +99,7 @@ func (d *Driver) gate(ctx context.Context, r driver.AcquireRequest, h *queueEntr
 		return 0, mapErr(err)
 	}
 	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: etcd: the entry of %q vanished as it was granted", dlock.ErrUnavailable, r.Key)
+		return 0, fmt.Errorf("%w: etcd: the entry of %q vanished as it was granted", driver.ErrUnavailable, r.Key)
 	}
 	h.mu.Lock()
 	h.delayMark = v

@@ -41,7 +41,7 @@ func New(cli *clientv3.Client, opts ...dlock.Option) (*dlock.Client, error) {
 // bad option.
 func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil etcdlock driver", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil etcdlock driver", driver.ErrInvalid)
 	}
 	return dlock.NewClient(d, opts...)
 }
@@ -95,17 +95,17 @@ func WithRequestTimeout(d time.Duration) Option {
 // dlock.ErrInvalid for a nil client or a bad option; it does no I/O.
 func NewDriver(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 	if cli == nil {
-		return nil, fmt.Errorf("%w: nil etcd client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil etcd client", driver.ErrInvalid)
 	}
 	o := options{timeout: DefaultRequestTimeout}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: etcdlock: nil option", dlock.ErrInvalid)
+			return nil, fmt.Errorf("%w: etcdlock: nil option", driver.ErrInvalid)
 		}
 		opt(&o)
 	}
 	if o.timeout <= 0 {
-		return nil, fmt.Errorf("%w: etcdlock: request timeout %v must be positive", dlock.ErrInvalid, o.timeout)
+		return nil, fmt.Errorf("%w: etcdlock: request timeout %v must be positive", driver.ErrInvalid, o.timeout)
 	}
 	return &Driver{cli: cli, timeout: o.timeout}, nil
 }
@@ -124,5 +124,5 @@ func (d *Driver) request(ctx context.Context) (context.Context, func(error) erro
 // The server may grant more than asked (its minimum TTL); the granted TTL is
 // reported in every Grant and Extend.
 func (d *Driver) TTLLimits() driver.TTLLimits {
-	return driver.TTLLimits{Min: time.Second, Max: dlock.MaxTTL, Step: time.Second}
+	return driver.TTLLimits{Min: time.Second, Max: driver.MaxTTL, Step: time.Second}
 }

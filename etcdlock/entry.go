@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -205,7 +204,7 @@ func handleOf(v any) (*queueEntry, error) {
 	}
 	h, ok := v.(*queueEntry)
 	if !ok || h == nil {
-		return nil, fmt.Errorf("%w: handle of type %T is not an etcdlock handle", dlock.ErrInvalid, v)
+		return nil, fmt.Errorf("%w: handle of type %T is not an etcdlock handle", driver.ErrInvalid, v)
 	}
 	return h, nil
 }

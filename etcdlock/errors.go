@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -23,13 +23,13 @@ func mapErr(err error) error {
 	}
 	switch errCode(err) {
 	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
-		return errors.Join(dlock.ErrRefused, err)
+		return errors.Join(driver.ErrRefused, err)
 	case codes.ResourceExhausted:
 		if errors.Is(err, rpctypes.ErrNoSpace) {
-			return errors.Join(dlock.ErrRefused, err)
+			return errors.Join(driver.ErrRefused, err)
 		}
 	}
-	return errors.Join(dlock.ErrUnavailable, err)
+	return errors.Join(driver.ErrUnavailable, err)
 }
 
 func errCode(err error) codes.Code {
@@ -47,9 +47,9 @@ func errCode(err error) codes.Code {
 func leaseGone(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
 func conflict(key string, kv *mvccpb.KeyValue) error {
-	return fmt.Errorf("%w: etcd key %q of lock %q has no lease", dlock.ErrConflict, kv.Key, key)
+	return fmt.Errorf("%w: etcd key %q of lock %q has no lease", driver.ErrConflict, kv.Key, key)
 }
 
 func notHeld(key string) error {
-	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	return fmt.Errorf("%w: %q is not held by this owner", driver.ErrNotHeld, key)
 }

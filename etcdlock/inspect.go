@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,31 +19,31 @@ import (
 // holder's token (etcd keeps none for a free lock). A free lock is not an
 // error: the result has Held false. The error matches dlock.ErrInvalid for a
 // bad key and dlock.ErrConflict when the oldest entry was not written by dlock.
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := checkArgs(ctx, key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	tr, err := d.cli.Txn(ctx).Then(clientv3.OpGet(QueuePrefix(key), clientv3.WithFirstCreate()...), clientv3.OpGet(DelayKey(key))).Commit()
 	if err != nil {
-		return dlock.LockInfo{}, mapErr(err)
+		return driver.LockInfo{}, mapErr(err)
 	}
 	resp, marker := tr.Responses[0].GetResponseRange(), markerOf(tr.Responses[1])
 	if len(resp.Kvs) == 0 {
-		info := dlock.LockInfo{Key: key}
+		info := driver.LockInfo{Key: key}
 		if marker != nil {
 			info.DelayLeft = d.delayLeft(ctx, marker, 0)
 		}
 		return info, nil
 	}
 	if foreign(resp.Kvs[0]) {
-		return dlock.LockInfo{Key: key}, conflict(key, resp.Kvs[0])
+		return driver.LockInfo{Key: key}, conflict(key, resp.Kvs[0])
 	}
 	return d.info(ctx, key, resp.Kvs[0], int(resp.Count)-1), nil
 }
 
 // info describes the holder entry kv of the lock named key.
-func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, waiters int) dlock.LockInfo {
-	return dlock.LockInfo{
+func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, waiters int) driver.LockInfo {
+	return driver.LockInfo{
 		Key:      key,
 		Held:     true,
 		Owner:    strings.TrimPrefix(string(kv.Key), QueuePrefix(key)),
@@ -64,9 +63,9 @@ func (d *Driver) info(ctx context.Context, key string, kv *mvccpb.KeyValue, wait
 // ListPrefix implements driver.Inspector: it returns the locks held now whose
 // names start with prefix, read in one range request. Locks whose oldest entry
 // was not written by dlock are skipped.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	// Every entry of the locks whose names start with prefix: the holder of
 	// each lock is its oldest, and the others count as its waiters. Keys sort
@@ -98,7 +97,7 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 			l.holder = kv
 		}
 	}
-	infos := make([]dlock.LockInfo, 0, len(names))
+	infos := make([]driver.LockInfo, 0, len(names))
 	for _, name := range names {
 		l := locks[name]
 		if foreign(l.holder) {
@@ -118,7 +117,7 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 			continue
 		}
 		if left := d.delayLeft(ctx, m, 0); left > 0 {
-			infos = append(infos, dlock.LockInfo{Key: name, DelayLeft: left})
+			infos = append(infos, driver.LockInfo{Key: name, DelayLeft: left})
 		}
 	}
 	return infos, nil
@@ -151,21 +150,21 @@ const forceAttempts = 3
 // meanwhile is read again rather than removed unseen. It returns an error
 // matching dlock.ErrNotHeld (with Held false) when the lock is free, and
 // otherwise as Inspect.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	for i := 0; i < forceAttempts; i++ {
 		if err := checkArgs(ctx, key); err != nil {
-			return dlock.LockInfo{}, err
+			return driver.LockInfo{}, err
 		}
 		resp, err := d.cli.Get(ctx, QueuePrefix(key), clientv3.WithFirstCreate()...)
 		if err != nil {
-			return dlock.LockInfo{}, mapErr(err)
+			return driver.LockInfo{}, mapErr(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+			return driver.LockInfo{Key: key}, fmt.Errorf("%w: %q is free", driver.ErrNotHeld, key)
 		}
 		kv := resp.Kvs[0]
 		if foreign(kv) {
-			return dlock.LockInfo{Key: key}, conflict(key, kv)
+			return driver.LockInfo{Key: key}, conflict(key, kv)
 		}
 		info := d.info(ctx, key, kv, int(resp.Count)-1)
 		removed, err := d.remove(ctx, newQueueEntry(string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease), 0))
@@ -173,12 +172,12 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 			return info, err
 		}
 	}
-	return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
+	return driver.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", driver.ErrNotHeld, key, forceAttempts)
 }
 
 func checkArgs(ctx context.Context, key string) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	return driver.ValidateKey(key)
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -30,7 +29,7 @@ func DelayKey(key string) string { return Prefix + "delay/{" + key + "}" }
 // checkOwner rejects owner tokens that cannot be the last element of an entry key.
 func checkOwner(owner string) error {
 	if owner == "" || strings.ContainsAny(owner, "/{}") || driver.ValidateKey(owner) != nil {
-		return fmt.Errorf("%w: owner %q", dlock.ErrInvalid, owner)
+		return fmt.Errorf("%w: owner %q", driver.ErrInvalid, owner)
 	}
 	return nil
 }

@@ -8,8 +8,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/dlock-go/dlock"
 )
 
 // Extend keeps the holding for at least ttl (rounded up to whole seconds) from
@@ -49,7 +47,7 @@ func (d *Driver) extend(ctx context.Context, hd driver.Holding, ttl time.Duratio
 		}
 		return seconds(secs), nil
 	}
-	return 0, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
+	return 0, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", driver.ErrUnavailable, leaseAttempts)
 }
 
 // renew checks, in one transaction, that h's entry is still the one written

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -32,7 +31,7 @@ func (d *Driver) Subscribe(ctx context.Context, hd driver.Holding) (<-chan struc
 		return nil, nil, err
 	}
 	if h == nil {
-		return nil, nil, fmt.Errorf("%w: Subscribe needs a waiter's queue entry", dlock.ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: Subscribe needs a waiter's queue entry", driver.ErrInvalid)
 	}
 	wake := make(chan struct{}, 1)
 	done := make(chan struct{})

@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // leaseTTL is the TTL in seconds the shared lease of the class of secs-second
@@ -76,7 +76,7 @@ func (d *Driver) lease(ctx context.Context, secs int64, now time.Time) (*sharedL
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", dlock.ErrUnavailable, leaseAttempts)
+	return nil, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", driver.ErrUnavailable, leaseAttempts)
 }
 
 // enter waits for the lease's turn to grant, renew or revoke.
@@ -123,7 +123,7 @@ func (sl *sharedLease) fresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	granted, err := sl.d.keepAlive(ctx, id)
-	if errors.Is(err, dlock.ErrNotHeld) {
+	if errors.Is(err, driver.ErrNotHeld) {
 		sl.lost(err)
 		return errLeaseGone
 	}
@@ -228,7 +228,7 @@ func (sl *sharedLease) detach(h *queueEntry) {
 
 // leaseLost is the loss of the entries on lease id.
 func leaseLost(id clientv3.LeaseID) error {
-	return fmt.Errorf("%w: etcd lease %x, shared by the Driver's locks of one TTL, expired or was revoked", dlock.ErrNotHeld, int64(id))
+	return fmt.Errorf("%w: etcd lease %x, shared by the Driver's locks of one TTL, expired or was revoked", driver.ErrNotHeld, int64(id))
 }
 
 // Close revokes the leases the Driver's locks share, and with them every lock

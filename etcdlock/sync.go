@@ -71,11 +71,11 @@ func pair(kv *mvccpb.KeyValue) (a, b int, ok bool) {
 }
 
 func syncForeign(kv *mvccpb.KeyValue) error {
-	return fmt.Errorf("%w: etcd key %q is not a dlock latch or barrier", dlock.ErrConflict, kv.Key)
+	return fmt.Errorf("%w: etcd key %q is not a dlock latch or barrier", driver.ErrConflict, kv.Key)
 }
 
 func syncMismatch(what, name string, stored, n int) error {
-	return fmt.Errorf("%w: etcdlock: %s %q made with %d, this one with %d", dlock.ErrConflict, what, name, stored, n)
+	return fmt.Errorf("%w: etcdlock: %s %q made with %d, this one with %d", driver.ErrConflict, what, name, stored, n)
 }
 
 // latch reads the latch name: its key (nil when absent), and its count.
@@ -144,7 +144,7 @@ func (d *Driver) countDown(ctx context.Context, name string, n int, ttl time.Dur
 			_, _ = d.cli.Revoke(ctx, lease)
 		}
 	}
-	return 0, fmt.Errorf("%w: etcdlock: latch %q changed under %d count-downs in a row", dlock.ErrUnavailable, name, casTries)
+	return 0, fmt.Errorf("%w: etcdlock: latch %q changed under %d count-downs in a row", driver.ErrUnavailable, name, casTries)
 }
 
 // LatchCount implements driver.SyncDriver.
@@ -275,7 +275,7 @@ func (d *Driver) arrive(ctx context.Context, name, party string, n int, ttl time
 		}
 		d.revoke(granted)
 	}
-	return false, fmt.Errorf("%w: etcdlock: barrier %q changed under %d arrivals in a row", dlock.ErrUnavailable, name, casTries)
+	return false, fmt.Errorf("%w: etcdlock: barrier %q changed under %d arrivals in a row", driver.ErrUnavailable, name, casTries)
 }
 
 // revoke ends leases granted for a transaction that did not apply.
@@ -344,7 +344,7 @@ func (d *Driver) leave(ctx context.Context, name, party string, n int, withdraw 
 			return s.open, nil
 		}
 	}
-	return false, fmt.Errorf("%w: etcdlock: barrier %q changed under %d departures in a row", dlock.ErrUnavailable, name, casTries)
+	return false, fmt.Errorf("%w: etcdlock: barrier %q changed under %d departures in a row", driver.ErrUnavailable, name, casTries)
 }
 
 // WatchSync implements driver.SyncDriver with an etcd watch on the name's keys:

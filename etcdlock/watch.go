@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +19,7 @@ var _ driver.KeyWatcher = (*Driver)(nil)
 // cancelled when ctx ends.
 func (d *Driver) WatchKey(ctx context.Context, key string) (<-chan struct{}, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func New(rdb redis.UniversalClient, f Format, opts ...dlock.Option) (*dlock.Clie
 // driver or a bad option; it does no I/O.
 func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: legacy: nil driver", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: legacy: nil driver", driver.ErrInvalid)
 	}
 	return dlock.NewClient(d, opts...)
 }
@@ -79,7 +79,7 @@ type Driver struct {
 // has no options of its own). NewClient makes a Client over it.
 func NewDriver(rdb redis.UniversalClient, f Format) (*Driver, error) {
 	if driver.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
 	d := &Driver{rdb: rdb, f: f}
 	switch f.Unit {
@@ -89,10 +89,10 @@ func NewDriver(rdb redis.UniversalClient, f Format) (*Driver, error) {
 	case time.Second:
 		d.unit, d.lo, d.hi = "1000", "0", strconv.Itoa(maxSeconds)
 	default:
-		return nil, fmt.Errorf("%w: legacy stamp unit %v (want 1ms or 1s)", dlock.ErrInvalid, f.Unit)
+		return nil, fmt.Errorf("%w: legacy stamp unit %v (want 1ms or 1s)", driver.ErrInvalid, f.Unit)
 	}
 	if f.ServerClock && f.Clock != nil {
-		return nil, fmt.Errorf("%w: legacy Format with both Clock and ServerClock", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: legacy Format with both Clock and ServerClock", driver.ErrInvalid)
 	}
 	if d.f.Key == nil {
 		d.f.Key = func(k string) string { return k }
@@ -159,7 +159,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, mapErr(err)
 	}
 	if len(res) != 3 {
-		return driver.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, fmt.Errorf("%w: legacy: unexpected acquire reply %v", driver.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
@@ -170,7 +170,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(v) * time.Millisecond}
 	}
 	if v <= 0 {
-		return driver.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", dlock.ErrRefused, v)
+		return driver.Grant{}, fmt.Errorf("%w: legacy: invalid fencing token %d", driver.ErrRefused, v)
 	}
 	return driver.Grant{Token: uint64(v), TTL: r.TTL}, nil
 }
@@ -219,7 +219,7 @@ func heldReply(key string, held bool, err error) error {
 		return mapErr(err)
 	}
 	if !held {
-		return fmt.Errorf("%w: legacy lock %q does not hold this owner's stamp", dlock.ErrNotHeld, key)
+		return fmt.Errorf("%w: legacy lock %q does not hold this owner's stamp", driver.ErrNotHeld, key)
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,32 +31,32 @@ var _ driver.Inspector = (*Driver)(nil)
 // companion. A lock held by an old client of the fleet is Held with an empty
 // Owner and no Token; Token and Owner are set when a dlock locker holds it.
 // LastToken is the newest token dlock handed out for the key.
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	info, _, err := d.inspect(ctx, key)
 	return info, err
 }
 
-func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, string, error) {
+func (d *Driver) inspect(ctx context.Context, key string) (driver.LockInfo, string, error) {
 	keys, err := d.keys(key)
 	if err != nil {
-		return dlock.LockInfo{}, "", err
+		return driver.LockInfo{}, "", err
 	}
 	res, err := inspectScript.Run(ctx, d.rdb, keys, d.args("")...).Slice()
 	if err != nil {
-		return dlock.LockInfo{}, "", mapErr(err)
+		return driver.LockInfo{}, "", mapErr(err)
 	}
 	if len(res) != 5 {
-		return dlock.LockInfo{}, "", fmt.Errorf("%w: legacy: unexpected inspect reply %v", dlock.ErrRefused, res)
+		return driver.LockInfo{}, "", fmt.Errorf("%w: legacy: unexpected inspect reply %v", driver.ErrRefused, res)
 	}
 	cur, _ := res[0].(string)
 	owner, _ := res[1].(string)
 	tok, _ := res[2].(string)
 	meta, _ := res[3].(string)
 	left, _ := res[4].(int64)
-	info := dlock.LockInfo{Key: key, TTL: -1}
+	info := driver.LockInfo{Key: key, TTL: -1}
 	info.LastToken, _ = strconv.ParseUint(tok, 10, 64)
 	if left < 0 {
 		info.TTL = 0
@@ -74,7 +73,7 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 // in the last FenceRetention (their companion hash names them), held now by
 // anyone, whose names start with prefix. Locks only old clients have taken are
 // not seen.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	var (
 		mu    sync.Mutex
 		names []string
@@ -99,17 +98,17 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 	case *redis.Client:
 		err = scan(ctx, rdb)
 	default:
-		return nil, fmt.Errorf("%w: legacy List needs a *redis.Client or *redis.ClusterClient", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: legacy List needs a *redis.Client or *redis.ClusterClient", driver.ErrInvalid)
 	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	var out []dlock.LockInfo
+	var out []driver.LockInfo
 	for _, n := range names {
 		info, _, err := d.inspect(ctx, n)
-		if errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrInvalid) {
+		if errors.Is(err, driver.ErrConflict) || errors.Is(err, driver.ErrInvalid) {
 			continue
 		}
 		if err != nil {
@@ -125,9 +124,9 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 // ForceUnlock implements driver.Inspector: it deletes the legacy key whoever
 // holds it (a dlock locker or an old client), if it still holds the stamp just
 // read. The holder is not told; a dlock holder learns at its next renewal.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	for range 3 {
 		info, cur, err := d.inspect(ctx, key)
@@ -135,7 +134,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 			return info, err
 		}
 		if !info.Held {
-			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+			return info, fmt.Errorf("%w: %q is free", driver.ErrNotHeld, key)
 		}
 		keys, err := d.keys(key)
 		if err != nil {
@@ -149,5 +148,5 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 			return info, nil
 		}
 	}
-	return dlock.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands while being removed", dlock.ErrNotHeld, key)
+	return driver.LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands while being removed", driver.ErrNotHeld, key)
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
 
@@ -15,7 +14,7 @@ import (
 func (d *Driver) LockKey(key string) (string, error) {
 	k := d.f.Key(key)
 	if k == "" || len(k) > 2*driver.MaxKeyLen {
-		return "", fmt.Errorf("%w: legacy key name of %d bytes for %q", dlock.ErrInvalid, len(k), key)
+		return "", fmt.Errorf("%w: legacy key name of %d bytes for %q", driver.ErrInvalid, len(k), key)
 	}
 	return k, nil
 }
@@ -30,7 +29,7 @@ func CompanionKey(lockKey string) (string, error) {
 		return "{" + tag + "}:dlock:" + lockKey, nil
 	}
 	if strings.ContainsRune(lockKey, '}') {
-		return "", fmt.Errorf("%w: legacy key %q has a '}' outside a hash tag", dlock.ErrInvalid, lockKey)
+		return "", fmt.Errorf("%w: legacy key %q has a '}' outside a hash tag", driver.ErrInvalid, lockKey)
 	}
 	return "{" + lockKey + "}:dlock", nil
 }

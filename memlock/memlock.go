@@ -92,7 +92,7 @@ func (s *Store) PutResult(_ context.Context, h driver.Holding, value []byte, ttl
 		return notHeld(h.Key)
 	}
 	if len(value) > maxResult {
-		return fmt.Errorf("%w: memlock: a result of %d bytes, more than %d", dlock.ErrInvalid, len(value), maxResult)
+		return fmt.Errorf("%w: memlock: a result of %d bytes, more than %d", driver.ErrInvalid, len(value), maxResult)
 	}
 	s.results[h.Key] = result{value: append([]byte(nil), value...), expires: s.now().Add(ttl)}
 	return nil
@@ -137,7 +137,7 @@ type Client = dlock.Client
 // returns an error matching dlock.ErrInvalid for a nil store or a bad option.
 func New(store *Store, opts ...dlock.Option) (*Client, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil store", driver.ErrInvalid)
 	}
 	return dlock.NewClient(store, opts...)
 }
@@ -185,7 +185,7 @@ func (s *Store) Acquire(_ context.Context, r driver.AcquireRequest) (driver.Gran
 	defer s.mu.Unlock()
 	now := s.now()
 	if until, ok := s.gone[r.Key][r.Owner]; ok && now.Before(until) {
-		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", driver.ErrNotObtained)
 	}
 	if h := s.live(r.Key); h != nil {
 		if h.owner == r.Owner { // a retry of the holder: the same holding
@@ -342,9 +342,9 @@ func (s *Store) Abandon(_ context.Context, h driver.Holding) error {
 }
 
 // Inspect implements driver.Inspector.
-func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
+func (s *Store) Inspect(_ context.Context, key string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -352,8 +352,8 @@ func (s *Store) Inspect(_ context.Context, key string) (dlock.LockInfo, error) {
 }
 
 // info describes key; s.mu is held.
-func (s *Store) info(key string) dlock.LockInfo {
-	info := dlock.LockInfo{Key: key, LastToken: s.last[key], Waiters: len(s.waiters[key])}
+func (s *Store) info(key string) driver.LockInfo {
+	info := driver.LockInfo{Key: key, LastToken: s.last[key], Waiters: len(s.waiters[key])}
 	if h := s.live(key); h != nil {
 		info.Held, info.Owner, info.Token, info.Metadata = true, h.owner, h.token, h.meta
 		info.TTL = h.expires.Sub(s.now())
@@ -365,7 +365,7 @@ func (s *Store) info(key string) dlock.LockInfo {
 }
 
 // ListPrefix implements driver.Inspector.
-func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (s *Store) ListPrefix(_ context.Context, prefix string) ([]driver.LockInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.locks)+len(s.delayed))
@@ -377,7 +377,7 @@ func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, 
 			keys = append(keys, key)
 		}
 	}
-	var out []dlock.LockInfo
+	var out []driver.LockInfo
 	for _, key := range keys {
 		if info := s.info(key); (info.Held || info.DelayLeft > 0) && strings.HasPrefix(key, prefix) {
 			out = append(out, info)
@@ -388,15 +388,15 @@ func (s *Store) ListPrefix(_ context.Context, prefix string) ([]dlock.LockInfo, 
 
 // ForceUnlock implements driver.Inspector. The holder's lease is lost at once
 // (driver.Grant.Lost), with dlock.LossStoreSignal as its Observer's cause.
-func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, error) {
+func (s *Store) ForceUnlock(_ context.Context, key string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := s.info(key)
 	if !info.Held {
-		return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+		return info, fmt.Errorf("%w: %q is free", driver.ErrNotHeld, key)
 	}
 	s.locks[key].lost(errForced) // the holder is told at once
 	if h := s.locks[key]; h.delay > 0 {
@@ -409,5 +409,5 @@ func (s *Store) ForceUnlock(_ context.Context, key string) (dlock.LockInfo, erro
 }
 
 func notHeld(key string) error {
-	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	return fmt.Errorf("%w: %q is not held by this owner", driver.ErrNotHeld, key)
 }

@@ -36,7 +36,7 @@ type barrier struct {
 // forgotten after ttl without use (see dlock.NewLatch).
 func NewLatch(store *Store, name string, count int, ttl time.Duration) (*dlock.Latch, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil store", driver.ErrInvalid)
 	}
 	return dlock.NewLatch(store, name, count, ttl)
 }
@@ -46,7 +46,7 @@ func NewLatch(store *Store, name string, count int, ttl time.Duration) (*dlock.L
 // dlock.NewBarrier).
 func NewBarrier(store *Store, name string, parties int, ttl time.Duration) (*dlock.Barrier, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil store", driver.ErrInvalid)
 	}
 	return dlock.NewBarrier(store, name, parties, ttl)
 }
@@ -62,7 +62,7 @@ func (s *Store) latch(name string) *latch {
 }
 
 func mismatch(what, name string, stored, n int) error {
-	return fmt.Errorf("%w: %s %q made with %d, this one with %d", dlock.ErrConflict, what, name, stored, n)
+	return fmt.Errorf("%w: %s %q made with %d, this one with %d", driver.ErrConflict, what, name, stored, n)
 }
 
 // CountDown implements driver.SyncDriver.

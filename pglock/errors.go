@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -76,29 +76,29 @@ func (d *Driver) mapErr(ctx, rctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrUnavailable) {
+	if errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrConflict) || errors.Is(err, driver.ErrUnavailable) {
 		return err
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("pglock: %s: %w", op, cerr)
 	}
 	if rctx.Err() != nil {
-		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: no answer within %v: %w", op, d.cfg.requestTimeout, err))
+		return errors.Join(driver.ErrUnavailable, fmt.Errorf("pglock: %s: no answer within %v: %w", op, d.cfg.requestTimeout, err))
 	}
 	code := sqlState(err)
 	switch {
 	case oldLayout(err):
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks a column of this version (%s; Driver.Migrate, or a lock with WithCreateTable, adds them): %w", op, ErrOldLayout, d.table, strings.Join(addedColumns, ", "), err))
+		return errors.Join(driver.ErrRefused, fmt.Errorf("pglock: %s: %w: %s lacks a column of this version (%s; Driver.Migrate, or a lock with WithCreateTable, adds them): %w", op, ErrOldLayout, d.table, strings.Join(addedColumns, ", "), err))
 	case code == "":
-		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
+		return errors.Join(driver.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	case code == "42P01":
-		return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w %s in this database (Driver.Migrate, or a lock with WithCreateTable, creates it): %w", op, ErrNoTable, d.cfg.table, err))
+		return errors.Join(driver.ErrRefused, fmt.Errorf("pglock: %s: %w %s in this database (Driver.Migrate, or a lock with WithCreateTable, creates it): %w", op, ErrNoTable, d.cfg.table, err))
 	case code == "42703" || code == "42804" || code == "42809" || code == "22P02":
-		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s: %s is not a dlock table: %w", op, d.table, err))
+		return errors.Join(driver.ErrConflict, fmt.Errorf("pglock: %s: %s is not a dlock table: %w", op, d.table, err))
 	case transient(code):
-		return errors.Join(dlock.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
+		return errors.Join(driver.ErrUnavailable, fmt.Errorf("pglock: %s: %w", op, err))
 	}
-	return errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: %s: %w", op, err))
+	return errors.Join(driver.ErrRefused, fmt.Errorf("pglock: %s: %w", op, err))
 }
 
 // transient reports whether a SQLSTATE means that waiting may cure the error.

@@ -174,7 +174,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	case state == stateGranted:
 		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: f.d.ln.hold(f, r.Key, r.Owner, sent)}, nil
 	case state == stateAbandoned:
-		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	}
 	busy := &driver.Taken{Remaining: -1, Queued: queued}
 	if rem >= 0 {

@@ -44,7 +44,7 @@ func (d *Driver) Fence(ctx context.Context, tx pgx.Tx, lease *dlock.Lease) error
 		return errNilDriver
 	}
 	if driver.IsNil(tx) {
-		return fmt.Errorf("%w: pglock: Fence: nil transaction", dlock.ErrInvalid)
+		return fmt.Errorf("%w: pglock: Fence: nil transaction", driver.ErrInvalid)
 	}
 	return d.fence(ctx, lease, func(ctx context.Context, key string, dest ...any) error {
 		return tx.QueryRow(ctx, d.q.fence, key).Scan(dest...)
@@ -59,7 +59,7 @@ func (d *Driver) FenceSQL(ctx context.Context, tx *sql.Tx, lease *dlock.Lease) e
 		return errNilDriver
 	}
 	if tx == nil {
-		return fmt.Errorf("%w: pglock: FenceSQL: nil transaction", dlock.ErrInvalid)
+		return fmt.Errorf("%w: pglock: FenceSQL: nil transaction", driver.ErrInvalid)
 	}
 	return d.fence(ctx, lease, func(ctx context.Context, key string, dest ...any) error {
 		err := tx.QueryRowContext(ctx, d.q.fence, key).Scan(dest...)
@@ -73,7 +73,7 @@ func (d *Driver) FenceSQL(ctx context.Context, tx *sql.Tx, lease *dlock.Lease) e
 // fence runs the fence query through query and judges its row.
 func (d *Driver) fence(ctx context.Context, lease *dlock.Lease, query func(ctx context.Context, key string, dest ...any) error) error {
 	if lease == nil || lease.Token() == 0 {
-		return fmt.Errorf("%w: pglock: Fence: no lease", dlock.ErrInvalid)
+		return fmt.Errorf("%w: pglock: Fence: no lease", driver.ErrInvalid)
 	}
 	key := lease.Key()
 	var owner string
@@ -91,14 +91,14 @@ func (d *Driver) fence(ctx context.Context, lease *dlock.Lease, query func(ctx c
 	case err != nil:
 		return err
 	case !found:
-		return fmt.Errorf("%w: pglock: fence: %q is free", dlock.ErrNotHeld, key)
+		return fmt.Errorf("%w: pglock: fence: %q is free", driver.ErrNotHeld, key)
 	case token > 0 && uint64(token) > lease.Token():
 		dlock.ReportStaleToken(lease, key, uint64(token))
-		return fmt.Errorf("%w: pglock: fence: %q was granted since with token %d, newer than %d: %w", dlock.ErrNotHeld, key, token, lease.Token(), dlock.ErrStaleToken)
+		return fmt.Errorf("%w: pglock: fence: %q was granted since with token %d, newer than %d: %w", driver.ErrNotHeld, key, token, lease.Token(), driver.ErrStaleToken)
 	case owner != lease.Owner() || uint64(token) != lease.Token():
-		return fmt.Errorf("%w: pglock: fence: %q is not held by this lease", dlock.ErrNotHeld, key)
+		return fmt.Errorf("%w: pglock: fence: %q is not held by this lease", driver.ErrNotHeld, key)
 	case !live:
-		return fmt.Errorf("%w: pglock: fence: the lease on %q has expired", dlock.ErrNotHeld, key)
+		return fmt.Errorf("%w: pglock: fence: the lease on %q has expired", driver.ErrNotHeld, key)
 	}
 	return nil
 }

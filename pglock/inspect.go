@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-
-	"github.com/dlock-go/dlock"
 )
 
 // inspection is the driver.Inspector of one kind of lock in a Driver's
@@ -42,8 +40,8 @@ type holding struct {
 // add counts h, held, into info: Holders is the holdings, Limit the holders
 // the key admits, and Owner, Token, Metadata and TTL describe the holding
 // that ends last.
-func (in inspection) add(info *dlock.LockInfo, h holding) {
-	p := dlock.LockInfo{Owner: h.owner, Token: uint64(h.token), Metadata: h.meta, TTL: time.Duration(h.us) * time.Microsecond}
+func (in inspection) add(info *driver.LockInfo, h holding) {
+	p := driver.LockInfo{Owner: h.owner, Token: uint64(h.token), Metadata: h.meta, TTL: time.Duration(h.us) * time.Microsecond}
 	info.Held, info.Limit, info.Kind = true, h.n, in.kind
 	info.Holders++
 	if info.Holders == 1 || p.TTL > info.TTL {
@@ -54,8 +52,8 @@ func (in inspection) add(info *dlock.LockInfo, h holding) {
 
 // newInfo is the LockInfo of key before its rows are read: its waiters are
 // unknown unless Inspect counts them.
-func newInfo(key string) dlock.LockInfo {
-	return dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
+func newInfo(key string) driver.LockInfo {
+	return driver.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 }
 
 // Inspect implements driver.Inspector: the key's rows as the database sees
@@ -64,13 +62,13 @@ func newInfo(key string) dlock.LockInfo {
 // creates a table: in a database without one it returns an error matching
 // ErrNoTable. Waiters is driver.WaitersUnknown: a plain lock's waiters wait in
 // their own processes (FairDriver.Inspect counts its queue).
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	return d.inspection().Inspect(ctx, key)
 }
 
 // ListPrefix implements driver.Inspector: the held locks whose keys start
 // with prefix, as the database selects them.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	return d.inspection().ListPrefix(ctx, prefix)
 }
 
@@ -79,44 +77,44 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 // lost at once, see loss.go), and returns what it freed. It
 // does not wait for transactions fenced on the key, but the next grant does
 // (see Fence). A free lock is dlock.ErrNotHeld.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	return d.inspection().ForceUnlock(ctx, key)
 }
 
 // Inspect implements driver.Inspector, as Driver.Inspect, with the waiters
 // queued.
-func (f *FairDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (f *FairDriver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	return f.inspection().Inspect(ctx, key)
 }
 
 // ListPrefix implements driver.Inspector, as Driver.ListPrefix.
-func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (f *FairDriver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	return f.inspection().ListPrefix(ctx, prefix)
 }
 
 // ForceUnlock implements driver.Inspector, as Driver.ForceUnlock: the head of
 // the queue takes the lock next.
-func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	return f.inspection().ForceUnlock(ctx, key)
 }
 
 // Inspect implements driver.Inspector: Holders is the permits in use, Limit
 // the semaphore's n, and Owner, Token, Metadata and TTL describe the permit
 // that ends last.
-func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (s *SemaphoreDriver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	return s.inspection().Inspect(ctx, key)
 }
 
 // ListPrefix implements driver.Inspector: the semaphores with permits in use
 // whose keys start with prefix.
-func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (s *SemaphoreDriver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	return s.inspection().ListPrefix(ctx, prefix)
 }
 
 // ForceUnlock implements driver.Inspector: it frees every permit of key in
 // use, notifies the waiters, and returns what it freed. A semaphore without a
 // permit in use is dlock.ErrNotHeld.
-func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (s *SemaphoreDriver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	return s.inspection().ForceUnlock(ctx, key)
 }
 
@@ -146,14 +144,14 @@ func (s *SemaphoreDriver) inspection() inspection {
 }
 
 // Inspect reads key's rows (see Driver.Inspect).
-func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (in inspection) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if in.d == nil {
-		return dlock.LockInfo{Key: key}, errNilDriver
+		return driver.LockInfo{Key: key}, errNilDriver
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{Key: key}, err
+		return driver.LockInfo{Key: key}, err
 	}
-	var info dlock.LockInfo
+	var info driver.LockInfo
 	err := in.d.doOn(ctx, "inspect", partNone, func(ctx context.Context) error {
 		info = newInfo(key)
 		rows, err := in.d.pool.Query(ctx, in.inspect, key)
@@ -184,18 +182,18 @@ func (in inspection) Inspect(ctx context.Context, key string) (dlock.LockInfo, e
 		return err
 	})
 	if err != nil {
-		return dlock.LockInfo{Key: key}, err
+		return driver.LockInfo{Key: key}, err
 	}
 	return info, nil
 }
 
 // ListPrefix reads the held rows of keys that start with prefix, and those in
 // their lock-delay.
-func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if in.d == nil {
 		return nil, errNilDriver
 	}
-	var out []dlock.LockInfo
+	var out []driver.LockInfo
 	err := in.d.doOn(ctx, "list", partNone, func(ctx context.Context) error {
 		out = out[:0]
 		at := map[string]int{} // a key's place in out
@@ -235,14 +233,14 @@ func (in inspection) ListPrefix(ctx context.Context, prefix string) ([]dlock.Loc
 
 // ForceUnlock frees every holding of key and returns what it freed; a free
 // lock is dlock.ErrNotHeld.
-func (in inspection) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (in inspection) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	if in.d == nil {
-		return dlock.LockInfo{Key: key}, errNilDriver
+		return driver.LockInfo{Key: key}, errNilDriver
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{Key: key}, err
+		return driver.LockInfo{Key: key}, err
 	}
-	var info dlock.LockInfo
+	var info driver.LockInfo
 	err := in.d.doOn(ctx, "force unlock", partNone, func(ctx context.Context) error {
 		info = newInfo(key)
 		rows, err := in.d.pool.Query(ctx, in.forceUnlock, key, in.d.channel)
@@ -261,10 +259,10 @@ func (in inspection) ForceUnlock(ctx context.Context, key string) (dlock.LockInf
 		return rows.Err()
 	})
 	if err != nil {
-		return dlock.LockInfo{Key: key}, err
+		return driver.LockInfo{Key: key}, err
 	}
 	if !info.Held {
-		return info, fmt.Errorf("%w: pglock: %q is free", dlock.ErrNotHeld, key)
+		return info, fmt.Errorf("%w: pglock: %q is free", driver.ErrNotHeld, key)
 	}
 	in.d.pushLoss(ctx, key) // its holders lose their Leases at once (loss.go)
 	return info, nil

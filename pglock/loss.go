@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -126,7 +125,7 @@ func (l *listener) checkHolds() {
 func (h *pgHold) check() {
 	ctx, cancel := context.WithTimeout(context.Background(), h.l.d.cfg.requestTimeout)
 	defer cancel()
-	if _, err := h.d.TTL(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := h.d.TTL(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, driver.ErrNotHeld) {
 		h.Lose(errForced) // the loss matches ErrNotHeld through ErrLockLost
 	}
 }

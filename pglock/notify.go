@@ -12,7 +12,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -167,7 +166,7 @@ func (l *listener) subscribe(key, id string, mark any) (<-chan struct{}, func(),
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if time.Now().Before(l.refusedUntil) {
-		return nil, nil, errors.Join(dlock.ErrRefused, fmt.Errorf("pglock: LISTEN refused: %w", l.refused))
+		return nil, nil, errors.Join(driver.ErrRefused, fmt.Errorf("pglock: LISTEN refused: %w", l.refused))
 	}
 	s := &sub{key: key, id: id, wake: make(chan struct{}, 1)}
 	if l.subs[key] == nil {

@@ -190,25 +190,25 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // returns an error matching dlock.ErrInvalid for a nil pool or a bad option.
 func NewDriver(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: pglock: nil pool", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: pglock: nil pool", driver.ErrInvalid)
 	}
 	cfg := options{table: DefaultTable, requestTimeout: DefaultRequestTimeout}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: pglock: nil option", dlock.ErrInvalid)
+			return nil, fmt.Errorf("%w: pglock: nil option", driver.ErrInvalid)
 		}
 		o(&cfg)
 	}
 	if cfg.requestTimeout <= 0 {
-		return nil, fmt.Errorf("%w: pglock: request timeout %v is not positive", dlock.ErrInvalid, cfg.requestTimeout)
+		return nil, fmt.Errorf("%w: pglock: request timeout %v is not positive", driver.ErrInvalid, cfg.requestTimeout)
 	}
 	parts := strings.Split(cfg.table, ".")
 	if len(parts) > 2 {
-		return nil, fmt.Errorf("%w: pglock: table %q: at most schema.table", dlock.ErrInvalid, cfg.table)
+		return nil, fmt.Errorf("%w: pglock: table %q: at most schema.table", driver.ErrInvalid, cfg.table)
 	}
 	for _, p := range parts {
 		if !identRE.MatchString(p) || len(p) > 57 {
-			return nil, fmt.Errorf("%w: pglock: table %q: names are letters, digits and '_', not starting with a digit, at most 57 bytes", dlock.ErrInvalid, cfg.table)
+			return nil, fmt.Errorf("%w: pglock: table %q: names are letters, digits and '_', not starting with a digit, at most 57 bytes", driver.ErrInvalid, cfg.table)
 		}
 	}
 	seqParts := append([]string(nil), parts...)
@@ -306,11 +306,11 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, &driver.Taken{Remaining: -1, Handle: mark, Queued: queue}
 	case state == stateGranted:
 		if token <= 0 {
-			return driver.Grant{}, errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
+			return driver.Grant{}, errors.Join(driver.ErrConflict, fmt.Errorf("pglock: token %d in %s", token, d.table))
 		}
 		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: d.ln.hold(d, r.Key, r.Owner, sent)}, nil
 	case state == stateAbandoned:
-		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	}
 	return driver.Grant{}, &driver.Taken{Remaining: max(time.Duration(remaining)*time.Microsecond, 0), Handle: mark, Queued: queue}
 }
@@ -524,7 +524,7 @@ func (d *Driver) do(ctx context.Context, op string, f func(ctx context.Context) 
 // dlock sentinels.
 func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context.Context) error) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: pglock: nil context", dlock.ErrInvalid)
+		return fmt.Errorf("%w: pglock: nil context", driver.ErrInvalid)
 	}
 	rctx := ctx
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d.cfg.requestTimeout {
@@ -551,17 +551,17 @@ func (d *Driver) doOn(ctx context.Context, op string, p part, f func(ctx context
 // checkMetadata refuses metadata that PostgreSQL text cannot hold.
 func checkMetadata(meta string) error {
 	if strings.IndexByte(meta, 0) >= 0 || !utf8.ValidString(meta) {
-		return fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", dlock.ErrInvalid)
+		return fmt.Errorf("%w: pglock: metadata must be UTF-8 without NUL bytes (PostgreSQL text)", driver.ErrInvalid)
 	}
 	return nil
 }
 
 // notHeld is the error of a call about a holding that is gone.
 func notHeld(key string) error {
-	return fmt.Errorf("%w: pglock: %q is not held by this owner", dlock.ErrNotHeld, key)
+	return fmt.Errorf("%w: pglock: %q is not held by this owner", driver.ErrNotHeld, key)
 }
 
-var errNilDriver = fmt.Errorf("%w: pglock: nil driver", dlock.ErrInvalid)
+var errNilDriver = fmt.Errorf("%w: pglock: nil driver", driver.ErrInvalid)
 
 // Acquire's outcomes, as its statement reports them.
 const (

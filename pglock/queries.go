@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -362,7 +362,7 @@ SELECT EXISTS (
 		return err
 	}
 	if !unique {
-		return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s has no unique index on token, which fencing needs: not a dlock table", d.table))
+		return errors.Join(driver.ErrConflict, fmt.Errorf("pglock: %s has no unique index on token, which fencing needs: not a dlock table", d.table))
 	}
 	for _, q := range check {
 		rows, err := d.pool.Query(ctx, q)
@@ -372,7 +372,7 @@ SELECT EXISTS (
 		}
 		if err != nil {
 			if c := sqlState(err); strings.HasPrefix(c, "42") && c != "42501" {
-				return errors.Join(dlock.ErrConflict, fmt.Errorf("pglock: %s is not a dlock table: %w", d.table, err))
+				return errors.Join(driver.ErrConflict, fmt.Errorf("pglock: %s is not a dlock table: %w", d.table, err))
 			}
 			return err
 		}

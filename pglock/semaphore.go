@@ -101,7 +101,7 @@ func NewSemaphoreDriver(pool *pgxpool.Pool, n int, opts ...Option) (*SemaphoreDr
 // MaxPermits].
 func checkPermits(n int) error {
 	if n < 1 || n > MaxPermits {
-		return fmt.Errorf("%w: pglock: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+		return fmt.Errorf("%w: pglock: %d permits outside [1, %d]", driver.ErrInvalid, n, MaxPermits)
 	}
 	return nil
 }
@@ -305,7 +305,7 @@ func (e *limitError) Error() string {
 }
 
 // Is makes a limitError match dlock.ErrConflict.
-func (e *limitError) Is(target error) bool { return target == dlock.ErrConflict }
+func (e *limitError) Is(target error) bool { return target == driver.ErrConflict }
 
 // Acquire implements driver.Driver in one round trip and one transaction of
 // two statements: lock the key's header row (made if missing; waiting at most
@@ -340,7 +340,7 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 	case stateGranted:
 		return driver.Grant{Token: uint64(token), TTL: r.TTL, Lost: s.d.ln.hold(s, r.Key, r.Owner, sent)}, nil
 	case stateAbandoned:
-		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", dlock.ErrNotObtained, r.Key)
+		return driver.Grant{}, fmt.Errorf("%w: pglock: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	case stateMismatch:
 		return driver.Grant{}, &limitError{key: r.Key, n: s.n, stored: int(stored)}
 	}

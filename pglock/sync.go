@@ -110,7 +110,7 @@ func (d *Driver) notifySync(ctx context.Context, tx pgx.Tx, name string) error {
 }
 
 func syncMismatch(what, name string, stored, n int) error {
-	return fmt.Errorf("%w: pglock: %s %q made with %d, this one with %d", dlock.ErrConflict, what, name, stored, n)
+	return fmt.Errorf("%w: pglock: %s %q made with %d, this one with %d", driver.ErrConflict, what, name, stored, n)
 }
 
 // sweepSync removes a few rows that lapsed a while ago, of any name.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,8 +55,8 @@ const (
 // mapped): those mark, which is safe.
 func answered(err error) bool {
 	var reply redis.Error
-	return errors.As(err, &reply) || errors.Is(err, dlock.ErrInvalid) || errors.Is(err, dlock.ErrNotObtained) ||
-		errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrConflict) || errors.Is(err, dlock.ErrRefused)
+	return errors.As(err, &reply) || errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotObtained) ||
+		errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrConflict) || errors.Is(err, driver.ErrRefused)
 }
 
 // sent records the outcome err of an attempt of r: it hands a waiting

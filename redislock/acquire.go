@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -102,7 +101,7 @@ func waitingArg(r driver.AcquireRequest) string {
 // abandoned is the result of a release script run to abandon an acquisition:
 // finding nothing held is no error.
 func abandoned(err error) error {
-	if errors.Is(err, dlock.ErrNotHeld) {
+	if errors.Is(err, driver.ErrNotHeld) {
 		return nil
 	}
 	return err

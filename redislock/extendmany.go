@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
@@ -81,7 +80,7 @@ func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest) []dr
 	for _, cl := range calls {
 		res, err := cl.cmd.Slice()
 		if err == nil && len(res) != cl.to-cl.from {
-			err = fmt.Errorf("%w: redislock: %d replies from the batch extend of %d locks", dlock.ErrRefused, len(res), cl.to-cl.from)
+			err = fmt.Errorf("%w: redislock: %d replies from the batch extend of %d locks", driver.ErrRefused, len(res), cl.to-cl.from)
 		}
 		for i := cl.from; i < cl.to; i++ {
 			if err != nil {
@@ -103,5 +102,5 @@ func extendEntry(r driver.ExtendRequest, v any) driver.ExtendResult {
 	case error:
 		return driver.ExtendResult{Err: mapErr(v)}
 	}
-	return driver.ExtendResult{Err: fmt.Errorf("%w: redislock: unexpected extend reply %v", dlock.ErrRefused, v)}
+	return driver.ExtendResult{Err: fmt.Errorf("%w: redislock: unexpected extend reply %v", driver.ErrRefused, v)}
 }

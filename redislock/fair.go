@@ -152,7 +152,7 @@ func (d *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 		ttl = strconv.FormatInt(h.TTL.Milliseconds(), 10)
 	}
 	err := d.leave(ctx, h.Key, h.Owner, "", d.c.fl.mark(h), ttl)
-	if errors.Is(err, dlock.ErrNotHeld) {
+	if errors.Is(err, driver.ErrNotHeld) {
 		return nil
 	}
 	return err

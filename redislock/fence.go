@@ -27,7 +27,7 @@ type foreignFenceError struct{}
 func (*foreignFenceError) Error() string { return "redislock: resource is fenced by another lock" }
 
 // Is makes ErrForeignFence match dlock.ErrConflict.
-func (*foreignFenceError) Is(target error) bool { return target == dlock.ErrConflict }
+func (*foreignFenceError) Is(target error) bool { return target == driver.ErrConflict }
 
 // FenceToken is what a fenced write needs from the lock that protects it: the lock
 // key and the fencing token of the holding. *dlock.Lease implements it; a worker
@@ -61,7 +61,7 @@ type Fence struct {
 // matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewFence(rdb redis.UniversalClient) (*Fence, error) {
 	if driver.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
 	return &Fence{rdb: rdb}, nil
 }
@@ -74,15 +74,15 @@ func NewFence(rdb redis.UniversalClient) (*Fence, error) {
 func FenceRecordKey(resource string) (string, error) {
 	switch {
 	case resource == "":
-		return "", fmt.Errorf("%w: empty resource key", dlock.ErrInvalid)
+		return "", fmt.Errorf("%w: empty resource key", driver.ErrInvalid)
 	case strings.HasPrefix(resource, Prefix):
-		return "", fmt.Errorf("%w: resource %q is under the lock prefix %q", dlock.ErrInvalid, resource, Prefix)
+		return "", fmt.Errorf("%w: resource %q is under the lock prefix %q", driver.ErrInvalid, resource, Prefix)
 	}
 	if tag, ok := redisscript.HashTag(resource); ok {
 		return Prefix + "fenced:{" + tag + "}:" + resource, nil
 	}
 	if strings.Contains(resource, "}") {
-		return "", fmt.Errorf("%w: resource %q contains '}' but no hash tag; give it one", dlock.ErrInvalid, resource)
+		return "", fmt.Errorf("%w: resource %q contains '}' but no hash tag; give it one", driver.ErrInvalid, resource)
 	}
 	return Prefix + "fenced:{" + resource + "}", nil
 }
@@ -92,7 +92,7 @@ func FenceRecordKey(resource string) (string, error) {
 // matching dlock.ErrStaleToken and changes nothing.
 func (f *Fence) Set(ctx context.Context, tok FenceToken, resource, value string, ttl time.Duration) error {
 	if ttl < 0 {
-		return fmt.Errorf("%w: negative ttl %v", dlock.ErrInvalid, ttl)
+		return fmt.Errorf("%w: negative ttl %v", driver.ErrInvalid, ttl)
 	}
 	ms := int64(0)
 	if ttl > 0 {
@@ -133,7 +133,7 @@ func (f *Fence) Newest(ctx context.Context, resource string) (lock string, token
 	lock, _ = v[0].(string)
 	if s, ok := v[1].(string); ok {
 		if token, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return "", 0, fmt.Errorf("%w: redislock: fence record %q: bad token %q", dlock.ErrConflict, rk, s)
+			return "", 0, fmt.Errorf("%w: redislock: fence record %q: bad token %q", driver.ErrConflict, rk, s)
 		}
 	}
 	return lock, token, nil
@@ -141,13 +141,13 @@ func (f *Fence) Newest(ctx context.Context, resource string) (lock string, token
 
 func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg string, ttlMS int64) (int64, error) {
 	if f == nil {
-		return 0, fmt.Errorf("%w: nil fence", dlock.ErrInvalid)
+		return 0, fmt.Errorf("%w: nil fence", driver.ErrInvalid)
 	}
 	if ctx == nil {
-		return 0, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return 0, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if driver.IsNil(tok) || tok.Token() == 0 {
-		return 0, fmt.Errorf("%w: fenced write without a fencing token", dlock.ErrInvalid)
+		return 0, fmt.Errorf("%w: fenced write without a fencing token", driver.ErrInvalid)
 	}
 	lock, token := tok.Key(), tok.Token()
 	if err := driver.ValidateKey(lock); err != nil {
@@ -164,12 +164,12 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 	if err != nil {
 		var rerr redis.Error
 		if errors.As(err, &rerr) && (strings.Contains(err.Error(), "not an integer") || strings.Contains(err.Error(), "overflow")) {
-			return 0, fmt.Errorf("%w: %s on %q: %w", dlock.ErrConflict, op, resource, err)
+			return 0, fmt.Errorf("%w: %s on %q: %w", driver.ErrConflict, op, resource, err)
 		}
 		return 0, mapErr(err)
 	}
 	if len(res) != 2 {
-		return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", dlock.ErrRefused, res)
+		return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", driver.ErrRefused, res)
 	}
 	code, _ := res[0].(int64)
 	switch code {
@@ -180,9 +180,9 @@ func (f *Fence) run(ctx context.Context, tok FenceToken, resource, op, arg strin
 		newest, _ := strconv.ParseUint(fmt.Sprint(res[1]), 10, 64)
 		dlock.ReportStaleToken(tok, resource, newest)
 		return 0, fmt.Errorf("%w: %s on %q with token %d of %q, but token %v already wrote it",
-			dlock.ErrStaleToken, op, resource, token, lock, res[1])
+			driver.ErrStaleToken, op, resource, token, lock, res[1])
 	case 2:
 		return 0, fmt.Errorf("%w: %q is fenced by lock %q, not %q", ErrForeignFence, resource, res[1], lock)
 	}
-	return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", dlock.ErrRefused, res)
+	return 0, fmt.Errorf("%w: redislock: unexpected fenced-write reply %v", driver.ErrRefused, res)
 }

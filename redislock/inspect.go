@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
@@ -24,12 +23,12 @@ import (
 // is about to be dropped, and for a plain lock the processes on its waiting set
 // (several waiters of one Client count once; a waiter joins it once it is
 // subscribed to the lock's wake-ups, right after its first attempt).
-type LockInfo = dlock.LockInfo
+type LockInfo = driver.LockInfo
 
 // inspect reads the lock named key as a lock of kind k.
 func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error) {
 	if ctx == nil {
-		return LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return LockInfo{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return LockInfo{}, err
@@ -89,7 +88,7 @@ func (c *conn) list(ctx context.Context, prefix string, k kind) ([]LockInfo, err
 // kind, held or not, sorted. prefix holds no glob character (see driver.List).
 func (c *conn) names(ctx context.Context, prefix string) ([]string, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	match := LockKey(prefix + "*")
 	var (
@@ -151,7 +150,7 @@ func (c *conn) read(ctx context.Context, names []string, k kind) (infos []LockIn
 			info, err := k.reply(batch[i], res, err)
 			info = k.named(info)
 			switch {
-			case errors.Is(err, dlock.ErrConflict):
+			case errors.Is(err, driver.ErrConflict):
 				other = append(other, batch[i])
 			case err != nil:
 				return nil, nil, err
@@ -192,17 +191,17 @@ func (c *conn) forceUnlock(ctx context.Context, key string, k kind) (LockInfo, e
 			return info, err
 		}
 		if !info.Held {
-			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+			return info, fmt.Errorf("%w: %q is free", driver.ErrNotHeld, key)
 		}
 		err = k.force(ctx, key, info)
 		if err == nil {
 			c.pushLoss(ctx, key)
 		}
-		if !errors.Is(err, dlock.ErrNotHeld) {
+		if !errors.Is(err, driver.ErrNotHeld) {
 			return info, err
 		}
 	}
-	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", dlock.ErrNotHeld, key, forceAttempts)
+	return LockInfo{Key: key}, fmt.Errorf("%w: %q changed hands %d times while being removed", driver.ErrNotHeld, key, forceAttempts)
 }
 
 // fairKind is the kind of the fair mutex, released by rel.
@@ -322,16 +321,16 @@ func (in *Inspector) kindOf(f []any, err error) (kind, bool) {
 // classify reads the kind of the lock named key.
 func (in *Inspector) classify(ctx context.Context, key string) (kind, error) {
 	if in == nil || in.c == nil {
-		return kind{}, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+		return kind{}, fmt.Errorf("%w: nil inspector", driver.ErrInvalid)
 	}
 	if ctx == nil {
-		return kind{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return kind{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return kind{}, err
 	}
 	f, err := in.c.rdb.HMGet(ctx, LockKey(key), kindFields...).Result()
-	if err != nil && !errors.Is(mapErr(err), dlock.ErrConflict) {
+	if err != nil && !errors.Is(mapErr(err), driver.ErrConflict) {
 		return kind{}, mapErr(err)
 	}
 	k, ok := in.kindOf(f, err)
@@ -350,7 +349,7 @@ func (in *Inspector) each(ctx context.Context, key string, f func(k kind) (LockI
 			return LockInfo{Key: key}, err
 		}
 		info, err := f(k)
-		if !errors.Is(err, dlock.ErrConflict) {
+		if !errors.Is(err, driver.ErrConflict) {
 			return info, err
 		}
 		if ferr := in.foreign(ctx, key, err); ferr != err || i == forceAttempts-1 {
@@ -379,7 +378,7 @@ func (in *Inspector) ForceUnlock(ctx context.Context, key string) (LockInfo, err
 // lock read in pipelined batches, and each lock read as its kind.
 func (in *Inspector) ListPrefix(ctx context.Context, prefix string) ([]LockInfo, error) {
 	if in == nil || in.c == nil {
-		return nil, fmt.Errorf("%w: nil inspector", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil inspector", driver.ErrInvalid)
 	}
 	names, err := in.c.names(ctx, prefix)
 	if err != nil {
@@ -398,7 +397,7 @@ func (in *Inspector) ListPrefix(ctx context.Context, prefix string) ([]LockInfo,
 		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			f, err := cmd.Result()
-			if err != nil && !errors.Is(mapErr(err), dlock.ErrConflict) {
+			if err != nil && !errors.Is(mapErr(err), driver.ErrConflict) {
 				return nil, mapErr(err)
 			}
 			if k, ok := in.kindOf(f, err); ok {
@@ -435,13 +434,13 @@ func (e *ForeignDataError) Error() string {
 }
 
 // Is makes a ForeignDataError match dlock.ErrConflict.
-func (e *ForeignDataError) Is(target error) bool { return target == dlock.ErrConflict }
+func (e *ForeignDataError) Is(target error) bool { return target == driver.ErrConflict }
 
 // foreign returns err, or a *ForeignDataError naming the Redis key of the lock
 // named key that holds foreign data when err matches dlock.ErrConflict and
 // such a key is found.
 func (in *Inspector) foreign(ctx context.Context, key string, err error) error {
-	if !errors.Is(err, dlock.ErrConflict) {
+	if !errors.Is(err, driver.ErrConflict) {
 		return err
 	}
 	for _, k := range []struct{ key, typ string }{

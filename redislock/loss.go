@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/verifyhooks"
 	"github.com/redis/go-redis/v9"
@@ -324,7 +323,7 @@ func (h *hub) check(key string) {
 			for _, hd := range hs {
 				_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
 				switch {
-				case errors.Is(err, dlock.ErrNotHeld):
+				case errors.Is(err, driver.ErrNotHeld):
 					hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
 				case err != nil && stop != nil && !errors.Is(err, redis.ErrClosed) && !hd.forgotten():
 					failed = append(failed, hd)

@@ -57,7 +57,7 @@ func NewDriver(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 // Release records in the released lock record (see Release).
 func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
 	if strings.IndexByte(r.Owner, ' ') >= 0 {
-		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, r.Owner)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", driver.ErrInvalid, r.Owner)
 	}
 	var t ticket
 	if r.Waiting && d.c.hub.waiting() {
@@ -121,7 +121,7 @@ func plainGrant(res any, err error, ttl time.Duration) (driver.Grant, string, er
 	if v, ok := res.(int64); ok && err == nil {
 		// A grant that carries no arrival is its token alone.
 		if v <= 0 {
-			return driver.Grant{}, "", fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
+			return driver.Grant{}, "", fmt.Errorf("%w: redislock: invalid fencing token %d", driver.ErrRefused, v)
 		}
 		return driver.Grant{Token: uint64(v), TTL: ttl}, "", nil
 	}
@@ -132,7 +132,7 @@ func plainGrant(res any, err error, ttl time.Duration) (driver.Grant, string, er
 		s = s[:2]
 	}
 	if err == nil && s == nil {
-		return driver.Grant{}, "", fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, "", fmt.Errorf("%w: redislock: unexpected acquire reply %v", driver.ErrRefused, res)
 	}
 	g, err := acquireReply(s, err, ttl)
 	return g, arrival, err
@@ -158,7 +158,7 @@ func (d *Driver) runAcquire(ctx context.Context, argv []any) (any, int64, error)
 		acked, _ := wait.Int64()
 		return res, acked, err
 	}
-	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", dlock.ErrRefused)
+	return nil, 0, fmt.Errorf("%w: redislock: the acquire script could not be loaded", driver.ErrRefused)
 }
 
 // Extend implements driver.Driver.
@@ -283,7 +283,7 @@ func New(rdb redis.UniversalClient, opts ...dlock.Option) (*Client, error) {
 // the defaults of every TryLock and Lock.
 func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil driver", driver.ErrInvalid)
 	}
 	return dlock.NewClient(d, opts...)
 }

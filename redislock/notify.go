@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
@@ -607,7 +606,7 @@ func (h *hub) plainKey(channel string) (string, bool) {
 // Waiters then poll rather than sleep out their holders' TTLs.
 func refusal(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && errors.Is(mapErr(err), dlock.ErrRefused)
+	return errors.As(err, &rerr) && errors.Is(mapErr(err), driver.ErrRefused)
 }
 
 // each calls f on every topic of c; h.mu is held.

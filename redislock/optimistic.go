@@ -26,7 +26,7 @@ type versionConflict struct{}
 func (*versionConflict) Error() string { return "redislock: version conflict" }
 
 // Is makes ErrVersionConflict match dlock.ErrConflict.
-func (*versionConflict) Is(target error) bool { return target == dlock.ErrConflict }
+func (*versionConflict) Is(target error) bool { return target == driver.ErrConflict }
 
 // VersionError is the error of a refused optimistic write. It matches
 // ErrVersionConflict and dlock.ErrConflict.
@@ -44,7 +44,7 @@ func (e *VersionError) Error() string {
 
 // Is makes a *VersionError match ErrVersionConflict and dlock.ErrConflict.
 func (e *VersionError) Is(target error) bool {
-	return target == ErrVersionConflict || target == dlock.ErrConflict
+	return target == ErrVersionConflict || target == driver.ErrConflict
 }
 
 // Versioned is a value with its version: 0 for a value that does not exist.
@@ -83,20 +83,20 @@ type Optimistic struct {
 // client or a negative ttl; it does no I/O.
 func NewOptimistic(rdb redis.UniversalClient, ttl time.Duration) (*Optimistic, error) {
 	if driver.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
 	if ttl < 0 {
-		return nil, fmt.Errorf("%w: negative ttl %v", dlock.ErrInvalid, ttl)
+		return nil, fmt.Errorf("%w: negative ttl %v", driver.ErrInvalid, ttl)
 	}
 	return &Optimistic{rdb: rdb, ttl: ttl}, nil
 }
 
 func (o *Optimistic) check(ctx context.Context, key string) error {
 	if o == nil {
-		return fmt.Errorf("%w: nil Optimistic", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil Optimistic", driver.ErrInvalid)
 	}
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	return driver.ValidateKey(key)
 }
@@ -128,7 +128,7 @@ func (o *Optimistic) Get(ctx context.Context, key string) (Versioned, error) {
 const maxVersion = 1 << 53
 
 func notVersioned(key string) error {
-	return fmt.Errorf("%w: redislock: %q is not a versioned value", dlock.ErrConflict, key)
+	return fmt.Errorf("%w: redislock: %q is not a versioned value", driver.ErrConflict, key)
 }
 
 func versioned(key string, n, v any) (Versioned, error) {
@@ -178,7 +178,7 @@ func (o *Optimistic) cas(ctx context.Context, key string, version uint64, value 
 		return 0, Versioned{}, mapErr(err)
 	}
 	if len(res) < 2 {
-		return 0, Versioned{}, fmt.Errorf("%w: redislock: unexpected reply %v", dlock.ErrRefused, res)
+		return 0, Versioned{}, fmt.Errorf("%w: redislock: unexpected reply %v", driver.ErrRefused, res)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
 		n, _ := res[1].(int64)
@@ -208,7 +208,7 @@ func (o *Optimistic) Update(ctx context.Context, key string, fn func(cur Version
 		return Versioned{}, err
 	}
 	if fn == nil {
-		return Versioned{}, fmt.Errorf("%w: nil update function", dlock.ErrInvalid)
+		return Versioned{}, fmt.Errorf("%w: nil update function", driver.ErrInvalid)
 	}
 	if retry == nil {
 		retry = DefaultOptimisticRetry

@@ -159,7 +159,7 @@ type conn struct {
 
 func newConn(rdb redis.UniversalClient) (*conn, error) {
 	if driver.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
 	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
 }
@@ -187,5 +187,5 @@ func (c *conn) released(key string, res any, err error) error {
 		c.hub.publishFailed(fmt.Sprint(v...))
 		return nil
 	}
-	return fmt.Errorf("%w: redislock: unexpected release reply %v", dlock.ErrRefused, res)
+	return fmt.Errorf("%w: redislock: unexpected release reply %v", driver.ErrRefused, res)
 }

@@ -190,7 +190,7 @@ func (d *ReentrantDriver) Abandon(ctx context.Context, h driver.Holding) error {
 // something else.
 func (d *ReentrantDriver) Holds(ctx context.Context, key string) (n int, holder string, err error) {
 	if ctx == nil {
-		return 0, "", fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return 0, "", fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return 0, "", err
@@ -206,7 +206,7 @@ func (d *ReentrantDriver) Holds(ctx context.Context, key string) (n int, holder 
 	}
 	n, err = strconv.Atoi(count)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: redislock: %q is not a reentrant lock", dlock.ErrConflict, key)
+		return 0, "", fmt.Errorf("%w: redislock: %q is not a reentrant lock", driver.ErrConflict, key)
 	}
 	return n, holder, nil
 }

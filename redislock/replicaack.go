@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,7 +45,7 @@ func newOptions(rdb redis.UniversalClient, kind string, opts []Option) (options,
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return o, fmt.Errorf("%w: redislock: nil driver option", dlock.ErrInvalid)
+			return o, fmt.Errorf("%w: redislock: nil driver option", driver.ErrInvalid)
 		}
 		opt(&o)
 	}
@@ -55,14 +54,14 @@ func newOptions(rdb redis.UniversalClient, kind string, opts []Option) (options,
 	}
 	switch {
 	case kind != "":
-		return o, fmt.Errorf("%w: redislock: WithReplicaAck applies to the plain lock, not to %s", dlock.ErrInvalid, kind)
+		return o, fmt.Errorf("%w: redislock: WithReplicaAck applies to the plain lock, not to %s", driver.ErrInvalid, kind)
 	case o.ack < 1:
-		return o, fmt.Errorf("%w: redislock: replica acknowledgements %d must be positive", dlock.ErrInvalid, o.ack)
+		return o, fmt.Errorf("%w: redislock: replica acknowledgements %d must be positive", driver.ErrInvalid, o.ack)
 	case o.ackTimeout < time.Millisecond:
-		return o, fmt.Errorf("%w: redislock: replica acknowledgement timeout %v below 1ms", dlock.ErrInvalid, o.ackTimeout)
+		return o, fmt.Errorf("%w: redislock: replica acknowledgement timeout %v below 1ms", driver.ErrInvalid, o.ackTimeout)
 	}
 	if _, ok := rdb.(*redis.Client); !ok {
-		return o, fmt.Errorf("%w: redislock: WithReplicaAck needs a *redis.Client (one master or a Sentinel failover client), not a %T", dlock.ErrInvalid, rdb)
+		return o, fmt.Errorf("%w: redislock: WithReplicaAck needs a *redis.Client (one master or a Sentinel failover client), not a %T", driver.ErrInvalid, rdb)
 	}
 	return o, nil
 }
@@ -77,5 +76,5 @@ func (d *Driver) checkAck(ctx context.Context, r driver.AcquireRequest, acked in
 	_, _ = d.drop(cctx, driver.Holding{Key: r.Key, Owner: r.Owner}, "0", "")
 	cancel()
 	return fmt.Errorf("%w: redislock: the acquisition reached %d of %d replicas within %v, and was released",
-		dlock.ErrUnavailable, acked, d.ack, d.ackTimeout)
+		driver.ErrUnavailable, acked, d.ack, d.ackTimeout)
 }

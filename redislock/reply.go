@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
 )
@@ -24,14 +23,14 @@ func acquireReply(res []any, err error, ttl time.Duration) (driver.Grant, error)
 		return driver.Grant{}, mapErr(err)
 	}
 	if len(res) != 2 {
-		return driver.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", dlock.ErrRefused, res)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: unexpected acquire reply %v", driver.ErrRefused, res)
 	}
 	ok, _ := res[0].(int64)
 	v, _ := res[1].(int64)
 	switch ok {
 	case 1:
 	case 2:
-		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", dlock.ErrNotObtained)
+		return driver.Grant{}, fmt.Errorf("%w: the acquisition was abandoned", driver.ErrNotObtained)
 	default:
 		rem := time.Duration(v) * time.Millisecond
 		if v < 0 {
@@ -40,7 +39,7 @@ func acquireReply(res []any, err error, ttl time.Duration) (driver.Grant, error)
 		return driver.Grant{}, &driver.Taken{Remaining: rem}
 	}
 	if v <= 0 {
-		return driver.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", dlock.ErrRefused, v)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: invalid fencing token %d", driver.ErrRefused, v)
 	}
 	return driver.Grant{Token: uint64(v), TTL: ttl}, nil
 }
@@ -65,13 +64,13 @@ func ttlReply(key string, n int64, err error) (time.Duration, error) {
 		return 0, notHeld(key)
 	}
 	if n < 0 {
-		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", dlock.ErrConflict, key, n)
+		return 0, fmt.Errorf("%w: redislock: lock %q has no expiry (PTTL %d)", driver.ErrConflict, key, n)
 	}
 	return time.Duration(n) * time.Millisecond, nil
 }
 
 func notHeld(key string) error {
-	return fmt.Errorf("%w: %q is not held by this owner", dlock.ErrNotHeld, key)
+	return fmt.Errorf("%w: %q is not held by this owner", driver.ErrNotHeld, key)
 }
 
 // mapErr turns a go-redis error into one matching the dlock sentinels.
@@ -83,7 +82,7 @@ func inspectReply(key string, res []any, err error) (LockInfo, error) {
 		return LockInfo{}, mapErr(err)
 	}
 	if len(res) != 8 {
-		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
+		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", driver.ErrRefused, res)
 	}
 	info := LockInfo{Key: key}
 	if res[6] == int64(1) {
@@ -128,7 +127,7 @@ func leaseReply(key string, res []any, err error, sem bool) (LockInfo, error) {
 		return LockInfo{}, mapErr(err)
 	}
 	if len(res) != 9 {
-		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", dlock.ErrRefused, res)
+		return LockInfo{}, fmt.Errorf("%w: redislock: unexpected inspect reply %v", driver.ErrRefused, res)
 	}
 	info := LockInfo{Key: key, LastToken: replyUint(res[6]), Waiters: int(replyUint(res[7]))}
 	holders, _ := res[1].(int64)

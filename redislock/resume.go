@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
@@ -34,7 +33,7 @@ func (d *FairDriver) Resume(ctx context.Context, h driver.Holding, token uint64)
 // the loss push as an acquisition's is.
 func (c *conn) resume(ctx context.Context, holder driver.Driver, h driver.Holding, token uint64, handle any) (driver.Grant, error) {
 	if strings.IndexByte(h.Owner, ' ') >= 0 {
-		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", dlock.ErrInvalid, h.Owner)
+		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", driver.ErrInvalid, h.Owner)
 	}
 	sent := time.Now()
 	n, err := redisscript.Resume.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, h.TTL.Milliseconds(), strconv.FormatUint(token, 10)).Int64()

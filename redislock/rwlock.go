@@ -28,7 +28,7 @@ var writerWaitMarkMS = strconv.FormatInt(WriterWaitMark.Milliseconds(), 10)
 
 // ErrUpgrade reports a refused read-to-write upgrade (see RWMutex.Upgrade). It
 // matches dlock.ErrInvalid.
-var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a write lock (two readers upgrading would wait for each other forever); unlock it and take the write lock", dlock.ErrInvalid)
+var ErrUpgrade = fmt.Errorf("%w: redislock: a read lock cannot be upgraded to a write lock (two readers upgrading would wait for each other forever); unlock it and take the write lock", driver.ErrInvalid)
 
 // RWMutex is a read-write lock on Redis: any number of readers or one writer
 // hold a key at a time. The embedded *Client takes the write lock (TryLock,
@@ -125,13 +125,13 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 		return nil, err
 	}
 	if err := write.Err(); err != nil {
-		if !errors.Is(err, dlock.ErrNotHeld) {
-			err = fmt.Errorf("%w: %w", dlock.ErrNotHeld, err)
+		if !errors.Is(err, driver.ErrNotHeld) {
+			err = fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 		}
 		return nil, err
 	}
 	if typ, err := m.rd.c.rdb.Type(ctx, LockKey(write.Key())).Result(); err == nil && typ == "string" {
-		return nil, fmt.Errorf("%w: redislock: the lease is a plain mutex's, not a write lease", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: redislock: the lease is a plain mutex's, not a write lease", driver.ErrInvalid)
 	}
 	// The read acquisition takes over the writer's holding: a Client of its
 	// own, over a read driver that names the writer, makes it.
@@ -150,11 +150,11 @@ func (m *RWMutex) Downgrade(ctx context.Context, write *dlock.Lease, opts ...dlo
 func (m *RWMutex) check(ctx context.Context, l *dlock.Lease) error {
 	switch {
 	case m == nil || m.Client == nil:
-		return fmt.Errorf("%w: nil RWMutex", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil RWMutex", driver.ErrInvalid)
 	case ctx == nil:
-		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	case l == nil || l.Key() == "":
-		return fmt.Errorf("%w: nil lease", dlock.ErrNotHeld)
+		return fmt.Errorf("%w: nil lease", driver.ErrNotHeld)
 	}
 	return nil
 }
@@ -193,9 +193,9 @@ func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver
 			}
 			switch res[0] {
 			case int64(3):
-				return fmt.Errorf("%w: %q is not write-locked by this lease", dlock.ErrNotHeld, r.Key)
+				return fmt.Errorf("%w: %q is not write-locked by this lease", driver.ErrNotHeld, r.Key)
 			case int64(4):
-				return fmt.Errorf("%w: redislock: Downgrade of a lease that is not a write lease of the read-write lock %q", dlock.ErrInvalid, r.Key)
+				return fmt.Errorf("%w: redislock: Downgrade of a lease that is not a write lease of the read-write lock %q", driver.ErrInvalid, r.Key)
 			}
 			return nil
 		},

@@ -28,7 +28,7 @@ func (*limitError) Error() string {
 }
 
 // Is makes ErrLimitMismatch match dlock.ErrConflict.
-func (*limitError) Is(target error) bool { return target == dlock.ErrConflict }
+func (*limitError) Is(target error) bool { return target == driver.ErrConflict }
 
 // StoredSize, in place of a number of permits, makes a semaphore Client that
 // takes each key's stored size (see Resize) whatever it is, and otherwise the
@@ -167,7 +167,7 @@ func (d *SemaphoreDriver) Abandon(ctx context.Context, h driver.Holding) error {
 // MaxPermits].
 func checkPermits(n int) error {
 	if n < 1 || n > MaxPermits {
-		return fmt.Errorf("%w: %d permits outside [1, %d]", dlock.ErrInvalid, n, MaxPermits)
+		return fmt.Errorf("%w: %d permits outside [1, %d]", driver.ErrInvalid, n, MaxPermits)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ var _ driver.SyncDriver = (*SyncDriver)(nil)
 // error matching dlock.ErrInvalid for a nil client; it does no I/O.
 func NewSyncDriver(rdb redis.UniversalClient) (*SyncDriver, error) {
 	if driver.IsNil(rdb) {
-		return nil, fmt.Errorf("%w: nil redis client", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
 	pub := "PUBLISH"
 	if _, ok := rdb.(*redis.ClusterClient); ok {
@@ -217,7 +217,7 @@ func (d *SyncDriver) Depart(ctx context.Context, name, party string, n int) (int
 		return 0, 0, mapErr(err)
 	}
 	if len(r) != 2 {
-		return 0, 0, fmt.Errorf("%w: redislock: barrier reply %v", dlock.ErrRefused, r)
+		return 0, 0, fmt.Errorf("%w: redislock: barrier reply %v", driver.ErrRefused, r)
 	}
 	return int(r[0]), time.Duration(r[1]) * time.Millisecond, nil
 }

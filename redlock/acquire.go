@@ -11,7 +11,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redisscript"
 	"github.com/dlock-go/dlock/redislock"
 )
@@ -177,7 +176,7 @@ func (d *Driver) raise(ctx context.Context, r driver.AcquireRequest, got []reply
 			return false, mapErr(err)
 		}
 		if n != 1 {
-			return false, fmt.Errorf("%w: the holding expired before its token was recorded", dlock.ErrNotHeld)
+			return false, fmt.Errorf("%w: the holding expired before its token was recorded", driver.ErrNotHeld)
 		}
 		return true, nil
 	}, func(got []reply[bool], pending int) bool {
@@ -197,7 +196,7 @@ func (d *Driver) raise(ctx context.Context, r driver.AcquireRequest, got []reply
 		}
 	}
 	return raised, fmt.Errorf("%w: redlock: granted by %d of %d nodes, but the fencing token could be recorded on %d only (%d needed): %w",
-		dlock.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
+		driver.ErrUnavailable, count(got), len(d.nodes), have+count(res), d.quorum, nodeErrors(res, failure))
 }
 
 // refused cleans up after an acquisition that no majority granted (the nodes
@@ -216,8 +215,8 @@ func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []rep
 			yes++
 		case errors.As(g.err, &b):
 			busy = append(busy, b.Remaining)
-		case errors.Is(g.err, dlock.ErrRefused), errors.Is(g.err, dlock.ErrConflict), errors.Is(g.err, dlock.ErrInvalid),
-			errors.Is(g.err, dlock.ErrNotObtained): // refused, foreign data, or an abandoned acquisition
+		case errors.Is(g.err, driver.ErrRefused), errors.Is(g.err, driver.ErrConflict), errors.Is(g.err, driver.ErrInvalid),
+			errors.Is(g.err, driver.ErrNotObtained): // refused, foreign data, or an abandoned acquisition
 			if final == nil {
 				final = &NodeError{Node: g.node, Err: g.err}
 			}
@@ -230,7 +229,7 @@ func (d *Driver) refused(ctx context.Context, r driver.AcquireRequest, got []rep
 	switch {
 	case yes+failed >= d.quorum:
 		return fmt.Errorf("%w: redlock: %d of %d nodes granted the lock, %d needed: %w",
-			dlock.ErrUnavailable, yes, len(d.nodes), d.quorum, nodeErrors(got, failure))
+			driver.ErrUnavailable, yes, len(d.nodes), d.quorum, nodeErrors(got, failure))
 	case yes+failed+len(busy) >= d.quorum:
 		// The lock is free for us once enough holdings elsewhere end.
 		slices.Sort(busy)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,7 +29,7 @@ func New(nodes []redis.UniversalClient, opts ...dlock.Option) (*dlock.Client, er
 // and Lock.
 func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: redlock: nil driver", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: redlock: nil driver", driver.ErrInvalid)
 	}
 	return dlock.NewClient(d, opts...)
 }

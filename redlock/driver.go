@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
@@ -83,34 +82,34 @@ func WithNodeTimeout(d time.Duration) Option {
 func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	switch n := len(nodes); {
 	case n == 0:
-		return nil, fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: redlock: no nodes", driver.ErrInvalid)
 	case n == 1:
-		return nil, fmt.Errorf("%w: redlock: one node is not Redlock (use redislock for a single server)", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: redlock: one node is not Redlock (use redislock for a single server)", driver.ErrInvalid)
 	case n%2 == 0:
-		return nil, fmt.Errorf("%w: redlock: %d nodes: use an odd number (%d nodes tolerate no more failures than %d)", dlock.ErrInvalid, n, n, n-1)
+		return nil, fmt.Errorf("%w: redlock: %d nodes: use an odd number (%d nodes tolerate no more failures than %d)", driver.ErrInvalid, n, n, n-1)
 	}
 	d := &Driver{quorum: len(nodes)/2 + 1, ident: identities{ids: make([]string, len(nodes))}}
 	seen := map[string]int{}
 	for i, rdb := range nodes {
 		if driver.IsNil(rdb) {
-			return nil, fmt.Errorf("%w: redlock: node %d is nil", dlock.ErrInvalid, i)
+			return nil, fmt.Errorf("%w: redlock: node %d is nil", driver.ErrInvalid, i)
 		}
 		switch rdb.(type) {
 		case *redis.ClusterClient:
-			return nil, fmt.Errorf("%w: redlock: node %d is a Redis Cluster client; Redlock needs independent masters, and a Cluster is not one (use redislock on the Cluster instead)", dlock.ErrInvalid, i)
+			return nil, fmt.Errorf("%w: redlock: node %d is a Redis Cluster client; Redlock needs independent masters, and a Cluster is not one (use redislock on the Cluster instead)", driver.ErrInvalid, i)
 		case *redis.Ring:
-			return nil, fmt.Errorf("%w: redlock: node %d is a redis.Ring; Redlock needs one client per independent master", dlock.ErrInvalid, i)
+			return nil, fmt.Errorf("%w: redlock: node %d is a redis.Ring; Redlock needs one client per independent master", driver.ErrInvalid, i)
 		}
 		for j, other := range nodes[:i] {
 			if other == rdb {
-				return nil, fmt.Errorf("%w: redlock: nodes %d and %d are the same client", dlock.ErrInvalid, j, i)
+				return nil, fmt.Errorf("%w: redlock: nodes %d and %d are the same client", driver.ErrInvalid, j, i)
 			}
 		}
 		if c, ok := rdb.(*redis.Client); ok {
 			if o := c.Options(); o.Addr != "FailoverClient" { // a Sentinel client has no fixed address
 				id := o.Network + " " + o.Addr
 				if j, dup := seen[id]; dup {
-					return nil, fmt.Errorf("%w: redlock: nodes %d and %d are the same server %s", dlock.ErrInvalid, j, i, o.Addr)
+					return nil, fmt.Errorf("%w: redlock: nodes %d and %d are the same server %s", driver.ErrInvalid, j, i, o.Addr)
 				}
 				seen[id] = i
 			}
@@ -124,12 +123,12 @@ func NewDriver(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: redlock: nil option", dlock.ErrInvalid)
+			return nil, fmt.Errorf("%w: redlock: nil option", driver.ErrInvalid)
 		}
 		opt(&o)
 	}
 	if o.timeoutSet && o.timeout <= 0 {
-		return nil, fmt.Errorf("%w: redlock: node timeout %v must be positive", dlock.ErrInvalid, o.timeout)
+		return nil, fmt.Errorf("%w: redlock: node timeout %v must be positive", driver.ErrInvalid, o.timeout)
 	}
 	d.timeout = o.timeout
 	return d, nil
@@ -278,7 +277,7 @@ func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 		return err
 	}
 	if errs := nodeErrors(got, nil); errs != nil {
-		return fmt.Errorf("%w: redlock: abandon: %w", dlock.ErrUnavailable, errs)
+		return fmt.Errorf("%w: redlock: abandon: %w", driver.ErrUnavailable, errs)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisscript"
 )
 
@@ -18,11 +18,11 @@ func errNoAnswer(timeout time.Duration) error { return &noAnswer{timeout} }
 type noAnswer struct{ timeout time.Duration }
 
 func (e *noAnswer) Error() string {
-	return fmt.Sprintf("%v: no answer within %v", dlock.ErrUnavailable, e.timeout)
+	return fmt.Sprintf("%v: no answer within %v", driver.ErrUnavailable, e.timeout)
 }
 
 // Is makes a noAnswer match dlock.ErrUnavailable.
-func (e *noAnswer) Is(target error) bool { return target == dlock.ErrUnavailable }
+func (e *noAnswer) Is(target error) bool { return target == driver.ErrUnavailable }
 
 // silent reports whether err is a node that did not answer in time.
 func silent(err error) bool {
@@ -59,7 +59,7 @@ func nodeErrors[T any](got []reply[T], keep func(error) bool) error {
 // now", as opposed to one that answered no (busy, not held, foreign data,
 // refused).
 func failure(err error) bool {
-	return errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrRefused)
+	return errors.Is(err, driver.ErrUnavailable) && !errors.Is(err, driver.ErrRefused)
 }
 
 // flatten keeps the text of a node's failure to connect but not its type: the
@@ -80,7 +80,7 @@ type unreachable struct{ msg string }
 func (e *unreachable) Error() string { return e.msg }
 
 // Is makes an unreachable match dlock.ErrUnavailable.
-func (e *unreachable) Is(target error) bool { return target == dlock.ErrUnavailable }
+func (e *unreachable) Is(target error) bool { return target == driver.ErrUnavailable }
 
 // NodeError is the failure of one node within a Redlock request; errors returned
 // by the driver join one per failed node (errors.As finds the first).
@@ -101,15 +101,15 @@ func (e *NodeError) Unwrap() error { return e.Err }
 func (d *Driver) noQuorum(what string, got []reply[time.Duration]) error {
 	gone := 0
 	for _, r := range got {
-		if errors.Is(r.err, dlock.ErrNotHeld) || errors.Is(r.err, dlock.ErrConflict) {
+		if errors.Is(r.err, driver.ErrNotHeld) || errors.Is(r.err, driver.ErrConflict) {
 			gone++
 		}
 	}
 	if gone > len(d.nodes)-d.quorum {
-		return fmt.Errorf("%w: redlock: %d of %d nodes no longer hold the lock: %w", dlock.ErrNotHeld, gone, len(d.nodes), nodeErrors(got, nil))
+		return fmt.Errorf("%w: redlock: %d of %d nodes no longer hold the lock: %w", driver.ErrNotHeld, gone, len(d.nodes), nodeErrors(got, nil))
 	}
 	return fmt.Errorf("%w: redlock: %s by %d of %d nodes, %d needed: %w",
-		dlock.ErrUnavailable, what, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
+		driver.ErrUnavailable, what, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
 }
 
 // mapErr turns a go-redis error into one matching the dlock sentinels.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,7 +89,7 @@ func (d *Driver) identify(ctx context.Context, i int) error {
 			if j != i && other == runID {
 				a, b := min(i, j), max(i, j)
 				id.dup = fmt.Errorf("%w: redlock: nodes %d (%s) and %d (%s) are the same Redis server (run_id %s): a majority must be of independent servers",
-					dlock.ErrInvalid, a, d.nodeName(a), b, d.nodeName(b), runID)
+					driver.ErrInvalid, a, d.nodeName(a), b, d.nodeName(b), runID)
 				break
 			}
 		}

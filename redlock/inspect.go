@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-
-	"github.com/dlock-go/dlock"
 )
 
 // Inspect implements driver.Inspector: it reads the lock named key on every node
@@ -20,27 +18,27 @@ import (
 // by an acquisition that failed, until its TTL) shows as free. The error matches
 // dlock.ErrInvalid for a bad key, and dlock.ErrUnavailable when fewer than a
 // majority of the nodes answer.
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if ctx == nil {
-		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return driver.LockInfo{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
-	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (driver.LockInfo, error) {
 		return d.nodes[i].Inspect(ctx, key)
 	}, nil)
 	if err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
-	var infos []dlock.LockInfo
+	var infos []driver.LockInfo
 	for _, r := range got {
 		if r.err == nil {
 			infos = append(infos, r.val)
 		}
 	}
 	if len(infos) < d.quorum {
-		return dlock.LockInfo{}, d.unanswered(got)
+		return driver.LockInfo{}, d.unanswered(got)
 	}
 	info, _ := d.majority(key, infos)
 	return info, nil
@@ -49,27 +47,27 @@ func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error
 // unanswered is the error of an inspection that fewer than a majority of the
 // nodes answered: the nodes' own error when a majority failed alike (foreign
 // data: dlock.ErrConflict), and otherwise one matching dlock.ErrUnavailable.
-func (d *Driver) unanswered(got []reply[dlock.LockInfo]) error {
+func (d *Driver) unanswered(got []reply[driver.LockInfo]) error {
 	conflicts := 0
 	for _, r := range got {
-		if errors.Is(r.err, dlock.ErrConflict) {
+		if errors.Is(r.err, driver.ErrConflict) {
 			conflicts++
 		}
 	}
 	if conflicts >= d.quorum {
-		return fmt.Errorf("%w: redlock: on %d of %d nodes: %w", dlock.ErrConflict, conflicts, len(d.nodes), nodeErrors(got, nil))
+		return fmt.Errorf("%w: redlock: on %d of %d nodes: %w", driver.ErrConflict, conflicts, len(d.nodes), nodeErrors(got, nil))
 	}
 	return fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
-		dlock.ErrUnavailable, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
+		driver.ErrUnavailable, count(got), len(d.nodes), d.quorum, nodeErrors(got, failure))
 }
 
 // majority merges what the nodes hold about key (held or not; nodes that hold
 // nothing may be left out) into the majority's view, and reports whether a
 // majority holds it.
-func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, bool) {
+func (d *Driver) majority(key string, infos []driver.LockInfo) (driver.LockInfo, bool) {
 	// Waiters wait in their own processes, unseen by the masters.
-	out := dlock.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
-	byOwner := map[string][]dlock.LockInfo{}
+	out := driver.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
+	byOwner := map[string][]driver.LockInfo{}
 	for _, in := range infos {
 		out.LastToken = max(out.LastToken, in.LastToken)
 		if in.Held {
@@ -107,11 +105,11 @@ func (d *Driver) majority(key string, infos []dlock.LockInfo) (dlock.LockInfo, b
 // prefix that a majority of the nodes hold, in the majority's view (see
 // Inspect). The error matches dlock.ErrUnavailable when fewer than a majority of the nodes
 // answer.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
-	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) ([]driver.LockInfo, error) {
 		return d.nodes[i].ListPrefix(ctx, prefix)
 	}, nil)
 	if err != nil {
@@ -119,15 +117,15 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 	}
 	if n := count(got); n < d.quorum {
 		return nil, fmt.Errorf("%w: redlock: %d of %d nodes answered, %d needed: %w",
-			dlock.ErrUnavailable, n, len(d.nodes), d.quorum, nodeErrors(got, failure))
+			driver.ErrUnavailable, n, len(d.nodes), d.quorum, nodeErrors(got, failure))
 	}
-	byKey := map[string][]dlock.LockInfo{}
+	byKey := map[string][]driver.LockInfo{}
 	for _, r := range got {
 		for _, in := range r.val {
 			byKey[in.Key] = append(byKey[in.Key], in)
 		}
 	}
-	var out []dlock.LockInfo
+	var out []driver.LockInfo
 	for key, infos := range byKey {
 		if info, held := d.majority(key, infos); held {
 			out = append(out, info)
@@ -142,24 +140,24 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 // is not told, and learns of the loss at its next renewal. The error matches
 // dlock.ErrNotHeld when no majority held the lock (holdings on a minority of
 // the nodes are removed all the same), and otherwise as for Inspect.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	if ctx == nil {
-		return dlock.LockInfo{}, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return driver.LockInfo{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
-	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (dlock.LockInfo, error) {
+	got, err := askNodes(ctx, d.all(), d.nodeTimeout(0), func(ctx context.Context, i int) (driver.LockInfo, error) {
 		info, err := d.nodes[i].ForceUnlock(ctx, key)
-		if errors.Is(err, dlock.ErrNotHeld) {
-			return dlock.LockInfo{Key: key}, nil // free on this node
+		if errors.Is(err, driver.ErrNotHeld) {
+			return driver.LockInfo{Key: key}, nil // free on this node
 		}
 		return info, err
 	}, nil)
 	if err != nil {
-		return dlock.LockInfo{}, err
+		return driver.LockInfo{}, err
 	}
-	var infos []dlock.LockInfo
+	var infos []driver.LockInfo
 	removed := 0
 	for _, r := range got {
 		if r.err == nil {
@@ -170,11 +168,11 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, e
 		}
 	}
 	if len(infos) < d.quorum {
-		return dlock.LockInfo{}, d.unanswered(got)
+		return driver.LockInfo{}, d.unanswered(got)
 	}
 	info, held := d.majority(key, infos)
 	if !held {
-		return info, fmt.Errorf("%w: %q is not held by a majority of the nodes (%d partial holdings removed)", dlock.ErrNotHeld, key, removed)
+		return info, fmt.Errorf("%w: %q is not held by a majority of the nodes (%d partial holdings removed)", driver.ErrNotHeld, key, removed)
 	}
 	return info, nil
 }

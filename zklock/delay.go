@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -126,7 +125,7 @@ func (d *Driver) gate(ctx context.Context, lp string, token uint64, delay time.D
 		default:
 			m, ok := decodeMarker(data)
 			if !ok {
-				return 0, fmt.Errorf("%w: zklock: %s holds %q, not a dlock lock-delay marker", dlock.ErrConflict, mp, data)
+				return 0, fmt.Errorf("%w: zklock: %s holds %q, not a dlock lock-delay marker", driver.ErrConflict, mp, data)
 			}
 			if m.token == token {
 				mine = true // an earlier attempt of this acquisition wrote it

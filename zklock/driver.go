@@ -32,7 +32,7 @@ type Client = dlock.Client
 // driver.
 func NewClient(d *Driver, opts ...dlock.Option) (*dlock.Client, error) {
 	if d == nil {
-		return nil, fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil driver", driver.ErrInvalid)
 	}
 	return dlock.NewClient(d, opts...)
 }
@@ -98,34 +98,34 @@ type Driver struct {
 // options and dlock.ErrUnavailable when no session could be made.
 func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	o := options{root: DefaultRoot, timeout: DefaultSessionTimeout, request: DefaultRequestTimeout, acl: zk.WorldACL(zk.PermAll)}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: nil option", dlock.ErrInvalid)
+			return nil, fmt.Errorf("%w: nil option", driver.ErrInvalid)
 		}
 		opt(&o)
 	}
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("%w: no ZooKeeper servers", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: no ZooKeeper servers", driver.ErrInvalid)
 	}
 	for _, s := range servers {
 		if _, _, err := net.SplitHostPort(s); err != nil {
-			return nil, fmt.Errorf("%w: server %q: %v", dlock.ErrInvalid, s, err)
+			return nil, fmt.Errorf("%w: server %q: %v", driver.ErrInvalid, s, err)
 		}
 	}
 	if err := checkRoot(o.root); err != nil {
 		return nil, err
 	}
 	if o.timeout < time.Millisecond || o.timeout > time.Duration(1<<31-1)*time.Millisecond {
-		return nil, fmt.Errorf("%w: session timeout %v", dlock.ErrInvalid, o.timeout)
+		return nil, fmt.Errorf("%w: session timeout %v", driver.ErrInvalid, o.timeout)
 	}
 	if len(o.acl) == 0 {
-		return nil, fmt.Errorf("%w: empty ACL", dlock.ErrInvalid)
+		return nil, fmt.Errorf("%w: empty ACL", driver.ErrInvalid)
 	}
 	if o.request <= 0 {
-		return nil, fmt.Errorf("%w: request timeout %v must be positive", dlock.ErrInvalid, o.request)
+		return nil, fmt.Errorf("%w: request timeout %v must be positive", driver.ErrInvalid, o.request)
 	}
 	d := &Driver{root: o.root, acl: o.acl, session: make(chan struct{}, 1), stop: make(chan struct{}),
 		inflight: map[ownerKey]*opSet{}, waiters: map[ownerKey]*waiter{}, reqTimeout: o.request}
@@ -158,14 +158,14 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 	}
 	conn, _, err = zk.Connect(servers, o.timeout, onEvent, log, zk.WithDialer(d.wire.dialer(dial)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	d.conn = conn
 	select {
 	case <-established:
 	case <-ctx.Done():
 		conn.Close()
-		return nil, errors.Join(dlock.ErrUnavailable, fmt.Errorf("zklock: no session with %v (or github.com/go-zookeeper/zk did not log the session timeout it negotiated, as v1.0.4 does)", servers), ctx.Err())
+		return nil, errors.Join(driver.ErrUnavailable, fmt.Errorf("zklock: no session with %v (or github.com/go-zookeeper/zk did not log the session timeout it negotiated, as v1.0.4 does)", servers), ctx.Err())
 	}
 	for _, a := range o.auth {
 		if err := d.call(ctx, func() error { return conn.AddAuth(a.scheme, a.auth) }); err != nil {
@@ -182,14 +182,14 @@ func NewDriver(ctx context.Context, servers []string, opts ...Option) (*Driver, 
 // accepts.
 func checkRoot(root string) error {
 	if root == "" || root[0] != '/' || (len(root) > 1 && strings.HasSuffix(root, "/")) {
-		return fmt.Errorf("%w: root %q must be an absolute znode path without a trailing '/'", dlock.ErrInvalid, root)
+		return fmt.Errorf("%w: root %q must be an absolute znode path without a trailing '/'", driver.ErrInvalid, root)
 	}
 	if root == "/" {
 		return nil
 	}
 	for _, c := range strings.Split(root[1:], "/") {
 		if c == "" || c == "." || c == ".." || escape(c) != c {
-			return fmt.Errorf("%w: root %q: bad component %q", dlock.ErrInvalid, root, c)
+			return fmt.Errorf("%w: root %q: bad component %q", driver.ErrInvalid, root, c)
 		}
 	}
 	return nil
@@ -325,7 +325,7 @@ func (d *Driver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct
 		w = hd.w
 	}
 	if w == nil {
-		return nil, nil, fmt.Errorf("%w: zklock: %q has no queued node of this owner to watch for", dlock.ErrNotHeld, h.Key)
+		return nil, nil, fmt.Errorf("%w: zklock: %q has no queued node of this owner to watch for", driver.ErrNotHeld, h.Key)
 	}
 	return d.subscribe(ctx, w)
 }

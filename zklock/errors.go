@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -18,15 +18,15 @@ func mapErr(err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrInvalidACL):
-		return fmt.Errorf("%w: %w", dlock.ErrRefused, err)
+		return fmt.Errorf("%w: %w", driver.ErrRefused, err)
 	case errors.Is(err, zk.ErrNoChildrenForEphemerals):
-		return fmt.Errorf("%w: %w", dlock.ErrConflict, err)
+		return fmt.Errorf("%w: %w", driver.ErrConflict, err)
 	}
-	return fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 }
 
 func notHeld(key string) error {
-	return fmt.Errorf("%w: %q has no node of this owner", dlock.ErrNotHeld, key)
+	return fmt.Errorf("%w: %q has no node of this owner", driver.ErrNotHeld, key)
 }
 
 func isNoNode(err error) bool { return errors.Is(err, zk.ErrNoNode) }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -22,24 +21,24 @@ import (
 // holder. A held lock is exclusive and granted in arrival order (Holders and
 // Limit 1, Kind driver.KindFair) and its LastToken is the holder's token; a free lock's LastToken is 0: ZooKeeper keeps no record
 // of a released lock.
-func (d *Driver) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	info, _, err := d.inspect(ctx, key)
 	return info, err
 }
 
 // inspect is Inspect, returning the holder's node name too.
-func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, string, error) {
+func (d *Driver) inspect(ctx context.Context, key string) (driver.LockInfo, string, error) {
 	if err := d.checkInspect(ctx, key); err != nil {
-		return dlock.LockInfo{}, "", err
+		return driver.LockInfo{}, "", err
 	}
 	lp := d.lockPath(key)
 	for round := 0; round < maxRounds; round++ {
 		q, marked, err := d.listMarked(ctx, lp)
 		if err != nil {
-			return dlock.LockInfo{}, "", err
+			return driver.LockInfo{}, "", err
 		}
 		if len(q) == 0 {
-			info := dlock.LockInfo{Key: key}
+			info := driver.LockInfo{Key: key}
 			if marked {
 				if info.DelayLeft, err = d.delayLeft(ctx, lp, 0); err != nil {
 					return info, "", err
@@ -57,33 +56,33 @@ func (d *Driver) inspect(ctx context.Context, key string) (dlock.LockInfo, strin
 			continue // released meanwhile
 		}
 		if err != nil {
-			return dlock.LockInfo{}, "", mapErr(err)
+			return driver.LockInfo{}, "", mapErr(err)
 		}
 		nd, _ := decodeData(data)
-		return dlock.LockInfo{Key: key, Held: true, Owner: q[0].owner, Metadata: nd.Metadata,
+		return driver.LockInfo{Key: key, Held: true, Owner: q[0].owner, Metadata: nd.Metadata,
 			Token: uint64(st.Czxid), TTL: remaining(nd, st.Mtime), Waiters: len(q) - 1,
 			Holders: 1, Limit: 1, LastToken: uint64(st.Czxid), Kind: driver.KindFair}, q[0].name, nil
 	}
-	return dlock.LockInfo{}, "", changing(key)
+	return driver.LockInfo{}, "", changing(key)
 }
 
 func changing(key string) error {
-	return fmt.Errorf("%w: zklock: the queue of %q kept changing", dlock.ErrUnavailable, key)
+	return fmt.Errorf("%w: zklock: the queue of %q kept changing", driver.ErrUnavailable, key)
 }
 
 func (d *Driver) checkInspect(ctx context.Context, key string) error {
 	if d == nil {
-		return fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil driver", driver.ErrInvalid)
 	}
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	return driver.ValidateKey(key)
 }
 
 // ListPrefix implements driver.Inspector: the held locks whose keys start with
 // prefix. It reads every lock node under the root.
-func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if err := d.checkInspect(ctx, "list"); err != nil {
 		return nil, err
 	}
@@ -98,14 +97,14 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	var out []dlock.LockInfo
+	var out []driver.LockInfo
 	for _, n := range names {
 		key, ok := unescape(n)
 		if !ok || driver.ValidateKey(key) != nil || !strings.HasPrefix(key, prefix) {
 			continue
 		}
 		info, err := d.Inspect(ctx, key)
-		if errors.Is(err, dlock.ErrConflict) || (err == nil && !info.Held && info.DelayLeft <= 0) {
+		if errors.Is(err, driver.ErrConflict) || (err == nil && !info.Held && info.DelayLeft <= 0) {
 			continue
 		}
 		if err != nil {
@@ -122,23 +121,23 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInf
 // (dlock.LossStoreSignal; at its next renewal if the session missed it), and
 // the next waiter takes the lock. It is for operators clearing a lock whose holder is known to
 // be gone. The error matches dlock.ErrNotHeld when the lock is free.
-func (d *Driver) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	for round := 0; round < maxRounds; round++ {
 		info, node, err := d.inspect(ctx, key)
 		if err != nil {
-			return dlock.LockInfo{}, err
+			return driver.LockInfo{}, err
 		}
 		if !info.Held {
-			return info, fmt.Errorf("%w: %q is free", dlock.ErrNotHeld, key)
+			return info, fmt.Errorf("%w: %q is free", driver.ErrNotHeld, key)
 		}
 		err = d.call(ctx, func() error { return d.conn.Delete(d.lockPath(key)+"/"+node, -1) })
 		if isNoNode(err) {
 			continue // released meanwhile
 		}
 		if err != nil {
-			return dlock.LockInfo{}, mapErr(err)
+			return driver.LockInfo{}, mapErr(err)
 		}
 		return info, nil
 	}
-	return dlock.LockInfo{}, changing(key)
+	return driver.LockInfo{}, changing(key)
 }

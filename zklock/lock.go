@@ -8,7 +8,6 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 
-	"github.com/dlock-go/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -20,21 +19,21 @@ const maxRounds = 5
 // negotiated session timeout, in whole milliseconds (see the package
 // documentation).
 func (d *Driver) TTLLimits() driver.TTLLimits {
-	return driver.TTLLimits{Min: dlock.MinTTL, Max: d.SessionTimeout(), Step: time.Millisecond}
+	return driver.TTLLimits{Min: driver.MinTTL, Max: d.SessionTimeout(), Step: time.Millisecond}
 }
 
 // checkTTL checks ttl against the limits once more: the session timeout can
 // change at a reconnect.
 func (d *Driver) checkTTL(ttl time.Duration) error {
 	if lim := d.TTLLimits(); ttl < lim.Min || ttl > lim.Max {
-		return fmt.Errorf("%w: ttl %v outside [%v, %v] (the ZooKeeper session timeout bounds the TTL)", dlock.ErrInvalid, ttl, lim.Min, lim.Max)
+		return fmt.Errorf("%w: ttl %v outside [%v, %v] (the ZooKeeper session timeout bounds the TTL)", driver.ErrInvalid, ttl, lim.Min, lim.Max)
 	}
 	return nil
 }
 
 func (d *Driver) checkArgs(key, owner string) error {
 	if d == nil {
-		return fmt.Errorf("%w: nil driver", dlock.ErrInvalid)
+		return fmt.Errorf("%w: nil driver", driver.ErrInvalid)
 	}
 	if err := driver.ValidateKey(key); err != nil {
 		return err
@@ -356,8 +355,8 @@ func (d *Driver) acquireDelayed(ctx context.Context, key, owner string, ttl time
 	switch {
 	case errors.As(err, &busy) && busy.Queued:
 		d.keepWaiter(k, w)
-	case err != nil && w.node != "" && !errors.Is(err, dlock.ErrNotObtained) && !errors.Is(err, dlock.ErrInvalid) &&
-		!errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused):
+	case err != nil && w.node != "" && !errors.Is(err, driver.ErrNotObtained) && !errors.Is(err, driver.ErrInvalid) &&
+		!errors.Is(err, driver.ErrConflict) && !errors.Is(err, driver.ErrRefused):
 		// The next attempt, or the abandon, takes the node over.
 		d.keepWaiter(k, w)
 	default:
@@ -413,7 +412,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			c, cq, cm, cw, err := d.createAndList(ctx, lp, owner, encodeData(wttl, metadata))
 			marked, watch = cm, cw
 			if c.name == "" {
-				if !errors.Is(err, dlock.ErrConflict) && !errors.Is(err, dlock.ErrRefused) {
+				if !errors.Is(err, driver.ErrConflict) && !errors.Is(err, driver.ErrRefused) {
 					// The create may have been applied with its reply lost.
 					d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
 				}
@@ -423,7 +422,7 @@ func (d *Driver) attempt(ctx context.Context, key string, k ownerKey, w *waiter,
 			w.written, w.writtenTTL = wstart, wttl
 			fresh, q = true, cq
 			if err != nil {
-				if errors.Is(err, dlock.ErrConflict) {
+				if errors.Is(err, driver.ErrConflict) {
 					// Not a lock node of dlock's: take the node back out.
 					_ = d.deleteNode(ctx, lp, owner, w.node)
 					w.lost()
@@ -560,13 +559,13 @@ func (d *Driver) take(ctx context.Context, lp string, w *waiter, start time.Time
 		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return grant{}, fmt.Errorf("%w: zklock: the node vanished as it was granted (session expired)", dlock.ErrUnavailable)
+		return grant{}, fmt.Errorf("%w: zklock: the node vanished as it was granted (session expired)", driver.ErrUnavailable)
 	}
 	if err != nil {
 		return grant{}, mapErr(err)
 	}
 	if st.EphemeralOwner != d.conn.SessionID() {
-		return grant{}, fmt.Errorf("%w: zklock: node %s/%s belongs to session %#x, not this one", dlock.ErrConflict, lp, w.node, st.EphemeralOwner)
+		return grant{}, fmt.Errorf("%w: zklock: node %s/%s belongs to session %#x, not this one", driver.ErrConflict, lp, w.node, st.EphemeralOwner)
 	}
 	return grant{token: uint64(st.Czxid), ttl: ttl, node: w.node, meta: metadata, session: st.EphemeralOwner}, nil
 }
@@ -686,7 +685,7 @@ func (d *Driver) extend(ctx context.Context, h driver.Holding, ttl time.Duration
 	case err != nil:
 		return 0, mapErr(err)
 	case st.EphemeralOwner != d.conn.SessionID():
-		return 0, fmt.Errorf("%w: %q: the node belongs to session %#x", dlock.ErrNotHeld, h.Key, st.EphemeralOwner)
+		return 0, fmt.Errorf("%w: %q: the node belongs to session %#x", driver.ErrNotHeld, h.Key, st.EphemeralOwner)
 	}
 	return ttl, nil
 }
@@ -762,7 +761,7 @@ func (d *Driver) remove(ctx context.Context, key, owner string) (bool, error) {
 		q, err = d.list(ctx, lp)
 	}
 	if err != nil {
-		if !errors.Is(err, dlock.ErrConflict) {
+		if !errors.Is(err, driver.ErrConflict) {
 			d.sweep.add(sweepEntry{lockPath: lp, owner: owner})
 		}
 		return false, err

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 )
 
 // childPrefix starts the name of every lock node; seqDigits is the width of the
@@ -82,7 +82,7 @@ func (d *Driver) lockPath(key string) string {
 // checkOwner rejects owner tokens that cannot be part of a node name.
 func checkOwner(owner string) error {
 	if owner == "" || strings.ContainsAny(owner, "/%") || escape(owner) != owner {
-		return fmt.Errorf("%w: owner %q cannot be part of a znode name", dlock.ErrInvalid, owner)
+		return fmt.Errorf("%w: owner %q cannot be part of a znode name", driver.ErrInvalid, owner)
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func queue(lockPath string, names []string) (q []child, marked bool, err error) 
 		}
 		c, ok := parseChild(n)
 		if !ok {
-			return nil, false, fmt.Errorf("%w: %s has child %q, which is not a dlock lock node", dlock.ErrConflict, lockPath, n)
+			return nil, false, fmt.Errorf("%w: %s has child %q, which is not a dlock lock node", driver.ErrConflict, lockPath, n)
 		}
 		q = append(q, c)
 	}
