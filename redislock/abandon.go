@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -25,6 +26,46 @@ import (
 // made before that (no Handle yet) that went unanswered are remembered in
 // flights. An Abandon that knows nothing of the acquisition (no Handle) marks
 // it.
+
+// An attempt cut short by its context's end is what needs a mark, and in a
+// storm of waiters giving up most attempts end that way: their reply was on its
+// way. So the script call of an attempt runs on graced, which ends replyGrace
+// after the caller's context: a reply that comes back within it is read (the
+// attempt is answered and needs no mark), and the core, which watches the
+// caller's context, gives up as before.
+
+// replyGrace is how long an attempt's script call may outlive its caller's
+// context to read a reply on its way.
+const replyGrace = 50 * time.Millisecond
+
+// graced returns the context of an attempt's script call: ctx's values, ending
+// replyGrace after ctx ends (by its deadline or by a cancel). A ctx that never
+// ends is returned as it is. The stop function releases its resources.
+func graced(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, noStop
+	}
+	var gctx context.Context
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		gctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(replyGrace))
+	} else {
+		gctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	var late atomic.Pointer[time.Timer]
+	stop := context.AfterFunc(ctx, func() {
+		late.Store(time.AfterFunc(replyGrace, cancel))
+	})
+	return gctx, func() {
+		stop()
+		cancel()
+		if t := late.Load(); t != nil {
+			t.Stop()
+		}
+	}
+}
+
+func noStop() {}
 
 // attempts is the driver's Handle of a waiting acquisition.
 type attempts struct {

@@ -48,7 +48,9 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 		}
 	}
 	sent := time.Now()
-	res, err := a.run(ctx, t)
+	rctx, stop := graced(ctx)
+	res, err := a.run(rctx, t)
+	stop()
 	g, _, err := a.decode(ctx, r, res, err)
 	t.done(err, "", 0)
 	var busy *driver.Taken

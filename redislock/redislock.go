@@ -137,7 +137,10 @@ const FenceRetention = 24 * time.Hour
 // while the mark lives (and one that arrives later holds it at most its TTL, as
 // a crashed holder does). Only an acquisition with an attempt whose reply never
 // came back is marked: one whose attempts were all answered has nothing in
-// flight.
+// flight. An attempt whose context ends while its reply is on the way reads
+// that reply for up to 50 ms more, so a Lock may return a lease granted up to
+// that long after its context's deadline, and a storm of callers giving up
+// leaves marks only for the replies that were later still.
 const AbandonMarkTTL = time.Second
 
 // Client is the dlock.Client every constructor of this package returns (New,
