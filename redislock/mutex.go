@@ -100,6 +100,9 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	rctx, stop := graced(ctx)
 	res, acked, err := d.runAcquire(rctx, argv)
 	stop()
+	if err != nil {
+		err = d.c.notSent(err, time.Since(sent))
+	}
 	c.put()
 	g, arrival, err := plainGrant(res, err, r.TTL)
 	if err == nil {

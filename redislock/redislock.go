@@ -158,13 +158,17 @@ type conn struct {
 	rdb redis.UniversalClient
 	hub *hub
 	fl  flights // the acquisitions with an unanswered attempt (see abandon.go)
+	// quiet is how long a call ended by its context's bare error may have
+	// taken and still have nothing in flight (see notSent); 0 when no such
+	// call is known to have none.
+	quiet time.Duration
 }
 
 func newConn(rdb redis.UniversalClient) (*conn, error) {
 	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
-	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
+	return &conn{rdb: rdb, hub: newHub(rdb), quiet: quietFor(rdb)}, nil
 }
 
 var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)
