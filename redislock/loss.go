@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/verifyhooks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -230,7 +229,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			// Subscribed (first, or again after a dropped connection): a
 			// message sent before this was not heard, so the holdings
 			// registered until now are checked once.
-			if (m.Kind == "subscribe" || m.Kind == "psubscribe") && !verifyhooks.NoSubscribeCheck.Load() {
+			if m.Kind == "subscribe" || m.Kind == "psubscribe" {
 				h.holds.SuspectAll()
 			}
 		}
