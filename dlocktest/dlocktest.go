@@ -43,7 +43,9 @@ type Backend struct {
 
 	// Skip names subtests that cannot apply to the backend, each with the reason
 	// it gives when skipped (for example a storage format that cannot express
-	// what the subtest checks).
+	// what the subtest checks). "Once/the result lives its TTL" names the one
+	// nested subtest that can be skipped (a store whose expiry counts whole
+	// seconds).
 	Skip map[string]string
 
 	// Info, when set, is what the driver must name itself (driver.Driver.Info).

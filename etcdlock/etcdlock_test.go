@@ -2,6 +2,8 @@ package etcdlock
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,6 +40,9 @@ func TestConformance(t *testing.T) {
 				return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Key) == k &&
 					string(resp.Kvs[0].Value) == "user data" && resp.Kvs[0].Lease == 0
 			}
+		},
+		Skip: map[string]string{
+			"Once/the result lives its TTL": "a result's lease counts whole seconds, at least the server's minimum (TestResultEndsWithItsLease)",
 		},
 	})
 }
@@ -115,4 +121,30 @@ func TestDeletionByAnotherClientTellsHolderAtOnce(t *testing.T) {
 		return start, err
 	})
 	t.Logf("a raw delete to Done: %v", took)
+}
+
+// TestResultEndsWithItsLease: dlock.Once's result on etcd lives on a lease of
+// its own: a second's ResultTTL ends within the server's minimum lease TTL
+// (two seconds here) and a little more, and the next caller computes again.
+func TestResultEndsWithItsLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o := dlock.Once{Client: newClient(t), ResultTTL: time.Second}
+	key := dlocktest.Key(t)
+	var runs atomic.Int32
+	fn := func(context.Context) ([]byte, error) { return fmt.Appendf(nil, "%d", runs.Add(1)), nil }
+	if v, err := o.Do(ctx, key, fn); err != nil || string(v) != "1" {
+		t.Fatalf("first Do: %q, %v", v, err)
+	}
+	if v, err := o.Do(ctx, key, fn); err != nil || string(v) != "1" {
+		t.Fatalf("Do within the result's TTL: %q, %v; want the result kept", v, err)
+	}
+	cli := newEtcd(t)
+	testserver.Eventually(t, 5*time.Second, "the result gone with its lease", func() bool {
+		resp, err := cli.Get(ctx, ResultKey(key))
+		return err == nil && len(resp.Kvs) == 0
+	})
+	if v, err := o.Do(ctx, key, fn); err != nil || string(v) != "2" {
+		t.Fatalf("Do after the result's lease: %q, %v; want a new computation", v, err)
+	}
 }

@@ -48,7 +48,7 @@ var ErrOldLayout = errors.New("dlock table of an earlier layout")
 
 // addedColumns are the columns that later versions of pglock added to the
 // locks' table.
-var addedColumns = []string{"waited", "lock_delay", "delay_until", "waiters", "woken_until"}
+var addedColumns = []string{"waited", "lock_delay", "delay_until", "waiters", "woken_until", "result", "result_until"}
 
 // oldLayout reports whether err says that the locks' table lacks a column
 // that a later version of pglock added to it.

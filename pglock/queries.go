@@ -18,6 +18,7 @@ type queries struct {
 	acquire, insert, extend, resume, release, releaseAll, ttl string
 	abandon, abandonAll                                       string // abandonAll wakes every waiter (the fair lock's)
 	sweep, inspect, list, forceUnlock, fence                  string
+	putResult, getResult                                      string // dlock.Once's result, beside the lock
 }
 
 // remainingUS is the time a row has left, in whole microseconds, 0 when it
@@ -131,7 +132,9 @@ func buildQueries(table, seq, channel, id string) queries {
 				lock_delay      bigint      NOT NULL DEFAULT 0,
 				delay_until     timestamptz NOT NULL DEFAULT '-infinity',
 				waiters         text[]      NOT NULL DEFAULT '{}',
-				woken_until     timestamptz NOT NULL DEFAULT '-infinity'
+				woken_until     timestamptz NOT NULL DEFAULT '-infinity',
+				result          bytea,
+				result_until    timestamptz NOT NULL DEFAULT '-infinity'
 			)$WITH`),
 			// A table of an earlier layout gets the columns it lacks (the
 			// check before it fails on any other table).
@@ -140,10 +143,12 @@ func buildQueries(table, seq, channel, id string) queries {
 				ADD COLUMN IF NOT EXISTS lock_delay bigint NOT NULL DEFAULT 0,
 				ADD COLUMN IF NOT EXISTS delay_until timestamptz NOT NULL DEFAULT '-infinity',
 				ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{}',
-				ADD COLUMN IF NOT EXISTS woken_until timestamptz NOT NULL DEFAULT '-infinity'`),
+				ADD COLUMN IF NOT EXISTS woken_until timestamptz NOT NULL DEFAULT '-infinity',
+				ADD COLUMN IF NOT EXISTS result bytea,
+				ADD COLUMN IF NOT EXISTS result_until timestamptz NOT NULL DEFAULT '-infinity'`),
 		},
 		check: []string{
-			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until, waiters, woken_until FROM $T LIMIT 0`),
+			s(`SELECT key, owner, token, expires_at, metadata, abandoned, abandoned_until, waited, lock_delay, delay_until, waiters, woken_until, result, result_until FROM $T LIMIT 0`),
 			s(`SELECT last_value FROM $S`),
 		},
 		// $1 key, $2 owner, $3 ttl in µs, $4 metadata, $5 whether the owner
@@ -266,9 +271,18 @@ SELECT CASE WHEN waited THEN pg_notify($4, $1) IS NULL ELSE false END FROM up`, 
 		sweep: s(`
 DELETE FROM $T WHERE ctid IN (
 	SELECT ctid FROM $T
-	WHERE greatest(expires_at + lock_delay * interval '1 microsecond', abandoned_until, delay_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
+	WHERE greatest(expires_at + lock_delay * interval '1 microsecond', abandoned_until, delay_until, result_until) < clock_timestamp() - $1::bigint * interval '1 microsecond'
 	FOR UPDATE SKIP LOCKED
 )`),
+		// $1 key, $2 owner, $3 the result, $4 its TTL in µs: stored beside
+		// the lock if the owner holds it (the update locks the row, so that
+		// the check and the write are one step); no row when it does not.
+		putResult: s(`
+UPDATE $T SET result = $3, result_until = clock_timestamp() + $4::bigint * interval '1 microsecond'
+WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING true`),
+		// $1 key: its result, while it lives.
+		getResult: s(`SELECT result FROM $T WHERE key = $1 AND result_until > clock_timestamp() AND result IS NOT NULL`),
 		// $1 key: owner, token, metadata, time left, held, lock-delay left.
 		inspect: s(`
 SELECT owner, token, metadata, $REM, 1, owner <> '' AND expires_at > c.now, $DLEFT
