@@ -1,9 +1,9 @@
-// Command once measures dlock.Once on a redis-server it starts: G callers,
-// each with a Client (and a connection) of its own, ask for one key at once;
-// it reports how many computations ran and the callers' waits against the
-// computation's time, medians over the rounds.
+// Command once measures dlock.Once on a server it starts (redis-server,
+// PostgreSQL or etcd): G callers, each with a Client (and a connection) of its
+// own, ask for one key at once; it reports how many computations ran and the
+// callers' waits against the computation's time, medians over the rounds.
 //
-//	go run ./once [-g 64] [-compute 200ms] [-rounds 5]
+//	go run ./once [-backend redis|postgres|etcd] [-g 64] [-compute 200ms] [-rounds 5]
 package main
 
 import (
@@ -18,12 +18,61 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// open starts the server of backend under dir and returns a function that
+// makes a Client on a connection of its own, and one that stops the server.
+func open(backend, dir string) (newClient func() (*dlock.Client, error), stop func(), err error) {
+	switch backend {
+	case "redis":
+		srv, err := testserver.NewRedis(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() (*dlock.Client, error) {
+			return redislock.New(redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 2}))
+		}, srv.Stop, nil
+	case "postgres":
+		srv, err := testserver.NewPostgres(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() (*dlock.Client, error) {
+			pool, err := pgxpool.New(context.Background(), srv.URL+"&pool_max_conns=2")
+			if err != nil {
+				return nil, err
+			}
+			d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
+			if err != nil {
+				return nil, err
+			}
+			return dlock.NewClient(d)
+		}, srv.Remove, nil
+	case "etcd":
+		srv, err := testserver.NewEtcd(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func() (*dlock.Client, error) {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second})
+			if err != nil {
+				return nil, err
+			}
+			return etcdlock.New(cli)
+		}, srv.Stop, nil
+	}
+	return nil, nil, fmt.Errorf("unknown backend %q (redis, postgres or etcd)", backend)
+}
+
 func main() {
+	backend := flag.String("backend", "redis", "the store: redis, postgres or etcd")
 	g := flag.Int("g", 64, "concurrent callers, a Client each")
 	compute := flag.Duration("compute", 200*time.Millisecond, "the computation's time")
 	rounds := flag.Int("rounds", 5, "rounds, each on a new key")
@@ -33,16 +82,14 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := testserver.NewRedis(dir)
+	newClient, stop, err := open(*backend, dir)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Stop()
+	defer stop()
 	clients := make([]*dlock.Client, *g)
 	for i := range clients {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 2})
-		defer rdb.Close()
-		if clients[i], err = redislock.New(rdb); err != nil {
+		if clients[i], err = newClient(); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -78,7 +125,7 @@ func main() {
 	}
 	slices.Sort(p50s)
 	slices.Sort(p99s)
-	fmt.Printf("G=%d callers, computation %v: %d computations in %d rounds; wait p50 %v (%.2fx), p99 %v (%.2fx) (medians of the rounds)\n",
-		*g, *compute, runs.Load(), *rounds, p50s[len(p50s)/2].Round(time.Millisecond), float64(p50s[len(p50s)/2])/float64(*compute),
+	fmt.Printf("%s: G=%d callers, computation %v: %d computations in %d rounds; wait p50 %v (%.2fx), p99 %v (%.2fx) (medians of the rounds)\n",
+		*backend, *g, *compute, runs.Load(), *rounds, p50s[len(p50s)/2].Round(time.Millisecond), float64(p50s[len(p50s)/2])/float64(*compute),
 		p99s[len(p99s)/2].Round(time.Millisecond), float64(p99s[len(p99s)/2])/float64(*compute))
 }
