@@ -1,0 +1,107 @@
+// Command handoff measures a hand-off round trip on a server it starts
+// (redis-server or PostgreSQL): one Client takes a lock and detaches it,
+// another Client (a connection of its own, as in another process) resumes it
+// from the reference; it prints the medians of Detach and of Resume, and of a
+// TryLock on the same connection for scale.
+//
+//	go run ./handoff [-backend redis|postgres] [-n 200]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/pglock"
+	"github.com/dlock-go/dlock/redislock"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	backend := flag.String("backend", "redis", "the store: redis or postgres")
+	n := flag.Int("n", 200, "hand-offs")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "dlock-handoff")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	var newClient func() (*dlock.Client, error)
+	switch *backend {
+	case "redis":
+		srv, err := testserver.NewRedis(dir)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Stop()
+		newClient = func() (*dlock.Client, error) {
+			return redislock.New(redis.NewClient(&redis.Options{Addr: srv.Addr}))
+		}
+	case "postgres":
+		srv, err := testserver.NewPostgres(dir)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Remove()
+		newClient = func() (*dlock.Client, error) {
+			pool, err := pgxpool.New(context.Background(), srv.URL)
+			if err != nil {
+				return nil, err
+			}
+			d, err := pglock.NewDriver(pool, pglock.WithCreateTable())
+			if err != nil {
+				return nil, err
+			}
+			return dlock.NewClient(d)
+		}
+	default:
+		log.Fatalf("unknown backend %q (redis or postgres)", *backend)
+	}
+	from, err := newClient()
+	if err != nil {
+		log.Fatal(err)
+	}
+	to, err := newClient()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	var lock, detach, resume []time.Duration
+	for i := range *n + 1 {
+		key := fmt.Sprintf("handoff-%d-%d", os.Getpid(), i)
+		t0 := time.Now()
+		l, err := from.TryLock(ctx, key, dlock.WithTTL(10*time.Second))
+		if err != nil {
+			log.Fatal(err)
+		}
+		t1 := time.Now()
+		ref, err := l.Detach()
+		if err != nil {
+			log.Fatal(err)
+		}
+		t2 := time.Now()
+		r, err := to.Resume(ctx, ref)
+		if err != nil {
+			log.Fatal(err)
+		}
+		t3 := time.Now()
+		if r.Token() != l.Token() {
+			log.Fatalf("resumed token %d, want %d", r.Token(), l.Token())
+		}
+		if err := r.Unlock(ctx); err != nil {
+			log.Fatal(err)
+		}
+		if i > 0 { // the first loads the scripts and opens the connections
+			lock, detach, resume = append(lock, t1.Sub(t0)), append(detach, t2.Sub(t1)), append(resume, t3.Sub(t2))
+		}
+	}
+	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	fmt.Printf("%s: %d hand-offs: Detach %v, Resume %v, TryLock %v (medians)\n", *backend, *n, med(detach), med(resume), med(lock))
+}
