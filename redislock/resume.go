@@ -14,7 +14,25 @@ import (
 var (
 	_ driver.Resumer = (*Driver)(nil)
 	_ driver.Resumer = (*FairDriver)(nil)
+	_ driver.Resumer = (*SemaphoreDriver)(nil)
 )
+
+// Resume implements driver.Resumer for the semaphore: one script that extends
+// the permit's lease to h.TTL if h.Owner holds a permit with token (the lock
+// hash keeps each holder's token), and never creates one.
+func (d *SemaphoreDriver) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
+	sent := time.Now()
+	n, err := redisscript.LeaseExtend.Run(ctx, d.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, h.TTL.Milliseconds(), semMarker, strconv.FormatUint(token, 10)).Int64()
+	switch {
+	case err != nil:
+		return driver.Grant{}, mapErr(err)
+	case n != 1:
+		return driver.Grant{}, notHeld(h.Key)
+	}
+	g := driver.Grant{Token: token, TTL: h.TTL}
+	g.Lost = &d.c.hub.holding(d, h.Key, h.Owner, nil, sent).LossSignal
+	return g, nil
+}
 
 // Resume implements driver.Resumer for the plain lock (see conn.resume).
 func (d *Driver) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {

@@ -1,13 +1,18 @@
 -- Reset the lease of holder ARGV[1] of a lock with several holders to ARGV[2] ms;
 -- never re-create it. leases.lua is prepended (after token.lua and fairlib.lua).
 -- ARGV[3] the kind's marker field of the lock hash
--- Returns 1 when extended, 0 when ARGV[1] holds no lease.
+-- ARGV[4] (a resume of a detached holding only) the holding's fencing token,
+-- in decimal: the lease is extended only if ARGV[1] holds it with that token.
+-- Returns 1 when extended, 0 when ARGV[1] holds no lease (with that token).
 local e = kind_error(ARGV[3])
 if e then
   return e
 end
 local now = now_ms()
 if not lease_end(ARGV[1], now) then
+  return 0
+end
+if ARGV[4] and redis.call('HGET', KEYS[1], 't:' .. ARGV[1]) ~= ARGV[4] then
   return 0
 end
 -- The lease's end is removed before the new one is written: a server out of
