@@ -14,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v tmux >/dev/null 2>&1 || need+=(tmux) # dlock top's tests
+command -v cc >/dev/null 2>&1 || need+=(gcc) # the clock-shift library of the server clock tests
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core) # the web view's tests
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then

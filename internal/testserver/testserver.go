@@ -29,7 +29,8 @@ type Redis struct {
 
 	dir  string
 	args []string
-	bin  string // the executable ("": RedisBinary)
+	bin  string   // the executable ("": RedisBinary)
+	env  []string // added to the process's environment (see StartRedisEnv)
 
 	proc process
 }
@@ -85,6 +86,26 @@ func StartRedisBinary(t testing.TB, bin string, extra ...string) *Redis {
 	return r
 }
 
+// StartRedisEnv is StartRedis with env added to the server process's
+// environment (for example a ClockShift's Env), for its restarts too.
+func StartRedisEnv(t testing.TB, env []string, extra ...string) *Redis {
+	t.Helper()
+	if _, err := RedisBinary(); err != nil {
+		t.Fatal(err)
+	}
+	var r *Redis
+	err := onFreePort(func(port int) error {
+		r = &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: t.TempDir(), env: env}
+		r.args = append(redisArgs(port, r.dir), extra...)
+		return r.Start()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // NewRedis starts a redis-server whose files live in dir. The caller must call
 // Stop. It is StartRedis for code that has no testing.TB (TestMain, examples).
 func NewRedis(dir string, extra ...string) (*Redis, error) {
@@ -99,17 +120,23 @@ func newRedis(dir, bin string, extra ...string) (*Redis, error) {
 	var r *Redis
 	err := onFreePort(func(port int) error {
 		r = &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, bin: bin}
-		r.args = append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--daemonize", "no", "--protected-mode", "yes",
-		}, extra...)
+		r.args = append(redisArgs(port, dir), extra...)
 		return r.Start()
 	})
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// redisArgs are the arguments of a test server on port with its files in
+// dir: no persistence, loopback only.
+func redisArgs(port int, dir string) []string {
+	return []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--daemonize", "no", "--protected-mode", "yes",
+	}
 }
 
 // onFreePort calls start with free loopback ports until it succeeds, a few times
@@ -138,7 +165,11 @@ func (r *Redis) Start() error {
 			return err
 		}
 	}
-	return r.proc.run(exec.Command(bin, r.args...), filepath.Join(r.dir, "redis.log"),
+	cmd := exec.Command(bin, r.args...)
+	if r.env != nil {
+		cmd.Env = append(os.Environ(), r.env...)
+	}
+	return r.proc.run(cmd, filepath.Join(r.dir, "redis.log"),
 		"redis-server on "+r.Addr, func() bool { return r.ping() == nil })
 }
 
