@@ -143,3 +143,97 @@ func TestLeaderKilledWhileHeldAndWaited(t *testing.T) {
 		t.Fatalf("entries left: %v", got)
 	}
 }
+
+// TestMemberReplacedWhileHeldAndWaited: in a 3-member cluster a follower, and
+// then the leader, are replaced (killed, removed from the cluster, and a new
+// member with an empty data directory added and started) while the lock is
+// held and waited on. The holder keeps the lock throughout; the new members
+// serve the lock's state (a Client that reaches them alone finds it held);
+// and the waiter gets it once the holder releases, with a larger token.
+func TestMemberReplacedWhileHeldAndWaited(t *testing.T) {
+	c := testserver.StartEtcdCluster(t, 3)
+	ctx := ctxT(t, 90*time.Second)
+	key := testKey(t)
+	newC := func(endpoints ...string) *Client {
+		// Renewed: a replacement takes longer than the TTL (etcd adds a
+		// member once the others have been connected for five seconds).
+		cl, err := New(newEtcd(t, endpoints...), dlock.WithTTL(5*time.Second), dlock.WithAutoRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	endpoints := c.Endpoints()
+	lease, err := newC(endpoints...).TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := queuedWatch(t, ctx, newEtcd(t, endpoints...), key)
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	waited := make(chan result, 1)
+	waiter := newC(endpoints...)
+	go func() {
+		l, err := waiter.Lock(ctx, key)
+		waited <- result{l, err}
+	}()
+	queued()
+
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *testserver.Etcd
+	for _, m := range c.Members {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	var fresh []string
+	for _, old := range []*testserver.Etcd{follower, leader} {
+		m, err := c.Replace(ctx, old)
+		if err != nil {
+			t.Fatalf("replacing %s: %v", old.Name, err)
+		}
+		fresh = append(fresh, m.Addr)
+		if _, err := c.Leader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lease.Err() != nil {
+			t.Fatalf("the holder lost the lock when %s was replaced: %v", old.Name, lease.Err())
+		}
+	}
+	probe := newC(fresh...)
+	err = retryUnavailable(ctx, func() error {
+		l, err := probe.TryLock(ctx, key)
+		if err == nil {
+			_ = l.Unlock(ctx)
+			return errors.New("a Client on the new members took the held lock")
+		}
+		return err
+	})
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock through the new members alone: %v, want ErrNotObtained", err)
+	}
+	select {
+	case r := <-waited:
+		t.Fatalf("the waiter returned while the lock was held: %v", r.err)
+	default:
+	}
+	if err := retryUnavailable(ctx, func() error { return lease.Unlock(ctx) }); err != nil {
+		t.Fatalf("the holder's Unlock after the replacements: %v", err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("the waiter: %v", r.err)
+	}
+	if r.l.Token() <= lease.Token() {
+		t.Errorf("the waiter's token %d, not above the holder's %d", r.l.Token(), lease.Token())
+	}
+	if err := retryUnavailable(ctx, func() error { return r.l.Unlock(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+}

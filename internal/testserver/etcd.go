@@ -205,9 +205,18 @@ func (e *Etcd) Status(ctx context.Context) (EtcdStatus, error) {
 }
 
 func (e *Etcd) call(ctx context.Context, method, path string, out any) error {
-	var body io.Reader
+	in := ""
 	if method == http.MethodPost {
-		body = strings.NewReader("{}")
+		in = "{}"
+	}
+	return e.callWith(ctx, method, path, in, out)
+}
+
+// callWith is call with the request body in (JSON; "" for none).
+func (e *Etcd) callWith(ctx context.Context, method, path, in string, out any) error {
+	var body io.Reader
+	if in != "" {
+		body = strings.NewReader(in)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -365,6 +374,104 @@ func startEtcdCluster(dir string, n int, o EtcdClusterOptions) (*EtcdCluster, er
 		}
 	}
 	return c, nil
+}
+
+// Replace removes the member old from the cluster, as an operator replaces a
+// lost machine: old is killed, removed (MemberRemove, through a running
+// member), and a new member with an empty data directory is added
+// (MemberAdd) and started on new ports, joining the cluster's existing
+// state. The new member takes old's place in c.Members.
+func (c *EtcdCluster) Replace(ctx context.Context, old *Etcd) (*Etcd, error) {
+	var via *Etcd
+	for _, m := range c.Members {
+		if m != old && m.PID() != 0 {
+			via = m
+			break
+		}
+	}
+	if via == nil {
+		return nil, fmt.Errorf("testserver: no running member besides %s to replace it through", old.Name)
+	}
+	var list struct {
+		Members []struct {
+			ID       string
+			Name     string
+			PeerURLs []string
+		}
+	}
+	if err := via.call(ctx, http.MethodPost, "/v3/cluster/member/list", &list); err != nil {
+		return nil, err
+	}
+	id := ""
+	for _, m := range list.Members {
+		if m.Name == old.Name {
+			id = m.ID
+		}
+	}
+	if id == "" {
+		return nil, fmt.Errorf("testserver: %s is no member of the cluster", old.Name)
+	}
+	old.Stop()
+	var out struct{}
+	// A removal commits through raft, which may take longer than a call's
+	// second while the cluster notices the lost member: try again (a second
+	// try of a removal that landed finds no such member).
+	for {
+		err := via.callWith(ctx, http.MethodPost, "/v3/cluster/member/remove", `{"ID":"`+id+`"}`, &out)
+		if err == nil || strings.Contains(err.Error(), "member not found") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("testserver: removing %s: %w (%w)", old.Name, err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	m := newMember(old.Name+"r", old.dir, ports[0], ports[1])
+	b, _ := json.Marshal(map[string][]string{"peerURLs": {m.AdvertisePeerURL}})
+	// etcd refuses to add a member until the others have been connected to
+	// each other for its health interval (five seconds): a cluster started a
+	// moment ago, or one that just lost a member, waits for that.
+	for {
+		err := via.callWith(ctx, http.MethodPost, "/v3/cluster/member/add", string(b), &out)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("testserver: adding a member: %w (%w)", err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var initial []string
+	for _, x := range c.Members {
+		if x != old {
+			initial = append(initial, x.Name+"="+x.AdvertisePeerURL)
+		}
+	}
+	initial = append(initial, m.Name+"="+m.AdvertisePeerURL)
+	m.configure(strings.Join(initial, ","), clusterHeartbeat, clusterElection)
+	for i, a := range m.args {
+		if a == "new" && i > 0 && m.args[i-1] == "--initial-cluster-state" {
+			m.args[i] = "existing"
+		}
+	}
+	if err := m.Start(); err != nil {
+		return nil, err
+	}
+	for i, x := range c.Members {
+		if x == old {
+			c.Members[i] = m
+		}
+	}
+	return m, nil
 }
 
 // freePorts returns k distinct TCP ports on 127.0.0.1 that were free a moment ago.
