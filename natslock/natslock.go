@@ -365,20 +365,33 @@ func (d *Driver) extend(ctx context.Context, key, owner string, hd *hold, ttl ti
 // owner with hd's token (a renewal whose reply was lost landed), takes its
 // revision; it reports whether it did.
 func (d *Driver) refresh(ctx context.Context, key, owner string, hd *hold) bool {
+	token, rev, ok := d.ownerHolds(ctx, key, owner)
+	if !ok || token != hd.token || rev <= hd.revision() {
+		return false
+	}
+	hd.setRevision(rev)
+	return true
+}
+
+// ownerHolds reads the key's last message and reports whether owner holds
+// the key, with its token and the message's revision.
+func (d *Driver) ownerHolds(ctx context.Context, key, owner string) (token, rev uint64, ok bool) {
 	b, err := d.open(ctx, key)
 	if err != nil {
-		return false
+		return 0, 0, false
 	}
 	m, err := d.lastMsg(ctx, b, d.pre+key)
 	if err != nil || m == nil || marker(m) {
-		return false
+		return 0, 0, false
 	}
 	rec, err := decode(m)
-	if err != nil || rec.Owner != owner || (rec.Token != hd.token && m.Sequence != hd.token) || m.Sequence <= hd.revision() {
-		return false
+	if err != nil || rec.Owner != owner {
+		return 0, 0, false
 	}
-	hd.setRevision(m.Sequence)
-	return true
+	if rec.Token == 0 {
+		rec.Token = m.Sequence
+	}
+	return rec.Token, m.Sequence, true
 }
 
 // Release implements driver.Driver: a delete marker, only if the key's last
@@ -391,10 +404,11 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	if !ok {
 		// A Release without a grant (an acquisition whose outcome is
 		// unknown): the key's holding if it is the owner's.
-		hd = &hold{}
-		if !d.adopt(ctx, h.Key, h.Owner, hd) {
+		token, rev, ok := d.ownerHolds(ctx, h.Key, h.Owner)
+		if !ok {
 			return notHeld(h.Key)
 		}
+		hd = &hold{token: token, rev: rev}
 	}
 	d.releasing(hd, true)
 	for range 2 {
@@ -413,28 +427,6 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	}
 	d.releasing(hd, false)
 	return notHeld(h.Key)
-}
-
-// adopt fills hd with the key's holding when owner holds it, and reports
-// whether it does.
-func (d *Driver) adopt(ctx context.Context, key, owner string, hd *hold) bool {
-	b, err := d.open(ctx, key)
-	if err != nil {
-		return false
-	}
-	m, err := d.lastMsg(ctx, b, d.pre+key)
-	if err != nil || m == nil || marker(m) {
-		return false
-	}
-	rec, err := decode(m)
-	if err != nil || rec.Owner != owner {
-		return false
-	}
-	hd.token, hd.rev = rec.Token, m.Sequence
-	if hd.token == 0 {
-		hd.token = m.Sequence
-	}
-	return true
 }
 
 // TTL implements driver.Driver: the time left of the key's last message, as

@@ -161,3 +161,6 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Name is the server's name, as JetStream's cluster information names it.
+func (s *Server) Name() string { return s.opts.ServerName }
