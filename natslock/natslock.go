@@ -67,11 +67,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DefaultBucket is the bucket of the locks unless WithBucket names another.
+// DefaultBucket names the key-value bucket a Driver locks in when
+// WithBucket is not given.
 const DefaultBucket = "dlock"
 
-// DefaultRequestTimeout bounds every single request to the server when
-// WithRequestTimeout is not given.
+// DefaultRequestTimeout is how long a Driver waits for the server's answer
+// to one request when WithRequestTimeout is not given.
 const DefaultRequestTimeout = 5 * time.Second
 
 // DefaultMarkerTTL is the LimitMarkerTTL of a bucket that Migrate creates:
@@ -115,14 +116,14 @@ var (
 	_ driver.KeyWatcher    = (*Driver)(nil)
 )
 
-// Client is the dlock.Client that New returns: a dlock.Locker over a Driver,
-// and a driver.Inspector through it.
+// Client is what New and NewClient return: the dlock.Client over a Driver,
+// a dlock.Locker that inspects and forces locks through the Driver.
 type Client = dlock.Client
 
-// New returns a Client that locks in the DefaultBucket of js's account, with
-// opts as the defaults of every TryLock and Lock. It does no I/O: create the
-// bucket first with Driver.Migrate. It returns an error matching
-// dlock.ErrInvalid for a nil js or a bad option.
+// New returns a Client over a Driver without options (locking in the
+// DefaultBucket of js's account); opts are the defaults of its TryLock and
+// Lock calls. Nothing is sent to the server: Driver.Migrate creates the
+// bucket. A nil js or a bad option gives an error matching dlock.ErrInvalid.
 func New(js jetstream.JetStream, opts ...dlock.Option) (*Client, error) {
 	d, err := NewDriver(js)
 	if err != nil {
@@ -131,9 +132,10 @@ func New(js jetstream.JetStream, opts ...dlock.Option) (*Client, error) {
 	return NewClient(d, opts...)
 }
 
-// NewClient returns a Client over d (a Driver made with options), with opts as
-// the defaults of every TryLock and Lock. It returns an error matching
-// dlock.ErrInvalid for a nil driver or a bad option; it does no I/O.
+// NewClient returns a Client over d, a Driver that NewDriver made with its
+// own options; opts are the defaults of its TryLock and Lock calls. Nothing
+// is sent to the server. A nil d or a bad option gives an error matching
+// dlock.ErrInvalid.
 func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	if d == nil {
 		return nil, errNilDriver
@@ -141,8 +143,9 @@ func NewClient(d *Driver, opts ...dlock.Option) (*Client, error) {
 	return dlock.NewClient(d, opts...)
 }
 
-// NewDriver returns a Driver over js configured by opts. It does no I/O. It
-// returns an error matching dlock.ErrInvalid for a nil js or a bad option.
+// NewDriver returns a Driver over js, set up by opts. Nothing is sent to the
+// server until its first call, which checks the bucket (see Check). A nil
+// js or a bad option gives an error matching dlock.ErrInvalid.
 func NewDriver(js jetstream.JetStream, opts ...Option) (*Driver, error) {
 	if js == nil || js.Conn() == nil {
 		return nil, fmt.Errorf("%w: natslock: nil JetStream", driver.ErrInvalid)
