@@ -36,8 +36,13 @@
 // the key written after a holder's grant that is not the holder's own renewal
 // (a force-unlock, a purge, an expiry, somebody else's write) tells the holder
 // at once that its lease is lost. Waiters of different Drivers are woken by
-// the same deletion, each Driver's own waiters once: a hand-over costs one
-// attempt per Driver that waits.
+// the same deletion, each Driver's first waiter: a hand-over costs one
+// attempt per Driver that waits. A Driver that releases a key that its own
+// attempts lately found held leaves it, for a round trip and a half, to the
+// waiters its release woke (a Lock of the key from that Driver meanwhile is
+// told the key is busy and waits for the next wake-up), so that a contended
+// key changes hands instead of going back to the process a round trip ahead
+// of every waiter.
 //
 // # What is guaranteed
 //
@@ -59,6 +64,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -99,6 +105,8 @@ type Driver struct {
 	mu      sync.Mutex
 	watches map[string]*keyWatch
 	last    map[string]uint64 // the last revision seen of a key, for the next create
+
+	rtt atomic.Int64 // a moving average of a write's round trip, in ns
 }
 
 // bucket is what the first use of a Driver found and checked.
@@ -273,6 +281,13 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("%w: natslock: metadata: %w", driver.ErrInvalid, err)
 	}
+	if r.Waiting {
+		// A waiter of a key this Driver just released leaves it to the
+		// waiters the release woke, for a moment.
+		if left := d.yielding(r.Key); left > 0 {
+			return driver.Grant{}, &driver.Taken{Remaining: -1, RetryAfter: left, Handle: takenMark{rev: d.lastSeen(r.Key)}}
+		}
+	}
 	expect := d.lastSeen(r.Key)
 	for range 3 {
 		rev, err := d.publish(ctx, subj, value, expect, r.TTL)
@@ -299,7 +314,8 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 			return driver.Grant{}, err
 		}
 		if rec.Owner != r.Owner {
-			return driver.Grant{}, &driver.Taken{Remaining: remaining(m), RetryAfter: time.Minute}
+			d.contended(r.Key)
+			return driver.Grant{}, &driver.Taken{Remaining: remaining(m), RetryAfter: time.Minute, Handle: takenMark{rev: m.Sequence}}
 		}
 		// Our own earlier attempt landed: reset its TTL.
 		token := rec.Token
@@ -418,6 +434,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 		rev, err := d.del(ctx, h.Key, hd.revision(), false)
 		if err == nil {
 			d.seen(h.Key, rev)
+			d.released(h.Key)
 			return nil
 		}
 		if !wrongLast(err) {
@@ -462,7 +479,9 @@ func (d *Driver) publish(ctx context.Context, subj string, value []byte, expect 
 	rctx, cancel := d.requestCtx(ctx)
 	defer cancel()
 	m := &nats.Msg{Subject: subj, Data: value, Header: nats.Header{}}
+	start := time.Now()
 	ack, err := d.js.PublishMsg(rctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(ttl))
+	d.roundTrip(time.Since(start))
 	if err != nil {
 		return 0, err
 	}

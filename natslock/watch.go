@@ -32,6 +32,62 @@ type keyWatch struct {
 	watchers []chan struct{}
 	linger   *time.Timer
 	failed   bool
+	lastFree uint64    // the revision of the last deletion, purge or expiry seen
+	busy     time.Time // when an attempt of the Driver last found the key held
+	freed    time.Time // when the Driver last released the key
+}
+
+// takenMark is the Handle of a Taken: the revision of the key's message that
+// kept the attempt out. A waiter that subscribes after the watch saw the key
+// freed since is woken at once.
+type takenMark struct{ rev uint64 }
+
+// contendedFor is how long a key counts as contended after an attempt of the
+// Driver found it held.
+const contendedFor = time.Second
+
+// contended notes that an attempt found the key held.
+func (d *Driver) contended(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if kw := d.watches[key]; kw != nil {
+		kw.busy = time.Now()
+	}
+}
+
+// released notes that the Driver released the key.
+func (d *Driver) released(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if kw := d.watches[key]; kw != nil {
+		kw.freed = time.Now()
+	}
+}
+
+// yielding returns how long more a waiter of the Driver leaves the key to the
+// waiters of other processes that its release woke: a write's round trip and
+// a half after the release, when the key was contended lately; 0 otherwise.
+// Without it the releasing process, a round trip ahead of every woken
+// waiter, would take a contended key again and again.
+func (d *Driver) yielding(key string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kw := d.watches[key]
+	if kw == nil || kw.freed.IsZero() || time.Since(kw.busy) > contendedFor {
+		return 0
+	}
+	yield := min(max(time.Duration(d.rtt.Load())*3/2, time.Millisecond), 100*time.Millisecond)
+	return yield - time.Since(kw.freed)
+}
+
+// roundTrip adds a write's round trip to the Driver's moving average.
+func (d *Driver) roundTrip(rt time.Duration) {
+	old := d.rtt.Load()
+	if old == 0 {
+		d.rtt.Store(int64(rt))
+		return
+	}
+	d.rtt.Store(old + (int64(rt)-old)/8)
 }
 
 // holdSignal is a holding watched for its loss.
@@ -151,6 +207,7 @@ func (kw *keyWatch) event(e jetstream.KeyValueEntry) {
 		if rev := e.Revision(); rev > d.last[kw.key] {
 			d.last[kw.key] = rev
 		}
+		kw.lastFree = max(kw.lastFree, e.Revision())
 		if len(kw.waiters) > 0 {
 			notify(kw.waiters[0].wake)
 		}
@@ -223,6 +280,9 @@ func (d *Driver) Subscribe(ctx context.Context, h driver.Holding) (<-chan struct
 	d.mu.Lock()
 	kw := d.use(h.Key)
 	kw.waiters = append(kw.waiters, w)
+	if m, ok := h.Handle.(takenMark); ok && kw.lastFree > m.rev {
+		notify(w.wake) // freed since the attempt that found it held
+	}
 	d.mu.Unlock()
 	var once sync.Once
 	return w.wake, func() {
