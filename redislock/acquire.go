@@ -48,7 +48,12 @@ func (c *conn) acquire(ctx context.Context, r driver.AcquireRequest, a acquisiti
 		}
 	}
 	sent := time.Now()
-	res, err := a.run(ctx, t)
+	rctx, stop := graced(ctx)
+	res, err := a.run(rctx, t)
+	stop()
+	if err != nil {
+		err = c.notSent(err, time.Since(sent))
+	}
 	g, _, err := a.decode(ctx, r, res, err)
 	t.done(err, "", 0)
 	var busy *driver.Taken

@@ -97,7 +97,12 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		c.str(5, r.Owner), c.int(0, r.TTL.Milliseconds()), retake, c.str(6, r.Metadata),
 		markBusy, markTaken, hubID, c.str(7, t.arrival), registered, c.int(1, r.Delay.Milliseconds()))
 	sent := time.Now()
-	res, acked, err := d.runAcquire(ctx, argv)
+	rctx, stop := graced(ctx)
+	res, acked, err := d.runAcquire(rctx, argv)
+	stop()
+	if err != nil {
+		err = d.c.notSent(err, time.Since(sent))
+	}
 	c.put()
 	g, arrival, err := plainGrant(res, err, r.TTL)
 	if err == nil {
