@@ -75,14 +75,32 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			d.Close()
 			nc.Close()
 		},
+		// purge removes every message of the keys from the bucket's
+		// stream (dlock verify's own keys).
 		purge: func(ctx context.Context, keys []string) (int, error) {
+			s, err := js.Stream(ctx, "KV_"+natslock.DefaultBucket)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return 0, nil
+			}
+			if err != nil {
+				return 0, err
+			}
 			n := 0
 			for _, k := range keys {
-				if _, err := d.ForceUnlock(ctx, k); err == nil {
-					n++
-				} else if !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, natslock.ErrNoBucket) {
+				if err := natslock.CheckKey(k); err != nil {
+					continue // never a lock's
+				}
+				before, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV."+natslock.DefaultBucket+"."+k))
+				if err != nil {
 					return n, err
 				}
+				if len(before.State.Subjects) == 0 {
+					continue
+				}
+				if err := s.Purge(ctx, jetstream.WithPurgeSubject("$KV."+natslock.DefaultBucket+"."+k)); err != nil {
+					return n, err
+				}
+				n++
 			}
 			return n, nil
 		},

@@ -105,3 +105,45 @@ func TestNATSRefusesOtherKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyOnNATS runs dlock verify on an embedded NATS server, its workers
+// behind a proxy: every property holds, and the run's keys are removed from
+// the bucket's stream; a prefix that NATS keys cannot start with is refused.
+func TestVerifyOnNATS(t *testing.T) {
+	srv, err := natstest.Start(t.TempDir(), natstest.Options{SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	if r := dlockRun(t, "verify", "--prefix", "vt:", "--duration", "1s", "--ttl", "1s", "--nats", srv.URL); r.code != exitUsage || !strings.Contains(r.stderr, "NATS keys") {
+		t.Errorf("prefix vt: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r := dlockRun(t, "verify", "--prefix", "vt-", "--duration", "4s", "--ttl", "1s", "--nats", srv.URL)
+	if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") || !strings.Contains(r.stdout, "faults: stop,kill,reset,delay") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "KV_dlock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("$KV.dlock.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.stdout, "removed 0 entries") || !strings.Contains(r.stdout, "removed ") {
+		t.Errorf("the run removed no entry of its locks:\n%s", r.stdout)
+	}
+	for subj := range info.State.Subjects {
+		if strings.HasPrefix(subj, "$KV.dlock.vt-") {
+			t.Errorf("left in the bucket: %s", subj)
+		}
+	}
+}
