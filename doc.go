@@ -11,9 +11,10 @@
 //
 // The backends: Redis (single, Sentinel, Cluster; package redislock), Redlock
 // over independent Redis masters (redlock), etcd (etcdlock), ZooKeeper
-// (zklock), a table in a PostgreSQL database (pglock), the SETNX/GETSET
-// protocol of older services (legacy) and an in-memory store for tests
-// (memlock). etcdlock, zklock and pglock are modules of their own, so that
+// (zklock), a table in a PostgreSQL database (pglock), a NATS JetStream
+// key-value bucket (natslock), the SETNX/GETSET protocol of older services
+// (legacy) and an in-memory store for tests (memlock). etcdlock, zklock,
+// pglock and natslock are modules of their own, so that
 // programs using other backends never build their clients. Beyond the mutex:
 // fair, reentrant, read-write and semaphore locks (Redis; fair and semaphore
 // locks on PostgreSQL too), leader election (Campaign, and RunAsLeader to run
@@ -124,6 +125,18 @@
 //   - pglock.Fence checks a lease inside the caller's transaction and keeps the
 //     key from changing hands until it ends, so the transaction's writes are
 //     ordered before the next holder's.
+//
+// NATS (package natslock, a module of its own), a JetStream key-value bucket
+// with per-key TTLs (server 2.11 or later):
+//   - Exclusion holds while the stream keeps its acknowledged writes; expiry
+//     is the server's (TTLs in whole seconds). A Driver refuses a bucket
+//     without per-key TTLs, in memory, or persisted asynchronously.
+//   - Tokens are the key's revisions (stream sequences). They only grow if
+//     the servers sync every write (jetstream sync_interval: always) and the
+//     bucket has three replicas: under the default sync an OS crash can lose
+//     acknowledged writes, and with them grants and their tokens.
+//   - A holder whose key is deleted, purged or expired is told at once by a
+//     watch of the key.
 //
 // docs/safety.md in the repository covers each fault and what answers it.
 //

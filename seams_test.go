@@ -141,7 +141,7 @@ var contractNames = []string{
 // names one of contractNames through the root package (dlock.ErrInvalid)
 // instead of package driver (driver.ErrInvalid). Comments may use either.
 func TestBackendsSpellTheContractFromDriver(t *testing.T) {
-	for _, dir := range []string{"redislock", "redlock", "etcdlock", "zklock", "pglock", "memlock", "legacy"} {
+	for _, dir := range []string{"redislock", "redlock", "etcdlock", "zklock", "pglock", "natslock", "memlock", "legacy"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

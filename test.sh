@@ -138,6 +138,7 @@ module examples/sqlfence "fencing in SQL (SQLite, no race detector: it is slow u
 module etcdlock "tests against a real etcd"
 module zklock "tests against a real ZooKeeper"
 module pglock "tests against a real PostgreSQL"
+module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
 module examples/pgfence "a fenced order processor against a real PostgreSQL"
 module bench "vet and a quick run against a real redis-server"
 module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"

@@ -18,6 +18,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == natsServerFlag { // the NATS server of a run
+		if err := natsServerMain(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench nats server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == workerFlag { // scenario bp's workers
 		if err := workerMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench worker:", err)

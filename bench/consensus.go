@@ -38,6 +38,7 @@ type consensus struct {
 	etcd *testserver.Etcd
 	zk   *testserver.ZooKeeper
 	pg   *testserver.Postgres
+	nats *natsProc
 }
 
 // startConsensus starts, under dir, the servers that the variants cfg runs lock
@@ -60,6 +61,11 @@ func startConsensus(cfg config, dir string) (*consensus, error) {
 			return c, err
 		}
 	}
+	if cfg.needs(onNATS) {
+		if c.nats, err = startNATS(dir); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -72,6 +78,9 @@ func (c *consensus) stop() {
 	}
 	if c.pg != nil {
 		c.pg.Remove()
+	}
+	if c.nats != nil {
+		c.nats.stop()
 	}
 }
 
@@ -176,7 +185,7 @@ const idleWindow = time.Second
 // idleCPU measures, and emits as a JSON line, the CPU time etcd and ZooKeeper
 // use while nobody locks: part of every run's server CPU per operation.
 func (e *env) idleCPU(ctx context.Context) error {
-	for _, on := range []string{onEtcd, onZK, onPG} {
+	for _, on := range []string{onEtcd, onZK, onPG, onNATS} {
 		if !e.cfg.needs(on) {
 			continue
 		}
@@ -268,6 +277,8 @@ func (e *env) requests(ctx context.Context, on string) (int64, error) {
 		return zkReceived(e.cons.zk)
 	case onPG:
 		return pgWrites.Load(), nil
+	case onNATS:
+		return natsRequests(), nil
 	}
 	return serverCalls(ctx, e.admin)
 }
@@ -281,6 +292,8 @@ func (e *env) lockServerCPU(ctx context.Context, on string) (time.Duration, erro
 		return pidCPU(e.cons.zk.PID())
 	case onPG:
 		return pgCPU(e.cons.pg.PID())
+	case onNATS:
+		return pidCPU(e.cons.nats.cmd.Process.Pid)
 	}
 	return serverCPU(ctx, e.admin)
 }

@@ -8,9 +8,11 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/natslock v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	go.etcd.io/etcd/client/v3 v3.5.35
@@ -20,10 +22,20 @@ require (
 )
 
 require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 )
 
 require (
@@ -51,3 +63,5 @@ replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
 replace github.com/dlock-go/dlock/zklock => ../zklock
 
 replace github.com/dlock-go/dlock/pglock => ../pglock
+
+replace github.com/dlock-go/dlock/natslock => ../natslock

@@ -117,6 +117,13 @@ func quickConfig(c config) config {
 }
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == natsServerFlag {
+		if err := natsServerMain(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench nats server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == workerFlag {
 		if err := workerMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench worker:", err)

@@ -136,6 +136,19 @@ var variants = []variant{
 		// tells the holders.
 		exposed: []exposure{{faults: []string{FaultForce}, checkers: []string{"told-at-once"},
 			setup: func(c *Config) { c.ForceGap = true; forceGapTiming(&c.Spec) }}}},
+	{name: "natsnopush", breaks: "natslock's grants carry no Lost: a holder whose key was force-unlocked learns of it at its next renewal, not from its watch of the key",
+		backends: []string{"nats"}, lock: noPushNATS,
+		exposed: []exposure{{faults: []string{FaultForce}, checkers: []string{"told-at-once"},
+			setup: func(c *Config) {
+				// A holder left to its renewal (a third of the 3 s TTL)
+				// still holds, 2 s, when told-at-once's bound (150 ms) has
+				// passed: every force of a holding is a violation.
+				// One key that four workers contend for: a force finds it
+				// held.
+				c.Spec.TTL, c.Spec.Hold, c.Spec.Wait = 3*time.Second, 2*time.Second, 8*time.Second
+				c.Spec.Keys, c.Told = []string{"a"}, 150*time.Millisecond
+				c.Duration = duration(10 * time.Second) // a few forces
+			}}}},
 }
 
 // prefixWorkload keeps records that outlive the restart or the promotion.

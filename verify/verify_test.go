@@ -159,6 +159,7 @@ var scenarios = []scenario{
 	{"etcd-3-lock-delay", "etcd", delayed, []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (keys and leases)", false},
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
 	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
+	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
 
@@ -227,7 +228,7 @@ func TestScenarios(t *testing.T) {
 				if sc.backend == "zookeeper" || sc.backend == "postgres" { // the TTL is the session timeout; PostgreSQL is slower
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
-				if sc.backend == "etcd" { // whole seconds
+				if sc.backend == "etcd" || sc.backend == "nats" { // whole seconds
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,

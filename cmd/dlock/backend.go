@@ -58,6 +58,15 @@ func backends() []backend {
 			brief: "postgres://[user:pass@]host:port/db",
 			one:   openPostgres, multi: "one PostgreSQL database",
 		},
+		{
+			flag: "nats", metavar: "URL", env: []string{"DLOCK_NATS"},
+			usage: "NATS server `URL`: nats://[user:pass@]host:port (or host:port), tls:// for TLS; repeat it for a cluster; run creates the lock bucket when missing, the other commands never",
+			brief: "nats://host:4222, tls:// for TLS",
+			one: func(ctx context.Context, u string, tf *tlsFiles) (store, error) {
+				return openNATS(ctx, []string{u}, tf)
+			},
+			many: openNATS,
+		},
 	}
 }
 

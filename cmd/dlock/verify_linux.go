@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/dlock-go/dlock/natslock"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/verify"
@@ -71,6 +72,11 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 	// is under the prefix (a lock, a semaphore's size, a value, a latch) is
 	// not touched.
 	keys := runKeys(o.prefix+runTag()+"-", o.keys)
+	if b.flag == "nats" {
+		if err := natslock.CheckKey(keys[0]); err != nil {
+			return fail(e, c.name, usageErrorf("--prefix %s: the run's lock names (%s...) are NATS keys: letters, digits and -_/=.", o.prefix, keys[0]))
+		}
+	}
 	defer func() {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -272,7 +278,7 @@ func proxyTarget(flag, raw string) (string, func(addr string) string) {
 		return "", nil
 	}
 	switch u.Scheme {
-	case "redis", "http", "etcd", "zk", "zookeeper":
+	case "redis", "http", "etcd", "zk", "zookeeper", "nats":
 	case "postgres", "postgresql":
 		if m := u.Query().Get("sslmode"); m == "require" || m == "verify-ca" || m == "verify-full" {
 			return "", nil
@@ -291,7 +297,7 @@ func proxyTarget(flag, raw string) (string, func(addr string) string) {
 // lock table holds none.
 func heldUnder(ctx context.Context, st store, prefix string) ([]lockInfo, error) {
 	held, err := listLocks(ctx, st, prefix+"*")
-	if errors.Is(err, pglock.ErrNoTable) {
+	if errors.Is(err, pglock.ErrNoTable) || errors.Is(err, natslock.ErrNoBucket) {
 		return nil, nil
 	}
 	return held, err
@@ -394,6 +400,8 @@ func purge(ctx context.Context, st store, keys []string) (int, error) {
 	case pgStore:
 		return s.purge(ctx, keys)
 	case *mutexStore:
+		return s.purge(ctx, keys)
+	case natsStore:
 		return s.purge(ctx, keys)
 	}
 	return 0, fmt.Errorf("cannot remove the run's entries from %s", st)

@@ -1,0 +1,166 @@
+// Package natstest runs NATS servers with JetStream inside the test
+// process, on loopback, for the tests of natslock and of the programs built
+// on it: one server, or a cluster of three, each with a store directory of
+// its own. It imports the NATS server, which natslock itself never does.
+package natstest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Server is one running NATS server with JetStream.
+type Server struct {
+	s    *server.Server
+	opts *server.Options
+	URL  string // its client URL, nats://127.0.0.1:port
+}
+
+// Options are the settings of the servers that Start and StartCluster run.
+type Options struct {
+	// SyncAlways has the servers sync their store to disk after every write
+	// (jetstream sync_interval: always), as natslock's docs ask.
+	SyncAlways bool
+}
+
+// Start runs one server whose store lives under dir (a directory of the
+// caller's, which it removes afterwards), and waits until it takes
+// connections.
+func Start(dir string, o Options) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	opts := baseOptions("dlock-1", filepath.Join(dir, "n1"), port, o)
+	s, err := run(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Cluster is three NATS servers with JetStream, routed to each other.
+type Cluster struct {
+	Servers []*Server
+}
+
+// URL is the client URL of every server of the cluster, comma separated.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		urls[i] = s.URL
+	}
+	return strings.Join(urls, ",")
+}
+
+// Shutdown stops every server of the cluster.
+func (c *Cluster) Shutdown() {
+	for _, s := range c.Servers {
+		s.Shutdown()
+	}
+}
+
+// StartCluster runs three servers routed to each other, each with its store
+// under a directory of its own below dir, and waits until they take
+// connections (JetStream elects its meta leader shortly after).
+func StartCluster(dir string, o Options) (*Cluster, error) {
+	const n = 3
+	ports := make([]int, 2*n)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	routes := make([]string, n)
+	for i := range n {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i])
+	}
+	c := &Cluster{}
+	for i := range n {
+		opts := baseOptions(fmt.Sprintf("dlock-%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d", i+1)), ports[i], o)
+		opts.Cluster = server.ClusterOpts{Name: "dlock", Host: "127.0.0.1", Port: ports[n+i]}
+		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		s, err := run(opts)
+		if err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	return c, nil
+}
+
+// baseOptions are the options of one server.
+func baseOptions(name, store string, port int, o Options) *server.Options {
+	opts := &server.Options{
+		ServerName: name,
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   store,
+		NoLog:      true,
+		NoSigs:     true,
+		HTTPPort:   0,
+	}
+	if o.SyncAlways {
+		opts.SyncAlways = true
+		opts.SyncInterval = 2 * time.Minute
+	}
+	return opts
+}
+
+// run starts a server with opts and waits until it takes connections.
+func run(opts *server.Options) (*Server, error) {
+	if err := os.MkdirAll(opts.StoreDir, 0o755); err != nil {
+		return nil, err
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natstest: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("natstest: the server did not take connections within 20s")
+	}
+	return &Server{s: s, opts: opts, URL: s.ClientURL()}, nil
+}
+
+// Shutdown stops the server and waits until it has.
+func (s *Server) Shutdown() {
+	s.s.Shutdown()
+	s.s.WaitForShutdown()
+}
+
+// Restart stops the server and runs it again on the same port and store.
+func (s *Server) Restart() error {
+	s.Shutdown()
+	n, err := run(s.opts.Clone())
+	if err != nil {
+		return err
+	}
+	s.s = n.s
+	return nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Name is the server's name, as JetStream's cluster information names it.
+func (s *Server) Name() string { return s.opts.ServerName }
