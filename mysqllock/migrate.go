@@ -38,17 +38,20 @@ func (d *Driver) createStatements() []string {
 	expires_at  DATETIME(6)     NOT NULL,
 	metadata    BLOB            NOT NULL,
 	size        INT             NOT NULL DEFAULT 0,
+	base        INT             NOT NULL DEFAULT 0,
 	holder_conn BIGINT          NOT NULL DEFAULT 0,
 	waiters     VARBINARY(1024) NOT NULL DEFAULT '',
 	PRIMARY KEY (sem_key, owner)
 ) ENGINE=InnoDB`,
 		`CREATE TABLE IF NOT EXISTS ` + d.sync + ` (
+	kind       VARBINARY(8)    NOT NULL,
 	name       VARBINARY(1024) NOT NULL,
 	party      VARBINARY(255)  NOT NULL,
 	n          INT             NOT NULL,
 	count      INT             NOT NULL DEFAULT 0,
+	open       TINYINT         NOT NULL DEFAULT 0,
 	expires_at DATETIME(6)     NOT NULL,
-	PRIMARY KEY (name, party)
+	PRIMARY KEY (kind, name, party)
 ) ENGINE=InnoDB`,
 	}
 }
@@ -58,8 +61,8 @@ func (d *Driver) createStatements() []string {
 func (d *Driver) checkStatements() []string {
 	return []string{
 		`SELECT ` + lockColumns + ` FROM ` + d.table + ` LIMIT 0`,
-		`SELECT sem_key, owner, token, expires_at, metadata, size, holder_conn, waiters FROM ` + d.sem + ` LIMIT 0`,
-		`SELECT name, party, n, count, expires_at FROM ` + d.sync + ` LIMIT 0`,
+		`SELECT sem_key, owner, token, expires_at, metadata, size, base, holder_conn, waiters FROM ` + d.sem + ` LIMIT 0`,
+		`SELECT kind, name, party, n, count, open, expires_at FROM ` + d.sync + ` LIMIT 0`,
 	}
 }
 
