@@ -36,8 +36,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// ServerDSN is the DSN of the server the tests run against, for examples.
-func ServerDSN() string { return srv.DSN }
 
 // newDB returns a *sql.DB of its own (one contender's connections) to the
 // test server, closed when the test ends.
