@@ -36,7 +36,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-
 // newDB returns a *sql.DB of its own (one contender's connections) to the
 // test server, closed when the test ends.
 func newDB(t testing.TB) *sql.DB {
