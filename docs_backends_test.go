@@ -31,7 +31,7 @@ func TestPackageDocNamesEveryBackend(t *testing.T) {
 	intro, _, _ = strings.Cut(intro, "\n//\n") // that paragraph
 	for _, b := range []struct{ name, pkg string }{
 		{"Redis", "redislock"}, {"Redlock", "redlock"}, {"etcd", "etcdlock"},
-		{"ZooKeeper", "zklock"}, {"PostgreSQL", "pglock"},
+		{"ZooKeeper", "zklock"}, {"PostgreSQL", "pglock"}, {"MySQL", "mysqllock"},
 	} {
 		if !strings.Contains(intro, b.name) || !strings.Contains(intro, b.pkg) {
 			t.Errorf("the package documentation's list of backends does not name %s (%s)", b.name, b.pkg)
@@ -58,6 +58,7 @@ func TestConstructorGrammar(t *testing.T) {
 		{dir: "etcdlock", options: true},
 		{dir: "zklock", noNew: true, options: true},
 		{dir: "pglock", options: true},
+		{dir: "mysqllock", options: true},
 		{dir: "memlock", noDriver: true},
 		{dir: "legacy"},
 	} {

@@ -58,6 +58,12 @@ func backends() []backend {
 			brief: "postgres://[user:pass@]host:port/db",
 			one:   openPostgres, multi: "one PostgreSQL database",
 		},
+		{
+			flag: "mysql", metavar: "DSN", env: []string{"DLOCK_MYSQL"},
+			usage: "MySQL or MariaDB `DSN`: user:pass@tcp(host:port)/db, or mysql://user:pass@host:port/db; run creates the lock table when missing, the other commands never",
+			brief: "user:pass@tcp(host:port)/db",
+			one:   openMySQL, multi: "one MySQL database",
+		},
 	}
 }
 

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/dlock-go/dlock => ../..
 	github.com/dlock-go/dlock/etcdlock => ../../etcdlock
+	github.com/dlock-go/dlock/mysqllock => ../../mysqllock
 	github.com/dlock-go/dlock/pglock => ../../pglock
 	github.com/dlock-go/dlock/verify => ../../verify
 	github.com/dlock-go/dlock/zklock => ../../zklock
@@ -15,9 +16,11 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/pglock v0.1.0
 	github.com/dlock-go/dlock/verify v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -28,6 +31,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect

@@ -81,6 +81,8 @@ func namePlainKind(st store, rows []dashboard.Row) {
 		plain = s.plain
 	case pgStore:
 		plain = s.plain
+	case mysqlStore:
+		plain = s.plain
 	}
 	for i := range rows {
 		if rows[i].Kind == "lock" && !rows[i].Held && rows[i].DelayMS > 0 {

@@ -393,6 +393,8 @@ func purge(ctx context.Context, st store, keys []string) (int, error) {
 		return n, errors.Join(errs...)
 	case pgStore:
 		return s.purge(ctx, keys)
+	case mysqlStore:
+		return s.purge(ctx, keys)
 	case *mutexStore:
 		return s.purge(ctx, keys)
 	}
