@@ -15,7 +15,7 @@ import (
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("mysql", mysqllock.ServerDSN())
+	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/app")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -31,7 +31,7 @@ func ExampleNew() {
 		return nil
 	})
 	fmt.Println("done:", err)
-	// Output:
+	// It prints:
 	// writing the report alone
 	// done: <nil>
 }
@@ -39,7 +39,7 @@ func ExampleNew() {
 func ExampleDriver_Fence() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("mysql", mysqllock.ServerDSN())
+	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/app")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -78,6 +78,6 @@ func ExampleDriver_Fence() {
 		err = tx.Commit()
 	}
 	fmt.Println("committed:", err == nil, "lease lost:", errors.Is(err, dlock.ErrNotHeld))
-	// Output:
+	// It prints:
 	// committed: true lease lost: false
 }
