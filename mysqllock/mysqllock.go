@@ -39,19 +39,22 @@
 // # Waiting
 //
 // A waiting Lock does not poll. A Driver that has waiters or holders keeps
-// one connection of the pool (taken with (*sql.DB).Conn) running SELECT
-// SLEEP(...) until a tenth of a second after its last user left. A waiter that
-// finds the key held writes that connection's id into the key's row; the
-// release (or the abandoned wait of the holder) takes the first id out of the
-// row and sends KILL QUERY with it: the woken Driver's waiters try again at
-// once. A hand-over costs four statements: the release, the KILL QUERY, the
-// waiter's acquisition and its Driver's next SLEEP. KILL QUERY of a
-// connection of the same user needs no privilege; a server whose Clients log
-// in as different users needs CONNECTION_ADMIN (MySQL) or CONNECTION ADMIN
-// (MariaDB) for it, and without it waiters sleep at most the holder's
-// remaining TTL, as do waiters whose wake-up was lost (a KILL that came
-// between two SLEEPs, a Driver that died). With WithPolling, waiters poll and
-// the Driver keeps no connection.
+// two connections of the pool (taken with (*sql.DB).Conn) until a tenth of a
+// second after its last user left: one holds a named lock of its own
+// (GET_LOCK), the other, its sleeping connection, waits for that lock, which
+// only a KILL QUERY ends. A waiter that finds the key held writes the sleeping
+// connection's id into the key's row; the release (or the abandoned wait of
+// the holder) takes the first id out of the row and sends KILL QUERY with it:
+// the woken Driver's waiters try again at once. A hand-over costs four
+// statements: the release, the KILL QUERY, the waiter's acquisition and its
+// Driver's next wait. KILL QUERY of a connection of the same user needs no
+// privilege; a server whose Clients log in as different users needs
+// CONNECTION_ADMIN (MySQL) or CONNECTION ADMIN (MariaDB) for it. A wake-up can
+// be lost (a KILL that came between two waits, one refused, a Driver that
+// died): a waiter the row names tries again after WakeBackstop without one.
+// (SELECT SLEEP is not the wait: on MariaDB a KILL QUERY of a SLEEP can take
+// two seconds under load.) With WithPolling, waiters poll and the Driver
+// keeps no connection.
 //
 // # Told at once
 //
@@ -59,7 +62,7 @@
 // (and `dlock unlock --force`) sends KILL QUERY to it after its transaction:
 // the Driver checks each of its holdings (one TTL statement each) and loses
 // those that the table no longer has at once (dlock.LossStoreSignal). The
-// cost: a force-unlock's KILL QUERY, one connection per Driver while it holds
+// cost: a force-unlock's KILL QUERY, two connections per Driver while it holds
 // locks, and a TTL statement per holding of the Driver for each of its
 // wake-ups (which waiters cause too).
 //
@@ -328,13 +331,31 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	case err != nil:
 		return driver.Grant{}, err
 	case code >= codeBusy:
-		return driver.Grant{}, &driver.Taken{Remaining: time.Duration(code-codeBusy) * time.Microsecond, Handle: gen, Queued: r.Waiting && conn != 0}
+		return driver.Grant{}, busyTaken(time.Duration(code-codeBusy)*time.Microsecond, gen, r.Waiting && conn != 0)
 	case code == codeAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: mysqllock: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	case code <= 0 || code > codeAbandoned:
 		return driver.Grant{}, errors.Join(driver.ErrConflict, fmt.Errorf("mysqllock: acquire of %q in %s answered %d", r.Key, d.table, code))
 	}
 	return driver.Grant{Token: uint64(code), TTL: r.TTL, Lost: d.w.hold(d, r.Key, r.Owner, gen)}, nil
+}
+
+// WakeBackstop bounds how long a waiter that the row names sleeps without a
+// wake-up before it tries again: a KILL QUERY can be lost (see the package's
+// Waiting), and the holder's remaining TTL may be long.
+const WakeBackstop = 500 * time.Millisecond
+
+// busyTaken is the Taken of a busy key whose holder has remaining left: a waiter
+// that the key names (queued) sleeps at most WakeBackstop without a wake-up.
+func busyTaken(remaining time.Duration, m mark, queued bool) *driver.Taken {
+	t := &driver.Taken{Remaining: remaining, Handle: m, Queued: queued}
+	if queued {
+		t.RetryAfter = WakeBackstop
+		if remaining >= 0 && remaining+time.Millisecond < WakeBackstop {
+			t.RetryAfter = remaining + time.Millisecond
+		}
+	}
+	return t
 }
 
 // Extend implements driver.Driver: it moves the expiry of the owner's live row

@@ -206,12 +206,13 @@ WHERE sem_key = `+lit(r.Key)+` AND owner <> X'' AND expires_at > `+now)
 		case len(live) < limit:
 			token = last + 1
 		default:
-			taken = &driver.Taken{Remaining: -1, Handle: m}
+			rem := time.Duration(-1)
 			for _, p := range live {
-				if rem := time.Duration(p.us) * time.Microsecond; taken.Remaining < 0 || rem < taken.Remaining {
-					taken.Remaining = rem
+				if r := time.Duration(p.us) * time.Microsecond; rem < 0 || r < rem {
+					rem = r
 				}
 			}
+			taken = busyTaken(rem, m, r.Waiting && conn != 0)
 			if r.Waiting && conn != 0 {
 				c := lit(num(conn))
 				if _, err := tx.ExecContext(ctx, `UPDATE `+d.sem+` SET waiters = IF(waiters = X'', `+c+`,

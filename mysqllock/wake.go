@@ -3,15 +3,17 @@ package mysqllock
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 )
 
-// sleepSeconds is the length of one SLEEP of a Driver's sleeping connection;
+// sleepSeconds is the length of one wait of a Driver's sleeping connection;
 // another follows at once.
 const sleepSeconds = 60
 
@@ -25,7 +27,7 @@ const retryOpen = time.Second
 
 // waker is a Driver's sleeping connection (see the package's Waiting and Told
 // at once): its waiters are woken, and its holdings checked, when another
-// session interrupts the connection's SLEEP with KILL QUERY.
+// session interrupts the connection's wait with KILL QUERY.
 type waker struct {
 	d *Driver
 
@@ -41,12 +43,23 @@ type waker struct {
 	failedOpen time.Time
 }
 
-// sleeper is one sleeping connection and its goroutine.
+// sleeper is one sleeping connection and its goroutine: it waits for a named
+// lock (GET_LOCK) that another connection of the Driver holds, so that only a
+// KILL QUERY ends its wait.
 type sleeper struct {
 	conn   *sql.Conn
-	id     int64 // its CONNECTION_ID()
+	holder *sql.Conn // holds name
+	name   string
+	id     int64 // conn's CONNECTION_ID()
 	cancel context.CancelFunc
 	ctx    context.Context
+}
+
+// discard closes c instead of returning it to the pool: a KILL QUERY of its
+// id that comes late must not interrupt a statement of another use.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+	_ = c.Close()
 }
 
 // sub is one subscribed waiter.
@@ -77,6 +90,7 @@ func (w *waker) ensure(ctx context.Context) (int64, mark) {
 			w.cur = s
 			w.gen++
 			go w.loop(s)
+			w.asleep(ctx, s)
 		}
 	}
 	m := mark{w.gen, w.wakes}
@@ -86,36 +100,75 @@ func (w *waker) ensure(ctx context.Context) (int64, mark) {
 	return w.cur.id, m
 }
 
-// open takes a connection of the pool and reads its id.
+// open takes two connections of the pool: one holds a named lock of its
+// own, the other (whose id it reads) will wait for it.
 func (w *waker) open(ctx context.Context) (*sleeper, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.d.cfg.requestTimeout)
 	defer cancel()
+	holder, err := w.d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("dlock_wake_%016x", rand.Uint64())
+	var got sql.NullInt64
+	if err := holder.QueryRowContext(ctx, "SELECT GET_LOCK('"+name+"', 0)").Scan(&got); err != nil || got.Int64 != 1 {
+		discard(holder)
+		return nil, fmt.Errorf("mysqllock: GET_LOCK of the wake-up lock: %v %v", got, err)
+	}
 	conn, err := w.d.db.Conn(ctx)
 	if err != nil {
+		discard(holder)
 		return nil, err
 	}
 	var id int64
 	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-		_ = conn.Close()
+		discard(holder)
+		discard(conn)
 		return nil, err
 	}
 	sctx, scancel := context.WithCancel(context.Background())
-	return &sleeper{conn: conn, id: id, ctx: sctx, cancel: scancel}, nil
+	return &sleeper{conn: conn, holder: holder, name: name, id: id, ctx: sctx, cancel: scancel}, nil
+}
+
+// asleepTries bounds how many times asleep looks for the first wait of a
+// sleeper, a millisecond apart.
+const asleepTries = 50
+
+// asleep waits until the server runs s's first wait: a KILL QUERY that
+// comes before would be lost (it interrupts a statement under way, or none),
+// and the waiters that name s would sleep until the holder's TTL. It looks
+// at the server's list of its own sessions, which needs no privilege.
+func (w *waker) asleep(ctx context.Context, s *sleeper) {
+	for range asleepTries {
+		var n int
+		err := w.d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.processlist WHERE id = "+num(s.id)+" AND info LIKE 'SELECT GET_LOCK(%'").Scan(&n)
+		if err != nil || n > 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // loop sleeps on s until it is no longer the current sleeper, waking every
-// subscriber and checking every holding when a SLEEP was interrupted. A
+// subscriber and checking every holding when a wait was interrupted. A
 // connection that fails ends the sleeper; the subscribers are woken (they try
 // again, and the next acquisition sets up another).
 func (w *waker) loop(s *sleeper) {
 	defer func() {
 		s.cancel()
-		_ = s.conn.Close()
+		discard(s.conn)
+		discard(s.holder)
 	}()
 	for {
-		var slept sql.NullInt64
-		err := s.conn.QueryRowContext(s.ctx, fmt.Sprintf("SELECT SLEEP(%d)", sleepSeconds)).Scan(&slept)
-		interrupted := err == nil && slept.Int64 == 1 || errorNumber(err) == errInterrupted
+		var got sql.NullInt64
+		err := s.conn.QueryRowContext(s.ctx, fmt.Sprintf("SELECT GET_LOCK('%s', %d)", s.name, sleepSeconds)).Scan(&got)
+		// A wait that ends without the lock (NULL, or an error) was
+		// interrupted; one that gets it means that the holding connection
+		// is gone: the sleeper ends.
+		interrupted := err == nil && !got.Valid || errorNumber(err) == errInterrupted
+		if err == nil && got.Int64 == 1 {
+			err = errors.New("mysqllock: the wake-up lock's holder is gone")
+		}
 		w.mu.Lock()
 		if w.cur != s {
 			w.mu.Unlock()
@@ -198,8 +251,8 @@ func (w *waker) maybeStop() {
 }
 
 // stopIdle ends the sleeping connection if nobody has used it since
-// maybeStop: KILL QUERY ends its SLEEP, and its goroutine returns the
-// connection to the pool (or closes it when the KILL fails).
+// maybeStop: KILL QUERY ends its wait, and its goroutine closes its two
+// connections (the driver closes them when the KILL fails).
 func (w *waker) stopIdle() {
 	w.mu.Lock()
 	w.stopTimer = nil
