@@ -266,11 +266,13 @@ func gone(o string) string {
 const remaining = `GREATEST(0, TIMESTAMPDIFF(MICROSECOND, ` + now + `, GREATEST(expires_at, delay_until,
 	IF(owner <> X'' AND lock_delay > 0, expires_at + INTERVAL lock_delay MICROSECOND, expires_at))))`
 
-// acquireSQL is the statement of one acquisition: see the package's Layout.
-// The first assignment (st) decides from the row as it was; the later ones
+// acquireSQL is the statements of one acquisition: an UPDATE of the key's row,
+// and for a key without one an INSERT ... ON DUPLICATE KEY UPDATE with the
+// same assignments (see the package's Layout). The first assignment (st)
+// decides from the row as it was; the later ones
 // read it. conn is the id of the Driver's sleeping connection (0 without),
 // written as the holder's, and as a waiter's when r.Waiting.
-func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep bool) string {
+func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep bool) (update, insert string) {
 	o := lit(r.Owner)
 	ttl, delay := num(micros(r.TTL)), num(micros(r.Delay))
 	waiters, granted := "waiters", "waiters"
@@ -287,9 +289,7 @@ func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep bool) stri
 			waiters = `IF(waiters = X'', ` + c + `, IF(FIND_IN_SET(` + c + `, waiters) > 0 OR LENGTH(waiters) > 900, waiters, CONCAT(waiters, ',', ` + c + `)))`
 		}
 	}
-	return `INSERT INTO ` + d.table + ` (lock_key, owner, token, expires_at, metadata, lock_delay, holder_conn)
-VALUES (` + lit(r.Key) + `, ` + o + `, LAST_INSERT_ID(1), ` + now + ` + INTERVAL ` + ttl + ` MICROSECOND, ` + lit(r.Metadata) + `, ` + delay + `, ` + num(conn) + `)
-ON DUPLICATE KEY UPDATE
+	set := `
 	st = IF(` + gone(o) + `, 2, IF(` + grantable(o) + `, 0, 1)),
 	token = IF(st = 0, LAST_INSERT_ID(IF(owner = ` + o + ` AND expires_at > ` + now + `, token, token + 1)),
 		token + 0 * LAST_INSERT_ID(IF(st = 2, ` + num(codeAbandoned) + `, ` + num(codeBusy) + ` + ` + remaining + `))),
@@ -299,6 +299,12 @@ ON DUPLICATE KEY UPDATE
 	lock_delay = IF(st = 0, ` + delay + `, lock_delay),
 	holder_conn = IF(st = 0, ` + num(conn) + `, holder_conn),
 	owner = IF(st = 0, ` + o + `, owner)`
+	update = `UPDATE ` + d.table + ` SET` + set + `
+WHERE lock_key = ` + lit(r.Key)
+	insert = `INSERT INTO ` + d.table + ` (lock_key, owner, token, expires_at, metadata, lock_delay, holder_conn)
+VALUES (` + lit(r.Key) + `, ` + o + `, LAST_INSERT_ID(1), ` + now + ` + INTERVAL ` + ttl + ` MICROSECOND, ` + lit(r.Metadata) + `, ` + delay + `, ` + num(conn) + `)
+ON DUPLICATE KEY UPDATE` + set
+	return update, insert
 }
 
 // Acquire implements driver.Driver in one statement: take over the key's row
@@ -320,8 +326,17 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	}
 	var code int64
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
-		res, err := d.db.ExecContext(ctx, d.acquireSQL(r, conn, keep))
+		update, insert := d.acquireSQL(r, conn, keep)
+		res, err := d.db.ExecContext(ctx, update)
 		if err != nil {
+			return err
+		}
+		if code, err = res.LastInsertId(); err != nil || code != 0 {
+			return err
+		}
+		// No row: the key's first acquisition (the insert takes over a
+		// row that another inserted meanwhile as the update would).
+		if res, err = d.db.ExecContext(ctx, insert); err != nil {
 			return err
 		}
 		code, err = res.LastInsertId()
