@@ -38,6 +38,7 @@ type consensus struct {
 	etcd *testserver.Etcd
 	zk   *testserver.ZooKeeper
 	pg   *testserver.Postgres
+	my   *testserver.MariaDB
 }
 
 // startConsensus starts, under dir, the servers that the variants cfg runs lock
@@ -60,6 +61,15 @@ func startConsensus(cfg config, dir string) (*consensus, error) {
 			return c, err
 		}
 	}
+	if cfg.needs(onMySQL) {
+		sub := dir + "/mariadb"
+		if err = os.Mkdir(sub, 0o755); err != nil {
+			return c, err
+		}
+		if c.my, err = testserver.NewMariaDB(sub); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -72,6 +82,9 @@ func (c *consensus) stop() {
 	}
 	if c.pg != nil {
 		c.pg.Remove()
+	}
+	if c.my != nil {
+		c.my.Stop()
 	}
 }
 
@@ -176,7 +189,7 @@ const idleWindow = time.Second
 // idleCPU measures, and emits as a JSON line, the CPU time etcd and ZooKeeper
 // use while nobody locks: part of every run's server CPU per operation.
 func (e *env) idleCPU(ctx context.Context) error {
-	for _, on := range []string{onEtcd, onZK, onPG} {
+	for _, on := range []string{onEtcd, onZK, onPG, onMySQL} {
 		if !e.cfg.needs(on) {
 			continue
 		}
@@ -268,6 +281,8 @@ func (e *env) requests(ctx context.Context, on string) (int64, error) {
 		return zkReceived(e.cons.zk)
 	case onPG:
 		return pgWrites.Load(), nil
+	case onMySQL:
+		return myWrites.Load(), nil
 	}
 	return serverCalls(ctx, e.admin)
 }
@@ -281,6 +296,8 @@ func (e *env) lockServerCPU(ctx context.Context, on string) (time.Duration, erro
 		return pidCPU(e.cons.zk.PID())
 	case onPG:
 		return pgCPU(e.cons.pg.PID())
+	case onMySQL:
+		return pidCPU(e.cons.my.PID())
 	}
 	return serverCPU(ctx, e.admin)
 }

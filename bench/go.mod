@@ -8,8 +8,10 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
@@ -20,6 +22,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -51,3 +54,5 @@ replace github.com/dlock-go/dlock/etcdlock => ../etcdlock
 replace github.com/dlock-go/dlock/zklock => ../zklock
 
 replace github.com/dlock-go/dlock/pglock => ../pglock
+
+replace github.com/dlock-go/dlock/mysqllock => ../mysqllock

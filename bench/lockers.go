@@ -48,7 +48,7 @@ type variant struct {
 	// clientEach gives every goroutine of scenario a a locker of its own (as
 	// scenario bc does), where one would share it otherwise.
 	clientEach bool
-	on         string // the server it locks on: onRedis, onEtcd, onZK or onPG
+	on         string // the server it locks on: onRedis, onEtcd, onZK, onPG or onMySQL
 	desc       string // configuration, printed in the header
 	open       func(o opening) (locker, error)
 	// prim opens a lock kind of scenario p beyond the mutex (open is used
@@ -109,7 +109,7 @@ var variants = append([]variant{
 		desc: "pglock as pg, with Config.Unlogged: an UNLOGGED table (no WAL for the locks' rows; a crash of the server frees every lock)",
 		open: openPGUnlogged},
 	pgAdvisoryVariant,
-}, primitiveVariants...)
+}, append(mysqlVariants, primitiveVariants...)...)
 
 // locker is one library opened on a go-redis client, or on a connection to etcd
 // or ZooKeeper; it may be an io.Closer (see closeLocker).
