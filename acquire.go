@@ -57,7 +57,7 @@ func (a *acquisition) attempt(ctx context.Context) (*Lease, error) {
 			a.dirty = a.dirty || busy.Queued
 			a.retryAfter = busy.RetryAfter
 			return nil, &BusyError{Remaining: busy.Remaining} // callers see no driver state
-		case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict), neverSent(err):
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict), errors.Is(err, driver.ErrNotSent), neverSent(err):
 		default:
 			a.dirty = true // no answer, or one we cannot read: it may have landed
 		}

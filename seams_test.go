@@ -29,9 +29,6 @@ var seamsAllowed = map[string][]string{
 	// a tagged version selects the root module that its go.mod requires, the
 	// one tagged with it (CONTRIBUTING.md, Releasing).
 	"github.com/dlock-go/dlock/cmd/dlock": {"internal/holder"},
-	// The verification suite tests the tree it lives in: it is tagged in
-	// lockstep with the root module and works with that version of it alone.
-	"github.com/dlock-go/dlock/verify": {"internal/redisscript", "internal/testserver", "internal/verifyhooks"},
 	// The benchmarks are not released.
 	"github.com/dlock-go/dlock/bench": {"internal/testserver"},
 }

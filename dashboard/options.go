@@ -39,6 +39,12 @@ type Options struct {
 	// may be empty.
 	Title string
 
+	// DelayedKind names the kind of a lock in its lock-delay, which backends
+	// report with no kind (nothing holds it): the kind of the backend's plain
+	// lock, which alone keeps a delay (driver.KindMutex on Redis and
+	// PostgreSQL, driver.KindFair on etcd and ZooKeeper). Empty: "lock".
+	DelayedKind string
+
 	// Audit, when set, is called after every force-unlock the Handler made,
 	// with the lock as it was removed and the address of the client that asked.
 	Audit func(removed Row, remoteAddr string)

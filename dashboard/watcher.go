@@ -225,6 +225,9 @@ func (w *Watcher) update(infos []dlock.LockInfo, now time.Time) {
 		if d, ok := delays[key]; ok && !rows[i].Held {
 			rows[i].DelayMS = max(d.Milliseconds(), 1)
 			rows[i].Holder = "in its lock-delay, " + d.Round(time.Millisecond).String() + " left"
+			if rows[i].Kind == "lock" && w.opts.DelayedKind != "" {
+				rows[i].Kind = w.opts.DelayedKind
+			}
 		}
 	}
 	// Held before free, each by key.

@@ -270,3 +270,33 @@ func TestPrintable(t *testing.T) {
 		}
 	}
 }
+
+// TestDelayedLockKind: a lock in its lock-delay, which the store reports with
+// no kind, shows the kind Options.DelayedKind names (dlock serve, top and list
+// pass their backend's plain kind), and "lock" without one.
+func TestDelayedLockKind(t *testing.T) {
+	ctx := context.Background()
+	st := memlock.NewStore()
+	l, err := newClient(t, st).TryLock(ctx, "delayed", dlock.WithLockDelay(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ForceUnlock(ctx, "delayed"); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	for _, tc := range []struct{ kind, want string }{{"mutex", "mutex"}, {"", "lock"}} {
+		w, err := dashboard.NewWatcher(st, dashboard.Options{DelayedKind: tc.kind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := w.Refresh(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rowOf(t, s, "delayed")
+		if r.Held || r.DelayMS <= 0 || r.Kind != tc.want {
+			t.Errorf("DelayedKind %q: row %+v, want a free row in its lock-delay of kind %q", tc.kind, r, tc.want)
+		}
+	}
+}

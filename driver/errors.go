@@ -49,6 +49,14 @@ var (
 	// ErrStaleToken reports a fenced operation refused because a newer fencing token
 	// has already been used on the same resource. Nothing was changed.
 	ErrStaleToken = errors.New("dlock: stale fencing token")
+
+	// ErrNotSent is wrapped, beside the error that ended it, into the error of
+	// an acquisition attempt that the driver knows left nothing in flight: it
+	// never reached the store (it waited for a connection until its context
+	// ended), or what it sent can no longer reach it. The Client then has
+	// nothing to abandon for that attempt. A driver that cannot tell returns
+	// the error alone.
+	ErrNotSent = errors.New("not sent")
 )
 
 type refusedError struct{}

@@ -26,15 +26,18 @@ const lostMark = "\x01"
 // errForced is the cause of a force-unlocked holding's loss.
 var errForced = errors.New("pglock: the lock was force-unlocked, and the table no longer holds it for this owner")
 
-// pgHold is a holding of the Driver, watched for a force-unlock.
-type pgHold struct {
-	driver.LossSignal
-	l     *listener
-	d     driver.Driver // whose TTL checks it
-	key   string
-	owner string
-	next  *pgHold // the Driver's other holdings of key
-	gone  bool
+// initHolds sets up the record of l's holdings told of a force-unlock: a
+// check that fails is not retried (the renewals find a loss), and each
+// holding counts as a user of the listening connection while it lasts.
+func (l *listener) initHolds() {
+	l.holds.Cause = errForced // the loss matches ErrNotHeld through ErrLockLost
+	l.holds.CheckTimeout = l.d.cfg.requestTimeout
+	l.holds.Forgot = func(int) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.nholds--
+		l.unuse()
+	}
 }
 
 // hold registers a holding of key by owner, checked by d's TTL, whose
@@ -46,67 +49,21 @@ func (l *listener) hold(d driver.Driver, key, owner string, sent time.Time) cont
 	if l.d.cfg.poll {
 		return nil
 	}
-	h := &pgHold{l: l, d: d, key: key, owner: owner}
-	h.Forgetter = h
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if time.Now().Before(l.refusedUntil) {
 		return nil // LISTEN refused: the renewals find a loss
 	}
-	if l.holds == nil {
-		l.holds = map[string]*pgHold{}
-	}
-	h.next = l.holds[key]
-	l.holds[key] = h
 	l.nholds++
 	l.use()
-	if l.heard.Since(key, sent) {
-		go h.check()
-	}
-	return &h.LossSignal
-}
-
-// Forget implements driver.Forgetter: the lease has ended.
-func (h *pgHold) Forget(*driver.LossSignal) {
-	l := h.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if h.gone {
-		return
-	}
-	h.gone = true
-	var prev *pgHold
-	for x := l.holds[h.key]; x != nil; prev, x = x, x.next {
-		if x != h {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.next = h.next
-		case h.next != nil:
-			l.holds[h.key] = h.next
-		default:
-			delete(l.holds, h.key)
-		}
-		break
-	}
-	l.nholds--
-	l.unuse()
+	return &l.holds.Add(d, key, owner, nil, sent).LossSignal
 }
 
 // lostKey checks the holdings of the key a force-unlock's payload names, if
 // payload is one; l.mu is held.
 func (l *listener) lostKey(payload string) {
-	key, ok := strings.CutPrefix(payload, lostMark)
-	if !ok {
-		return
-	}
-	if l.holds[key] == nil {
-		l.heard.Add(key)
-		return
-	}
-	for h := l.holds[key]; h != nil; h = h.next {
-		go h.check()
+	if key, ok := strings.CutPrefix(payload, lostMark); ok {
+		l.holds.Suspect(key)
 	}
 }
 
@@ -114,20 +71,7 @@ func (l *listener) lostKey(payload string) {
 // connection has just started to listen, and a force-unlock before was not
 // heard; l.mu is held.
 func (l *listener) checkHolds() {
-	for _, h := range l.holds {
-		for ; h != nil; h = h.next {
-			go h.check()
-		}
-	}
-}
-
-// check loses h if the table no longer has it.
-func (h *pgHold) check() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.l.d.cfg.requestTimeout)
-	defer cancel()
-	if _, err := h.d.TTL(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, driver.ErrNotHeld) {
-		h.Lose(errForced) // the loss matches ErrNotHeld through ErrLockLost
-	}
+	l.holds.SuspectAll()
 }
 
 // holdersOnly ends run r when only holdings use its connection, which has

@@ -62,9 +62,8 @@ type listener struct {
 	lingerGen uint64
 	lingerFor time.Duration // listenLinger, unless a test changed it
 
-	holds  map[string]*pgHold // the holdings told of a force-unlock, by key, a list each (loss.go)
-	heard  driver.Heard       // force-unlocks of keys held by none here, when heard (loss.go)
-	nholds int                // holdings among the users counted in n
+	holds  driver.Holds // the holdings told of a force-unlock (loss.go); its own lock, taken inside mu
+	nholds int          // holdings among the users counted in n
 
 	// Counters, for tests and figures.
 	connects, wakes atomic.Int64
@@ -130,7 +129,7 @@ type listenRun struct {
 }
 
 func newListener(d *Driver) *listener {
-	return &listener{
+	l := &listener{
 		d: d,
 		// The table's channel (a wake-up of every waiter of a key, a
 		// force-unlock, a latch), and the Driver's own (a release's
@@ -140,6 +139,8 @@ func newListener(d *Driver) *listener {
 
 		lingerFor: listenLinger,
 	}
+	l.initHolds()
+	return l
 }
 
 // Subscribe implements driver.Notifier. The waiter is woken when a NOTIFY for

@@ -1,7 +1,12 @@
 package redislock
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +30,109 @@ import (
 // made before that (no Handle yet) that went unanswered are remembered in
 // flights. An Abandon that knows nothing of the acquisition (no Handle) marks
 // it.
+
+// An attempt cut short by its context's end is what needs a mark, and in a
+// storm of waiters giving up most attempts end that way: their reply was on its
+// way. So the script call of an attempt runs on graced, which ends replyGrace
+// after the caller's context: a reply that comes back within it is read (the
+// attempt is answered and needs no mark), and the core, which watches the
+// caller's context, gives up as before.
+
+// replyGrace is how long an attempt's script call may outlive its caller's
+// context to read a reply on its way.
+const replyGrace = 50 * time.Millisecond
+
+// graced returns the context of an attempt's script call: ctx's values, ending
+// replyGrace after ctx ends (by its deadline or by a cancel). A ctx that never
+// ends is returned as it is. The stop function releases its resources.
+func graced(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, noStop
+	}
+	var gctx context.Context
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		gctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(replyGrace))
+	} else {
+		gctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	var late atomic.Pointer[time.Timer]
+	stop := context.AfterFunc(ctx, func() {
+		late.Store(time.AfterFunc(replyGrace, cancel))
+	})
+	return gctx, func() {
+		stop()
+		cancel()
+		if t := late.Load(); t != nil {
+			t.Stop()
+		}
+	}
+}
+
+func noStop() {}
+
+// Most attempts that a storm of waiters cuts short were never sent: they
+// waited for a connection of go-redis's pool when their context ended. go-redis
+// ends a call with its context's bare error only while it waits for a
+// connection or before a retry. A retry follows a reply, a connection that
+// broke (nothing sent on it can reach the server any more), a failed write (a
+// command cut short is not run), or a read timeout: then the command may still
+// be on its way. A read timeout comes from the context's deadline when the
+// client lets contexts set socket deadlines (ContextTimeoutEnabled), and
+// otherwise after the client's read timeout. So an attempt that ended with its
+// context's bare error, on a client that makes no retries or sooner than a
+// read timeout can come, was not sent or can no longer land: it returns
+// driver.ErrNotSent too, and needs no Abandon and no mark.
+
+// quietFor returns conn.quiet for rdb: forever for a client that makes no
+// retries; its read timeout when contexts set no socket
+// deadlines; otherwise (and for other kinds of client) 0, as a bare context
+// error then tells nothing.
+func quietFor(rdb redis.UniversalClient) time.Duration {
+	var read time.Duration
+	switch c := rdb.(type) {
+	case *redis.Client:
+		o := c.Options()
+		if o.MaxRetries <= 0 { // -1 (none) reads as 0 once the client is made
+			return time.Duration(math.MaxInt64)
+		}
+		if o.ContextTimeoutEnabled {
+			return 0
+		}
+		read = o.ReadTimeout
+	case *redis.ClusterClient:
+		o := c.Options()
+		if o.MaxRetries <= 0 && o.MaxRedirects <= 0 {
+			return time.Duration(math.MaxInt64)
+		}
+		if o.ContextTimeoutEnabled {
+			return 0
+		}
+		read = o.ReadTimeout
+	default:
+		return 0
+	}
+	switch {
+	case read == 0:
+		return 3 * time.Second // go-redis's default
+	case read < 0:
+		return time.Duration(math.MaxInt64) // no read timeout
+	}
+	return read
+}
+
+// notSent adds driver.ErrNotSent to err, the failure of an attempt that took
+// took, when the attempt left nothing in flight (see quietFor).
+func (c *conn) notSent(err error, took time.Duration) error {
+	if err == nil || took >= c.quiet || !(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return err
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return err // a socket deadline: the command may be on its way
+	}
+	return fmt.Errorf("%w (%w)", err, driver.ErrNotSent)
+}
 
 // attempts is the driver's Handle of a waiting acquisition.
 type attempts struct {
@@ -55,7 +163,7 @@ const (
 // mapped): those mark, which is safe.
 func answered(err error) bool {
 	var reply redis.Error
-	return errors.As(err, &reply) || errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotObtained) ||
+	return errors.As(err, &reply) || errors.Is(err, driver.ErrNotSent) || errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotObtained) ||
 		errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrConflict) || errors.Is(err, driver.ErrRefused)
 }
 

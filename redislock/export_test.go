@@ -29,7 +29,5 @@ func ParseRecord(v string) (Record, bool) {
 
 // WatchedHoldings returns how many holdings d watches for pushed losses.
 func WatchedHoldings(d *Driver) int {
-	d.c.hub.mu.Lock()
-	defer d.c.hub.mu.Unlock()
-	return d.c.hub.nholds
+	return d.c.hub.holds.Len()
 }

@@ -75,7 +75,7 @@ func NewFairDriver(rdb redis.UniversalClient, opts ...Option) (*FairDriver, erro
 // Acquire implements dlock.Driver. A grant's Handle is its token, which the
 // release writes in the released record.
 func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	g, err := d.c.acquire(ctx, r, acquisition{
+	g, err := d.c.acquire(ctx, r, &acquisition{
 		holder:  d,
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {

@@ -224,7 +224,7 @@ func waitedFor(ctx context.Context, rdb redis.UniversalClient, key string) bool 
 // lease's (the lease, its context, its timer, the owner token, the options)
 // and 3 the driver's (the keys, the grant's Handle, the token of the
 // release).
-const allocBound = 22
+const allocBound = 21
 
 func TestPlainAllocsPerUncontendedCycle(t *testing.T) {
 	if raceOn {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/verifyhooks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,16 +50,30 @@ const lossCheckTimeout = 5 * time.Second
 // errPushed is the cause of a loss pushed by the server.
 var errPushed = errors.New("redislock: the server said the lock was removed (force-unlocked, deleted, expired or evicted), and it no longer holds it for this owner")
 
-// hold is a holding of this process, watched for pushed losses.
-type hold struct {
-	driver.LossSignal
-	h      *hub
-	d      driver.Driver // whose TTL checks the holding
-	key    string
-	owner  string
-	handle any
-	next   *hold // the other holdings of the same lock here
-	gone   bool  // forgotten
+// initHolds sets up the record of h's holdings watched for pushed losses: a
+// check that fails (the server is unreachable, a Cluster slot moves) is tried
+// again while the loss subscription lasts and the client is open, and the
+// subscription lingers a while after the last holding ends, so that a process
+// that takes locks one after the other keeps it.
+func (h *hub) initHolds() {
+	h.holds.Cause = errPushed // the loss matches ErrNotHeld through ErrLockLost
+	h.holds.CheckTimeout = lossCheckTimeout
+	h.holds.Retry = func(err error) bool { return !errors.Is(err, redis.ErrClosed) }
+	h.holds.Stop = func() <-chan struct{} {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.loss == nil {
+			return nil
+		}
+		return h.loss.stop
+	}
+	h.holds.Forgot = func(left int) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if left == 0 && h.loss != nil {
+			h.lingerLoss(h.loss)
+		}
+	}
 }
 
 // lossWatch is a hub's loss subscription.
@@ -80,71 +93,32 @@ func (w *lossWatch) end() {
 }
 
 // holding registers a new holding of d, whose acquisition was sent at sent,
-// and returns its Grant.Lost. A message about key heard since sent, when the
-// process held none of it, has the new holding checked: the force it tells of
-// may have come after the grant and before this registration.
-func (h *hub) holding(d driver.Driver, key, owner string, handle any, sent time.Time) *hold {
-	hd := &hold{h: h, d: d, key: key, owner: owner, handle: handle}
-	hd.Forgetter = hd
+// and returns its Grant.Lost (see driver.Holds).
+func (h *hub) holding(d driver.Driver, key, owner string, handle any, sent time.Time) *driver.Held {
 	if _, ring := h.rdb.(*redis.Ring); ring {
-		return hd // no single subscription: the renewals find a loss
+		return &driver.Held{} // no single subscription: the renewals find a loss
 	}
+	hd := h.holds.Add(d, key, owner, handle, sent)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.holds == nil {
-		h.holds = map[string]*hold{}
-	}
-	hd.next = h.holds[key]
-	h.holds[key] = hd
-	h.nholds++
 	h.watchLosses()
-	if h.heard.Since(key, sent) {
-		h.suspect(key)
-	}
 	return hd
 }
 
-// Forget implements driver.Forgetter: the lease has ended.
-func (hd *hold) Forget(*driver.LossSignal) {
-	h := hd.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if hd.gone || h.holds == nil {
+// lingerLoss closes the loss subscription w idleLinger after the last holding
+// ended, unless a holding begins before; h.mu is held.
+func (h *hub) lingerLoss(w *lossWatch) {
+	if w.idle != nil {
+		w.idle.Reset(idleLinger)
 		return
 	}
-	hd.gone = true
-	var prev *hold
-	for x := h.holds[hd.key]; x != nil; prev, x = x, x.next {
-		if x != hd {
-			continue
+	w.idle = time.AfterFunc(idleLinger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.holds.Len() == 0 && h.loss == w {
+			h.closeLoss()
 		}
-		switch {
-		case prev != nil:
-			prev.next = hd.next
-		case hd.next != nil:
-			h.holds[hd.key] = hd.next
-		default:
-			delete(h.holds, hd.key)
-		}
-		break
-	}
-	h.nholds--
-	if h.nholds == 0 && h.loss != nil {
-		// Lingers, so that a process that takes locks one after the other
-		// keeps its subscription.
-		w := h.loss
-		if w.idle == nil {
-			w.idle = time.AfterFunc(idleLinger, func() {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				if h.nholds == 0 && h.loss == w {
-					h.closeLoss()
-				}
-			})
-		} else {
-			w.idle.Reset(idleLinger)
-		}
-	}
+	})
 }
 
 // watchLosses opens the loss subscription if it is not open; h.mu is held.
@@ -226,7 +200,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			// notifications': subscribe again without them.
 			h.lossNoKeyspace = true
 			h.closeLoss()
-			if h.nholds > 0 {
+			if h.holds.Len() > 0 {
 				h.watchLosses()
 			}
 			h.mu.Unlock()
@@ -249,16 +223,14 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if key, ok := h.lossKey(m); ok {
-				h.suspect(key)
+				h.holds.Suspect(key)
 			}
 		case *redis.Subscription:
 			// Subscribed (first, or again after a dropped connection): a
 			// message sent before this was not heard, so the holdings
 			// registered until now are checked once.
-			if (m.Kind == "subscribe" || m.Kind == "psubscribe") && !verifyhooks.NoSubscribeCheck.Load() {
-				for key := range h.holds {
-					h.suspect(key)
-				}
+			if m.Kind == "subscribe" || m.Kind == "psubscribe" {
+				h.holds.SuspectAll()
 			}
 		}
 		h.mu.Unlock()
@@ -282,71 +254,6 @@ func (h *hub) lossKey(m *redis.Message) (string, bool) {
 	return lockName(redisKey)
 }
 
-// suspect has the holdings of key checked, unless a check is under way (it
-// checks again when done); h.mu is held. A message about a lock the process
-// holds none of is remembered for a while (see holding).
-func (h *hub) suspect(key string) {
-	if h.holds[key] == nil {
-		h.heard.Add(key)
-		return
-	}
-	if h.checking == nil {
-		h.checking = map[string]bool{}
-	}
-	if _, busy := h.checking[key]; busy {
-		h.checking[key] = true
-		return
-	}
-	h.checking[key] = false
-	go h.check(key)
-}
-
-// check checks this process's holdings of key with the server, and loses
-// those it no longer has. A check that fails (the server is unreachable, a
-// Cluster slot moves) is tried again, until lossCheckTimeout, while the loss
-// subscription lasts and the connection is open.
-func (h *hub) check(key string) {
-	for {
-		h.mu.Lock()
-		var hs []*hold
-		for hd := h.holds[key]; hd != nil; hd = hd.next {
-			hs = append(hs, hd)
-		}
-		var stop <-chan struct{}
-		if h.loss != nil {
-			stop = h.loss.stop
-		}
-		h.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), lossCheckTimeout)
-		for pause := 10 * time.Millisecond; len(hs) > 0; pause = min(2*pause, 500*time.Millisecond) {
-			var failed []*hold
-			for _, hd := range hs {
-				_, err := hd.d.TTL(ctx, driver.Holding{Key: hd.key, Owner: hd.owner, Handle: hd.handle})
-				switch {
-				case errors.Is(err, driver.ErrNotHeld):
-					hd.Lose(errPushed) // the loss matches ErrNotHeld through ErrLockLost
-				case err != nil && stop != nil && !errors.Is(err, redis.ErrClosed) && !hd.forgotten():
-					failed = append(failed, hd)
-				}
-			}
-			hs = failed
-			if len(hs) == 0 || !sleepCtx(ctx, stop, pause) {
-				break
-			}
-		}
-		cancel()
-		h.mu.Lock()
-		again := h.checking[key]
-		if !again {
-			delete(h.checking, key)
-			h.mu.Unlock()
-			return
-		}
-		h.checking[key] = false
-		h.mu.Unlock()
-	}
-}
-
 // pushLoss tells the holders of the lock named key, in every process, that
 // it was force-unlocked (see lossChannel). A failure is not the
 // force-unlock's: its holders learn of it at their next renewal.
@@ -355,25 +262,4 @@ func (c *conn) pushLoss(ctx context.Context, key string) {
 		return
 	}
 	_ = c.rdb.Publish(ctx, lossChannel, key).Err()
-}
-
-// forgotten reports whether the lease of hd has ended.
-func (hd *hold) forgotten() bool {
-	hd.h.mu.Lock()
-	defer hd.h.mu.Unlock()
-	return hd.gone
-}
-
-// sleepCtx waits d, and reports false if ctx ended or stop was closed first.
-func sleepCtx(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-stop:
-		return false
-	case <-t.C:
-		return true
-	}
 }

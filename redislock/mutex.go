@@ -59,16 +59,21 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if strings.IndexByte(r.Owner, ' ') >= 0 {
 		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", driver.ErrInvalid, r.Owner)
 	}
-	var t ticket
-	if r.Waiting && d.c.hub.waiting() {
-		// Only a process with waiters of its own on a lock has anything to
-		// tell: others make no channel name.
-		t = d.c.hub.attempt(ctx, clientWakeChannel(r.Key, d.c.hub.id), r.Owner, true)
-		if t.queued > 0 {
-			// Other waiters of this process came first: wait for a wake in turn.
-			return driver.Grant{}, &driver.Taken{Remaining: t.queued}
-		}
+	return d.c.acquire(ctx, r, d)
+}
+
+// ticket implements attempter. Only a process with waiters of its own on a
+// lock has anything to tell: others make no channel name.
+func (d *Driver) ticket(ctx context.Context, h *hub, r driver.AcquireRequest) ticket {
+	if !h.waiting() {
+		return ticket{}
 	}
+	return h.attempt(ctx, clientWakeChannel(r.Key, h.id), r.Owner, true)
+}
+
+// call implements attempter: the acquire script, with its arguments in a
+// pooled call.
+func (d *Driver) call(ctx context.Context, r driver.AcquireRequest, t ticket) reply {
 	lock, waiting, fence, abandon := plainKeys(r.Key, r.Owner)
 	var retake, markBusy, markTaken, hubID, registered any = "0", "0", "0", "", "0"
 	if _, ok := r.Handle.(redisscript.Retake); ok {
@@ -87,6 +92,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		registered = "2" // woken: a release took it off the set
 	}
 	c := getCall()
+	defer c.put()
 	if t.subscribed {
 		// Only a process that is subscribed joins the waiting set: its
 		// confirmation makes every waiter try again, and join then.
@@ -96,24 +102,30 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		c.str(0, lock), c.str(1, fence), c.str(2, abandon), c.str(3, waiting),
 		c.str(5, r.Owner), c.int(0, r.TTL.Milliseconds()), retake, c.str(6, r.Metadata),
 		markBusy, markTaken, hubID, c.str(7, t.arrival), registered, c.int(1, r.Delay.Milliseconds()))
-	sent := time.Now()
 	res, acked, err := d.runAcquire(ctx, argv)
-	c.put()
-	g, arrival, err := plainGrant(res, err, r.TTL)
-	if err == nil {
-		err = d.checkAck(ctx, r, acked)
-	}
-	if t.done != nil {
-		t.done(err, arrival, g.Token)
-	}
-	d.c.fl.sent(r, err)
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	g.Handle = &plainHolding{token: g.Token, waiting: waiting}
-	g.Lost = &d.c.hub.holding(d, r.Key, r.Owner, g.Handle, sent).LossSignal
-	return g, nil
+	return reply{res: res, acked: acked, keys: waiting, err: err}
 }
+
+// grant implements attempter: the grant's Handle names its token and the
+// key's waiting set, once the replicas acknowledged it when asked to.
+func (d *Driver) grant(ctx context.Context, r driver.AcquireRequest, rep reply) (driver.Grant, string, error) {
+	g, arrival, err := plainGrant(rep.res, rep.err, r.TTL)
+	if err == nil {
+		err = d.checkAck(ctx, r, rep.acked)
+	}
+	if err != nil {
+		return g, arrival, err // the hub learns the token of a grant the replicas did not acknowledge
+	}
+	g.Handle = &plainHolding{token: g.Token, waiting: rep.keys}
+	return g, arrival, nil
+}
+
+// refreshEvery implements attempter: a plain waiter's entry in the waiting
+// set needs no refresh.
+func (d *Driver) refreshEvery() time.Duration { return 0 }
+
+// lossHolder implements attempter.
+func (d *Driver) lossHolder() driver.Driver { return d }
 
 // plainGrant decodes the reply of the acquire script: a grant, the arrival it
 // carries, or the attempt's error.

@@ -66,13 +66,10 @@ type hub struct {
 	pubWarned   bool                // a failed wake-up publish was logged
 
 	// The holdings watched for pushed losses (loss.go).
-	holds           map[string]*hold // by lock name, a list each
-	nholds          int
-	loss            *lossWatch      // the loss subscription; nil when closed
-	lossRefusedTill time.Time       // the server refused it: not again until then
-	lossNoKeyspace  bool            // the server refused the keyspace pattern: dlock:lost alone
-	checking        map[string]bool // locks whose holdings are being checked: again when true
-	heard           driver.Heard    // messages about locks held by none here, when heard (see holding)
+	holds           driver.Holds // its own lock; taken inside mu, never around it
+	loss            *lossWatch   // the loss subscription; nil when closed
+	lossRefusedTill time.Time    // the server refused it: not again until then
+	lossNoKeyspace  bool         // the server refused the keyspace pattern: dlock:lost alone
 }
 
 type topic struct {
@@ -119,7 +116,9 @@ func newHub(rdb redis.UniversalClient) *hub {
 	_, sharded := rdb.(*redis.ClusterClient)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return &hub{rdb: rdb, sharded: sharded, id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
+	h := &hub{rdb: rdb, sharded: sharded, id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
+	h.initHolds()
+	return h
 }
 
 // publishArg is publishCmd ready for a command line (a constant, which boxing

@@ -137,7 +137,10 @@ const FenceRetention = 24 * time.Hour
 // while the mark lives (and one that arrives later holds it at most its TTL, as
 // a crashed holder does). Only an acquisition with an attempt whose reply never
 // came back is marked: one whose attempts were all answered has nothing in
-// flight.
+// flight. An attempt whose context ends while its reply is on the way reads
+// that reply for up to 50 ms more, so a Lock may return a lease granted up to
+// that long after its context's deadline, and a storm of callers giving up
+// leaves marks only for the replies that were later still.
 const AbandonMarkTTL = time.Second
 
 // Client is the dlock.Client every constructor of this package returns (New,
@@ -155,13 +158,17 @@ type conn struct {
 	rdb redis.UniversalClient
 	hub *hub
 	fl  flights // the acquisitions with an unanswered attempt (see abandon.go)
+	// quiet is how long a call ended by its context's bare error may have
+	// taken and still have nothing in flight (see notSent); 0 when no such
+	// call is known to have none.
+	quiet time.Duration
 }
 
 func newConn(rdb redis.UniversalClient) (*conn, error) {
 	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
-	return &conn{rdb: rdb, hub: newHub(rdb)}, nil
+	return &conn{rdb: rdb, hub: newHub(rdb), quiet: quietFor(rdb)}, nil
 }
 
 var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)

@@ -127,7 +127,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 // with the holding's token. A waiter never queues behind this process's other
 // waiters: the holder may be the one re-entering.
 func (d *ReentrantDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	return d.c.acquire(ctx, r, acquisition{
+	return d.c.acquire(ctx, r, &acquisition{
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, t ticket) ([]any, error) {

@@ -179,7 +179,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver
 	if d.write {
 		mode, refresh = "w", WriterWaitMark/5 // the writer's queue entry is refreshed, and removed if it gives up
 	}
-	return d.c.acquire(ctx, r, acquisition{
+	return d.c.acquire(ctx, r, &acquisition{
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {

@@ -116,7 +116,7 @@ func NewSemaphoreDriver(rdb redis.UniversalClient, n int, opts ...Option) (*Sema
 
 // Acquire implements driver.Driver.
 func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Grant, error) {
-	return d.c.acquire(ctx, r, acquisition{
+	return d.c.acquire(ctx, r, &acquisition{
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {

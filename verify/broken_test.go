@@ -7,107 +7,73 @@ import (
 	"time"
 )
 
-// brokenCases are the broken variants with the faults that expose them and the
-// checker that must catch them.
-var brokenCases = []struct {
-	variant string
-	faults  []string
-	replica bool
-	persist string
-	checker []string
-}{
-	{"rawdel", []string{FaultStop}, false, "", []string{"exclusion", "told-first", "spurious-loss"}},
-	{"repeat", nil, false, "", []string{"fencing"}},
-	{"prefix", []string{FaultFailover}, true, "", []string{"fencing"}},
-	{"prefix", []string{FaultCrash}, false, "rdb", []string{"fencing"}},
-	{"nodone", nil, false, "", []string{"exclusion", "told-first"}},
-	{"noexpiry", []string{FaultKill}, false, "", []string{"recovery", "liveness"}},
-	{"renewafter", nil, false, "", []string{"liveness"}},
-	{"lostack", nil, false, "", []string{"lost-write"}},
-	{"latecleanup", nil, false, "", []string{"exclusion", "fencing", "told-first"}},
-	{"rwshared", nil, false, "", []string{"exclusion"}},
-	{"shortwait", nil, false, "", []string{"fairness"}},
-	{"nosize", nil, false, "", []string{"exclusion"}},
-	{"nodelay", []string{FaultKill}, false, "", []string{"lock-delay"}},
-	{"nopush", []string{FaultForce}, false, "", []string{"told-at-once"}},
-	// Each force drops the subscriptions as it publishes (Config.ForceGap):
-	// only the check when they are set up again tells the holders.
-	{"nosubcheck", []string{FaultForce}, false, "", []string{"told-at-once"}},
+// TestBrokenVariantsAreCaught runs each deliberately broken variant under each
+// workload that exposes it, seed after seed, until a checker that must catch
+// it does, and logs how long that took.
+func TestBrokenVariantsAreCaught(t *testing.T) {
+	for _, v := range variants {
+		for _, e := range v.exposed {
+			t.Run(e.name(v.name), func(t *testing.T) {
+				start := time.Now()
+				for seed := uint64(1); seed <= 8; seed++ {
+					r := Run(t, exposureConfig(v, e, seed))
+					for _, vi := range r.Violations {
+						if slices.Contains(e.checkers, vi.Checker) {
+							t.Logf("caught by %s after %v (seed %d, %d operations, %d faults):\n%s",
+								vi.Checker, time.Since(start).Round(100*time.Millisecond), seed, r.Stats.Ops, r.Stats.Faults, vi.Format(r.History))
+							return
+						}
+					}
+					t.Logf("seed %d: not caught (%s; Jain's index %.2f over %d grants)", seed, fmt.Sprint(checkers(r.Violations)), r.Stats.Jain, r.Stats.Grants)
+				}
+				t.Errorf("variant %s not caught by %v", v.name, e.checkers)
+			})
+		}
+	}
 }
 
-// TestBrokenVariantsAreCaught runs each deliberately broken variant under the
-// faults that expose it, seed after seed, until the checker that must catch it
-// does, and logs how long that took.
-func TestBrokenVariantsAreCaught(t *testing.T) {
-	for _, bc := range brokenCases {
-		name := bc.variant
-		if bc.persist != "" {
-			name += "-" + bc.persist
+// exposureConfig is the run of variant v under its workload e with seed.
+func exposureConfig(v variant, e exposure, seed uint64) Config {
+	spec := quickSpec("plain")
+	spec.Backend = v.backends[0]
+	c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
+		Faults: e.faults, Replica: e.replica, Persist: e.persist, Bound: time.Second}
+	if e.setup != nil {
+		e.setup(&c)
+	}
+	c.Spec.Variant = v.name
+	return c
+}
+
+// TestVariantsAreDeclaredOnce: every variant applies to registered backends,
+// has a workload that exposes it and a checker that must catch it, and breaks
+// something (its Locker, or the worker's side); no name is declared twice.
+func TestVariantsAreDeclaredOnce(t *testing.T) {
+	seen := map[string]bool{}
+	for _, v := range variants {
+		if seen[v.name] {
+			t.Errorf("variant %s declared twice", v.name)
 		}
-		if bc.replica {
-			name += "-failover"
+		seen[v.name] = true
+		if v.breaks == "" || len(v.exposed) == 0 || len(v.backends) == 0 {
+			t.Errorf("variant %s: says what it breaks, applies to backends, has a workload that exposes it", v.name)
 		}
-		t.Run(name, func(t *testing.T) {
-			start := time.Now()
-			for seed := uint64(1); seed <= 8; seed++ {
-				spec := quickSpec("plain")
-				spec.Variant = bc.variant
-				if bc.variant == "prefix" {
-					// Records that outlive the restart or the promotion.
-					spec.TTL, spec.Hold = time.Second, 150*time.Millisecond
-					spec.Keys = []string{"a", "b", "c", "d", "e", "f"} // idle keys: released records at a cut
-				}
-				if bc.variant == "rawdel" {
-					// Holders hold long (renewed), so that a stop likely
-					// hits one, and its release comes after its lock
-					// went to another.
-					spec.Hold = time.Second
-				}
-				if bc.variant == "rwshared" { // the read-write lock with readers
-					spec.Kind, spec.ReadShare = quickSpec(rwReaders).Kind, quickSpec(rwReaders).ReadShare
-				}
-				if bc.variant == "nosize" { // the semaphore resized during the run
-					spec.Kind, spec.N, spec.Resize = "sem", quickSpec(semResize).N, true
-				}
-				if bc.variant == "nodelay" {
-					spec = quickSpec(delayed)
-					spec.Variant, spec.Keys = bc.variant, []string{"a"} // waiters for every holder that dies
-				}
-				if bc.variant == "nosubcheck" {
-					forceGapTiming(&spec)
-				}
-				if bc.variant == "renewafter" {
-					spec.Wait = 3 * time.Second // waiters outlast the hand-over's bound
-				}
-				masters := 0
-				if bc.variant == "latecleanup" || bc.variant == "shortwait" { // Redlock variants
-					spec.Backend, masters = "redlock", 5
-				}
-				if bc.variant == "latecleanup" {
-					spec.Keys = []string{"a"} // more attempts split the masters
-				}
-				if bc.variant == "shortwait" {
-					// Every worker contends for one key, and no holder
-					// exits holding: a holder's monopoly ends only when a
-					// waiter's retry finds the lock free.
-					spec.Keys, spec.ExitProb = []string{"a"}, 0
-				}
-				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
-					Faults: bc.faults, Replica: bc.replica, Persist: bc.persist, Masters: masters, Bound: time.Second,
-					Healed:   bc.variant == "noexpiry", // the recovery checker sees the kills heal
-					ForceGap: bc.variant == "nosubcheck"}
-				r := Run(t, c)
-				for _, v := range r.Violations {
-					if slices.Contains(bc.checker, v.Checker) {
-						t.Logf("caught by %s after %v (seed %d, %d operations, %d faults):\n%s",
-							v.Checker, time.Since(start).Round(100*time.Millisecond), seed, r.Stats.Ops, r.Stats.Faults, v.Format(r.History))
-						return
-					}
-				}
-				t.Logf("seed %d: not caught (%s; Jain's index %.2f over %d grants)", seed, fmt.Sprint(checkers(r.Violations)), r.Stats.Jain, r.Stats.Grants)
+		if v.lock == nil && v.worker == (Breakage{}) {
+			t.Errorf("variant %s breaks nothing", v.name)
+		}
+		for _, b := range v.backends {
+			if backends[b] == nil {
+				t.Errorf("variant %s applies to %s, no registered backend", v.name, b)
 			}
-			t.Errorf("variant %s not caught by %v", bc.variant, bc.checker)
-		})
+		}
+		for _, e := range v.exposed {
+			if len(e.checkers) == 0 {
+				t.Errorf("variant %s (%s): no checker must catch it", v.name, e.name(v.name))
+			}
+			if c := exposureConfig(v, e, 1); !slices.Contains(v.backends, c.Spec.Backend) {
+				t.Errorf("variant %s (%s) runs on %s, not one of its backends %v", v.name, e.name(v.name), c.Spec.Backend, v.backends)
+			}
+		}
 	}
 }
 

@@ -80,6 +80,10 @@ type Params struct {
 	// LinTimeout bounds Check's linearizability check (0: 20 s); a history
 	// it could not decide by then fails.
 	LinTimeout time.Duration
+	// Leftover is what was left of the locks on the store once every
+	// holder ended and a TTL passed (what outlives them by design
+	// excepted): Liveness fails on any.
+	Leftover []string
 }
 
 // params reports Params the checkers cannot judge by.
@@ -449,12 +453,22 @@ func (a *Analysis) Check() []Violation {
 		}
 		return a.Linearizable(a.P.HTML, timeout)
 	}
-	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin} {
+	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
 	}
 	return vs
+}
+
+// Liveness: once every holder ended and a TTL passed, nothing of the locks
+// is left on the store (Params.Leftover) but what outlives them by design.
+func (a *Analysis) Liveness() *Violation {
+	if len(a.P.Leftover) == 0 {
+		return nil
+	}
+	return &Violation{Checker: "liveness",
+		Msg: fmt.Sprintf("keys left on the lock store after every holder ended and a TTL passed: %v", a.P.Leftover)}
 }
 
 // Exits: no worker process ends otherwise than cleanly, by the nemesis's

@@ -12,13 +12,6 @@ import (
 	"github.com/dlock-go/dlock/driver"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/etcdlock"
-	"github.com/dlock-go/dlock/pglock"
-	"github.com/dlock-go/dlock/redislock"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // The latch and barrier workload: worker processes count down a latch, wait
@@ -56,47 +49,15 @@ type SyncSpec struct {
 	Proc    int
 }
 
-// NewSyncDriver returns the latch and barrier driver of s's store, and the
-// function that closes its connections.
-func NewSyncDriver(s SyncSpec) (driver.SyncDriver, func(), error) {
-	switch s.Backend {
-	case "redis":
-		rdb := redis.NewClient(redisOptions(s.Addr[0]))
-		d, err := redislock.NewSyncDriver(rdb)
-		return d, func() { rdb.Close() }, err
-	case "etcd":
-		cli, err := clientv3.New(clientv3.Config{Endpoints: s.Addr, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, func() {}, err
-		}
-		d, err := etcdlock.NewDriver(cli)
-		return d, func() { cli.Close() }, err
-	case "postgres":
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		pool, err := pgxpool.New(ctx, s.Addr[0])
-		if err != nil {
-			return nil, func() {}, err
-		}
-		d, err := pglock.NewDriver(pool, pglock.WithRequestTimeout(2*time.Second))
-		return d, pool.Close, err
-	}
-	return nil, func() {}, fmt.Errorf("verify: no latches or barriers on %q", s.Backend)
-}
-
-// RunSyncWorker does s's one operation (a party: Enter, a stay, Leave) and
-// records it in the history.
-func RunSyncWorker(ctx context.Context, s SyncSpec) error {
+// RunSyncWorker does s's one operation (a party: Enter, a stay, Leave) with
+// d, the latch and barrier driver of s's store, and records it in the
+// history.
+func RunSyncWorker(ctx context.Context, s SyncSpec, d driver.SyncDriver) error {
 	rec, err := NewRecorder(filepath.Join(s.Dir, fmt.Sprintf("s%02d.jsonl", s.Proc)), s.Proc)
 	if err != nil {
 		return err
 	}
 	defer rec.Close()
-	d, closeD, err := NewSyncDriver(s)
-	if err != nil {
-		return err
-	}
-	defer closeD()
 	rec.Record(Event{Op: OpStart})
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)))
 	if s.Role != RoleWait {

@@ -29,7 +29,20 @@ func init() {
 		fmt.Fprintln(os.Stderr, "verify sync worker:", err)
 		os.Exit(2)
 	}
-	if err := RunSyncWorker(context.Background(), s); err != nil {
+	b, err := backendOf(s.Backend)
+	if err == nil && b.sync == nil {
+		err = fmt.Errorf("verify: no latches or barriers on %s", s.Backend)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "verify sync worker:", err)
+		os.Exit(1)
+	}
+	d, closeD, err := b.sync(s)
+	if err == nil {
+		defer closeD()
+		err = RunSyncWorker(context.Background(), s, d)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "verify sync worker:", err)
 		os.Exit(1)
 	}

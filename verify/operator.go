@@ -2,17 +2,12 @@ package verify
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/redislock"
-	"github.com/redis/go-redis/v9"
 )
 
 // ClientFaults are the faults Operate injects by default: the ones a run
@@ -20,27 +15,11 @@ import (
 // its own processes and connections.
 var ClientFaults = []string{FaultStop, FaultKill, FaultReset, FaultDelay}
 
-// RunWorkerLocker is RunWorker with a Locker the caller built (the dlock
-// command's own connection to a store, Sentinel and Cluster included) instead
-// of one NewLocker makes from s.
+// RunWorkerLocker runs the worker loop of s with lk, a Locker the caller
+// built (the dlock command's own connection to a store, Sentinel and Cluster
+// included), until ctx ends: the loop the suite's own workers run.
 func RunWorkerLocker(ctx context.Context, s Spec, lk dlock.Locker) error {
-	rec, err := NewRecorder(filepath.Join(s.Dir, fmt.Sprintf("w%02d-%d.jsonl", s.Proc, s.Life)), s.Proc)
-	if err != nil {
-		return err
-	}
-	defer rec.Close()
-	res := redis.NewClient(redisOptions(s.Resource))
-	defer res.Close()
-	fence, err := redislock.NewFence(res)
-	if err != nil {
-		return err
-	}
-	w := &worker{s: s, rng: rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)<<32|uint64(s.Life))), rec: rec, lk: lk, res: res, fence: fence}
-	rec.Record(Event{Op: OpStart})
-	for ctx.Err() == nil {
-		w.round(ctx)
-	}
-	return nil
+	return runWorker(ctx, s, lk, Breakage{})
 }
 
 // OperatorConfig is a run against a store that is already running: worker
@@ -97,13 +76,13 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 	defer rec.Close()
 	spec := c.Spec
 	spec.Seed = c.Seed
-	ows := &opWorkers{procs{pids: make([]int, c.Workers)}}
+	ws := &procs{pids: make([]int, c.Workers)}
 	wctx, wcancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, c.Workers)
 	for i := range c.Workers {
 		wg.Go(func() {
-			if err := ows.keep(wctx, spec, i, c.Command); err != nil {
+			if err := ws.keep(wctx, spec, i, c.Command); err != nil {
 				errs <- err
 			}
 		})
@@ -111,11 +90,13 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 	rctx, rcancel := context.WithTimeout(ctx, c.Duration)
 	defer rcancel()
 	if len(c.Faults) > 0 {
-		opNemesis(rctx, c, ows, rec)
+		n := &nemesis{seed: c.Seed, ttl: spec.TTL, workers: c.Workers, faults: c.Faults, procs: ws,
+			proxies: c.Proxies, nodes: len(c.Proxies), rec: rec}
+		_ = n.run(rctx) // no store faults: nothing fails
 	}
 	<-rctx.Done()
 	wcancel()
-	ows.stopAll()
+	ws.stopAll()
 	wg.Wait()
 	finalReads(rec, redisOptions(spec.Resource), spec.Keys)
 	select {
@@ -123,112 +104,5 @@ func Operate(ctx context.Context, c OperatorConfig) error {
 		return err
 	default:
 		return nil
-	}
-}
-
-// opWorkers are the worker processes of an Operate run.
-type opWorkers struct{ procs }
-
-// keep runs worker i, again each time it exits, until ctx ends.
-func (ws *opWorkers) keep(ctx context.Context, spec Spec, i int, command func(Spec) *exec.Cmd) error {
-	for life := 0; ctx.Err() == nil; life++ {
-		s := spec
-		s.Proc, s.Life = i, life
-		cmd := command(s)
-		ws.mu.Lock()
-		if ws.stop {
-			ws.mu.Unlock()
-			return nil
-		}
-		err := cmd.Start()
-		if err == nil {
-			ws.pids[i] = cmd.Process.Pid
-		}
-		ws.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		started := time.Now()
-		err = cmd.Wait()
-		ws.mu.Lock()
-		ws.pids[i] = 0
-		ws.mu.Unlock()
-		if err != nil && time.Since(started) < time.Second {
-			// It failed at once (the store refused it, say): not again
-			// at once.
-			t := time.NewTimer(time.Second)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
-	}
-	return nil
-}
-
-// opNemesis injects c.Faults at random, from c.Seed, until ctx ends; every
-// fault is healed before it returns.
-func opNemesis(ctx context.Context, c OperatorConfig, ws *opWorkers, rec *Recorder) {
-	rng := rand.New(rand.NewPCG(c.Seed, 0x6e656d))
-	ttl := c.Spec.TTL
-	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
-	for wait(between(ttl/2, 2*ttl)) {
-		// Every draw is made each round, used or not, so that a seed
-		// replays the same choices.
-		f := c.Faults[rng.IntN(len(c.Faults))]
-		target := rng.IntN(c.Workers)
-		long, lag := between(ttl/2, 2*ttl), between(ttl/8, ttl/3)
-		up, down := delays(rng.IntN(3), lag)
-		nodes := cutNodes(rng, len(c.Proxies)) // the servers a delay hits
-		switch f {
-		case FaultStop:
-			if !ws.signal(target, syscall.SIGSTOP) {
-				continue
-			}
-			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
-			wait(long) // a pause past the TTL, or not; cut short at the run's end
-			ws.signal(target, syscall.SIGCONT)
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
-		case FaultKill:
-			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: target})
-			ws.signal(target, syscall.SIGKILL)
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: target})
-		case FaultReset:
-			if len(c.Proxies) == 0 {
-				continue
-			}
-			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-			for _, p := range c.Proxies {
-				p.Reset()
-			}
-			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
-		case FaultDelay:
-			if len(c.Proxies) == 0 {
-				continue
-			}
-			e := Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1, Nodes: nodes, Delay: up, ReplyDelay: down}
-			rec.Record(e)
-			cut := pickProxies(c.Proxies, nodes)
-			for _, p := range cut {
-				p.SetDelay(up, down)
-			}
-			wait(long)
-			for _, p := range cut {
-				p.Heal()
-			}
-			e.Type = OK
-			rec.Record(e)
-		}
 	}
 }

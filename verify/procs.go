@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -43,6 +44,51 @@ func (ws *procs) exited(i int, err error, logPath string, from int64) {
 		}
 	}
 	ws.rec.Record(Event{Op: OpExit, Type: Fail, Target: i, Err: fmt.Sprintf("%v: %s", err, logTail(logPath, from))})
+}
+
+// keep runs worker i of spec, again each time it exits, until ctx ends: the
+// process command returns for each of its lives (s.Proc, s.Life set). A life
+// that failed at once (an exit status other than 0, within a second: the
+// store refused it, say) is not started again before a second passed. Its
+// stderr, when it is a file, is the log whose end an exit other than a clean
+// one or a kill records (see exited).
+func (ws *procs) keep(ctx context.Context, spec Spec, i int, command func(s Spec) *exec.Cmd) error {
+	for life := 0; ctx.Err() == nil; life++ {
+		s := spec
+		s.Proc, s.Life = i, life
+		cmd := command(s)
+		var (
+			logPath string
+			from    int64
+		)
+		if f, ok := cmd.Stderr.(*os.File); ok {
+			logPath, from = f.Name(), logSize(f)
+		}
+		ws.mu.Lock()
+		if ws.stop {
+			ws.mu.Unlock()
+			return nil
+		}
+		err := cmd.Start()
+		if err == nil {
+			ws.pids[i] = cmd.Process.Pid
+		}
+		ws.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		started := time.Now()
+		err = cmd.Wait()
+		ws.exited(i, err, logPath, from)
+		ws.mu.Lock()
+		ws.pids[i] = 0
+		ws.mu.Unlock()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() > 0 && time.Since(started) < time.Second {
+			wait(ctx, time.Second) // it failed at once: not again at once
+		}
+	}
+	return nil
 }
 
 // logSize returns the size of the log f: where the next life's lines begin.

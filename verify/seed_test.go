@@ -19,10 +19,17 @@ func nemesisDraws(t *testing.T, seed uint64) []int {
 		t.Fatal(err)
 	}
 	c := Config{Spec: Spec{TTL: 4 * time.Millisecond}, Workers: 8, Seed: seed, Faults: []string{FaultKill, FaultTerminate}}
-	ws := &workers{procs: procs{pids: make([]int, c.Workers)}}
+	ws := &procs{pids: make([]int, c.Workers)}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	nemesis(ctx, t, c, &store{}, ws, rec)
+	n, closeN, err := testNemesis(c, &backend{name: "none"}, &store{}, ws, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeN()
+	if err := n.run(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rec.Close()
 	h, err := ReadHistory(dir)
 	if err != nil {

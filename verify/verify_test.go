@@ -18,7 +18,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	MaybeWorker() // a worker process exits here
+	maybeWorker() // a worker process exits here
 	flag.Parse()
 	goleak.VerifyTestMain(tableM{m})
 }

@@ -2,34 +2,26 @@ package verify
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/redis/go-redis/v9"
 )
 
-// WorkerEnv is the environment variable that makes a test binary a worker: it
-// holds the worker's Spec as JSON (see MaybeWorker).
-const WorkerEnv = "DLOCK_VERIFY_WORKER"
-
 // Spec is what a worker process does: the backend and primitive it locks with,
 // the keys, the resource it writes, and the timing of its loop.
 type Spec struct {
-	Backend  string   // redis, redlock, legacy
+	Backend  string   // the lock store: redis, redlock, legacy, etcd, zookeeper, postgres, memlock
 	Kind     string   // plain, fair, reentrant, rw, sem
 	N        int      // the semaphore's permits
-	Variant  string   // a deliberately broken variant ("" for none; see Variants)
+	Variant  string   // a deliberately broken variant ("" for none; the suite's tests declare them)
 	Lock     []string // the lock store's addresses (Redlock: every master)
 	Resource string   // the protected resource's redis-server
 	Keys     []string
@@ -56,28 +48,9 @@ type Spec struct {
 	// 0: none).
 	LockDelay time.Duration
 
-	mem *memlock.Store // memlock: the store the in-process workers share
-}
-
-// MaybeWorker runs the worker described by $DLOCK_VERIFY_WORKER and exits when
-// the variable is set; it returns at once otherwise. Call it first in TestMain.
-func MaybeWorker() {
-	v := os.Getenv(WorkerEnv)
-	if v == "" {
-		return
-	}
-	var s Spec
-	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		fmt.Fprintln(os.Stderr, "verify worker:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	if err := RunWorker(ctx, s); err != nil {
-		fmt.Fprintln(os.Stderr, "verify worker:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	// shared is, for a backend whose workers are goroutines of the test
+	// process, what they share (memlock: its store); nil: processes.
+	shared any
 }
 
 // redisOptions are the client options of workers: short timeouts, so that a
@@ -118,6 +91,7 @@ func clusterOptions(addrs []string) *redis.ClusterOptions {
 // worker is one worker process's state.
 type worker struct {
 	s     Spec
+	b     Breakage
 	rng   *rand.Rand
 	rec   *Recorder
 	lk    dlock.Locker
@@ -128,26 +102,24 @@ type worker struct {
 	current *dlock.Lease // the lease of the Do in progress
 }
 
-// RunWorker runs the worker loop until ctx ends: acquire, hold, read-modify-write
-// the resource with the token, release (or exit without releasing).
-func RunWorker(ctx context.Context, s Spec) error {
+// runWorker runs the worker loop of s with lk until ctx ends: acquire, hold,
+// read-modify-write the resource with the token, release (or exit without
+// releasing), broken on the worker's side as b says. Every worker runs it:
+// the tests' (their Locker made by the backend's entry) and an operator's
+// (RunWorkerLocker).
+func runWorker(ctx context.Context, s Spec, lk dlock.Locker, b Breakage) error {
 	rec, err := NewRecorder(filepath.Join(s.Dir, fmt.Sprintf("w%02d-%d.jsonl", s.Proc, s.Life)), s.Proc)
 	if err != nil {
 		return err
 	}
 	defer rec.Close()
-	lk, closeLock, err := NewLocker(s)
-	if err != nil {
-		return err
-	}
-	defer closeLock()
 	res := redis.NewClient(redisOptions(s.Resource))
 	defer res.Close()
 	fence, err := redislock.NewFence(res)
 	if err != nil {
 		return err
 	}
-	w := &worker{s: s, rng: rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)<<32|uint64(s.Life))), rec: rec, lk: lk, res: res, fence: fence}
+	w := &worker{s: s, b: b, rng: rand.New(rand.NewPCG(s.Seed, uint64(s.Proc)<<32|uint64(s.Life))), rec: rec, lk: lk, res: res, fence: fence}
 	if rw, ok := lk.(*redislock.RWMutex); ok && s.ReadShare > 0 {
 		w.rlk = rw.RLocker()
 	}
@@ -158,6 +130,20 @@ func RunWorker(ctx context.Context, s Spec) error {
 	return nil
 }
 
+// Breakage is what a broken variant breaks on the worker's side (its lease's
+// watch, the resource), the lock being sound; the zero value breaks nothing.
+type Breakage struct {
+	// NoDone: the holder ignores its lease (no Done watched, no deadline,
+	// no renewal) and holds past its TTL.
+	NoDone bool
+	// LostAck: the resource acknowledges one fenced write in three without
+	// storing it.
+	LostAck bool
+	// SharedWriters: on the read-write lock with readers, the writers take
+	// the read side.
+	SharedWriters bool
+}
+
 // round is one acquisition and what follows it.
 func (w *worker) round(ctx context.Context) {
 	key := w.s.Keys[w.rng.IntN(len(w.s.Keys))]
@@ -165,14 +151,14 @@ func (w *worker) round(ctx context.Context) {
 	lk, read := w.lk, false
 	if w.rlk != nil && w.rng.Float64() < w.s.ReadShare { // drawn only where there is a read side
 		lk, read = w.rlk, true
-	} else if w.rlk != nil && w.s.Variant == "rwshared" {
+	} else if w.rlk != nil && w.b.SharedWriters {
 		lk = w.rlk // the variant's writers share the lock with every holder
 	}
 	opts := []dlock.Option{dlock.WithTTL(w.s.TTL)}
 	if w.s.LockDelay > 0 {
 		opts = append(opts, dlock.WithLockDelay(w.s.LockDelay))
 	}
-	if w.s.Variant == "nodone" {
+	if w.b.NoDone {
 		opts = append(opts, dlock.WithAutoRenew(false))
 	}
 	id := w.rec.NextID()
@@ -243,7 +229,7 @@ func (r *recordingLocker) acquired(key string, l *dlock.Lease, err error) {
 // deadline is the lease's local deadline on Now's clock (0 for a variant that
 // ignores it).
 func (w *worker) deadline(l *dlock.Lease) int64 {
-	if w.s.Variant == "nodone" {
+	if w.b.NoDone {
 		return 0
 	}
 	return Now() + int64(time.Until(l.Deadline()))
@@ -263,7 +249,7 @@ func (w *worker) acquired(e Event, l *dlock.Lease, err error) {
 	}
 	e.Type, e.Token, e.Deadline = OK, l.Token(), w.deadline(l)
 	w.rec.Record(e)
-	if w.s.Variant == "nodone" {
+	if w.b.NoDone {
 		return // the variant never learns that its lease ended
 	}
 	go w.watch(l, e.Key)
@@ -307,12 +293,12 @@ func (w *worker) pause(ctx context.Context, d time.Duration) {
 // releasing.
 func (w *worker) hold(ctx context.Context, l *dlock.Lease, read bool) {
 	hold := w.s.Hold
-	if w.s.Variant == "nodone" {
+	if w.b.NoDone {
 		hold = 2 * w.s.TTL // it holds past its TTL, unaware
 	}
 	w.pause(ctx, hold)
 	wctx := l.Context()
-	if w.s.Variant == "nodone" {
+	if w.b.NoDone {
 		wctx = context.Background()
 	}
 	switch {
@@ -321,7 +307,7 @@ func (w *worker) hold(ctx context.Context, l *dlock.Lease, read bool) {
 	case w.s.Kind != "sem": // semaphore holders are concurrent: they write nothing
 		w.modify(wctx, l)
 	}
-	if w.s.mem == nil && w.rng.Float64() < w.s.ExitProb {
+	if w.s.shared == nil && w.rng.Float64() < w.s.ExitProb {
 		w.rec.Record(Event{Op: "exit", Key: l.Key(), Token: l.Token()})
 		os.Exit(0)
 	}
@@ -368,7 +354,7 @@ func (w *worker) modify(ctx context.Context, l *dlock.Lease) {
 	// The lostack variant's resource acknowledges one write in three and
 	// does not store it.
 	var err error
-	if lost := w.s.Variant == "lostack" && w.rng.IntN(3) == 0; !lost {
+	if lost := w.b.LostAck && w.rng.IntN(3) == 0; !lost {
 		err = w.fence.Set(ctx, fenceToken{l.Key(), l.Token()}, rk, strconv.FormatInt(v+1, 10), 0)
 	}
 	typ := OK

@@ -308,7 +308,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 		}
 		if !o.json && !o.names {
 			// The table: the rows of list --watch, from one read.
-			w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern})
+			w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, DelayedKind: plainKind(st)})
 			if err != nil {
 				return fail(e, c.name, err)
 			}
@@ -316,7 +316,6 @@ func runList(ctx context.Context, e *env, args []string) int {
 			if err != nil {
 				return fail(e, c.name, err)
 			}
-			namePlainKind(st, s.Rows)
 			writeRows(e.stdout, s.Rows, s.Time, false)
 			return exitOK
 		}

@@ -89,6 +89,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	defer st.close()
 	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{
 		Pattern: pattern, Interval: o.interval.d, History: o.history.d, Title: st.String(), AllowUnlock: o.allowUnlock,
+		DelayedKind: plainKind(st),
 		Audit: func(r dashboard.Row, remote string) {
 			fmt.Fprintf(e.stderr, "dlock serve: %s force-unlocked %q held by %s (owner %s, token %d) at the request of %s\n",
 				time.Now().UTC().Format(time.RFC3339), r.Key, r.Holder, r.Owner, r.Token, remote)

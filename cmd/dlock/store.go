@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/dashboard"
 	"github.com/dlock-go/dlock/driver"
 )
 
@@ -71,24 +70,19 @@ func (s *mutexStore) locker(kind lockKind, permits int, opts ...dlock.Option) (d
 
 func (s *mutexStore) inspector() driver.Inspector { return s.insp }
 
-// namePlainKind names the kind of the rows in their lock-delay, which the
-// backends report without one ("lock"): only a plain lock keeps a delay, a
-// mutex on Redis and PostgreSQL, a fair lock on etcd and ZooKeeper.
-func namePlainKind(st store, rows []dashboard.Row) {
-	plain := driver.KindMutex
+// plainKind is the kind the dashboard gives a lock in its lock-delay, which
+// the backends report without one: only a plain lock keeps a delay, a mutex
+// on Redis, PostgreSQL and MySQL, a fair lock on etcd and ZooKeeper.
+func plainKind(st store) string {
 	switch s := st.(type) {
 	case *mutexStore:
-		plain = s.plain
+		return s.plain
 	case pgStore:
-		plain = s.plain
+		return s.plain
 	case mysqlStore:
-		plain = s.plain
+		return s.plain
 	}
-	for i := range rows {
-		if rows[i].Kind == "lock" && !rows[i].Held && rows[i].DelayMS > 0 {
-			rows[i].Kind = plain
-		}
-	}
+	return driver.KindMutex
 }
 
 func (s *mutexStore) failures() *failureLog { return nil }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,11 +86,11 @@ func runTop(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	defer st.close()
-	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, Interval: o.interval.d})
+	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, Interval: o.interval.d, DelayedKind: plainKind(st)})
 	if err != nil {
 		return fail(e, c.name, err)
 	}
-	v := &topView{e: e, w: w, in: in, out: out, where: st.String(), st: st, state: topState{sort: by}}
+	v := &topView{e: e, w: w, in: in, out: out, where: st.String(), state: topState{sort: by}}
 	if err := v.run(ctx); err != nil {
 		return fail(e, c.name, err)
 	}
@@ -116,7 +115,6 @@ type topView struct {
 	w       *dashboard.Watcher
 	in, out *os.File
 	where   string
-	st      store // names the kind of the rows in their lock-delay
 	state   topState
 	snap    dashboard.Snapshot
 	audit   []string // audit lines held back while the screen is ours
@@ -194,10 +192,6 @@ func (v *topView) run(ctx context.Context) error {
 			mu.Lock()
 			v.snap = *latest
 			mu.Unlock()
-			if v.st != nil {
-				v.snap.Rows = slices.Clone(v.snap.Rows)
-				namePlainKind(v.st, v.snap.Rows)
-			}
 		case b, ok := <-keys:
 			if !ok || !v.key(ctx, b) {
 				return nil

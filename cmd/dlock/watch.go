@@ -16,12 +16,11 @@ import (
 // runWatch is dlock list --watch: the rows of dlock top printed every interval,
 // one block after the other, for a pipe or a log. Holder text is escaped.
 func runWatch(ctx context.Context, e *env, st store, pattern string, interval time.Duration) int {
-	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, Interval: interval})
+	w, err := dashboard.NewWatcher(st.inspector(), dashboard.Options{Pattern: pattern, Interval: interval, DelayedKind: plainKind(st)})
 	if err != nil {
 		return fail(e, "list", err)
 	}
 	_ = w.Run(ctx, func(s dashboard.Snapshot) {
-		namePlainKind(st, s.Rows)
 		writeWatch(e.stdout, s)
 	})
 	return exitOK
