@@ -18,7 +18,8 @@ import (
 // inspecting ones create nothing in a database without the lock table; run
 // takes and releases, a held lock shows in status, list and serve, unlock
 // --force loses the holder's lease at once; semaphores resize; latches and
-// barriers work; a wrong password is refused without being shown.
+// barriers work; dlock verify passes and leaves nothing under its prefix; a
+// wrong password is refused without being shown.
 func TestMySQL(t *testing.T) {
 	m := testserver.StartMariaDB(t)
 	db, err := sql.Open("mysql", m.DSN)
@@ -153,6 +154,17 @@ func TestMySQL(t *testing.T) {
 		}
 		if r := dlockRun(t, "barrier", "--mysql", m.DSN, "--parties", "1", "--timeout", "10s", name, "--", "true"); r.code != 0 {
 			t.Fatalf("barrier: %+v", r)
+		}
+	})
+
+	t.Run("Verify", func(t *testing.T) {
+		r := dlockRun(t, "verify", "--prefix", "vt-", "--duration", "4s", "--ttl", "1s", "--mysql", m.DSN)
+		if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") || !strings.Contains(r.stdout, "faults: stop,kill,reset,delay") {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		var left int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM dlock_locks WHERE lock_key LIKE 'vt-%'").Scan(&left); err != nil || left != 0 {
+			t.Errorf("left under the prefix: %d rows, %v", left, err)
 		}
 	})
 
