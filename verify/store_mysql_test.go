@@ -129,23 +129,20 @@ func myResize(_ Config, st *store) (*dlock.Client, func(), error) {
 // other client connection killed.
 func myFault(_ context.Context, _ Config, st *store, f string, _ draws, rec *Recorder) (bool, error) {
 	m := st.own.(*testserver.MariaDB)
+	do, what := m.Restart, "restarting MariaDB"
 	switch f {
 	case FaultCrash:
-		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-		if err := m.Restart(); err != nil {
-			return true, fmt.Errorf("verify: restarting MariaDB: %v", err)
-		}
-		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
-		return true, nil
 	case FaultTerminate:
-		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-		if err := killConnections(m.DSN); err != nil {
-			return true, fmt.Errorf("verify: KILL CONNECTION: %v", err)
-		}
-		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
-		return true, nil
+		do, what = func() error { return killConnections(m.DSN) }, "KILL CONNECTION"
+	default:
+		return false, nil
 	}
-	return false, nil
+	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+	if err := do(); err != nil {
+		return true, fmt.Errorf("verify: %s: %v", what, err)
+	}
+	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+	return true, nil
 }
 
 // killConnections ends every other client connection to the MariaDB at dsn.
