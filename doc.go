@@ -11,13 +11,14 @@
 //
 // The backends: Redis (single, Sentinel, Cluster; package redislock), Redlock
 // over independent Redis masters (redlock), etcd (etcdlock), ZooKeeper
-// (zklock), a table in a PostgreSQL database (pglock), a NATS JetStream
-// key-value bucket (natslock), the SETNX/GETSET protocol of older services
-// (legacy) and an in-memory store for tests (memlock). etcdlock, zklock,
-// pglock and natslock are modules of their own, so that
-// programs using other backends never build their clients. Beyond the mutex:
-// fair, reentrant, read-write and semaphore locks (Redis; fair and semaphore
-// locks on PostgreSQL too), leader election (Campaign, and RunAsLeader to run
+// (zklock), a table in a PostgreSQL database (pglock), a table in a MySQL or
+// MariaDB database (mysqllock), a NATS JetStream key-value bucket (natslock),
+// the SETNX/GETSET protocol of older services (legacy) and an in-memory store
+// for tests (memlock). etcdlock, zklock, pglock, mysqllock and natslock are
+// modules of their own, so that programs using other backends never build
+// their clients. Beyond the mutex: fair, reentrant, read-write and semaphore
+// locks (Redis; fair and semaphore locks on PostgreSQL too, semaphores on
+// MySQL), leader election (Campaign, and RunAsLeader to run
 // work while leading), multi-key locks (LockAll) over any Locker, and
 // countdown latches and barriers (Latch, Barrier).
 //
@@ -125,6 +126,19 @@
 //   - pglock.Fence checks a lease inside the caller's transaction and keeps the
 //     key from changing hands until it ends, so the transaction's writes are
 //     ordered before the next holder's.
+//
+// MySQL (package mysqllock, a module of its own; MariaDB too), an InnoDB table
+// in one database:
+//   - Exclusion holds while the server keeps its commits
+//     (innodb_flush_log_at_trx_commit=1, the default) and the holder is not
+//     paused past its local deadline; a lock is a row, not a session (unlike
+//     GET_LOCK), so holdings survive restarts and broken connections. Expiry
+//     is read by the server's clock alone.
+//   - Tokens count the grants of each key in its row, in the statement that
+//     grants: they increase across restarts. A failover to an asynchronous
+//     replica can lose the latest grants and hand their tokens out again.
+//   - mysqllock.Fence checks a lease inside the caller's transaction and keeps
+//     the key from changing hands until it ends.
 //
 // NATS (package natslock, a module of its own), a JetStream key-value bucket
 // with per-key TTLs (server 2.11 or later):

@@ -31,7 +31,7 @@ func TestPackageDocNamesEveryBackend(t *testing.T) {
 	intro, _, _ = strings.Cut(intro, "\n//\n") // that paragraph
 	for _, b := range []struct{ name, pkg string }{
 		{"Redis", "redislock"}, {"Redlock", "redlock"}, {"etcd", "etcdlock"},
-		{"ZooKeeper", "zklock"}, {"PostgreSQL", "pglock"}, {"NATS", "natslock"},
+		{"ZooKeeper", "zklock"}, {"PostgreSQL", "pglock"}, {"NATS", "natslock"}, {"MySQL", "mysqllock"},
 	} {
 		if !strings.Contains(intro, b.name) || !strings.Contains(intro, b.pkg) {
 			t.Errorf("the package documentation's list of backends does not name %s (%s)", b.name, b.pkg)
@@ -59,6 +59,7 @@ func TestConstructorGrammar(t *testing.T) {
 		{dir: "zklock", noNew: true, options: true},
 		{dir: "pglock", options: true},
 		{dir: "natslock", options: true},
+		{dir: "mysqllock", options: true},
 		{dir: "memlock", noDriver: true},
 		{dir: "legacy"},
 	} {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs dlock's whole test suite on this machine: installs the servers the tests
-# start (redis-server, etcd, ZooKeeper and java, with apt-get, when run as root and
-# they are missing), then checks formatting, go vet and staticcheck, and runs
+# start (redis-server, etcd, ZooKeeper and java, PostgreSQL, MariaDB, with
+# apt-get, when run as root and they are missing), then checks formatting, go vet
+# and staticcheck, and runs
 # go test -race on every package and module.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -17,6 +18,7 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux) # dlock top's tests
 command -v cc >/dev/null 2>&1 || need+=(gcc) # the clock-shift library of the server clock tests
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core) # the web view's tests
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -83,7 +85,7 @@ formatted() {
 # The root module must not build the clients of the optional backends and
 # integrations: they live in modules of their own (and the CLI's).
 noOptionalDeps() {
-	local optional='etcd\.io|go-zookeeper|jackc/pgx|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
+	local optional='etcd\.io|go-zookeeper|jackc/pgx|go-sql-driver/mysql|nats-io|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
 	local deps
 	deps=$(go list -deps -test ./...) || return 1
 	if grep -qE "$optional" <<<"$deps"; then
@@ -140,6 +142,7 @@ module zklock "tests against a real ZooKeeper"
 module pglock "tests against a real PostgreSQL"
 module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
 module examples/pgfence "a fenced order processor against a real PostgreSQL"
+module mysqllock "tests against a real MariaDB"
 module bench "vet and a quick run against a real redis-server"
 module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
 module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"

@@ -39,6 +39,7 @@ type consensus struct {
 	zk   *testserver.ZooKeeper
 	pg   *testserver.Postgres
 	nats *natsProc
+	my   *testserver.MariaDB
 }
 
 // startConsensus starts, under dir, the servers that the variants cfg runs lock
@@ -66,6 +67,15 @@ func startConsensus(cfg config, dir string) (*consensus, error) {
 			return c, err
 		}
 	}
+	if cfg.needs(onMySQL) {
+		sub := dir + "/mariadb"
+		if err = os.Mkdir(sub, 0o755); err != nil {
+			return c, err
+		}
+		if c.my, err = testserver.NewMariaDB(sub); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -81,6 +91,9 @@ func (c *consensus) stop() {
 	}
 	if c.nats != nil {
 		c.nats.stop()
+	}
+	if c.my != nil {
+		c.my.Stop()
 	}
 }
 
@@ -185,7 +198,7 @@ const idleWindow = time.Second
 // idleCPU measures, and emits as a JSON line, the CPU time etcd and ZooKeeper
 // use while nobody locks: part of every run's server CPU per operation.
 func (e *env) idleCPU(ctx context.Context) error {
-	for _, on := range []string{onEtcd, onZK, onPG, onNATS} {
+	for _, on := range []string{onEtcd, onZK, onPG, onNATS, onMySQL} {
 		if !e.cfg.needs(on) {
 			continue
 		}
@@ -279,6 +292,8 @@ func (e *env) requests(ctx context.Context, on string) (int64, error) {
 		return pgWrites.Load(), nil
 	case onNATS:
 		return natsRequests(), nil
+	case onMySQL:
+		return myWrites.Load(), nil
 	}
 	return serverCalls(ctx, e.admin)
 }
@@ -294,6 +309,8 @@ func (e *env) lockServerCPU(ctx context.Context, on string) (time.Duration, erro
 		return pgCPU(e.cons.pg.PID())
 	case onNATS:
 		return pidCPU(e.cons.nats.cmd.Process.Pid)
+	case onMySQL:
+		return pidCPU(e.cons.my.PID())
 	}
 	return serverCPU(ctx, e.admin)
 }

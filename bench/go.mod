@@ -8,9 +8,11 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/natslock v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -22,6 +24,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -65,3 +68,5 @@ replace github.com/dlock-go/dlock/zklock => ../zklock
 replace github.com/dlock-go/dlock/pglock => ../pglock
 
 replace github.com/dlock-go/dlock/natslock => ../natslock
+
+replace github.com/dlock-go/dlock/mysqllock => ../mysqllock

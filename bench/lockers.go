@@ -48,7 +48,7 @@ type variant struct {
 	// clientEach gives every goroutine of scenario a a locker of its own (as
 	// scenario bc does), where one would share it otherwise.
 	clientEach bool
-	on         string // the server it locks on: onRedis, onEtcd, onZK, onPG or onNATS
+	on         string // the server it locks on: onRedis, onEtcd, onZK, onPG, onNATS or onMySQL
 	desc       string // configuration, printed in the header
 	open       func(o opening) (locker, error)
 	// prim opens a lock kind of scenario p beyond the mutex (open is used
@@ -113,7 +113,7 @@ var variants = append([]variant{
 		desc: "natslock (NewDriver, all defaults: 15s TTL renewed by the watchdog, a watch per key for wake-ups), over a NATS connection of its own per locker; one NATS server with sync_interval always",
 		open: openNATS},
 	natsRecipeVariant,
-}, primitiveVariants...)
+}, append(mysqlVariants, primitiveVariants...)...)
 
 // locker is one library opened on a go-redis client, or on a connection to etcd
 // or ZooKeeper; it may be an io.Closer (see closeLocker).

@@ -404,6 +404,9 @@ func (e *env) header(ctx context.Context, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "- NATS server (embedded, its own process) on %s: JetStream file store, %s\n", e.cons.nats.URL, sync)
 	}
+	if e.cons.my != nil {
+		fmt.Fprintf(out, "- MariaDB %s on %s: InnoDB, the log written at each commit and flushed once a second (innodb_flush_log_at_trx_commit=2)\n", myVersion(ctx, e.cons.my.DSN), e.cons.my.Addr)
+	}
 	fmt.Fprintf(out, "- client: a fresh go-redis v9 client per run with default options (pool size %d)\n", poolSize)
 	fmt.Fprintf(out, "- settings: reps %d, a %v per run, b %v per run with waits bounded at %v, c %d waiters / %d keys (polling lockers capped at %d), settle window %v, hand-over phase at most %v\n",
 		e.cfg.reps, e.cfg.aDur, e.cfg.bDur, e.cfg.wait, e.cfg.cWaiters, e.cfg.cKeys, e.cfg.cPollCap, e.cfg.cSettle, e.cfg.cDrain)

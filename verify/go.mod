@@ -6,9 +6,11 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/natslock v0.1.0
 	github.com/dlock-go/dlock/pglock v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
@@ -20,6 +22,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.0 // indirect
@@ -60,3 +63,5 @@ replace github.com/dlock-go/dlock/zklock => ../zklock
 replace github.com/dlock-go/dlock/pglock => ../pglock
 
 replace github.com/dlock-go/dlock/natslock => ../natslock
+
+replace github.com/dlock-go/dlock/mysqllock => ../mysqllock

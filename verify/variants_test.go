@@ -68,6 +68,16 @@ var variants = []variant{
 				// another.
 				c.Spec.Hold = time.Second
 			}}}},
+	{name: "mysqlnocheck", breaks: "MariaDB: the release frees the key's row without checking the owner",
+		backends: []string{"mysql"}, lock: myNoCheckLock,
+		exposed: []exposure{{faults: []string{FaultStop}, checkers: []string{"exclusion", "told-first", "spurious-loss"},
+			setup: func(c *Config) {
+				// As rawdel: holders hold long (renewed), so that a stop
+				// likely hits one, and its release comes after its lock
+				// went to another; every worker on one key, so that a
+				// waiter takes the lock the wrong release frees.
+				c.Spec.Hold, c.Spec.Keys = time.Second, []string{"a"}
+			}}}},
 	{name: "repeat", breaks: "every second token is handed out again (the previous one)",
 		backends: []string{"redis"}, lock: brokenLock("repeat"),
 		exposed: []exposure{{checkers: []string{"fencing"}}}},

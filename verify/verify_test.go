@@ -146,6 +146,7 @@ var scenarios = []scenario{
 	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys and leases)", false},
 	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes)", false},
 	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows)", false},
+	{"mysql", "mysql", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows; MariaDB 10.11)", false},
 	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
@@ -225,7 +226,7 @@ func TestScenarios(t *testing.T) {
 			for _, seed := range seeds(1, 1) {
 				spec := quickSpec(sc.kind)
 				spec.Backend = sc.backend
-				if sc.backend == "zookeeper" || sc.backend == "postgres" { // the TTL is the session timeout; PostgreSQL is slower
+				if sc.backend == "zookeeper" || sc.backend == "postgres" || sc.backend == "mysql" { // the TTL is the session timeout; the SQL stores are slower
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				if sc.backend == "etcd" || sc.backend == "nats" { // whole seconds

@@ -67,6 +67,12 @@ func backends() []backend {
 			},
 			many: openNATS,
 		},
+		{
+			flag: "mysql", metavar: "DSN", env: []string{"DLOCK_MYSQL"},
+			usage: "MySQL or MariaDB `DSN`: user:pass@tcp(host:port)/db, or mysql://user:pass@host:port/db; run creates the lock table when missing, the other commands never",
+			brief: "user:pass@tcp(host:port)/db",
+			one:   openMySQL, multi: "one MySQL database",
+		},
 	}
 }
 

@@ -5,6 +5,7 @@ go 1.26.0
 replace (
 	github.com/dlock-go/dlock => ../..
 	github.com/dlock-go/dlock/etcdlock => ../../etcdlock
+	github.com/dlock-go/dlock/mysqllock => ../../mysqllock
 	github.com/dlock-go/dlock/natslock => ../../natslock
 	github.com/dlock-go/dlock/pglock => ../../pglock
 	github.com/dlock-go/dlock/verify => ../../verify
@@ -16,10 +17,12 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/dlock-go/dlock v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
+	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/natslock v0.1.0
 	github.com/dlock-go/dlock/pglock v0.1.0
 	github.com/dlock-go/dlock/verify v0.1.0
 	github.com/dlock-go/dlock/zklock v0.1.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
@@ -31,6 +34,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

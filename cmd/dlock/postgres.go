@@ -100,7 +100,7 @@ func openPostgres(ctx context.Context, raw string, tf *tlsFiles) (store, error) 
 	return pgStore{pool: pool, mutexStore: &mutexStore{
 		where:  where,
 		newc:   func(opts ...dlock.Option) (dlock.Locker, error) { return pglock.NewClient(d, opts...) },
-		insp:   pgInspector{c, where},
+		insp:   tableInspector{c, where, pglock.ErrNoTable},
 		plain:  driver.KindMutex,
 		sync:   d,
 		closer: pool.Close,
@@ -165,37 +165,39 @@ func pgConnectError(where, raw string, err error) error {
 	return unavailableErrorf("cannot reach %s: %s", where, redact(strings.Join(kept, "; "), raw))
 }
 
-// pgInspector is the inspector of a pgStore: in a database without the lock
-// table (which it does not create) a list is empty, and an inspection or a
-// force of a key says there is no table, exit 1.
-type pgInspector struct {
-	in    driver.Inspector
-	where string
+// tableInspector is the inspector of a store in a database (pgStore,
+// mysqlStore): in a database without the lock table (which it does not
+// create) a list is empty, and an inspection or a force of a key says there
+// is no table, exit 1. missing is the backend's error of a missing table.
+type tableInspector struct {
+	in      driver.Inspector
+	where   string
+	missing error
 }
 
-func (p pgInspector) noTable(err error) error {
-	if errors.Is(err, pglock.ErrNoTable) {
+func (p tableInspector) noTable(err error) error {
+	if errors.Is(err, p.missing) {
 		return &exitError{code: exitFailure, err: err, msg: fmt.Sprintf("no dlock table in %s: nothing has been locked there (dlock run creates the table; status, list, unlock, top and serve create nothing)", p.where)}
 	}
 	return err
 }
 
-func (p pgInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (p tableInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := p.in.Inspect(ctx, key)
 	return info, p.noTable(err)
 }
 
 // ListPrefix lists nothing in a database without the lock table: nothing has
 // been locked there.
-func (p pgInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+func (p tableInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := p.in.ListPrefix(ctx, prefix)
-	if errors.Is(err, pglock.ErrNoTable) {
+	if errors.Is(err, p.missing) {
 		return nil, nil
 	}
 	return infos, err
 }
 
-func (p pgInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
+func (p tableInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := p.in.ForceUnlock(ctx, key)
 	return info, p.noTable(err)
 }

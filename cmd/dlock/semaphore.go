@@ -67,8 +67,10 @@ func runSemaphore(ctx context.Context, e *env, args []string) int {
 		rz, err = redislock.NewSemaphoreDriver(s.rdb, redislock.StoredSize)
 	case pgStore:
 		rz, err = s.resizer()
+	case mysqlStore:
+		rz, err = s.resizer()
 	default:
-		return fail(e, c.name, usageErrorf("semaphores need --redis (one server or a Cluster) or --postgres, not %s", st))
+		return fail(e, c.name, usageErrorf("semaphores need --redis (one server or a Cluster), --postgres or --mysql, not %s", st))
 	}
 	if err != nil {
 		return fail(e, c.name, err)

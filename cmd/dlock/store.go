@@ -72,12 +72,14 @@ func (s *mutexStore) inspector() driver.Inspector { return s.insp }
 
 // plainKind is the kind the dashboard gives a lock in its lock-delay, which
 // the backends report without one: only a plain lock keeps a delay, a mutex
-// on Redis and PostgreSQL, a fair lock on etcd and ZooKeeper.
+// on Redis, PostgreSQL and MySQL, a fair lock on etcd and ZooKeeper.
 func plainKind(st store) string {
 	switch s := st.(type) {
 	case *mutexStore:
 		return s.plain
 	case pgStore:
+		return s.plain
+	case mysqlStore:
 		return s.plain
 	}
 	return driver.KindMutex

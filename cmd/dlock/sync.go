@@ -29,8 +29,10 @@ func syncStore(st store) (driver.SyncDriver, error) {
 		}
 	case pgStore:
 		return s.sync, nil
+	case mysqlStore:
+		return s.sync, nil
 	}
-	return nil, usageErrorf("latches and barriers need --redis (one server or a Cluster), --etcd or --postgres, not %s", st)
+	return nil, usageErrorf("latches and barriers need --redis (one server or a Cluster), --etcd, --postgres or --mysql, not %s", st)
 }
 
 // syncFlags are the flags of latch and barrier.

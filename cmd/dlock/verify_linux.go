@@ -264,6 +264,20 @@ func verifyProxies(flag string, urls []string, tf *tlsFiles, st store) ([]string
 // that writes raw with another address; "" when a plain proxy cannot stand in
 // for it.
 func proxyTarget(flag, raw string) (string, func(addr string) string) {
+	if flag == "mysql" {
+		// A DSN names its server in tcp(host:port); TLS (tls= in the
+		// DSN, or --tls-*) checks the name, which a proxy does not keep.
+		start := strings.Index(raw, "tcp(")
+		end := strings.Index(raw[max(start, 0):], ")")
+		if start < 0 || end < 0 || strings.Contains(raw, "tls=") {
+			return "", nil
+		}
+		target := raw[start+4 : start+end]
+		if _, _, err := net.SplitHostPort(target); err != nil {
+			return "", nil
+		}
+		return target, func(addr string) string { return raw[:start+4] + addr + raw[start+end:] }
+	}
 	if !strings.Contains(raw, "://") {
 		if flag == "redis" || strings.Contains(raw, "=") {
 			return "", nil
@@ -398,6 +412,8 @@ func purge(ctx context.Context, st store, keys []string) (int, error) {
 		}
 		return n, errors.Join(errs...)
 	case pgStore:
+		return s.purge(ctx, keys)
+	case mysqlStore:
 		return s.purge(ctx, keys)
 	case *mutexStore:
 		return s.purge(ctx, keys)
