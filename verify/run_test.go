@@ -146,6 +146,10 @@ type Config struct {
 	ForceGap bool
 	// Told is told-at-once's bound (0: ToldBound of the TTL).
 	Told time.Duration
+	// Resync: a Redis replica begins its full sync at once
+	// (repl-diskless-sync-delay 0, not 5 s), so that a failover does not
+	// find the replica of the last one still waiting to sync.
+	Resync bool
 }
 
 // Result is what a run found.
@@ -183,11 +187,15 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	defer rec.Close()
 
+	bin, err := workerBinary(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ws := &procs{pids: make([]int, c.Workers), rec: rec}
 	var wg sync.WaitGroup
 	for i := range c.Workers {
-		wg.Go(func() { keepWorker(ctx, t, ws, spec, i) })
+		wg.Go(func() { keepWorker(ctx, t, ws, bin, spec, i) })
 	}
 	nctx, ncancel := context.WithCancel(context.Background())
 	var nwg sync.WaitGroup
@@ -323,9 +331,9 @@ const workerEnv = "DLOCK_VERIFY_WORKER"
 
 // keepWorker keeps worker i of spec running, starting it again when it exits
 // (a holder that exited without releasing, or one killed), until ctx ends: a
-// process of the test binary (maybeWorker), or, where the backend's workers
-// share an in-process store, a goroutine.
-func keepWorker(ctx context.Context, t testing.TB, ws *procs, spec Spec, i int) {
+// process of the test binary bin (maybeWorker), or, where the backend's
+// workers share an in-process store, a goroutine.
+func keepWorker(ctx context.Context, t testing.TB, ws *procs, bin string, spec Spec, i int) {
 	if spec.shared != nil {
 		s := spec
 		s.Proc = i
@@ -342,7 +350,7 @@ func keepWorker(ctx context.Context, t testing.TB, ws *procs, spec Spec, i int) 
 	defer logs.Close()
 	err = ws.keep(ctx, spec, i, func(s Spec) *exec.Cmd {
 		b, _ := json.Marshal(s)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd := exec.Command(bin, "-test.run=^$")
 		cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -407,4 +415,48 @@ func newLocker(s Spec) (dlock.Locker, func(), Breakage, error) {
 	}
 	lk, closeFn, err := b.locker(s)
 	return lk, closeFn, v.worker, err
+}
+
+var (
+	binariesMu sync.Mutex
+	binaries   = map[string]string{} // build tags -> the test binary built with them
+	binDir     string                // where they are (removed by TestMain)
+)
+
+// workerBinary returns the test binary that runs the workers of spec: this
+// one, or, for a variant that breaks the library where it compiles only under
+// build tags, this package's tests built with them (once per test process).
+func workerBinary(spec Spec) (string, error) {
+	if spec.Variant == "" {
+		return os.Args[0], nil
+	}
+	v, err := variantFor(spec)
+	if err != nil || v.tags == "" {
+		return os.Args[0], err
+	}
+	binariesMu.Lock()
+	defer binariesMu.Unlock()
+	if bin := binaries[v.tags]; bin != "" {
+		return bin, nil
+	}
+	if binDir == "" {
+		if binDir, err = os.MkdirTemp("", "dlock-verify-bin-"); err != nil {
+			return "", err
+		}
+	}
+	bin := filepath.Join(binDir, "verify-"+strings.ReplaceAll(v.tags, ",", "-")+".test")
+	if out, err := exec.Command("go", "test", "-c", "-tags", v.tags, "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("verify: building the workers of variant %s with tags %s: %v\n%s", v.name, v.tags, err, out)
+	}
+	binaries[v.tags] = bin
+	return bin, nil
+}
+
+// removeBinaries removes the test binaries workerBinary built.
+func removeBinaries() {
+	binariesMu.Lock()
+	defer binariesMu.Unlock()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 }

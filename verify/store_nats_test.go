@@ -2,7 +2,6 @@ package verify
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -127,19 +126,4 @@ func (n noPush) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.Gr
 	g, err := n.Driver.Acquire(ctx, r)
 	g.Lost = nil
 	return g, err
-}
-
-// TestNATSNoPushCaughtByEverySeed: the natsnopush variant is caught by
-// told-at-once on each of the seeds 1 to 8, not only on one of them.
-func TestNATSNoPushCaughtByEverySeed(t *testing.T) {
-	v, err := variantFor(Spec{Backend: "nats", Variant: "natsnopush"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seed := uint64(1); seed <= 8; seed++ {
-		r := Run(t, exposureConfig(*v, v.exposed[0], seed))
-		if !slices.Contains(checkers(r.Violations), "told-at-once") {
-			t.Errorf("seed %d: natsnopush not caught by told-at-once (%v; %d operations, %d faults)", seed, checkers(r.Violations), r.Stats.Ops, r.Stats.Faults)
-		}
-	}
 }

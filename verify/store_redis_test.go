@@ -108,6 +108,9 @@ func startRedisFamily(t testing.TB, c Config) *store {
 	}
 	if c.Replica || c.Topology == TopologySentinel {
 		auth := []string{"--user", "repl", "on", ">replpw", "~*", "&*", "+@all", "--masteruser", "repl", "--masterauth", "replpw"}
+		if c.Resync {
+			auth = append(auth, "--repl-diskless-sync-delay", "0")
+		}
 		p := startRedis(append(extra, auth...)...)
 		r := startRedis(append(append(extra, auth...), "--replicaof", "127.0.0.1", fmt.Sprint(p.Port))...)
 		rs.servers, rs.replica, st.nodes = []*testserver.Redis{p}, r, 1

@@ -28,8 +28,11 @@ type variant struct {
 	backends []string // the Spec.Backend values it applies to
 	// lock returns the broken Locker of s (nil: the backend's own, broken
 	// on the worker's side as worker says).
-	lock    func(s Spec) (dlock.Locker, func(), error)
-	worker  Breakage
+	lock   func(s Spec) (dlock.Locker, func(), error)
+	worker Breakage
+	// tags are the build tags the workers are built with: the library
+	// compiles its breakage under them alone ("": none).
+	tags    string
 	exposed []exposure
 }
 
@@ -63,10 +66,13 @@ var variants = []variant{
 		backends: []string{"redis"}, lock: brokenLock("rawdel"),
 		exposed: []exposure{{faults: []string{FaultStop}, checkers: []string{"exclusion", "told-first", "spurious-loss"},
 			setup: func(c *Config) {
-				// Holders hold long (renewed), so that a stop likely hits
-				// one, and its release comes after its lock went to
-				// another.
-				c.Spec.Hold = time.Second
+				// One key that three workers take in turn, each holding
+				// within its TTL: a stop likely hits the holder, whose
+				// lease, past its deadline when it resumes, is released
+				// (lost on the local side: one release follows) after the
+				// key went to another.
+				c.Workers, c.Duration = 3, duration(8*time.Second)
+				c.Spec.Keys, c.Spec.Hold = []string{"a"}, 300*time.Millisecond
 			}}}},
 	{name: "mysqlnocheck", breaks: "MariaDB: the release frees the key's row without checking the owner",
 		backends: []string{"mysql"}, lock: myNoCheckLock,
@@ -90,29 +96,42 @@ var variants = []variant{
 	{name: "nodone", breaks: "the holder is never told that its lease ended (no Done, no deadline) and holds past its TTL",
 		backends: []string{"redis"}, worker: Breakage{NoDone: true},
 		exposed: []exposure{{checkers: []string{"exclusion", "told-first"}}}},
-	{name: "noexpiry", breaks: "the lock is written without expiry",
+	{name: "nodeadline", breaks: "the lease does not end at its local deadline, whose value stays right: its Done fires only at a release or a loss the store reports (the library built with the tag dlockverify_nodeadline)",
+		backends: []string{"redis"}, tags: "dlockverify_nodeadline",
+		exposed: []exposure{{checkers: []string{"told-first"},
+			setup: func(c *Config) {
+				// Fixed leases held past their TTL now and then: each
+				// such holder's deadline passes while it holds.
+				c.Spec.Hold = 2 * c.Spec.TTL
+			}}}},
+	{name: "noexpiry", breaks: "the lock is written without expiry, and its renewals (one by one, in batches) and resumptions write none",
 		backends: []string{"redis"}, lock: brokenLock("noexpiry"),
 		exposed: []exposure{{faults: []string{FaultKill}, checkers: []string{"recovery", "liveness"},
 			setup: func(c *Config) { c.Healed = true }}}}, // the recovery checker sees the kills heal
 	{name: "renewafter", breaks: "the renewal outlives Unlock (the lock stays held after it)",
 		backends: []string{"redis"}, lock: brokenLock("renewafter"),
-		exposed: []exposure{{checkers: []string{"liveness"},
+		exposed: []exposure{{checkers: []string{"liveness", "recovery"},
 			setup: func(c *Config) { c.Spec.Wait = 3 * time.Second }}}}, // waiters outlast the hand-over's bound
 	{name: "latecleanup", breaks: "Redlock's clean-up of a failed attempt as it was before its fix, releasing each node by owner alone, and held up in the network until the owner's next attempt took the node again",
 		backends: []string{"redlock"}, lock: lateCleanupLock,
 		exposed: []exposure{{checkers: []string{"exclusion", "fencing", "told-first"},
 			setup: func(c *Config) {
-				c.Spec.Backend, c.Masters = "redlock", 5
-				c.Spec.Keys = []string{"a"} // more attempts split the masters
+				// One key, three masters: attempts that race split them,
+				// and a lease often holds no more than the majority,
+				// which the late clean-up breaks; holds near the TTL
+				// leave another time to take the majority meanwhile.
+				c.Spec.Backend, c.Masters, c.Duration = "redlock", 3, duration(10*time.Second)
+				c.Spec.Keys, c.Spec.Hold = []string{"a"}, 350*time.Millisecond
 			}}}},
 	{name: "shortwait", breaks: "a Redlock waiter keeps its place in a master's waiting set only for its own round trip: a release wakes nobody, and the releasing process takes the lock again meanwhile",
 		backends: []string{"redlock"}, lock: shortWaitLock,
 		exposed: []exposure{{checkers: []string{"fairness"},
 			setup: func(c *Config) {
-				c.Spec.Backend, c.Masters = "redlock", 5
 				// Every worker contends for one key, and no holder exits
 				// holding: a holder's monopoly ends only when a waiter's
-				// retry finds the lock free.
+				// retry finds the lock free. Of eight workers, fewer than
+				// four sharing the grants evenly is an index below 0.5.
+				c.Spec.Backend, c.Masters, c.Workers = "redlock", 5, 8
 				c.Spec.Keys, c.Spec.ExitProb = []string{"a"}, 0
 			}}}},
 	{name: "lostack", breaks: "the resource acknowledges one fenced write in three without storing it (the lock is sound)",
@@ -145,7 +164,14 @@ var variants = []variant{
 		// (Config.ForceGap): only the check when they are set up again
 		// tells the holders.
 		exposed: []exposure{{faults: []string{FaultForce}, checkers: []string{"told-at-once"},
-			setup: func(c *Config) { c.ForceGap = true; forceGapTiming(&c.Spec) }}}},
+			setup: func(c *Config) {
+				c.ForceGap = true
+				forceGapTiming(&c.Spec)
+				// Holds near the TTL: a forced holder still holds when
+				// told-at-once's bound passes, and its release does not
+				// tell it first.
+				c.Spec.Hold, c.Duration = 900*time.Millisecond, duration(8*time.Second)
+			}}}},
 	{name: "natsnopush", breaks: "natslock's grants carry no Lost: a holder whose key was force-unlocked learns of it at its next renewal, not from its watch of the key",
 		backends: []string{"nats"}, lock: noPushNATS,
 		exposed: []exposure{{faults: []string{FaultForce}, checkers: []string{"told-at-once"},
@@ -161,8 +187,11 @@ var variants = []variant{
 			}}}},
 }
 
-// prefixWorkload keeps records that outlive the restart or the promotion.
+// prefixWorkload keeps records that outlive the restart or the promotion,
+// grants many of them while a failover's replica lags or between a snapshot
+// and the crash, and fails over again as soon as the replica is in sync.
 func prefixWorkload(c *Config) {
+	c.Workers, c.Duration, c.Resync = 8, duration(12*time.Second), true
 	c.Spec.TTL, c.Spec.Hold = time.Second, 150*time.Millisecond
 	c.Spec.Keys = []string{"a", "b", "c", "d", "e", "f"} // idle keys: released records at a cut
 }
@@ -330,6 +359,30 @@ func (b *broken) Extend(ctx context.Context, h driver.Holding, ttl time.Duration
 		return ttl, nil // nothing expires: nothing to extend
 	}
 	return b.Driver.Extend(ctx, h, ttl)
+}
+
+// ExtendMany extends each holding as Extend does: the Client's renewer
+// extends its holdings in batches (noexpiry: nothing to extend either).
+func (b *broken) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
+	if b.variant != "noexpiry" {
+		return b.Driver.ExtendMany(ctx, reqs)
+	}
+	res := make([]driver.ExtendResult, len(reqs))
+	for i, r := range reqs {
+		res[i].TTL, res[i].Err = b.Extend(ctx, r.Holding, r.TTL)
+	}
+	return res
+}
+
+// Resume takes up a handed-over holding (noexpiry: and takes its expiry off).
+func (b *broken) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
+	g, err := b.Driver.Resume(ctx, h, token)
+	if err == nil && b.variant == "noexpiry" {
+		if err := b.rdb.Persist(ctx, redislock.LockKey(h.Key)).Err(); err != nil {
+			return g, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+		}
+	}
+	return g, err
 }
 
 // Release releases the holding, broken as b.variant says.

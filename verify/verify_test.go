@@ -29,6 +29,7 @@ type tableM struct{ m *testing.M }
 // Run runs the tests and writes the table.
 func (t tableM) Run() int {
 	code := t.m.Run()
+	removeBinaries()
 	if *tableFlag != "" {
 		if err := writeTable(*tableFlag); err != nil {
 			fmt.Fprintln(os.Stderr, err)
