@@ -52,14 +52,18 @@ say() { printf 'test.sh [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*
 # and the next step runs; the summary at the end lists every failure, and the
 # exit status is 1 if there was one. (Setup above still stops at its first
 # error.)
-failed=()
+
+# failures lists the failed steps, one a line: the lanes below run in
+# subshells, which record their failures there too.
+failures=$(mktemp)
+trap 'rm -f "$failures"' EXIT
 
 # step NAME CMD...: runs CMD, recording NAME as failed if it fails.
 step() {
 	local name=$1
 	shift
 	if ! "$@"; then
-		failed+=("$name")
+		echo "$name" >>"$failures"
 		say "FAILED: $name"
 	fi
 }
@@ -108,7 +112,7 @@ say "go test -race ./... ($(go list ./... | wc -l) packages; redislock last, tes
 step "go test -race (root module but redislock)" go test -race -count=1 -timeout 15m "$@" $(go list ./... | grep -v '/redislock$')
 
 redislock_log=$(mktemp)
-trap 'rm -f "$redislock_log"' EXIT
+trap 'rm -f "$failures" "$redislock_log"' EXIT
 redislockTests() {
 	if ! go test -race -count=1 -timeout 15m -v "$@" ./redislock/ 2>&1 | tee "$redislock_log" |
 		grep --line-buffered -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)'; then
@@ -135,21 +139,36 @@ module() {
 	step "$1: go test" indir "$1" go test -count=1 ${3--race} ./...
 }
 
-module cmd/dlock "the CLI, against real servers of every backend"
-module examples/sqlfence "fencing in SQL (SQLite, no race detector: it is slow under it)" ""
-module etcdlock "tests against a real etcd"
-module zklock "tests against a real ZooKeeper"
-module pglock "tests against a real PostgreSQL"
-module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
-module examples/pgfence "a fenced order processor against a real PostgreSQL"
-module mysqllock "tests against a real MariaDB"
-module bench "vet and a quick run against a real redis-server"
-module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
-module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
-module dlockk8s "client-go's leader election with the record in redis-server"
-module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
-module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" ""
+# The modules of their own run in two lanes at once: their tests spend most
+# of their time waiting on servers and TTLs (the verification suite keeps
+# less than one core busy), so the two lanes share the machine's cores. Each
+# line is prefixed with its lane.
+storesLane() {
+	module cmd/dlock "the CLI, against real servers of every backend"
+	module examples/sqlfence "fencing in SQL (SQLite, no race detector: it is slow under it)" ""
+	module etcdlock "tests against a real etcd"
+	module zklock "tests against a real ZooKeeper"
+	module pglock "tests against a real PostgreSQL"
+	module examples/pgfence "a fenced order processor against a real PostgreSQL"
+	module mysqllock "tests against a real MariaDB"
+	module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
+}
+suiteLane() {
+	module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" "-timeout 25m"
+	module bench "vet and a quick run against a real redis-server"
+	module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
+	module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
+	module dlockk8s "client-go's leader election with the record in redis-server"
+	module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
+}
+say "the modules of their own, in two lanes at once: [stores] the CLI and the backends, [suite] verify, bench and the integrations"
+storesLane 2>&1 | sed -u 's/^/[stores] /' &
+stores=$!
+suiteLane 2>&1 | sed -u 's/^/[suite] /' &
+suite=$!
+wait "$stores" "$suite" || true
 
+mapfile -t failed <"$failures"
 if ((${#failed[@]})); then
 	say "${#failed[@]} failed:"
 	printf '  %s\n' "${failed[@]}"
