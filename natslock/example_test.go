@@ -3,6 +3,7 @@ package natslock_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/dlock-go/dlock/natslock"
@@ -11,12 +12,13 @@ import (
 )
 
 // Example takes a lock in a NATS bucket: the Driver over the caller's
-// connection, its bucket created once by Migrate, a Client over it. The
-// lease's token is the revision of the key's message.
+// connection (the server NATS_URL names, as the nats tools read it), its
+// bucket created once by Migrate, a Client over it. The lease's token is the
+// revision of the key's message.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(natslock.ServerURL())
+	nc, err := nats.Connect(os.Getenv("NATS_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -37,6 +37,11 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The examples connect where NATS_URL says, as a user's program would.
+	if err := os.Setenv("NATS_URL", srv.URL); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	code := m.Run()
 	srv.Shutdown()
 	clusterMu.Lock()
