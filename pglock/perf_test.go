@@ -77,8 +77,11 @@ func TestReleaseNotifiesOnlyWhenWaitedFor(t *testing.T) {
 	if next == nil {
 		t.FailNow()
 	}
-	if _, wakes, _ := wd.ListenerStats(); wakes != 1 {
-		t.Errorf("the waiter was woken %d times by notifications, want 1", wakes)
+	// One notification on the waiter's Driver's channel. It wakes the waiter,
+	// unless the waiter's own retry took the lock first (a loaded host: 1 run
+	// in 20 under -race), and then finds no subscription left to count.
+	if _, wakes, _ := wd.ListenerStats(); wakes > 1 {
+		t.Errorf("the waiter was woken %d times by notifications, want at most 1", wakes)
 	}
 	// The next holder starts unmarked.
 	if err := next.Unlock(ctx); err != nil {

@@ -78,11 +78,12 @@ var variants = []variant{
 		backends: []string{"mysql"}, lock: myNoCheckLock,
 		exposed: []exposure{{faults: []string{FaultStop}, checkers: []string{"exclusion", "told-first", "spurious-loss"},
 			setup: func(c *Config) {
-				// As rawdel: holders hold long (renewed), so that a stop
-				// likely hits one, and its release comes after its lock
-				// went to another; every worker on one key, so that a
-				// waiter takes the lock the wrong release frees.
-				c.Spec.Hold, c.Spec.Keys = time.Second, []string{"a"}
+				// As rawdel: one key that three workers take in turn,
+				// each holding within its TTL, so that a stop likely hits
+				// the holder, whose release comes after its lock went to
+				// another and frees the new holder's row.
+				c.Workers, c.Duration = 3, duration(8*time.Second)
+				c.Spec.Keys, c.Spec.Hold = []string{"a"}, 300*time.Millisecond
 			}}}},
 	{name: "repeat", breaks: "every second token is handed out again (the previous one)",
 		backends: []string{"redis"}, lock: brokenLock("repeat"),

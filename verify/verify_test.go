@@ -18,7 +18,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	maybeWorker() // a worker process exits here
+	maybeWorker()     // a worker process exits here
+	maybeSyncWorker() // and a latch or barrier worker here
 	flag.Parse()
 	goleak.VerifyTestMain(tableM{m})
 }
