@@ -155,18 +155,21 @@ storesLane() {
 }
 suiteLane() {
 	module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" "-timeout 25m"
-	module bench "vet and a quick run against a real redis-server"
 	module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
 	module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
 	module dlockk8s "client-go's leader election with the record in redis-server"
 	module dlockotel "OpenTelemetry metrics and traces of the locks, on a real redis-server"
 }
-say "the modules of their own, in two lanes at once: [stores] the CLI and the backends, [suite] verify, bench and the integrations"
+say "the modules of their own, in two lanes at once: [stores] the CLI and the backends, [suite] verify and the integrations"
 storesLane 2>&1 | sed -u 's/^/[stores] /' &
 stores=$!
 suiteLane 2>&1 | sed -u 's/^/[suite] /' &
 suite=$!
 wait "$stores" "$suite" || true
+
+# The benchmarks' quick run counts statements per cycle: it runs alone, on an
+# otherwise quiet machine.
+module bench "vet and a quick run against real servers"
 
 mapfile -t failed <"$failures"
 if ((${#failed[@]})); then
