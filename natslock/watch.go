@@ -153,8 +153,21 @@ func (kw *keyWatch) run(ctx context.Context) {
 		w, err = b.kv.Watch(ctx, kw.key)
 	}
 	if err == nil {
-		for e := range w.Updates() {
-			kw.event(e)
+		// The watcher's channel is closed by Stop, not by the end of ctx:
+		// the loop watches both, so that a cancelled watch (Close, its
+		// linger) ends at once.
+		updates := w.Updates()
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case e, ok := <-updates:
+				if !ok {
+					break loop
+				}
+				kw.event(e)
+			}
 		}
 		_ = w.Stop()
 	}
