@@ -37,8 +37,8 @@ type waker struct {
 	wakes      uint64 // counts the wake-ups: a waiter that subscribes after one may have missed it
 	busy       int    // acquisitions under way
 	subs       map[*sub]struct{}
-	holds      map[string]*hold
-	nholds     int
+	holds      driver.Holds // told of a force-unlock; its own lock, taken inside mu
+	nholds     int          // holdings registered in holds
 	stopTimer  *time.Timer
 	failedOpen time.Time
 }
@@ -68,7 +68,19 @@ type sub struct {
 	key, owner string
 }
 
-func newWaker(d *Driver) *waker { return &waker{d: d} }
+func newWaker(d *Driver) *waker {
+	w := &waker{d: d}
+	// A check that fails is not retried: the renewals find a loss.
+	w.holds.Cause = errForced // the loss matches ErrNotHeld through ErrLockLost
+	w.holds.CheckTimeout = d.cfg.requestTimeout
+	w.holds.Forgot = func(int) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.nholds--
+		w.maybeStop()
+	}
+	return w
+}
 
 // mark is what a waiter's acquisition knew of the sleeping connection before
 // it was sent (its Taken's Handle): a waiter that subscribes later is woken at
@@ -197,11 +209,7 @@ func (w *waker) wakeAll() {
 		default:
 		}
 	}
-	for _, h := range w.holds {
-		for ; h != nil; h = h.next {
-			go h.check()
-		}
-	}
+	w.holds.SuspectAll()
 }
 
 // othersWait reports whether a waiter of key other than owner is subscribed:
@@ -313,17 +321,6 @@ func (w *waker) subscribe(h driver.Holding) (<-chan struct{}, func(), error) {
 	}, nil
 }
 
-// hold is a holding of the Driver, watched for a force-unlock.
-type hold struct {
-	driver.LossSignal
-	w     *waker
-	ttl   func(ctx context.Context, h driver.Holding) (time.Duration, error)
-	key   string
-	owner string
-	next  *hold // the Driver's other holdings of key
-	gone  bool
-}
-
 // errForced is the cause of a force-unlocked holding's loss.
 var errForced = errors.New("mysqllock: the lock was force-unlocked, and the table no longer holds it for this owner")
 
@@ -334,55 +331,11 @@ func (w *waker) hold(d driver.Driver, key, owner string, m mark) context.Context
 	if w.d.cfg.poll {
 		return nil
 	}
-	h := &hold{w: w, ttl: d.TTL, key: key, owner: owner}
-	h.Forgetter = h
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cur == nil || m.gen != w.gen {
 		return nil
 	}
-	if w.holds == nil {
-		w.holds = map[string]*hold{}
-	}
-	h.next = w.holds[key]
-	w.holds[key] = h
 	w.nholds++
-	return &h.LossSignal
-}
-
-// Forget implements driver.Forgetter: the lease has ended.
-func (h *hold) Forget(*driver.LossSignal) {
-	w := h.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h.gone {
-		return
-	}
-	h.gone = true
-	var prev *hold
-	for x := w.holds[h.key]; x != nil; prev, x = x, x.next {
-		if x != h {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.next = h.next
-		case h.next != nil:
-			w.holds[h.key] = h.next
-		default:
-			delete(w.holds, h.key)
-		}
-		break
-	}
-	w.nholds--
-	w.maybeStop()
-}
-
-// check loses h if the table no longer has it.
-func (h *hold) check() {
-	ctx, cancel := context.WithTimeout(context.Background(), h.w.d.cfg.requestTimeout)
-	defer cancel()
-	if _, err := h.ttl(ctx, driver.Holding{Key: h.key, Owner: h.owner}); errors.Is(err, driver.ErrNotHeld) {
-		h.Lose(errForced)
-	}
+	return &w.holds.Add(d, key, owner, nil, time.Now()).LossSignal
 }
