@@ -43,12 +43,22 @@ type Property struct {
 	Violation *Violation // nil: it holds
 }
 
-// Properties checks the history h of a run of lock kind with ttl, and returns
-// the outcome of each checker by name, the resource's linearizability last
-// (its HTML rendering of a failure goes to htmlPath).
-func Properties(h []Event, kind string, ttl time.Duration, htmlPath string) ([]Property, Stats) {
-	a := Analyze(h, Params{Kind: kind, TTL: ttl, Bound: time.Second})
-	lin := a.Linearizable(htmlPath, 20*time.Second)
+// Properties checks the history h of a run against a store somebody else
+// runs, with p (Kind, TTL, and Leftover: what was left of the run's locks
+// once every worker ended and a TTL passed; Bound is a second when 0), and
+// returns the outcome of each checker by name, the resource's
+// linearizability (its HTML rendering of a failure goes to p.HTML) and the
+// liveness of the store last, with the Analysis they came from (its Stats,
+// and its Timelines for a page per key).
+func Properties(h []Event, p Params) ([]Property, *Analysis) {
+	if p.Bound == 0 {
+		p.Bound = time.Second
+	}
+	if p.LinTimeout == 0 {
+		p.LinTimeout = 20 * time.Second
+	}
+	a := Analyze(h, p)
+	lin := a.Linearizable(p.HTML, p.LinTimeout)
 	ps := []Property{
 		{Name: "fencing", What: "no token is granted twice, and a grant the store must have made first has the smaller token", Violation: a.Fencing()},
 		{Name: "resource", What: "the resource never accepts a token below one it accepted", Violation: a.Resource()},
@@ -61,8 +71,9 @@ func Properties(h []Event, kind string, ttl time.Duration, htmlPath string) ([]P
 		{Name: "fairness", What: "waiters are served in arrival order where promised", Violation: a.Fairness()},
 		{Name: "starvation", What: "no worker waits without ever getting the lock", Violation: a.Starvation()},
 		{Name: "linearizable", What: "the resource's history is linearizable as a register", Violation: lin},
+		{Name: "liveness", What: "nothing of the run's locks is left on the store once every worker ended and a TTL passed", Violation: a.Liveness()},
 	}
-	return ps, a.Stats
+	return ps, a
 }
 
 // Operate runs c until its Duration passes or ctx ends: it keeps the workers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -160,6 +161,7 @@ type Result struct {
 	Leftover   []string // keys left on the lock store after everything ended
 	Dir        string
 	Elapsed    time.Duration
+	an         *Analysis // the history's, for the timelines
 }
 
 // unsafeFaults are the faults the docs name as breaking exclusion on Redis.
@@ -277,6 +279,12 @@ func Run(t testing.TB, c Config) *Result {
 		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
+	res.an = a
+	if *pagesFlag != "" {
+		if _, err := a.Timelines(filepath.Join(*pagesFlag, fmt.Sprintf("%s-seed%d", fileSafe(t.Name()), c.Seed)), res.Violations); err != nil {
+			t.Error(err)
+		}
+	}
 	res.Elapsed = time.Since(start)
 	return res
 }
@@ -323,6 +331,37 @@ func (r *Result) Report(t testing.TB, seed uint64) {
 		t.Error(v.Format(r.History))
 	}
 	t.Errorf("history: %s (replay: go test -run '^%s$' -seed %d)", path, t.Name(), seed)
+	if r.an == nil {
+		return
+	}
+	pages, err := r.an.Timelines(strings.TrimSuffix(path, ".jsonl")+"-timelines", r.Violations)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	for _, k := range violatedKeys(r.History, r.Violations, pages) {
+		t.Errorf("timeline of %s: file://%s", k, pages[k])
+	}
+}
+
+// violatedKeys are the keys of pages whose events a violation names, sorted;
+// all of them when a violation names no key's event.
+func violatedKeys(h []Event, vs []Violation, pages map[string]string) []string {
+	keys := map[string]bool{}
+	for _, v := range vs {
+		named := false
+		for _, l := range v.Lines {
+			if l >= 0 && l < len(h) && h[l].Key != "" && pages[h[l].Key] != "" {
+				keys[h[l].Key], named = true, true
+			}
+		}
+		if !named {
+			for k := range pages {
+				keys[k] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(keys))
 }
 
 // workerEnv is the environment variable that makes a test binary a worker: it

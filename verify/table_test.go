@@ -39,10 +39,25 @@ func record(sc scenario, seed uint64, r *Result) {
 	tl.faults += r.Stats.Faults
 	tl.forces += r.Stats.ByFault[FaultForce]
 	tl.viol += len(r.Violations)
+	if *tableFlag != "" {
+		// Written after every run, so that a long run cut short keeps
+		// the rows of the scenarios it ran (go test -skip the ones done
+		// to go on with the rest).
+		if err := writeTableLocked(*tableFlag); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
 }
 
 // writeTable writes the tallies as the markdown table of docs/safety.md.
 func writeTable(path string) error {
+	talliesMu.Lock()
+	defer talliesMu.Unlock()
+	return writeTableLocked(path)
+}
+
+// writeTableLocked is writeTable with talliesMu held.
+func writeTableLocked(path string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| Scenario | Properties checked | Faults injected | Seeds | Operations | Grants | Faults | Violations |\n|---|---|---|---|---|---|---|---|\n")
 	var names []string

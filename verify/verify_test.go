@@ -15,6 +15,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "replay this seed only (0: the quick run's seeds, or -seeds of them)")
 	seedsFlag = flag.Int("seeds", 0, "run this many seeds per scenario (0: the quick run's)")
 	durFlag   = flag.Duration("duration", 0, "each run's workload time (0: the quick run's)")
+	pagesFlag = flag.String("pages", "", "write every run's timelines (a page per key) under this directory, in one directory per test and seed")
 )
 
 func TestMain(m *testing.M) {

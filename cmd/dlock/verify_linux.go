@@ -157,11 +157,8 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 		return fail(e, c.name, err)
 	}
 	html := strings.TrimSuffix(hist, ".jsonl") + ".html"
-	props, stats := verify.Properties(h, "plain", o.ttl, html)
-	props = append(props, verify.Property{Name: "leftover", What: "nothing is held under the prefix of the run's locks once every worker ended and a TTL passed"})
-	if len(left) > 0 {
-		props[len(props)-1].Violation = &verify.Violation{Checker: "leftover", Msg: fmt.Sprintf("still held: %s", strings.Join(left, ", "))}
-	}
+	props, an := verify.Properties(h, verify.Params{Kind: "plain", TTL: o.ttl, HTML: html, Leftover: left})
+	stats := an.Stats
 	fmt.Fprintf(e.stdout, "%d operations, %d grants, %d writes (%d refused), %d faults\n\n", stats.Ops, stats.Grants, stats.Writes, stats.Refused, stats.Faults)
 	if stats.Grants == 0 {
 		// Nothing was checked: say why rather than pass.
@@ -180,6 +177,18 @@ func runVerify(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	fmt.Fprintf(e.stdout, "\nhistory: %s\n", hist)
+	var vs []verify.Violation
+	for _, p := range props {
+		if p.Violation != nil {
+			vs = append(vs, *p.Violation)
+		}
+	}
+	pages := strings.TrimSuffix(hist, ".jsonl") + "-timelines"
+	if _, err := an.Timelines(pages, vs); err != nil {
+		fmt.Fprintf(e.stderr, "dlock verify: the timelines: %v\n", err)
+	} else {
+		fmt.Fprintf(e.stdout, "timelines, a page per lock: %s\n", pages)
+	}
 	if failed > 0 {
 		fmt.Fprintf(e.stdout, "%d of %d properties violated (replay the faults with --seed %d)\n", failed, len(props), seed)
 		return exitFailure

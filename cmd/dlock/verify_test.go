@@ -85,7 +85,7 @@ func TestVerifyOnRedis(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "every property holds") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	for _, p := range []string{"fencing", "exclusion", "told-first", "linearizable", "leftover"} {
+	for _, p := range []string{"fencing", "exclusion", "told-first", "linearizable", "liveness"} {
 		if !strings.Contains(r.stdout, "PASS  "+p) {
 			t.Errorf("no PASS line for %s:\n%s", p, r.stdout)
 		}
@@ -99,6 +99,13 @@ func TestVerifyOnRedis(t *testing.T) {
 	after := verifyKeys(t, s.Addr)
 	if !maps.Equal(before, after) {
 		t.Errorf("keys before: %v\nafter: %v", before, after)
+	}
+	pages := strings.TrimSuffix(hist, ".jsonl") + "-timelines"
+	if !strings.Contains(r.stdout, "timelines, a page per lock: "+pages) {
+		t.Errorf("no timelines line:\n%s", r.stdout)
+	}
+	if m, _ := filepath.Glob(filepath.Join(pages, "timeline-vt*.html")); len(m) == 0 {
+		t.Errorf("no timeline page in %s", pages)
 	}
 }
 
