@@ -92,7 +92,7 @@ type tlPage struct {
 	Faults     []tlMark
 	Holds      []tlMark
 	Marks      []tlMark
-	Violations []tlViolation
+	Violations []Violation
 	Span       string
 }
 
@@ -112,11 +112,6 @@ type tlMark struct {
 	X, Y, W, H float64
 	Class      string
 	Title      string
-}
-
-type tlViolation struct {
-	Checker, Msg string
-	Lines        []int
 }
 
 // timeline lays out key's page.
@@ -244,7 +239,7 @@ func (a *Analysis) timeline(key string, vs []Violation) tlPage {
 			p.Marks = append(p.Marks, tlMark{X: x(e.T), Y: my - 2, H: tlRow + 2, Class: "violation", Title: v.Checker + ": " + line(l)})
 		}
 		if on || len(v.Lines) == 0 {
-			p.Violations = append(p.Violations, tlViolation{Checker: v.Checker, Msg: v.Msg, Lines: v.Lines})
+			p.Violations = append(p.Violations, v)
 		}
 	}
 	return p
