@@ -134,3 +134,26 @@ func checkers(vs []Violation) []string {
 	}
 	return out
 }
+
+// TestRunMatchesThePattern checks which variants' workers prebuild builds
+// for a -run pattern.
+func TestRunMatchesThePattern(t *testing.T) {
+	for _, c := range []struct {
+		pattern string
+		want    bool
+	}{
+		{"", true},
+		{"TestBrokenVariantsAreCaught", true},
+		{"TestBrokenVariantsAreCaught/nodeadline", true},
+		{"TestBrokenVariantsAreCaught/node", true},
+		{"TestBrokenVariantsAreCaught/rawdel", false},
+		{"TestScenarios", false},
+		{"TestScenarios|TestBroken", true},
+		{"TestBroken/(rawdel|nodeadline)$", true},
+		{"TestBroken/[", true},
+	} {
+		if got := runMatches(c.pattern, "TestBrokenVariantsAreCaught/nodeadline"); got != c.want {
+			t.Errorf("runMatches(%q) = %v, want %v", c.pattern, got, c.want)
+		}
+	}
+}

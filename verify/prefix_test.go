@@ -38,7 +38,7 @@ func plainTokenFromRecord(t *testing.T) bool {
 // clock taken into account every checker must pass.
 func TestPlainLockTokensAcrossFailover(t *testing.T) {
 	fromRecord := plainTokenFromRecord(t)
-	for _, seed := range seeds(1, 4) {
+	for _, seed := range seeds(1, 2) {
 		spec := quickSpec("plain")
 		spec.TTL, spec.Hold = time.Second, 150*time.Millisecond
 		spec.Keys = []string{"a", "b", "c", "d", "e", "f"} // idle keys: released records at a cut

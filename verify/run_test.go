@@ -3,12 +3,14 @@ package verify
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -489,6 +491,59 @@ func workerBinary(spec Spec) (string, error) {
 	}
 	binaries[v.tags] = bin
 	return bin, nil
+}
+
+// prebuilds are the builds prebuild started.
+var prebuilds sync.WaitGroup
+
+// prebuild starts, in the background, the builds of the worker binaries of
+// the variants with build tags that this test process will run (by -run), so
+// that the other tests run while they compile: the build takes a minute or
+// two, the variant's own run a few seconds. TestMain waits for them.
+func prebuild() {
+	if *controlFlag {
+		return
+	}
+	run := ""
+	if f := flag.Lookup("test.run"); f != nil {
+		run = f.Value.String()
+	}
+	for _, v := range variants {
+		if v.tags == "" {
+			continue
+		}
+		for _, e := range v.exposed {
+			if !runMatches(run, "TestBrokenVariantsAreCaught/"+e.name(v.name)) {
+				continue
+			}
+			spec := Spec{Variant: v.name, Backend: v.backends[0]}
+			prebuilds.Go(func() { _, _ = workerBinary(spec) }) // an error is the variant's test's to report
+			break
+		}
+	}
+}
+
+// runMatches reports whether the test of the given name (Test/sub) would
+// run under the -run pattern: each of the pattern's slash-separated parts
+// matches the name's part at its place (an unparsable pattern: yes).
+func runMatches(pattern, name string) bool {
+	if pattern == "" {
+		return true
+	}
+	parts, names := strings.Split(pattern, "/"), strings.Split(name, "/")
+	for i, p := range parts {
+		if i >= len(names) {
+			break
+		}
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return true
+		}
+		if !re.MatchString(names[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // removeBinaries removes the test binaries workerBinary built.

@@ -30,7 +30,9 @@ type tableM struct{ m *testing.M }
 
 // Run runs the tests and writes the table.
 func (t tableM) Run() int {
+	prebuild()
 	code := t.m.Run()
+	prebuilds.Wait()
 	removeBinaries()
 	if *tableFlag != "" {
 		if err := writeTable(*tableFlag); err != nil {
