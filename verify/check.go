@@ -187,7 +187,9 @@ func Analyze(h []Event, p Params) *Analysis {
 			k := fmt.Sprint(e.Fault, e.Target)
 			switch e.Type {
 			case Invoke:
-				a.Stats.Faults++
+				if e.Fault != FaultStall { // seen, not injected
+					a.Stats.Faults++
+				}
 				if a.Stats.ByFault == nil {
 					a.Stats.ByFault = map[string]int{}
 				}
@@ -212,6 +214,12 @@ func Analyze(h []Event, p Params) *Analysis {
 						a.faults = append(a.faults, fault{name: e.Fault, target: -1, start: forceInv.T, end: e.T, line: forceInv.Line})
 					}
 					continue
+				}
+				if e.Fault == FaultKill {
+					// Dead by now: a grant its process recorded after the
+					// kill was invoked (its reply came as the signal went)
+					// ended with it.
+					death(e.Target, e.T)
 				}
 				if f := openFault[k]; f != nil {
 					f.end = e.T
@@ -431,6 +439,9 @@ var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBla
 // kill of worker proc.
 func (a *Analysis) faultNearBut(t0, t1 int64, proc int) bool {
 	for _, f := range a.faults {
+		if f.name == FaultStall {
+			continue // a worker's own late scheduling is far shorter than the bound
+		}
 		if f.start <= t1 && f.end >= t0 && (f.name != FaultKill || f.target != proc) {
 			return true
 		}
@@ -928,6 +939,9 @@ func (a *Analysis) Recovery() *Violation {
 	}
 	from := a.H[0].T
 	for _, f := range a.faults {
+		if f.name == FaultStall {
+			continue // not the store's: it does not restart the recovery
+		}
 		if f.end == math.MaxInt64 {
 			return nil // never healed
 		}

@@ -1,14 +1,18 @@
 package verify
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // fault is the nemesis's fault f of target from t0 to t1 ms.
@@ -418,4 +422,88 @@ func TestForceOfAGrantWhoseReplyWasOnItsWay(t *testing.T) {
 	if got := checkerNames(Analyze(never, checkParams)); !slices.Contains(got, "told-at-once") {
 		t.Errorf("a holder never told of a force of its grant: %v, want told-at-once", got)
 	}
+}
+
+// TestAGrantRacingItsKillEndsWithTheKill: a worker whose grant's reply came
+// as the nemesis killed it (the grant recorded after the kill was invoked,
+// before it completed) holds nothing past the kill, and is not flagged for
+// never being told at its deadline when its next life starts later.
+func TestAGrantRacingItsKillEndsWithTheKill(t *testing.T) {
+	kill := []Event{
+		{T: ms(0), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultKill, Target: 0},
+		{T: ms(3), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultKill, Target: 0},
+	}
+	start := []Event{{T: ms(700), Proc: 0, Op: OpStart}}
+	h := cat(kill, grantEvents(0, 1, 1, 10, 400), start)
+	if v := Analyze(h, checkParams).ToldFirst(); v != nil {
+		t.Fatalf("a grant killed with its process: %s", v.Msg)
+	}
+	// The same grant without the kill is a holder never told.
+	if v := Analyze(cat(grantEvents(0, 1, 1, 10, 400), start), checkParams).ToldFirst(); v == nil {
+		t.Fatal("a holder never told went unseen")
+	}
+}
+
+// TestAStallOfTheHolderExcusesALateDone: a Done seen 186 ms after the
+// deadline is excused by a stall of the holder's own process across the
+// deadline (its timers could not fire), and by nothing else: not by another
+// worker's stall, and a stall counts as no injected fault.
+func TestAStallOfTheHolderExcusesALateDone(t *testing.T) {
+	stall := func(proc int) []Event {
+		return []Event{
+			{T: ms(330), Proc: proc, Op: OpNemesis, Type: Invoke, Fault: FaultStall, Target: proc},
+			{T: ms(586), Proc: proc, Op: OpNemesis, Type: OK, Fault: FaultStall, Target: proc},
+		}
+	}
+	late := cat(grantEvents(0, 1, 0, 10, 400), doneEvents(0, 587, 10), releaseEvents(0, 2, 590))
+	if v := Analyze(late, checkParams).ToldFirst(); v == nil {
+		t.Fatal("a Done 186 ms late went unseen")
+	}
+	a := Analyze(cat(late, stall(1)), checkParams)
+	if v := a.ToldFirst(); v == nil {
+		t.Error("another worker's stall excused the holder's late Done")
+	}
+	a = Analyze(cat(late, stall(0)), checkParams)
+	if v := a.ToldFirst(); v != nil {
+		t.Errorf("the holder's own stall across its deadline: %s", v.Msg)
+	}
+	if a.Stats.Faults != 0 || a.Stats.ByFault[FaultStall] != 1 {
+		t.Errorf("faults %d (by fault %v): a stall is seen, not injected", a.Stats.Faults, a.Stats.ByFault)
+	}
+}
+
+// TestWorkersRecordTheirStalls: a worker's stall watch records a time its
+// process was not scheduled (here: stopped for 200 ms) as a stall of that
+// worker.
+func TestWorkersRecordTheirStalls(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w03.jsonl")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), stallWatchEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil { // "watching"
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(200 * time.Millisecond) // the stall's length, not a wait for an event
+	cmd.Process.Signal(syscall.SIGCONT)
+	var a *Analysis
+	testserver.Eventually(t, 5*time.Second, "the stall recorded", func() bool {
+		h, err := ReadHistory(dir)
+		a = Analyze(h, checkParams)
+		return err == nil && a.Stats.ByFault[FaultStall] > 0
+	})
+	f := a.faults[0]
+	if f.name != FaultStall || f.target != 3 || time.Duration(f.end-f.start) < 150*time.Millisecond {
+		t.Fatalf("recorded %+v, want a stall of worker 3 of 150 ms or more", f)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
 }

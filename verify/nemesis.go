@@ -14,6 +14,10 @@ const (
 	FaultKill     = "kill"     // SIGKILL a worker (it is started again)
 	FaultCrash    = "crash"    // SIGKILL the lock store and start it again
 	FaultSnapshot = "snapshot" // with RDB, a crash's snapshot shortly before it
+	// FaultStall is not injected: a worker records it when its own process
+	// was not scheduled for 50 ms or more (a loaded host), and the checkers
+	// take it as a pause of that worker.
+	FaultStall = "stall"
 	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
 	// FaultReset cuts every connection between the workers and the lock
 	// store (through the proxies they dial).

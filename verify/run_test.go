@@ -423,6 +423,31 @@ func maybeWorker() {
 	os.Exit(0)
 }
 
+// stallWatchEnv makes a test binary run a worker's stall watch alone, as
+// worker 3, recording to the file it names, until SIGTERM (see
+// TestWorkersRecordTheirStalls); it prints a line once the watch runs.
+const stallWatchEnv = "DLOCK_VERIFY_STALLWATCH"
+
+// maybeStallWatch runs the stall watch of stallWatchEnv and exits, if set.
+func maybeStallWatch() {
+	path := os.Getenv(stallWatchEnv)
+	if path == "" {
+		return
+	}
+	rec, err := NewRecorder(path, 3)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	since := Now() // a stop from here on is a stall
+	fmt.Println("watching")
+	watchStallsSince(ctx, rec, 3, since)
+	rec.Close()
+	os.Exit(0)
+}
+
 // runTestWorker runs the worker loop of s with the Locker its backend (or its
 // variant) makes, until ctx ends.
 func runTestWorker(ctx context.Context, s Spec) error {

@@ -20,6 +20,7 @@ var (
 
 func TestMain(m *testing.M) {
 	maybeWorker()     // a worker process exits here
+	maybeStallWatch() // and a stall watch alone here
 	maybeSyncWorker() // and a latch or barrier worker here
 	flag.Parse()
 	goleak.VerifyTestMain(tableM{m})

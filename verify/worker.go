@@ -124,10 +124,53 @@ func runWorker(ctx context.Context, s Spec, lk dlock.Locker, b Breakage) error {
 		w.rlk = rw.RLocker()
 	}
 	rec.Record(Event{Op: OpStart})
+	sctx, stop := context.WithCancel(ctx)
+	stalled := make(chan struct{})
+	go func() { defer close(stalled); watchStalls(sctx, rec, s.Proc) }()
 	for ctx.Err() == nil {
 		w.round(ctx)
 	}
+	stop()
+	<-stalled
 	return nil
+}
+
+// Stall detection: a worker's own goroutine ticks every stallTick; a gap
+// between two ticks longer than stallMin is a time the process did not run
+// (its host too loaded to schedule it, or its timers late), recorded as a
+// FaultStall of that worker.
+const (
+	stallTick = 20 * time.Millisecond
+	stallMin  = 50 * time.Millisecond
+)
+
+// watchStalls records, until ctx ends, each time worker proc's process was
+// not scheduled for stallMin or more, as a FaultStall from the last tick it
+// ran to the first it ran again: the checkers take it as a pause of that
+// worker, as they do a SIGSTOP's (a Done seen late, a wait that timed out),
+// and as nothing else (it excuses no overlap of holdings).
+func watchStalls(ctx context.Context, rec *Recorder, proc int) {
+	watchStallsSince(ctx, rec, proc, Now())
+}
+
+// watchStallsSince is watchStalls counting from last, a time the process
+// ran.
+func watchStallsSince(ctx context.Context, rec *Recorder, proc int, last int64) {
+	tick := time.NewTicker(stallTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := Now()
+		if gap := time.Duration(now - last); gap >= stallMin {
+			rec.Record(Event{T: last, Op: OpNemesis, Type: Invoke, Fault: FaultStall, Target: proc})
+			rec.Record(Event{T: now, Op: OpNemesis, Type: OK, Fault: FaultStall, Target: proc, Delay: gap})
+		}
+		last = now
+	}
 }
 
 // Breakage is what a broken variant breaks on the worker's side (its lease's
