@@ -53,9 +53,14 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 		nc.Close()
 		return nil, err
 	}
+	f, err := natslock.NewFairDriver(js)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	var migrate sync.Once
 	var migrateErr error
-	return natsStore{&mutexStore{
+	return natsStore{fair: f, mutexStore: &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
 			// A run creates the bucket when it is missing.
@@ -69,10 +74,11 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			}
 			return natslock.NewClient(d, opts...)
 		},
-		insp:  natsInspector{d, where},
+		insp:  natsInspector{d, f, where},
 		plain: driver.KindMutex,
 		closer: func() {
 			d.Close()
+			f.Close()
 			nc.Close()
 		},
 		// purge removes every message of the keys from the bucket's
@@ -107,22 +113,37 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	}}, nil
 }
 
-// natsStore is a store on NATS servers: natslock's mutex, which serves no
-// waiter before another (no --fair) and has no other kind.
-type natsStore struct{ *mutexStore }
-
-func (s natsStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind != plainLock {
-		return nil, usageErrorf("--fair, -n, -s and -x are not available on %s: it has the exclusive lock only", s.where)
-	}
-	return s.newc(opts...)
+// natsStore is a store on NATS servers: natslock's mutex, and with --fair
+// its fair lock (in a bucket of its own, created by a run when missing); it
+// has no other kind.
+type natsStore struct {
+	*mutexStore
+	fair *natslock.FairDriver
 }
 
-// natsInspector is the inspector of a NATS store: on servers without the
-// lock bucket (which it does not create) a list is empty, and an inspection
-// or a force of a key says there is no bucket, exit 1.
+func (s natsStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
+	switch kind {
+	case plainLock:
+		return s.newc(opts...)
+	case fairLock:
+		mctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		defer cancel()
+		if err := s.fair.Migrate(mctx); err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(s.fair, opts...)
+	}
+	return nil, usageErrorf("-n, -s and -x are not available on %s: it has the exclusive lock and the fair lock only", s.where)
+}
+
+// natsInspector is the inspector of a NATS store, over both its buckets
+// (the plain locks' and the fair locks'): a key is looked up in the plain
+// locks' bucket first, then in the fair locks'. On servers without a bucket
+// (which it does not create) a list leaves it out, and an inspection or a
+// force of a key in neither says there is no bucket, exit 1.
 type natsInspector struct {
 	*natslock.Driver
+	fair  *natslock.FairDriver
 	where string
 }
 
@@ -135,19 +156,46 @@ func (n natsInspector) noBucket(err error) error {
 
 func (n natsInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := n.Driver.Inspect(ctx, key)
+	if err == nil && info.Held || err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+		return info, err
+	}
+	finfo, ferr := n.fair.Inspect(ctx, key)
+	switch {
+	case ferr == nil && (finfo.Held || err != nil):
+		return finfo, nil
+	case ferr != nil && !errors.Is(ferr, natslock.ErrNoBucket):
+		return finfo, ferr
+	}
 	return info, n.noBucket(err)
 }
 
 func (n natsInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := n.Driver.ForceUnlock(ctx, key)
+	if err == nil || !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, natslock.ErrNoBucket) {
+		return info, err
+	}
+	finfo, ferr := n.fair.ForceUnlock(ctx, key)
+	switch {
+	case ferr == nil:
+		return finfo, nil
+	case !errors.Is(ferr, natslock.ErrNoBucket) && !errors.Is(ferr, dlock.ErrNotHeld):
+		return finfo, ferr
+	case errors.Is(err, natslock.ErrNoBucket) && errors.Is(ferr, dlock.ErrNotHeld):
+		return finfo, ferr
+	}
 	return info, n.noBucket(err)
 }
 
-// ListPrefix lists nothing on servers without the lock bucket.
+// ListPrefix lists the locks of both buckets; a bucket that does not exist
+// has none.
 func (n natsInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := n.Driver.ListPrefix(ctx, prefix)
-	if errors.Is(err, natslock.ErrNoBucket) {
-		return nil, nil
+	if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+		return nil, err
 	}
-	return infos, err
+	fair, err := n.fair.ListPrefix(ctx, prefix)
+	if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+		return nil, err
+	}
+	return append(infos, fair...), nil
 }
