@@ -271,7 +271,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		switch {
 		case !known:
 		case foreign:
-			_ = f.purge(ctx, qe)
+			_ = f.purge(ctx, qe, releasedTTL)
 			return driver.Grant{}, fmt.Errorf("%w: natslock: the queue of %q holds a value that is not a dlock entry", driver.ErrConflict, r.Key)
 		case !live || en.owner != r.Owner:
 			// Forced or expired meanwhile: the next attempt queues anew.
@@ -281,7 +281,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 			d.dropPending(r.Key, r.Owner)
 			return d.grantHold(r.Key, r.Owner, &hold{sub: qe.id, token: qe.token, rev: qe.rev, meta: r.Metadata}), nil
 		case !r.Waiting:
-			if err := f.purge(ctx, qe); err != nil {
+			if err := f.purge(ctx, qe, releasedTTL); err != nil {
 				return driver.Grant{}, err
 			}
 			return driver.Grant{}, &driver.Taken{Remaining: left}
@@ -301,7 +301,7 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		if err := ctx.Err(); err != nil {
 			return driver.Grant{}, fmt.Errorf("natslock: acquire: %w", err)
 		}
-		if err := f.purge(ctx, qe); err != nil {
+		if err := f.purge(ctx, qe, releasedTTL); err != nil {
 			return driver.Grant{}, err
 		}
 		return driver.Grant{}, errors.Join(driver.ErrUnavailable, fmt.Errorf("natslock: the watch of %q did not deliver the queue in %v", r.Key, patience))
@@ -357,24 +357,24 @@ func (f *FairDriver) write(ctx context.Context, qe *queueEntry, ttl time.Duratio
 	return errors.Join(driver.ErrUnavailable, fmt.Errorf("natslock: the queue entry of %q changed at every attempt to write it", qe.key))
 }
 
-// purge replaces the entry with a marker that the server removes a second
-// later, if its last revision is still expect, and forgets it.
-func (f *FairDriver) purge(ctx context.Context, qe *queueEntry) error {
-	if err := f.d.purgeAt(ctx, qe.subject(), qe.rev); err != nil {
+// purge replaces the entry with a marker that the server removes ttl later,
+// if its last revision is still qe.rev, and forgets it.
+func (f *FairDriver) purge(ctx context.Context, qe *queueEntry, ttl time.Duration) error {
+	if err := f.d.purgeAt(ctx, qe.subject(), qe.rev, ttl); err != nil {
 		return f.d.mapErr(ctx, "dequeue", err)
 	}
 	f.d.dropPending(qe.key, qe.owner)
 	return nil
 }
 
-// purgeAt writes a purge marker with a TTL of releasedTTL to key (an entry's
-// key), if its last message is expect (none when 0).
-func (d *Driver) purgeAt(ctx context.Context, key string, expect uint64) error {
+// purgeAt writes a purge marker with a TTL of ttl to key (an entry's key),
+// if its last message is expect (none when 0).
+func (d *Driver) purgeAt(ctx context.Context, key string, expect uint64, ttl time.Duration) error {
 	rctx, cancel := d.requestCtx(ctx)
 	defer cancel()
 	m := nats.NewMsg(d.pre + key)
 	m.Header.Set("KV-Operation", "PURGE")
-	_, err := d.js.PublishMsg(rctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(releasedTTL))
+	_, err := d.js.PublishMsg(rctx, m, jetstream.WithExpectLastSequencePerSubject(expect), jetstream.WithMsgTTL(ttl))
 	return err
 }
 
@@ -406,7 +406,7 @@ func (f *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 	sub := h.Key + "." + hd.sub
 	d.releasing(hd, true)
 	for range 2 {
-		err := d.purgeAt(ctx, sub, hd.revision())
+		err := d.purgeAt(ctx, sub, hd.revision(), releasedTTL)
 		if err == nil {
 			return nil
 		}
@@ -424,7 +424,8 @@ func (f *FairDriver) Release(ctx context.Context, h driver.Holding) error {
 
 // Abandon implements driver.Abandoner: the acquisition's entry, if it is in
 // the queue, replaced by a marker; if it is not, a marker where it would be,
-// so that a write of it still on its way is refused.
+// so that a write of it still on its way is refused (the marker stays
+// DefaultMarkerTTL).
 func (f *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 	d := f.drv()
 	b, err := d.open(ctx, h.Key)
@@ -457,7 +458,7 @@ func (f *FairDriver) Abandon(ctx context.Context, h driver.Holding) error {
 			expect = m.Sequence
 		}
 		qe.rev = expect
-		if err := f.purge(ctx, qe); err == nil || !wrongLast(err) {
+		if err := f.purge(ctx, qe, DefaultMarkerTTL); err == nil || !wrongLast(err) {
 			return err
 		}
 	}

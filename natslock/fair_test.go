@@ -236,3 +236,25 @@ func TestFairWaitersThatGiveUpOrStop(t *testing.T) {
 		t.Fatal("the waiter behind a stopped one was not granted the lock when its entry expired")
 	}
 }
+
+// An abandoned acquisition whose first write may still be on its way leaves
+// a marker that refuses that write for DefaultMarkerTTL, not only for the
+// second that a release's marker stays: a late write would otherwise queue an
+// entry that nobody renews, in the way of every waiter until its TTL.
+func TestFairAbandonRefusesALateWrite(t *testing.T) {
+	key := dlocktest.Key(t)
+	ctx := ctxT(t, 30*time.Second)
+	_, f := newFair(t)
+	if _, err := f.d.open(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	qe := f.d.pendingEntry(key, "late") // as an attempt whose reply was lost makes it
+	if err := f.Abandon(ctx, driver.Holding{Key: key, Owner: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(releasedTTL + 1500*time.Millisecond) // past a release marker's life
+	_, err := f.d.publish(ctx, f.d.pre+qe.subject(), []byte(`{"owner":"late"}`), 0, 10*time.Second)
+	if !wrongLast(err) {
+		t.Fatalf("a late first write after the abandon: %v, want refused", err)
+	}
+}

@@ -127,7 +127,7 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, 
 			return info, fmt.Errorf("%w: natslock: %q is free", driver.ErrNotHeld, key)
 		}
 		if d.fair {
-			err = d.purgeAt(ctx, strings.TrimPrefix(m.Subject, d.pre), m.Sequence)
+			err = d.purgeAt(ctx, strings.TrimPrefix(m.Subject, d.pre), m.Sequence, releasedTTL)
 		} else {
 			_, err = d.del(ctx, key, m.Sequence, false)
 		}
