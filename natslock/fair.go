@@ -1,6 +1,7 @@
 package natslock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -89,7 +90,7 @@ func NewFairDriver(js jetstream.JetStream, opts ...Option) (*FairDriver, error) 
 	if err != nil {
 		return nil, err
 	}
-	d.fair = true
+	d.fair, d.permits, d.kind = true, 1, driver.KindFair
 	d.pending = map[string]*queueEntry{}
 	return &FairDriver{d: d}, nil
 }
@@ -123,6 +124,7 @@ func (f *FairDriver) TTLLimits() driver.TTLLimits { return f.drv().TTLLimits() }
 
 // entry is a queue entry as the key's watch last saw it.
 type entry struct {
+	permits int // a semaphore's: its number of permits (0 for 1)
 	owner   string
 	token   uint64 // its first revision: its place in the queue
 	foreign bool   // a value that is no dlock entry
@@ -156,7 +158,7 @@ func (kw *keyWatch) queueEvent(e jetstream.KeyValueEntry) {
 			if json.Unmarshal(e.Value(), &rec) != nil || rec.Owner == "" {
 				en.foreign = true
 			}
-			en.owner = rec.Owner
+			en.owner, en.permits = rec.Owner, rec.Permits
 			if rec.TTL > 0 {
 				en.ends = e.Created().Add(time.Duration(rec.TTL) * time.Millisecond)
 			}
@@ -182,17 +184,39 @@ func (kw *keyWatch) queueEvent(e jetstream.KeyValueEntry) {
 	}
 }
 
-// head returns the id of the entry that heads the queue ("" when empty), and
-// whether the queue holds foreign data; d.mu is held.
-func (kw *keyWatch) head() (id string, foreign bool) {
-	var low uint64
-	for k, en := range kw.queue {
+// standing returns how many live entries precede token in the queue, the
+// time left of the soonest to end of the first permits entries (the
+// holders; -1 when unknown), whether the queue holds foreign data, and the
+// permits of an entry written for another number of them (0 when none);
+// d.mu is held.
+func (kw *keyWatch) standing(token uint64, permits int) (ahead int, left time.Duration, foreign bool, other int) {
+	ens := make([]entry, 0, len(kw.queue))
+	for _, en := range kw.queue {
+		ens = append(ens, en)
 		foreign = foreign || en.foreign
-		if id == "" || en.token < low {
-			id, low = k, en.token
+		if n := max(en.permits, 1); !en.foreign && n != permits {
+			other = n
+		}
+		if en.token < token {
+			ahead++
 		}
 	}
-	return id, foreign
+	slices.SortFunc(ens, func(a, b entry) int { return cmp.Compare(a.token, b.token) })
+	left = -1
+	for _, en := range ens[:min(permits, len(ens))] {
+		if l := max(time.Until(en.ends), 0); !en.ends.IsZero() && (left < 0 || l < left) {
+			left = l
+		}
+	}
+	return ahead, left, foreign, other
+}
+
+// recordPermits is the Permits of the Driver's entries' records: 0 for one.
+func (d *Driver) recordPermits() int {
+	if d.permits > 1 {
+		return d.permits
+	}
+	return 0
 }
 
 // pendingEntry returns the entry of owner's acquisition of key, made (with
@@ -262,22 +286,21 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		d.mu.Lock()
 		known := kw.ready && kw.maxRev >= qe.rev
 		en, live := kw.queue[qe.id]
-		head, foreign := kw.head()
-		left := time.Duration(-1)
-		if h, ok := kw.queue[head]; ok && !h.ends.IsZero() {
-			left = max(time.Until(h.ends), 0)
-		}
+		ahead, left, foreign, other := kw.standing(qe.token, d.permits)
 		d.mu.Unlock()
 		switch {
 		case !known:
 		case foreign:
 			_ = f.purge(ctx, qe, releasedTTL)
 			return driver.Grant{}, fmt.Errorf("%w: natslock: the queue of %q holds a value that is not a dlock entry", driver.ErrConflict, r.Key)
+		case other != 0:
+			_ = f.purge(ctx, qe, releasedTTL)
+			return driver.Grant{}, fmt.Errorf("%w: natslock: %q is used with %d permits, not %d", driver.ErrConflict, r.Key, other, d.permits)
 		case !live || en.owner != r.Owner:
 			// Forced or expired meanwhile: the next attempt queues anew.
 			d.dropPending(r.Key, r.Owner)
 			return driver.Grant{}, &driver.Taken{Remaining: -1, RetryAfter: time.Millisecond}
-		case head == qe.id:
+		case ahead < d.permits:
 			d.dropPending(r.Key, r.Owner)
 			return d.grantHold(r.Key, r.Owner, &hold{sub: qe.id, token: qe.token, rev: qe.rev, meta: r.Metadata}), nil
 		case !r.Waiting:
@@ -319,7 +342,7 @@ func (f *FairDriver) write(ctx context.Context, qe *queueEntry, ttl time.Duratio
 		return err
 	}
 	for range 3 {
-		value, err := json.Marshal(record{Owner: qe.owner, Token: qe.token, Meta: meta, TTL: ttl.Milliseconds()})
+		value, err := json.Marshal(record{Owner: qe.owner, Token: qe.token, Meta: meta, TTL: ttl.Milliseconds(), Permits: d.recordPermits()})
 		if err != nil {
 			return fmt.Errorf("%w: natslock: metadata: %w", driver.ErrInvalid, err)
 		}

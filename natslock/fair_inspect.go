@@ -9,7 +9,7 @@ import (
 
 // Inspect implements driver.Inspector: the key's queue as the bucket holds
 // it now (a listing of its entries, and a read of each): the holder is the
-// entry at its head, the others are its waiters.
+// entry at its head (Owner and Token are its), the others are its waiters.
 func (f *FairDriver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	return f.drv().Inspect(ctx, key)
 }
@@ -73,8 +73,9 @@ func (d *Driver) inspectQueue(ctx context.Context, b *bucket, key string) (drive
 	if head == nil {
 		return info, nil, nil
 	}
-	info.Held, info.Holders, info.Limit, info.Kind = true, 1, 1, driver.KindFair
+	n := max(headRec.Permits, 1)
+	info.Held, info.Holders, info.Limit, info.Kind = true, min(live, n), n, d.kind
 	info.Owner, info.Token, info.LastToken, info.Metadata, info.TTL = headRec.Owner, headRec.Token, headRec.Token, headRec.Meta, remaining(head)
-	info.Waiters = live - 1
+	info.Waiters = live - info.Holders
 	return info, head, nil
 }

@@ -118,6 +118,8 @@ type Driver struct {
 	rtt atomic.Int64 // a moving average of a write's round trip, in ns
 
 	fair    bool                   // a FairDriver's: keys are queues of entries
+	permits int                    // a queue's holders: 1 for a FairDriver, n for a SemaphoreDriver
+	kind    string                 // a queue's kind of lock: driver.KindFair or KindSemaphore
 	pending map[string]*queueEntry // a fair Driver's entries not granted yet, by key and owner
 }
 
@@ -219,6 +221,8 @@ type record struct {
 	Token uint64 `json:"token,omitempty"` // 0 in the first message: its own revision
 	Meta  string `json:"meta,omitempty"`
 	TTL   int64  `json:"ttl_ms,omitempty"` // a fair lock's entry: its TTL, for the waiters' view of the holder
+	// Permits is a semaphore entry's number of permits (omitted for 1).
+	Permits int `json:"n,omitempty"`
 }
 
 // hold is the Driver's state of one holding (Grant.Handle): the revision of
@@ -374,7 +378,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration
 func (d *Driver) extend(ctx context.Context, key, owner string, hd *hold, ttl time.Duration) (time.Duration, error) {
 	rec := record{Owner: owner, Token: hd.token, Meta: hd.meta}
 	if d.fair {
-		rec.TTL = ttl.Milliseconds()
+		rec.TTL, rec.Permits = ttl.Milliseconds(), d.recordPermits()
 	}
 	value, err := json.Marshal(rec)
 	if err != nil {
