@@ -58,9 +58,15 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 		nc.Close()
 		return nil, err
 	}
+	// The semaphores' inspector: it reads every number of permits.
+	sem, err := natslock.NewSemaphoreDriver(js, 1)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	var migrate sync.Once
 	var migrateErr error
-	return natsStore{fair: f, mutexStore: &mutexStore{
+	return natsStore{js: js, fair: f, mutexStore: &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
 			// A run creates the bucket when it is missing.
@@ -74,11 +80,12 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			}
 			return natslock.NewClient(d, opts...)
 		},
-		insp:  natsInspector{d, f, where},
+		insp:  natsInspector{d, []driver.Inspector{f, sem}, where},
 		plain: driver.KindMutex,
 		closer: func() {
 			d.Close()
 			f.Close()
+			sem.Close()
 			nc.Close()
 		},
 		// purge removes every message of the keys from the bucket's
@@ -113,11 +120,12 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	}}, nil
 }
 
-// natsStore is a store on NATS servers: natslock's mutex, and with --fair
-// its fair lock (in a bucket of its own, created by a run when missing); it
-// has no other kind.
+// natsStore is a store on NATS servers: natslock's mutex, with --fair its
+// fair lock, with -n its semaphores (each in a bucket of its own, created by
+// a run when missing); it has no read-write lock.
 type natsStore struct {
 	*mutexStore
+	js   jetstream.JetStream
 	fair *natslock.FairDriver
 }
 
@@ -132,19 +140,30 @@ func (s natsStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlo
 			return nil, err
 		}
 		return dlock.NewClient(s.fair, opts...)
+	case semaphoreLock:
+		d, err := natslock.NewSemaphoreDriver(s.js, permits)
+		if err != nil {
+			return nil, err
+		}
+		mctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		defer cancel()
+		if err := d.Migrate(mctx); err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
 	}
-	return nil, usageErrorf("-n, -s and -x are not available on %s: it has the exclusive lock and the fair lock only", s.where)
+	return nil, usageErrorf("-s and -x are not available on %s: it has no read-write lock", s.where)
 }
 
-// natsInspector is the inspector of a NATS store, over both its buckets
-// (the plain locks' and the fair locks'): a key is looked up in the plain
-// locks' bucket first, then in the fair locks'. On servers without a bucket
+// natsInspector is the inspector of a NATS store, over its buckets (the
+// plain locks', the fair locks', the semaphores'): a key is looked up in the
+// plain locks' bucket first, then in the others. On servers without a bucket
 // (which it does not create) a list leaves it out, and an inspection or a
-// force of a key in neither says there is no bucket, exit 1.
+// force of a key in none says there is no bucket, exit 1.
 type natsInspector struct {
 	*natslock.Driver
-	fair  *natslock.FairDriver
-	where string
+	queues []driver.Inspector // the fair locks' and the semaphores'
+	where  string
 }
 
 func (n natsInspector) noBucket(err error) error {
@@ -159,12 +178,16 @@ func (n natsInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo,
 	if err == nil && info.Held || err != nil && !errors.Is(err, natslock.ErrNoBucket) {
 		return info, err
 	}
-	finfo, ferr := n.fair.Inspect(ctx, key)
-	switch {
-	case ferr == nil && (finfo.Held || err != nil):
-		return finfo, nil
-	case ferr != nil && !errors.Is(ferr, natslock.ErrNoBucket):
-		return finfo, ferr
+	for _, q := range n.queues {
+		qinfo, qerr := q.Inspect(ctx, key)
+		switch {
+		case qerr == nil && qinfo.Held:
+			return qinfo, nil
+		case qerr == nil && err != nil:
+			info, err = qinfo, nil // a bucket that exists: the key is free
+		case qerr != nil && !errors.Is(qerr, natslock.ErrNoBucket):
+			return qinfo, qerr
+		}
 	}
 	return info, n.noBucket(err)
 }
@@ -174,28 +197,33 @@ func (n natsInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockI
 	if err == nil || !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, natslock.ErrNoBucket) {
 		return info, err
 	}
-	finfo, ferr := n.fair.ForceUnlock(ctx, key)
-	switch {
-	case ferr == nil:
-		return finfo, nil
-	case !errors.Is(ferr, natslock.ErrNoBucket) && !errors.Is(ferr, dlock.ErrNotHeld):
-		return finfo, ferr
-	case errors.Is(err, natslock.ErrNoBucket) && errors.Is(ferr, dlock.ErrNotHeld):
-		return finfo, ferr
+	for _, q := range n.queues {
+		qinfo, qerr := q.ForceUnlock(ctx, key)
+		switch {
+		case qerr == nil:
+			return qinfo, nil
+		case !errors.Is(qerr, natslock.ErrNoBucket) && !errors.Is(qerr, dlock.ErrNotHeld):
+			return qinfo, qerr
+		case errors.Is(err, natslock.ErrNoBucket):
+			info, err = qinfo, qerr // a bucket that exists: the key is free
+		}
 	}
 	return info, n.noBucket(err)
 }
 
-// ListPrefix lists the locks of both buckets; a bucket that does not exist
+// ListPrefix lists the locks of every bucket; a bucket that does not exist
 // has none.
 func (n natsInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := n.Driver.ListPrefix(ctx, prefix)
 	if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
 		return nil, err
 	}
-	fair, err := n.fair.ListPrefix(ctx, prefix)
-	if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
-		return nil, err
+	for _, q := range n.queues {
+		more, err := q.ListPrefix(ctx, prefix)
+		if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+			return nil, err
+		}
+		infos = append(infos, more...)
 	}
-	return append(infos, fair...), nil
+	return infos, nil
 }
