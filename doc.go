@@ -153,7 +153,8 @@
 //     watch of the key.
 //   - The fair lock (NewFair) queues an entry per acquisition in a bucket of
 //     its own; the oldest live entry holds, its first revision is the token,
-//     and a hand-over is the holder's release alone.
+//     and a hand-over is the holder's release alone. Semaphores
+//     (NewSemaphore) are the same queue whose first n entries hold.
 //
 // docs/safety.md in the repository covers each fault and what answers it.
 //
