@@ -17,18 +17,32 @@ import (
 func newFair(t testing.TB, opts ...dlock.Option) (*Client, *FairDriver) {
 	t.Helper()
 	f, err := NewFairDriver(connect(t, srv.URL))
+	return clientOver(t, f, err, opts...), f
+}
+
+// queueDriver is a driver of queues: a FairDriver or a SemaphoreDriver.
+type queueDriver interface {
+	driver.Driver
+	Migrate(context.Context) error
+	Close()
+}
+
+// clientOver migrates the bucket of d (made with err) and returns a Client
+// over it; d is closed when the test ends.
+func clientOver(t testing.TB, d queueDriver, err error, opts ...dlock.Option) *Client {
+	t.Helper()
 	if err == nil {
-		err = f.Migrate(ctxT(t, 10*time.Second))
+		err = d.Migrate(ctxT(t, 10*time.Second))
 	}
 	var c *Client
 	if err == nil {
-		t.Cleanup(f.Close)
-		c, err = dlock.NewClient(f, opts...)
+		t.Cleanup(d.Close)
+		c, err = dlock.NewClient(d, opts...)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, f
+	return c
 }
 
 // fairLocker is newFair's Client alone.

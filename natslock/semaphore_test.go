@@ -15,18 +15,7 @@ import (
 func newSemaphore(t testing.TB, n int, opts ...dlock.Option) (*Client, *SemaphoreDriver) {
 	t.Helper()
 	s, err := NewSemaphoreDriver(connect(t, srv.URL), n)
-	if err == nil {
-		err = s.Migrate(ctxT(t, 10*time.Second))
-	}
-	var c *Client
-	if err == nil {
-		t.Cleanup(s.Close)
-		c, err = dlock.NewClient(s, opts...)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, s
+	return clientOver(t, s, err, opts...), s
 }
 
 // TestSemaphoreConformance runs the suite on a semaphore of one permit, which
@@ -35,8 +24,8 @@ func TestSemaphoreConformance(t *testing.T) {
 	dlocktest.Run(t, dlocktest.Backend{
 		Info: driver.DriverInfo{Backend: "natslock", Kind: driver.KindSemaphore},
 		New: func(t testing.TB, opts ...dlock.Option) dlock.Locker {
-			c, _ := newSemaphore(t, 1, opts...)
-			return c
+			s, err := NewSemaphoreDriver(connect(t, srv.URL), 1)
+			return clientOver(t, s, err, opts...)
 		},
 	})
 }
