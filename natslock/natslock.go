@@ -51,7 +51,9 @@
 // the key's queue, and the entry with the lowest first revision holds the
 // lock, which its Driver learns from its watch of the queue without writing
 // anything. A hand-over is the holder's release alone and wakes the next
-// entry's process only (see FairDriver).
+// entry's process only (see FairDriver). NewSemaphore and
+// NewSemaphoreDriver make semaphores of n permits, the same queue whose
+// first n live entries hold (see SemaphoreDriver).
 //
 // # What is guaranteed
 //
