@@ -151,6 +151,10 @@
 //     acknowledged writes, and with them grants and their tokens.
 //   - A holder whose key is deleted, purged or expired is told at once by a
 //     watch of the key.
+//   - The fair lock (NewFair) queues an entry per acquisition in a bucket of
+//     its own; the oldest live entry holds, its first revision is the token,
+//     and a hand-over is the holder's release alone. Semaphores
+//     (NewSemaphore) are the same queue whose first n entries hold.
 //
 // docs/safety.md in the repository covers each fault and what answers it.
 //

@@ -112,6 +112,9 @@ var variants = append([]variant{
 	{name: "nats", lib: "nats", in: inA | inBC, on: onNATS, clientEach: true,
 		desc: "natslock (NewDriver, all defaults: 15s TTL renewed by the watchdog, a watch per key for wake-ups), over a NATS connection of its own per locker; one NATS server with sync_interval always",
 		open: openNATS},
+	{name: "nats/fair", lib: "nats", in: inA | inBC, on: onNATS, clientEach: true,
+		desc: "natslock.NewFairDriver, all defaults (15s TTL renewed by the watchdog, a queue of entries per key in the bucket, a watch of the queue per key), over a NATS connection of its own per locker; the same server",
+		open: openNATSFair},
 	natsRecipeVariant,
 }, append(mysqlVariants, primitiveVariants...)...)
 

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/natslock"
 	"github.com/dlock-go/dlock/natslock/natstest"
 	"github.com/nats-io/nats.go"
@@ -87,12 +89,18 @@ func startNATS(dir string) (*natsProc, error) {
 	p := &natsProc{cmd: cmd, URL: strings.TrimSpace(line)}
 	nc, js, err := p.connect(nil)
 	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 		var d *natslock.Driver
 		if d, err = natslock.NewDriver(js); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 			err = d.Migrate(ctx)
-			cancel()
 		}
+		var f *natslock.FairDriver
+		if err == nil {
+			if f, err = natslock.NewFairDriver(js); err == nil {
+				err = f.Migrate(ctx)
+			}
+		}
+		cancel()
 		nc.Close()
 	}
 	if err != nil {
@@ -170,16 +178,34 @@ func natsConn(o opening) (*nats.Conn, jetstream.JetStream, error) {
 
 // openNATS opens a natslock Client on a connection of its own.
 func openNATS(o opening) (locker, error) {
+	return openNATSWith(o, func(js jetstream.JetStream) (natsDriver, error) { return natslock.NewDriver(js) })
+}
+
+// openNATSFair opens a natslock Client of fair locks on a connection of its
+// own.
+func openNATSFair(o opening) (locker, error) {
+	return openNATSWith(o, func(js jetstream.JetStream) (natsDriver, error) { return natslock.NewFairDriver(js) })
+}
+
+// natsDriver is a natslock driver of either kind.
+type natsDriver interface {
+	driver.Driver
+	Close()
+}
+
+// openNATSWith opens a Client over the driver that newd makes on a
+// connection of its own.
+func openNATSWith(o opening, newd func(jetstream.JetStream) (natsDriver, error)) (locker, error) {
 	nc, js, err := natsConn(o)
 	if err != nil {
 		return nil, err
 	}
-	d, err := natslock.NewDriver(js)
+	d, err := newd(js)
 	if err != nil {
 		closeCounted(nc)
 		return nil, err
 	}
-	c, err := natslock.NewClient(d)
+	c, err := dlock.NewClient(d)
 	if err != nil {
 		closeCounted(nc)
 		return nil, err

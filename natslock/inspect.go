@@ -26,6 +26,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, erro
 // inspect reads key's last message into a LockInfo, and returns the message
 // too (nil when the key has none).
 func (d *Driver) inspect(ctx context.Context, b *bucket, key string) (driver.LockInfo, *jetstream.RawStreamMsg, error) {
+	if d.fair {
+		return d.inspectQueue(ctx, b, key)
+	}
 	info := driver.LockInfo{Key: key, Waiters: driver.WaitersUnknown}
 	m, err := d.lastMsg(ctx, b, d.pre+key)
 	if err != nil || m == nil || marker(m) {
@@ -48,36 +51,21 @@ func (d *Driver) inspect(ctx context.Context, b *bucket, key string) (driver.Loc
 // prefix, each read as Inspect reads it (one request per key). Keys that
 // hold foreign data are left out.
 func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	if d == nil {
-		return nil, errNilDriver
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: natslock: nil context", driver.ErrInvalid)
-	}
-	b, err := d.openBucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := d.requestCtx(ctx)
-	defer cancel()
-	lister, err := b.kv.ListKeys(rctx)
-	if err != nil {
-		return nil, d.mapErr(ctx, "list", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+	pick := func(k string) (string, bool) { return k, strings.HasPrefix(k, prefix) }
+	if d != nil && d.fair {
+		pick = func(k string) (string, bool) { // an entry of the queue of k up to its last '.'
+			i := strings.LastIndexByte(k, '.')
+			return k[:max(i, 0)], i > 0 && strings.HasPrefix(k[:i], prefix)
 		}
 	}
-	_ = lister.Stop()
-	if err := rctx.Err(); err != nil {
-		return nil, d.mapErr(ctx, "list", err)
+	b, keys, err := d.listKeys(ctx, pick)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]driver.LockInfo, 0, len(keys))
 	for _, k := range keys {
 		info, _, err := d.inspect(ctx, b, k)
-		if errors.Is(err, driver.ErrConflict) {
+		if errors.Is(err, driver.ErrConflict) || d.fair && err == nil && !info.Held {
 			continue
 		}
 		if err != nil {
@@ -86,6 +74,40 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockIn
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// listKeys lists the bucket's keys and returns the lock keys that pick
+// makes of them (each once, in the order first seen).
+func (d *Driver) listKeys(ctx context.Context, pick func(key string) (string, bool)) (*bucket, []string, error) {
+	if d == nil {
+		return nil, nil, errNilDriver
+	}
+	if ctx == nil {
+		return nil, nil, fmt.Errorf("%w: natslock: nil context", driver.ErrInvalid)
+	}
+	b, err := d.openBucket(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := d.requestCtx(ctx)
+	defer cancel()
+	lister, err := b.kv.ListKeys(rctx)
+	if err != nil {
+		return nil, nil, d.mapErr(ctx, "list", err)
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for k := range lister.Keys() {
+		if key, ok := pick(k); ok && !seen[key] {
+			seen[key] = true
+			keys = append(keys, key)
+		}
+	}
+	_ = lister.Stop()
+	if err := rctx.Err(); err != nil {
+		return nil, nil, d.mapErr(ctx, "list", err)
+	}
+	return b, keys, nil
 }
 
 // ForceUnlock implements driver.Inspector: a delete marker of the key, only
@@ -104,7 +126,11 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, 
 		if !info.Held {
 			return info, fmt.Errorf("%w: natslock: %q is free", driver.ErrNotHeld, key)
 		}
-		_, err = d.del(ctx, key, m.Sequence, false)
+		if d.fair {
+			err = d.purgeAt(ctx, strings.TrimPrefix(m.Subject, d.pre), m.Sequence, releasedTTL)
+		} else {
+			_, err = d.del(ctx, key, m.Sequence, false)
+		}
 		if err == nil {
 			return info, nil
 		}

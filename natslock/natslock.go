@@ -44,6 +44,17 @@
 // key changes hands instead of going back to the process a round trip ahead
 // of every waiter.
 //
+// # Fair locks
+//
+// NewFair and NewFairDriver make locks granted in arrival order, in a bucket
+// of their own (DefaultFairBucket): every acquisition writes an entry into
+// the key's queue, and the entry with the lowest first revision holds the
+// lock, which its Driver learns from its watch of the queue without writing
+// anything. A hand-over is the holder's release alone and wakes the next
+// entry's process only (see FairDriver). NewSemaphore and
+// NewSemaphoreDriver make semaphores of n permits, the same queue whose
+// first n live entries hold (see SemaphoreDriver).
+//
 // # What is guaranteed
 //
 // JetStream orders every write of a stream, so a key has at most one live
@@ -107,6 +118,11 @@ type Driver struct {
 	last    map[string]uint64 // the last revision seen of a key, for the next create
 
 	rtt atomic.Int64 // a moving average of a write's round trip, in ns
+
+	fair    bool                   // a FairDriver's: keys are queues of entries
+	permits int                    // a queue's holders: 1 for a FairDriver, n for a SemaphoreDriver
+	kind    string                 // a queue's kind of lock: driver.KindFair or KindSemaphore
+	pending map[string]*queueEntry // a fair Driver's entries not granted yet, by key and owner
 }
 
 // bucket is what the first use of a Driver found and checked.
@@ -206,11 +222,15 @@ type record struct {
 	Owner string `json:"owner"`
 	Token uint64 `json:"token,omitempty"` // 0 in the first message: its own revision
 	Meta  string `json:"meta,omitempty"`
+	TTL   int64  `json:"ttl_ms,omitempty"` // a fair lock's entry: its TTL, for the waiters' view of the holder
+	// Permits is a semaphore entry's number of permits (omitted for 1).
+	Permits int `json:"n,omitempty"`
 }
 
 // hold is the Driver's state of one holding (Grant.Handle): the revision of
 // the holder's last message of the key.
 type hold struct {
+	sub   string // a fair lock's: the id of the holder's entry in the key's queue
 	mu    sync.Mutex
 	token uint64
 	rev   uint64
@@ -358,7 +378,11 @@ func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration
 }
 
 func (d *Driver) extend(ctx context.Context, key, owner string, hd *hold, ttl time.Duration) (time.Duration, error) {
-	value, err := json.Marshal(record{Owner: owner, Token: hd.token, Meta: hd.meta})
+	rec := record{Owner: owner, Token: hd.token, Meta: hd.meta}
+	if d.fair {
+		rec.TTL, rec.Permits = ttl.Milliseconds(), d.recordPermits()
+	}
+	value, err := json.Marshal(rec)
 	if err != nil {
 		return 0, fmt.Errorf("%w: natslock: metadata: %w", driver.ErrInvalid, err)
 	}

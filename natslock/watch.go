@@ -35,6 +35,11 @@ type keyWatch struct {
 	lastFree uint64    // the revision of the last deletion, purge or expiry seen
 	busy     time.Time // when an attempt of the Driver last found the key held
 	freed    time.Time // when the Driver last released the key
+
+	// A fair Driver's watch follows the key's queue (its entries, key.<id>):
+	queue  map[string]entry // the live entries, by id
+	ready  bool             // the entries that existed when the watch started were delivered
+	maxRev uint64           // the newest revision delivered
 }
 
 // takenMark is the Handle of a Taken: the revision of the key's message that
@@ -150,7 +155,11 @@ func (kw *keyWatch) run(ctx context.Context) {
 	var w jetstream.KeyWatcher
 	b, err := d.openBucket(ctx)
 	if err == nil {
-		w, err = b.kv.Watch(ctx, kw.key)
+		pattern := kw.key
+		if d.fair {
+			pattern += ".*"
+		}
+		w, err = b.kv.Watch(ctx, pattern)
 	}
 	if err == nil {
 		// The watcher's channel is closed by Stop, not by the end of ctx:
@@ -203,6 +212,10 @@ func (kw *keyWatch) event(e jetstream.KeyValueEntry) {
 	defer d.mu.Unlock()
 	for _, c := range kw.watchers {
 		notify(c)
+	}
+	if d.fair {
+		kw.queueEvent(e)
+		return
 	}
 	if e == nil {
 		// Established: whatever was missed before, a waiter tries again.

@@ -53,9 +53,20 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 		nc.Close()
 		return nil, err
 	}
+	f, err := natslock.NewFairDriver(js)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	// The semaphores' inspector: it reads every number of permits.
+	sem, err := natslock.NewSemaphoreDriver(js, 1)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	var migrate sync.Once
 	var migrateErr error
-	return natsStore{&mutexStore{
+	return natsStore{js: js, fair: f, mutexStore: &mutexStore{
 		where: where,
 		newc: func(opts ...dlock.Option) (dlock.Locker, error) {
 			// A run creates the bucket when it is missing.
@@ -69,10 +80,12 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 			}
 			return natslock.NewClient(d, opts...)
 		},
-		insp:  natsInspector{d, where},
+		insp:  natsInspector{d, []driver.Inspector{f, sem}, where},
 		plain: driver.KindMutex,
 		closer: func() {
 			d.Close()
+			f.Close()
+			sem.Close()
 			nc.Close()
 		},
 		// purge removes every message of the keys from the bucket's
@@ -107,23 +120,50 @@ func openNATS(ctx context.Context, urls []string, tf *tlsFiles) (store, error) {
 	}}, nil
 }
 
-// natsStore is a store on NATS servers: natslock's mutex, which serves no
-// waiter before another (no --fair) and has no other kind.
-type natsStore struct{ *mutexStore }
-
-func (s natsStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
-	if kind != plainLock {
-		return nil, usageErrorf("--fair, -n, -s and -x are not available on %s: it has the exclusive lock only", s.where)
-	}
-	return s.newc(opts...)
+// natsStore is a store on NATS servers: natslock's mutex, with --fair its
+// fair lock, with -n its semaphores (each in a bucket of its own, created by
+// a run when missing); it has no read-write lock.
+type natsStore struct {
+	*mutexStore
+	js   jetstream.JetStream
+	fair *natslock.FairDriver
 }
 
-// natsInspector is the inspector of a NATS store: on servers without the
-// lock bucket (which it does not create) a list is empty, and an inspection
-// or a force of a key says there is no bucket, exit 1.
+func (s natsStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dlock.Locker, error) {
+	switch kind {
+	case plainLock:
+		return s.newc(opts...)
+	case fairLock:
+		mctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		defer cancel()
+		if err := s.fair.Migrate(mctx); err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(s.fair, opts...)
+	case semaphoreLock:
+		d, err := natslock.NewSemaphoreDriver(s.js, permits)
+		if err != nil {
+			return nil, err
+		}
+		mctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		defer cancel()
+		if err := d.Migrate(mctx); err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
+	}
+	return nil, usageErrorf("-s and -x are not available on %s: it has no read-write lock", s.where)
+}
+
+// natsInspector is the inspector of a NATS store, over its buckets (the
+// plain locks', the fair locks', the semaphores'): a key is looked up in the
+// plain locks' bucket first, then in the others. On servers without a bucket
+// (which it does not create) a list leaves it out, and an inspection or a
+// force of a key in none says there is no bucket, exit 1.
 type natsInspector struct {
 	*natslock.Driver
-	where string
+	queues []driver.Inspector // the fair locks' and the semaphores'
+	where  string
 }
 
 func (n natsInspector) noBucket(err error) error {
@@ -135,19 +175,55 @@ func (n natsInspector) noBucket(err error) error {
 
 func (n natsInspector) Inspect(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := n.Driver.Inspect(ctx, key)
+	if err == nil && info.Held || err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+		return info, err
+	}
+	for _, q := range n.queues {
+		qinfo, qerr := q.Inspect(ctx, key)
+		switch {
+		case qerr == nil && qinfo.Held:
+			return qinfo, nil
+		case qerr == nil && err != nil:
+			info, err = qinfo, nil // a bucket that exists: the key is free
+		case qerr != nil && !errors.Is(qerr, natslock.ErrNoBucket):
+			return qinfo, qerr
+		}
+	}
 	return info, n.noBucket(err)
 }
 
 func (n natsInspector) ForceUnlock(ctx context.Context, key string) (dlock.LockInfo, error) {
 	info, err := n.Driver.ForceUnlock(ctx, key)
+	if err == nil || !errors.Is(err, dlock.ErrNotHeld) && !errors.Is(err, natslock.ErrNoBucket) {
+		return info, err
+	}
+	for _, q := range n.queues {
+		qinfo, qerr := q.ForceUnlock(ctx, key)
+		switch {
+		case qerr == nil:
+			return qinfo, nil
+		case !errors.Is(qerr, natslock.ErrNoBucket) && !errors.Is(qerr, dlock.ErrNotHeld):
+			return qinfo, qerr
+		case errors.Is(err, natslock.ErrNoBucket):
+			info, err = qinfo, qerr // a bucket that exists: the key is free
+		}
+	}
 	return info, n.noBucket(err)
 }
 
-// ListPrefix lists nothing on servers without the lock bucket.
+// ListPrefix lists the locks of every bucket; a bucket that does not exist
+// has none.
 func (n natsInspector) ListPrefix(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := n.Driver.ListPrefix(ctx, prefix)
-	if errors.Is(err, natslock.ErrNoBucket) {
-		return nil, nil
+	if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+		return nil, err
 	}
-	return infos, err
+	for _, q := range n.queues {
+		more, err := q.ListPrefix(ctx, prefix)
+		if err != nil && !errors.Is(err, natslock.ErrNoBucket) {
+			return nil, err
+		}
+		infos = append(infos, more...)
+	}
+	return infos, nil
 }

@@ -98,11 +98,58 @@ func TestNATSRefusesOtherKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	for _, flags := range [][]string{{"--fair"}, {"-n", "2"}, {"-s"}, {"-x"}} {
+	for _, flags := range [][]string{{"-s"}, {"-x"}} {
 		r := dlockRun(t, append(append([]string{"run", "--nats", srv.URL}, flags...), "k", "--", "true")...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "not available on NATS") {
 			t.Errorf("run %v: exit %d, stderr %q", flags, r.code, r.stderr)
 		}
+	}
+}
+
+// TestNATSFairLock: run --fair takes natslock's fair lock (creating its
+// bucket); status and list show its holder, a second run --fair finds it
+// busy, and unlock --force ends the holder's run at once. run -n 2 takes a
+// permit of a semaphore of two: two runs hold at once, a third finds it busy.
+func TestNATSFairLock(t *testing.T) {
+	srv, err := natstest.Start(t.TempDir(), natstest.Options{SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	key := dlocktest.Key(t)
+	if r := dlockRun(t, "run", "--fair", "--nats", srv.URL, key, "--", "true"); r.code != exitOK {
+		t.Fatalf("run --fair: exit %d %s", r.code, r.stderr)
+	}
+	holder, holderErr, _ := startHolder(t, []string{"--fair", "--nats", srv.URL, "--ttl", "30s", "--description", "fair on nats"}, key, `echo ok $$ > "$1"; exec sleep 30`)
+	if r := dlockRun(t, "status", "--nats", srv.URL, key); r.code != exitOK || !strings.Contains(r.stdout, "fair on nats") {
+		t.Errorf("status of a held fair lock: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "list", "--names", "--nats", srv.URL); strings.TrimSpace(r.stdout) != key {
+		t.Errorf("list --names: %q %s", r.stdout, r.stderr)
+	}
+	if r := dlockRun(t, "run", "--fair", "--wait", "0", "--nats", srv.URL, key, "--", "true"); r.code != exitNotObtained {
+		t.Errorf("a second run --fair: exit %d, want %d; %s", r.code, exitNotObtained, r.stderr)
+	}
+	start := time.Now()
+	if r := dlockRun(t, "unlock", "--force", "--nats", srv.URL, key); r.code != exitOK {
+		t.Fatalf("unlock --force: exit %d %s", r.code, r.stderr)
+	}
+	hr := wait(t, holder, start, new(bytes.Buffer), holderErr)
+	if hr.code != exitLockLost || hr.elapsed > 5*time.Second {
+		t.Errorf("the holder's run after unlock --force: exit %d after %v, want %d at once", hr.code, hr.elapsed, exitLockLost)
+	}
+	// Semaphores: -n 2 lets two runs hold at once and refuses a third.
+	sem := key + "-sem"
+	_, _, _ = startHolder(t, []string{"-n", "2", "--nats", srv.URL, "--ttl", "30s"}, sem, `echo ok $$ > "$1"; exec sleep 30`)
+	if r := dlockRun(t, "run", "-n", "2", "--wait", "0", "--nats", srv.URL, sem, "--", "true"); r.code != exitOK {
+		t.Errorf("a second permit of two: exit %d %s", r.code, r.stderr)
+	}
+	_, _, _ = startHolder(t, []string{"-n", "2", "--nats", srv.URL, "--ttl", "30s"}, sem, `echo ok $$ > "$1"; exec sleep 30`)
+	if r := dlockRun(t, "run", "-n", "2", "--wait", "0", "--nats", srv.URL, sem, "--", "true"); r.code != exitNotObtained {
+		t.Errorf("a third permit of two: exit %d, want %d; %s", r.code, exitNotObtained, r.stderr)
+	}
+	if r := dlockRun(t, "status", "--nats", srv.URL, sem); r.code != exitOK || !strings.Contains(r.stdout, "2 of 2") {
+		t.Errorf("status of a semaphore: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
