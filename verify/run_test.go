@@ -366,6 +366,14 @@ func violatedKeys(h []Event, vs []Violation, pages map[string]string) []string {
 	return slices.Sorted(maps.Keys(keys))
 }
 
+// workerProcs runs a worker process's goroutines on one thread at a time:
+// every timer it arms (its leases' deadlines, its renewals, its stall watch)
+// is on that one scheduler's heap, so a stall that makes its deadline timer
+// late makes its stall watch's ticks late too, and is recorded. With more,
+// the OS could leave one thread unscheduled, and the timers on its heap
+// late, while another ran the watch on time.
+const workerProcs = "GOMAXPROCS=1"
+
 // workerEnv is the environment variable that makes a test binary a worker: it
 // holds the worker's Spec as JSON (see maybeWorker).
 const workerEnv = "DLOCK_VERIFY_WORKER"
@@ -392,7 +400,7 @@ func keepWorker(ctx context.Context, t testing.TB, ws *procs, bin string, spec S
 	err = ws.keep(ctx, spec, i, func(s Spec) *exec.Cmd {
 		b, _ := json.Marshal(s)
 		cmd := exec.Command(bin, "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+		cmd.Env = append(os.Environ(), workerEnv+"="+string(b), workerProcs)
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		return cmd
