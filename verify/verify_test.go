@@ -181,9 +181,15 @@ var scenarios = []scenario{
 	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
 	{"postgres-once", "postgres", once, []string{FaultStop, FaultKill, FaultBlackhole, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "once, liveness (rows)", false},
 	{"etcd-3-once", "etcd", once, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "once (results live whole seconds: their end is not judged), liveness (keys and leases)", false},
+	{"memlock-handoff", "memlock", handOff, []string{FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness (worker goroutines: one process)", false},
 	{"memlock-once", "memlock", once, []string{FaultForce}, "", false, 0, "once, liveness (worker goroutines: one process)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
+
+// longRunOnly are the scenarios the quick run leaves out (each starts a
+// store of its own for a workload that another store's quick scenario runs
+// too): they run when -seeds, -seed or -duration is given.
+var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
@@ -244,6 +250,9 @@ func TestScenarios(t *testing.T) {
 	fromRecord := plainTokenFromRecord(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
+			if longRunOnly[sc.name] && *seedsFlag == 0 && *seedFlag == 0 && *durFlag == 0 {
+				t.Skip("a scenario of the long run (-seeds, -seed or -duration)")
+			}
 			if sc.clockToken && fromRecord {
 				t.Skip("the plain lock of this tree draws its token from the released record: TestPlainLockTokensAcrossFailover shows the repeat")
 			}
