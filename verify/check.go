@@ -163,6 +163,7 @@ type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
 	Resizes                              int            // a semaphore's changes of size that completed
 	Resumes                              int            // holdings taken up by Resume
+	Computes                             int            // Once's computations that completed
 	ByFault                              map[string]int // faults injected, by name
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
@@ -292,6 +293,8 @@ func Analyze(h []Event, p Params) *Analysis {
 			}
 		case OpDetach:
 			delete(holding, e.Proc)
+		case OpCompute:
+			a.Stats.Computes++
 		case OpRelease:
 			if g := holding[e.Proc]; g != nil {
 				if e.Type == OK {
