@@ -112,7 +112,7 @@ func (w *worker) watchDetached(l *dlock.Lease) {
 	}
 }
 
-// resume resumes ref, after a short while, or (one time in two) after its
+// resume resumes ref, after a short while, or (a share of the times, Spec.LateResumes) after its
 // holding's TTL has run out, when the store must refuse it; a resumed lease
 // is held, written with and released.
 func (w *worker) resume(ctx context.Context, ref string) {
@@ -122,8 +122,12 @@ func (w *worker) resume(ctx context.Context, ref string) {
 		return
 	}
 	late := time.Duration(w.rng.Int64N(int64(w.s.TTL/4) + 1))
-	if w.rng.IntN(2) == 0 {
-		late = w.s.TTL*3/2 + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
+	share := w.s.LateResumes
+	if share == 0 {
+		share = 0.5
+	}
+	if w.rng.Float64() < share {
+		late = 2*w.s.TTL + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
 	}
 	t := time.NewTimer(late)
 	select {
@@ -150,8 +154,8 @@ func (w *worker) resume(ctx context.Context, ref string) {
 
 // handOffSlack is how long after a Detach completed the store may still
 // keep its holding beyond the TTL: a renewal on its way when Detach stopped
-// the renewals, on a loaded host.
-func handOffSlack(ttl time.Duration) int64 { return int64(ttl/4 + 50*time.Millisecond) }
+// the renewals, which a loaded host may hold up for a while.
+func handOffSlack(ttl time.Duration) int64 { return int64(ttl/2 + 100*time.Millisecond) }
 
 // HandOff judges the hand-overs: a Resume that succeeded took up a holding
 // that was detached and still there: not after its TTL had run out since the

@@ -46,7 +46,7 @@ func TestHandOffCatches(t *testing.T) {
 		h       []Event
 		checker func(a *Analysis) *Violation
 	}{
-		{"late", cat(grantEvents(0, 1, 0, 10, 400), detachEvents(0, 2, 100, 10), resumeEvents(1, 1, 700, 10, 1100), releaseEvents(1, 2, 750)),
+		{"late", cat(grantEvents(0, 1, 0, 10, 400), detachEvents(0, 2, 100, 10), resumeEvents(1, 1, 900, 10, 1300), releaseEvents(1, 2, 950)),
 			(*Analysis).HandOff},
 		{"superseded", cat(grantEvents(0, 1, 0, 10, 400), detachEvents(0, 2, 100, 10), grantEvents(2, 1, 120, 11, 520), releaseEvents(2, 2, 140),
 			resumeEvents(1, 1, 150, 10, 540), releaseEvents(1, 2, 250)), (*Analysis).HandOff},

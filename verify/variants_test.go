@@ -191,10 +191,11 @@ var variants = []variant{
 		backends: []string{"redis"}, lock: brokenLock("resumenocheck"),
 		exposed: []exposure{{checkers: []string{"hand-off", "exclusion"},
 			setup: func(c *Config) {
-				// One key handed over among three workers, half the
-				// references resumed after their holding's TTL.
+				// One key handed over among three workers, nine
+				// references in ten resumed after their holding's TTL.
 				c.Spec = quickSpec(handOff)
-				c.Workers, c.Duration, c.Spec.Keys, c.Spec.Hold = 3, duration(4*time.Second), []string{"a"}, 100*time.Millisecond
+				c.Workers, c.Duration, c.Spec.Keys, c.Spec.Hold = 3, duration(5*time.Second), []string{"a"}, 100*time.Millisecond
+				c.Spec.LateResumes = 0.9
 			}}}},
 	{name: "earlyread", breaks: "a Once caller that finds the key's lock held reads the result before the computation stored it, and takes what it finds (nothing) for the value",
 		backends: []string{"redis"}, lock: brokenLock("earlyread"),

@@ -53,6 +53,9 @@ type Spec struct {
 	Workload string
 	// ResultTTL is WorkloadOnce's Once.ResultTTL.
 	ResultTTL time.Duration
+	// LateResumes is WorkloadHandOff's share of the resumes made after the
+	// holding's TTL, which the store must refuse (0: a half).
+	LateResumes float64
 
 	// shared is, for a backend whose workers are goroutines of the test
 	// process, what they share (memlock: its store); nil: processes.
