@@ -14,7 +14,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, liveness, recovery, fairness, worker, params, latch, barrier
+	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, hand-off, once, liveness, recovery, fairness, worker, params, latch, barrier
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -84,6 +84,12 @@ type Params struct {
 	// holder ended and a TTL passed (what outlives them by design
 	// excepted): Liveness fails on any.
 	Leftover []string
+	// ResultTTL is the Once workload's result TTL: a value stored is not
+	// computed again within it (0: nothing judged but the values returned).
+	ResultTTL time.Duration
+	// ResultMax is how long a stored result may live at most (the stores
+	// that round it up: more than ResultTTL; 0: not judged).
+	ResultMax time.Duration
 }
 
 // params reports Params the checkers cannot judge by.
@@ -116,6 +122,7 @@ type grant struct {
 	forced   int64 // when a force-unlock that removed it was invoked (0: none)
 	forceEnd int64 // when that force completed
 	renewals []renewal
+	resumed  bool // taken up by Resume (inv, ok: its invocation and completion)
 }
 
 // renewal is a successful renewal of a grant as its worker saw it: when the
@@ -155,6 +162,8 @@ type fault struct {
 type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
 	Resizes                              int            // a semaphore's changes of size that completed
+	Resumes                              int            // holdings taken up by Resume
+	Computes                             int            // Once's computations that completed
 	ByFault                              map[string]int // faults injected, by name
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
@@ -249,7 +258,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		k := opKey(e)
 		if e.Type == Invoke {
 			inv[k] = e
-			if e.Op == OpRelease {
+			if e.Op == OpRelease || e.Op == OpDetach { // a detached lease acts no more
 				if g := holding[e.Proc]; g != nil {
 					if e.Deadline != 0 {
 						g.deadline = e.Deadline
@@ -282,6 +291,18 @@ func Analyze(h []Event, p Params) *Analysis {
 					a.Stats.MaxWait = max(a.Stats.MaxWait, time.Duration(e.T-in.T))
 				}
 			}
+		case OpResume:
+			if e.Type == OK {
+				g := &grant{inv: in, ok: e, deadline: e.Deadline, resumed: true}
+				a.grants[e.Key] = append(a.grants[e.Key], g)
+				holding[e.Proc] = g
+				byToken[tk(e.Proc, e.Key, e.Token)] = g
+				a.Stats.Resumes++
+			}
+		case OpDetach:
+			delete(holding, e.Proc)
+		case OpCompute:
+			a.Stats.Computes++
 		case OpRelease:
 			if g := holding[e.Proc]; g != nil {
 				if e.Type == OK {
@@ -464,7 +485,7 @@ func (a *Analysis) Check() []Violation {
 		}
 		return a.Linearizable(a.P.HTML, timeout)
 	}
-	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness} {
+	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.HandOff, a.Once, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}
@@ -509,13 +530,16 @@ func (a *Analysis) Fencing() *Violation {
 	for key, gs := range a.grants {
 		byToken := map[uint64]*grant{}
 		for i, b := range gs {
+			if b.resumed {
+				continue // the same holding: HandOff judges it
+			}
 			if g := byToken[b.ok.Token]; g != nil {
 				return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.ok.Line},
 					Msg: fmt.Sprintf("key %s: token %d granted twice, to worker %d and to worker %d", key, b.ok.Token, g.ok.Proc, b.ok.Proc)}
 			}
 			byToken[b.ok.Token] = b
 			for _, g := range gs[:i] {
-				if g.ok.Token < b.ok.Token {
+				if g.ok.Token < b.ok.Token || g.resumed {
 					continue
 				}
 				if g.ok.T < b.inv.T {

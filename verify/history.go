@@ -3,7 +3,8 @@
 // read-modify-write a fenced resource with their tokens, and record every
 // operation in a history that machine checkers then examine (fencing,
 // exclusion, linearizability of the resource, told-first, liveness and
-// fairness). The tests of this module run it on every backend and against
+// fairness; in workloads of their own, holdings handed between processes and
+// dlock.Once). The tests of this module run it on every backend and against
 // deliberately broken variants, which the checkers must catch.
 //
 //	h, _ := verify.ReadHistory(dir) // the JSON lines the workers recorded

@@ -278,7 +278,7 @@ func Run(t testing.TB, c Config) *Result {
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
-		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover})
+		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec)})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	res.an = a
@@ -289,6 +289,16 @@ func Run(t testing.TB, c Config) *Result {
 	}
 	res.Elapsed = time.Since(start)
 	return res
+}
+
+// resultMax is how long a result of s's Once workload lives at most: its
+// TTL, but on etcd, which keeps it on a lease of whole seconds that the
+// server may lengthen (0: not judged).
+func resultMax(s Spec) time.Duration {
+	if s.Backend == "etcd" {
+		return 0
+	}
+	return s.ResultTTL
 }
 
 // testNemesis returns the nemesis of c on st: the store's faults go to b, a

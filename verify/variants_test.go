@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -186,6 +187,23 @@ var variants = []variant{
 				c.Spec.TTL, c.Spec.Hold, c.Spec.Wait = 3*time.Second, 2*time.Second, 8*time.Second
 				c.Spec.Keys, c.Told = []string{"a"}, 150*time.Millisecond
 				c.Duration = duration(10 * time.Second) // a few forces
+			}}}},
+	{name: "resumenocheck", breaks: "Resume takes up the holding a reference names without the store's owner check: a holding that expired, or went to another, is resumed all the same",
+		backends: []string{"redis"}, lock: brokenLock("resumenocheck"),
+		exposed: []exposure{{checkers: []string{"hand-off", "exclusion"},
+			setup: func(c *Config) {
+				// One key handed over among three workers, nine
+				// references in ten resumed after their holding's TTL.
+				c.Spec = quickSpec(handOff)
+				c.Workers, c.Duration, c.Spec.Keys, c.Spec.Hold = 3, duration(5*time.Second), []string{"a"}, 100*time.Millisecond
+				c.Spec.LateResumes = 0.9
+			}}}},
+	{name: "earlyread", breaks: "a Once caller that finds the key's lock held reads the result before the computation stored it, and takes what it finds (nothing) for the value",
+		backends: []string{"redis"}, lock: brokenLock("earlyread"),
+		exposed: []exposure{{checkers: []string{"once"},
+			setup: func(c *Config) {
+				c.Spec = quickSpec(once)
+				c.Spec.ResultTTL, c.Duration = 2*c.Spec.TTL, duration(2*time.Second)
 			}}}},
 }
 
@@ -384,15 +402,37 @@ func (b *broken) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []
 	return res
 }
 
-// Resume takes up a handed-over holding (noexpiry: and takes its expiry off).
+// Resume takes up a handed-over holding (noexpiry: and takes its expiry off;
+// resumenocheck: whatever the store says).
 func (b *broken) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
 	g, err := b.Driver.Resume(ctx, h, token)
+	if errors.Is(err, driver.ErrNotHeld) && b.variant == "resumenocheck" {
+		return driver.Grant{Token: token, TTL: h.TTL}, nil // the store said no: taken up all the same
+	}
 	if err == nil && b.variant == "noexpiry" {
 		if err := b.rdb.Persist(ctx, redislock.LockKey(h.Key)).Err(); err != nil {
 			return g, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
 		}
 	}
 	return g, err
+}
+
+// GetResult reads key's stored Once result (earlyread: while the key's lock
+// is held and nothing is stored yet, an empty value, as if the computation
+// had stored it; 'v' is the tag Once stores before a value).
+func (b *broken) GetResult(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok, err := b.Driver.GetResult(ctx, key)
+	if b.variant != "earlyread" || ok || err != nil {
+		return v, ok, err
+	}
+	n, err := b.rdb.Exists(ctx, redislock.LockKey(key)).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", dlock.ErrUnavailable, err)
+	}
+	if n == 1 {
+		return []byte{'v'}, true, nil
+	}
+	return nil, false, nil
 }
 
 // Release releases the holding, broken as b.variant says.

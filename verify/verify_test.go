@@ -76,6 +76,13 @@ const rwReaders = "rw+readers"
 // (quickDelay).
 const delayed = "plain+delay"
 
+// handOff and once are the scenarios' kinds of the plain lock's hand-off
+// and Once workloads (Spec.Workload).
+const (
+	handOff = "plain+handoff"
+	once    = "plain+once"
+)
+
 // quickDelay is the lock-delay of the quick runs' delayed locks.
 const quickDelay = 500 * time.Millisecond
 
@@ -89,6 +96,12 @@ func quickSpec(kind string) Spec {
 	case delayed:
 		// Waiters wait out a holder's expiry and its delay.
 		s.Kind, s.LockDelay, s.Wait = "plain", quickDelay, 3*time.Second
+	case handOff:
+		s.Kind, s.Workload = "plain", WorkloadHandOff
+	case once:
+		// One key that every worker calls for: most calls wait for a
+		// computation under way.
+		s.Kind, s.Workload, s.Keys = "plain", WorkloadOnce, []string{"a"}
 	}
 	if kind == semResize {
 		s.Kind, s.Resize = "sem", true
@@ -167,8 +180,20 @@ var scenarios = []scenario{
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
 	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
 	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
+	{"redis-handoff", "redis", handOff, forceFaults, "", false, 0, "hand-off (resumed holdings: never after their TTL, a newer grant or a force; no renewal after Detach), fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
+	{"redis-once", "redis", once, forceFaults, "", false, 0, "once (every value returned one computation's; at most one computation per result window but for a computer that died or lost its lock), liveness", false},
+	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
+	{"postgres-once", "postgres", once, []string{FaultStop, FaultKill, FaultBlackhole, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "once, liveness (rows)", false},
+	{"etcd-3-once", "etcd", once, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "once (results live whole seconds: their end is not judged), liveness (keys and leases)", false},
+	{"memlock-handoff", "memlock", handOff, []string{FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness (worker goroutines: one process)", false},
+	{"memlock-once", "memlock", once, []string{FaultForce}, "", false, 0, "once, liveness (worker goroutines: one process)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
 }
+
+// longRunOnly are the scenarios the quick run leaves out (each starts a
+// store of its own for a workload that another store's quick scenario runs
+// too): they run when -seeds, -seed or -duration is given.
+var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
@@ -204,6 +229,9 @@ func (sc scenario) configure(t *testing.T, c *Config) {
 		c.Spec.TTL, c.Spec.Hold, c.Spec.Wait = 3*time.Second, 2*time.Second, 8*time.Second
 		c.Duration, c.Told = duration(15*time.Second), 150*time.Millisecond
 	}
+	if sc.kind == handOff || sc.kind == once {
+		c.Duration = duration(4 * time.Second)
+	}
 	switch sc.backend {
 	case "valkey":
 		bin, err := testserver.ValkeyBinary()
@@ -226,6 +254,9 @@ func TestScenarios(t *testing.T) {
 	fromRecord := plainTokenFromRecord(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
+			if longRunOnly[sc.name] && *seedsFlag == 0 && *seedFlag == 0 && *durFlag == 0 {
+				t.Skip("a scenario of the long run (-seeds, -seed or -duration)")
+			}
 			if sc.clockToken && fromRecord {
 				t.Skip("the plain lock of this tree draws its token from the released record: TestPlainLockTokensAcrossFailover shows the repeat")
 			}
@@ -237,6 +268,9 @@ func TestScenarios(t *testing.T) {
 				}
 				if sc.backend == "etcd" || sc.backend == "nats" { // whole seconds
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
+				}
+				if spec.Workload == WorkloadOnce {
+					spec.ResultTTL = 2 * spec.TTL
 				}
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second, Healed: true}

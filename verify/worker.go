@@ -47,6 +47,15 @@ type Spec struct {
 	// LockDelay is the lock-delay of every acquisition (dlock.WithLockDelay;
 	// 0: none).
 	LockDelay time.Duration
+	// Workload is what the workers do ("": take, hold, write, release;
+	// WorkloadHandOff: and hand holdings over; WorkloadOnce: call
+	// dlock.Once), on the plain lock's Client.
+	Workload string
+	// ResultTTL is WorkloadOnce's Once.ResultTTL.
+	ResultTTL time.Duration
+	// LateResumes is WorkloadHandOff's share of the resumes made after the
+	// holding's TTL, which the store must refuse (0: a half).
+	LateResumes float64
 
 	// shared is, for a backend whose workers are goroutines of the test
 	// process, what they share (memlock: its store); nil: processes.
@@ -100,6 +109,10 @@ type worker struct {
 	fence *redislock.Fence
 
 	current *dlock.Lease // the lease of the Do in progress
+
+	client   *dlock.Client // the Locker as a Client: Spec.Workload's Resume and Once
+	seq      int64         // the Once workload's computations so far
+	detached bool          // the hand-off workload's last round detached its lease
 }
 
 // runWorker runs the worker loop of s with lk until ctx ends: acquire, hold,
@@ -123,12 +136,27 @@ func runWorker(ctx context.Context, s Spec, lk dlock.Locker, b Breakage) error {
 	if rw, ok := lk.(*redislock.RWMutex); ok && s.ReadShare > 0 {
 		w.rlk = rw.RLocker()
 	}
+	round := w.round
+	if s.Workload != "" {
+		c, ok := lk.(*dlock.Client)
+		if !ok {
+			return fmt.Errorf("%w: verify: workload %q on a %T, not a *dlock.Client", dlock.ErrInvalid, s.Workload, lk)
+		}
+		switch w.client = c; s.Workload {
+		case WorkloadHandOff:
+			round = w.handOffRound
+		case WorkloadOnce:
+			round = w.onceRound
+		default:
+			return fmt.Errorf("%w: verify: workload %q", dlock.ErrInvalid, s.Workload)
+		}
+	}
 	rec.Record(Event{Op: OpStart})
 	sctx, stop := context.WithCancel(ctx)
 	stalled := make(chan struct{})
 	go func() { defer close(stalled); watchStalls(sctx, rec, s.Proc) }()
 	for ctx.Err() == nil {
-		w.round(ctx)
+		round(ctx)
 	}
 	stop()
 	<-stalled
