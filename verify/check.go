@@ -14,7 +14,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, liveness, recovery, fairness, worker, params, latch, barrier
+	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, liveness, recovery, fairness, worker, params, latch, barrier, fault
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -84,6 +84,9 @@ type Params struct {
 	// holder ended and a TTL passed (what outlives them by design
 	// excepted): Liveness fails on any.
 	Leftover []string
+	// Aim names the faults the run is for: Bitten fails unless each of
+	// them had, at least once, the effect it is injected for.
+	Aim []string
 }
 
 // params reports Params the checkers cannot judge by.
@@ -135,6 +138,8 @@ type Analysis struct {
 	P      Params
 	grants map[string][]*grant // per key, by grant completion
 	acqs   []acq               // every acquisition, with its completion
+	rels   []acq               // every release, with its completion
+	stored []Event             // what the store held of a key after a restart (OpStored)
 	faults []fault
 	forces []forceOp // the force-unlocks that removed a holding
 	// resizes are a semaphore's changes of size, per key (see OpResize).
@@ -149,6 +154,8 @@ type fault struct {
 	target     int
 	start, end int64
 	line       int
+	delay      time.Duration // a delay's, of a request and its reply
+	cut        int           // a reset's: the connections it cut
 }
 
 // Stats count what a history holds.
@@ -156,6 +163,7 @@ type Stats struct {
 	Ops, Grants, Writes, Refused, Faults int
 	Resizes                              int            // a semaphore's changes of size that completed
 	ByFault                              map[string]int // faults injected, by name
+	Bit                                  map[string]int // of those, the ones that had their effect, by name (see Bitten)
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
 	MaxTold                              time.Duration  // the longest from a force-unlock's completion to its holder's Done
@@ -196,7 +204,7 @@ func Analyze(h []Event, p Params) *Analysis {
 					forceInv = e
 					continue
 				}
-				openFault[k] = &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line}
+				openFault[k] = &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line, delay: e.Delay + e.ReplyDelay}
 				if e.Fault == "kill" {
 					death(e.Target, e.T)
 				}
@@ -214,7 +222,7 @@ func Analyze(h []Event, p Params) *Analysis {
 					continue
 				}
 				if f := openFault[k]; f != nil {
-					f.end = e.T
+					f.end, f.cut = e.T, e.Cut
 					a.faults = append(a.faults, *f)
 					delete(openFault, k)
 				}
@@ -225,6 +233,9 @@ func Analyze(h []Event, p Params) *Analysis {
 			continue
 		case OpExit:
 			death(e.Target, e.T)
+			continue
+		case OpStored:
+			a.stored = append(a.stored, e)
 			continue
 		case OpDone, OpExtend:
 			if g := byToken[tk(e.Proc, e.Key, e.Token)]; g != nil {
@@ -275,6 +286,7 @@ func Analyze(h []Event, p Params) *Analysis {
 				}
 			}
 		case OpRelease:
+			a.rels = append(a.rels, acq{in, e})
 			if g := holding[e.Proc]; g != nil {
 				if e.Type == OK {
 					g.released = e.T
@@ -319,6 +331,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		}
 	}
 	a.matchForces()
+	a.Stats.Bit = a.bites()
 	_, a.Stats.FairJudged, a.Stats.FairExcused = a.fairOrder()
 	var sum, sq float64
 	for _, n := range perProc {
@@ -425,7 +438,7 @@ func (a *Analysis) faultNearExcept(t0, t1 int64, proc int, except map[string]boo
 // beside the drift margin, needs an allowance. They excuse neither exclusion
 // nor told-first; they do excuse an early loss, a slow hand-over and the
 // order of service.
-var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultExpire: true, FaultPartition: true}
+var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultDropRequests: true, FaultDropReplies: true, FaultExpire: true, FaultPartition: true}
 
 // faultNearBut reports whether a fault overlapped [t0, t1], other than the
 // kill of worker proc.
@@ -453,7 +466,7 @@ func (a *Analysis) Check() []Violation {
 		}
 		return a.Linearizable(a.P.HTML, timeout)
 	}
-	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness} {
+	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness, a.Bitten} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}

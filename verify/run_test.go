@@ -146,6 +146,9 @@ type Config struct {
 	ForceGap bool
 	// Told is told-at-once's bound (0: ToldBound of the TTL).
 	Told time.Duration
+	// Aim names the faults the run is for: it fails unless each had, at
+	// least once, the effect it is injected for (Params.Aim).
+	Aim []string
 	// Resync: a Redis replica begins its full sync at once
 	// (repl-diskless-sync-delay 0, not 5 s), so that a failover does not
 	// find the replica of the last one still waiting to sync.
@@ -163,7 +166,7 @@ type Result struct {
 }
 
 // unsafeFaults are the faults the docs name as breaking exclusion on Redis.
-var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true}
+var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true, FaultPowerLoss: true}
 
 // Run runs c: it starts the servers, the workers and the nemesis, stops them
 // after c.Duration, and checks the history. A failing run logs its seed.
@@ -274,7 +277,7 @@ func Run(t testing.TB, c Config) *Result {
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
-		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover})
+		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, Aim: c.Aim})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	res.Elapsed = time.Since(start)
