@@ -16,9 +16,9 @@ import (
 var quickAims = map[string][]string{
 	"redis-plain":               {FaultReset},
 	"redis-plain-aof":           {FaultPowerLoss},
-	"redis-plain-rdb":           {},
-	"redis-fair-aof":            {},
-	"redis-fair-rdb":            {},
+	"redis-plain-rdb":           {FaultCrash},
+	"redis-fair-aof":            {FaultPowerLoss},
+	"redis-fair-rdb":            {FaultCrash},
 	"redis-fair":                {FaultReset},
 	"redis-reentrant":           {FaultReset},
 	"redis-rw-writers":          {FaultReset},

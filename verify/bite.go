@@ -28,7 +28,10 @@ import (
 //     holding's last successful round trip before that; or the store,
 //     asked right after its restart (OpStored), did not hold a holding it
 //     had granted before the crash that was still within its deadline and
-//     neither released nor ended by then.
+//     neither released nor ended by then; or, for a crash that restarts
+//     from a snapshot (FaultSnapshot: a saved RDB, or the length a power
+//     loss cuts the log back to), a grant was acknowledged after the
+//     snapshot and before the crash: the restart lost it.
 //   - force: it removed a holding the history shows.
 //   - reset: it cut a connection the workers had open (the proxies count
 //     them), or as the network faults below.
@@ -122,6 +125,9 @@ func (a *Analysis) killedHolder(f fault) bool {
 
 // lostHolding: an unsafe fault lost an acknowledged holding (see above).
 func (a *Analysis) lostHolding(f fault) bool {
+	if a.grantedSinceSnapshot(f) {
+		return true
+	}
 	for _, gs := range a.grants {
 		for _, g := range gs {
 			if g.ok.T > f.end || g.end <= f.start {
@@ -140,17 +146,50 @@ func (a *Analysis) lostHolding(f fault) bool {
 	return false
 }
 
-// lostInStore: the store, asked right after the restart that f ended with
-// (OpStored), did not hold g, which it had granted before f began, whose
-// holder had not released it, died or been told it lost it by then, and whose
-// local deadline in force then had not passed when the store was asked.
+// grantedSinceSnapshot: f, a crash, restarts the store from a snapshot (the
+// last FaultSnapshot before it, a saved RDB or the noted length of a log a
+// power loss cuts back to), and a grant was acknowledged after that
+// snapshot and before f: the restart lost it.
+func (a *Analysis) grantedSinceSnapshot(f fault) bool {
+	var snap *fault
+	for i := range a.faults {
+		s := &a.faults[i]
+		if s.name == FaultSnapshot && s.end <= f.start && (snap == nil || s.end > snap.end) {
+			snap = s
+		}
+	}
+	if snap == nil {
+		return false
+	}
+	for _, o := range a.faults { // the snapshot is this crash's: no other crash between
+		if a.P.Unsafe[o.name] && o.start > snap.end && o.start < f.start {
+			return false
+		}
+	}
+	for _, gs := range a.grants {
+		for _, g := range gs {
+			if g.ok.T > snap.end && g.ok.T < f.start {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lostInStore: the store, asked during f, right after the restart or the
+// promotion (OpStored), did not hold g, which it had granted before it was
+// asked, whose holder had not sent its release, died or been told it lost it
+// before f began (what was sent may have landed) nor had its release
+// acknowledged before the store was asked, and whose local deadline then had
+// not passed.
 func (a *Analysis) lostInStore(g *grant, f fault) bool {
-	if a.P.Kind == "sem" || g.read || g.ok.T >= f.start || g.relInv != 0 && g.relInv <= f.start ||
+	if a.P.Kind == "sem" || g.read || g.relInv != 0 && g.relInv <= f.start ||
 		g.death != 0 && g.death <= f.start || g.done != 0 && g.done <= f.start {
 		return false
 	}
 	for _, s := range a.stored {
-		if s.Key == g.ok.Key && s.T >= f.start && s.T <= f.end && s.Token != g.ok.Token && g.deadlineAt(f.start) > s.T {
+		if s.Key == g.ok.Key && s.T >= f.start && s.T <= f.end && g.ok.T < s.T && s.Token != g.ok.Token &&
+			(g.released == 0 || g.released > s.T) && g.deadlineAt(s.T) > s.T {
 			return true
 		}
 	}

@@ -88,6 +88,18 @@ func TestWhatMakesEachFaultBite(t *testing.T) {
 		{"a crash after which the store no longer held a holding released before it", FaultCrash,
 			nil,
 			cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 90), faultEvents(FaultCrash, -1, 100, 150), []Event{{T: ms(149), Proc: -1, Op: OpStored, Key: "k"}})},
+		// A failover: the old primary granted during the fault (its
+		// replica cut off); the promoted replica lacks the grant. One
+		// whose release the old primary acknowledged lost nothing.
+		{"a failover whose promoted replica lacks a grant", FaultFailover,
+			cat(faultEvents(FaultFailover, -1, 100, 400), grantEvents(0, 1, 150, 10, 400), []Event{{T: ms(300), Proc: -1, Op: OpStored, Key: "k"}}),
+			cat(faultEvents(FaultFailover, -1, 100, 400), grantEvents(0, 1, 150, 10, 400), releaseEvents(0, 2, 200), []Event{{T: ms(300), Proc: -1, Op: OpStored, Key: "k"}})},
+		// A crash from a snapshot: a grant acknowledged after the
+		// snapshot was lost, whatever its holder did next; one before
+		// the snapshot was not.
+		{"a crash after a grant the snapshot lacks", FaultPowerLoss,
+			cat(faultEvents(FaultSnapshot, -1, 50, 50), grantEvents(0, 1, 60, 10, 400), releaseEvents(0, 2, 80), faultEvents(FaultPowerLoss, -1, 100, 150)),
+			cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 20), faultEvents(FaultSnapshot, -1, 50, 50), faultEvents(FaultPowerLoss, -1, 100, 150))},
 		{"a power loss that lost a holding", FaultPowerLoss,
 			cat(grantEvents(0, 1, 0, 10, 400), faultEvents(FaultPowerLoss, -1, 100, 150), grantEvents(1, 1, 200, 11, 400)),
 			cat(grantEvents(0, 1, 0, 10, 400), faultEvents(FaultPowerLoss, -1, 100, 150), releaseEvents(0, 2, 200), grantEvents(1, 1, 250, 11, 400))},

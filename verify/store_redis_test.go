@@ -332,20 +332,17 @@ func redisFault(ctx context.Context, c Config, st *store, f string, d draws, rec
 		} else if err != nil {
 			return true, fmt.Errorf("verify: %s: %v", what, err)
 		}
-		// What the new primary holds of each key: a grant the old one
-		// acknowledged and it lacks was lost.
-		if rs.shards != nil {
-			recordStored(c, redis.NewClusterClient(&redis.ClusterOptions{Addrs: st.addrs}), rec)
-		} else {
-			recordStored(c, redis.NewClient(&redis.Options{Addr: rs.servers[0].Addr}), rec)
-		}
 		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		return true, nil
 	}
+	// stored records what the promoted replica at addr holds of each key as
+	// soon as it took over: a grant the old primary acknowledged and it
+	// lacks was lost (on a Cluster, the keys of its slots).
+	stored := func(addr string) { recordStored(c, redis.NewClient(&redis.Options{Addr: addr}), rec) }
 	switch f {
 	case FaultCrash:
 		if rs.shards != nil {
-			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick) })
+			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick, stored) })
 		}
 		s := rs.servers[d.Pick]
 		if c.Persist == "rdb" {
@@ -375,7 +372,7 @@ func redisFault(ctx context.Context, c Config, st *store, f string, d draws, rec
 		if rs.replica == nil {
 			return false, nil
 		}
-		return takeover("failover", func() error { return failover(st, d.Lag) })
+		return takeover("failover", func() error { return failover(st, d.Lag, stored) })
 	}
 	return false, nil
 }
@@ -417,7 +414,7 @@ var errNoReplica = errors.New("no replica in sync")
 // promotes the replica and points the proxy at it (with Sentinels: waits until
 // they have promoted it); the old primary comes back empty as the new
 // primary's replica.
-func failover(st *store, lag time.Duration) error {
+func failover(st *store, lag time.Duration, promotedAt func(addr string)) error {
 	rs := redisOf(st)
 	p, r := rs.servers[0], rs.replica
 	bg := context.Background()
@@ -446,6 +443,7 @@ func failover(st *store, lag time.Duration) error {
 		}
 		rs.proxy.SetTarget(r.Addr)
 	}
+	promotedAt(r.Addr)
 	if err := p.Start(); err != nil {
 		return err
 	}
@@ -478,7 +476,7 @@ func promoted(s *testserver.Sentinel, port int) error {
 // clusterCrash kills the master of shard i, waits until its replica has taken
 // its slots over, and starts it again: it comes back empty and becomes the new
 // master's replica.
-func (rs *redisStore) clusterCrash(i int) error {
+func (rs *redisStore) clusterCrash(i int, promotedAt func(addr string)) error {
 	sh := rs.shards[i]
 	if len(sh) < 2 {
 		return errNoReplica
@@ -496,6 +494,7 @@ func (rs *redisStore) clusterCrash(i int) error {
 	for {
 		s, _ := rrdb.Info(ctx, "replication").Result()
 		if strings.Contains(s, "role:master") {
+			promotedAt(r.Addr)
 			break
 		}
 		select {
