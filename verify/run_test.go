@@ -200,6 +200,10 @@ func Run(t testing.TB, c Config) *Result {
 	for i := range c.Workers {
 		wg.Go(func() { keepWorker(ctx, t, ws, bin, spec, i) })
 	}
+	// The faults and the workload's time begin once every worker has
+	// started: on a loaded host a process takes a while, and a fault before
+	// any holder has nothing to bite on.
+	workersStarted(dir, c.Workers, 30*time.Second)
 	nctx, ncancel := context.WithCancel(context.Background())
 	var nwg sync.WaitGroup
 	if len(c.Faults) > 0 {
@@ -461,5 +465,21 @@ func removeBinaries() {
 	defer binariesMu.Unlock()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+}
+
+// workersStarted waits, within d at most, until each of n workers has opened
+// its first history file in dir (it records its start there next).
+func workersStarted(dir string, n int, d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) { // polling the workers' files
+		started := 0
+		for i := range n {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("w%02d-0.jsonl", i))); err == nil {
+				started++
+			}
+		}
+		if started == n {
+			return
+		}
 	}
 }
