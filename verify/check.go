@@ -14,7 +14,7 @@ import (
 
 // Violation is the first breach of one property found in a history.
 type Violation struct {
-	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, hand-off, once, liveness, recovery, fairness, worker, params, latch, barrier
+	Checker string // fencing, resource, lost-write, exclusion, spurious-loss, linearizable, told-first, told-at-once, lock-delay, hand-off, once, liveness, recovery, fairness, worker, params, latch, barrier, fault
 	Msg     string
 	Lines   []int // the events involved (Event.Line)
 }
@@ -90,6 +90,9 @@ type Params struct {
 	// ResultMax is how long a stored result may live at most (the stores
 	// that round it up: more than ResultTTL; 0: not judged).
 	ResultMax time.Duration
+	// Aim names the faults the run is for: Bitten fails unless each of
+	// them had, at least once, the effect it is injected for.
+	Aim []string
 }
 
 // params reports Params the checkers cannot judge by.
@@ -142,6 +145,8 @@ type Analysis struct {
 	P      Params
 	grants map[string][]*grant // per key, by grant completion
 	acqs   []acq               // every acquisition, with its completion
+	rels   []acq               // every release, with its completion
+	stored []Event             // what the store held of a key after a restart (OpStored)
 	faults []fault
 	forces []forceOp // the force-unlocks that removed a holding
 	// resizes are a semaphore's changes of size, per key (see OpResize).
@@ -156,6 +161,8 @@ type fault struct {
 	target     int
 	start, end int64
 	line       int
+	delay      time.Duration // a delay's, of a request and its reply
+	cut        int           // a reset's: the connections it cut
 }
 
 // Stats count what a history holds.
@@ -165,6 +172,7 @@ type Stats struct {
 	Resumes                              int            // holdings taken up by Resume
 	Computes                             int            // Once's computations that completed
 	ByFault                              map[string]int // faults injected, by name
+	Bit                                  map[string]int // of those, the ones that had their effect, by name (see Bitten)
 	Jain                                 float64        // Jain's fairness index of grants per worker
 	MaxWait                              time.Duration  // the longest successful wait
 	MaxTold                              time.Duration  // the longest from a force-unlock's completion to its holder's Done
@@ -207,7 +215,7 @@ func Analyze(h []Event, p Params) *Analysis {
 					forceInv = e
 					continue
 				}
-				openFault[k] = &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line}
+				openFault[k] = &fault{name: e.Fault, target: e.Target, start: e.T, end: math.MaxInt64, line: e.Line, delay: e.Delay + e.ReplyDelay}
 				if e.Fault == "kill" {
 					death(e.Target, e.T)
 				}
@@ -231,7 +239,7 @@ func Analyze(h []Event, p Params) *Analysis {
 					death(e.Target, e.T)
 				}
 				if f := openFault[k]; f != nil {
-					f.end = e.T
+					f.end, f.cut = e.T, e.Cut
 					a.faults = append(a.faults, *f)
 					delete(openFault, k)
 				}
@@ -242,6 +250,9 @@ func Analyze(h []Event, p Params) *Analysis {
 			continue
 		case OpExit:
 			death(e.Target, e.T)
+			continue
+		case OpStored:
+			a.stored = append(a.stored, e)
 			continue
 		case OpDone, OpExtend:
 			if g := byToken[tk(e.Proc, e.Key, e.Token)]; g != nil {
@@ -304,6 +315,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		case OpCompute:
 			a.Stats.Computes++
 		case OpRelease:
+			a.rels = append(a.rels, acq{in, e})
 			if g := holding[e.Proc]; g != nil {
 				if e.Type == OK {
 					g.released = e.T
@@ -348,6 +360,7 @@ func Analyze(h []Event, p Params) *Analysis {
 		}
 	}
 	a.matchForces()
+	a.Stats.Bit = a.bites()
 	_, a.Stats.FairJudged, a.Stats.FairExcused = a.fairOrder()
 	var sum, sq float64
 	for _, n := range perProc {
@@ -454,7 +467,7 @@ func (a *Analysis) faultNearExcept(t0, t1 int64, proc int, except map[string]boo
 // beside the drift margin, needs an allowance. They excuse neither exclusion
 // nor told-first; they do excuse an early loss, a slow hand-over and the
 // order of service.
-var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultExpire: true, FaultPartition: true}
+var networkFaults = map[string]bool{FaultReset: true, FaultDelay: true, FaultBlackhole: true, FaultDropRequests: true, FaultDropReplies: true, FaultExpire: true, FaultPartition: true}
 
 // faultNearBut reports whether a fault overlapped [t0, t1], other than the
 // kill of worker proc.
@@ -485,7 +498,7 @@ func (a *Analysis) Check() []Violation {
 		}
 		return a.Linearizable(a.P.HTML, timeout)
 	}
-	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.HandOff, a.Once, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness} {
+	for _, c := range []func() *Violation{a.Exits, a.Fencing, a.Resource, a.LostWrite, a.Exclusion, a.SpuriousLoss, a.ToldFirst, a.ToldAtOnce, a.LockDelay, a.HandOff, a.Once, a.Handover, a.Recovery, a.Fairness, a.Starvation, lin, a.Liveness, a.Bitten} {
 		if v := c(); v != nil {
 			vs = append(vs, *v)
 		}

@@ -263,7 +263,7 @@ func TestToldFirstIsNotExcusedByTheNetwork(t *testing.T) {
 			[]Event{{T: ms(700), Proc: 0, Op: OpDone, Key: "k", Token: 10}},
 		)
 	}
-	for _, f := range []string{FaultBlackhole, FaultDelay, FaultPartition, FaultExpire, FaultReset} {
+	for _, f := range []string{FaultBlackhole, FaultDropRequests, FaultDropReplies, FaultDelay, FaultPartition, FaultExpire, FaultReset} {
 		if v := Analyze(late(f, -1), checkParams).ToldFirst(); v == nil {
 			t.Errorf("a holder told after the next grant across %s went unseen", f)
 		}

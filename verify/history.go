@@ -54,6 +54,10 @@ const (
 	// SIGKILL (Target: the worker, Err: its status and the end of its log),
 	// recorded by the harness.
 	OpExit = "worker-exit"
+	// OpStored is what the lock store held of a key (Token, Owner; none: 0)
+	// when the harness asked it right after a restart, recorded by the
+	// harness: a holding it had granted and no longer has was lost.
+	OpStored = "stored"
 )
 
 // Event types: an invocation, and its completion.
@@ -87,7 +91,10 @@ type Event struct {
 	Nodes      []int         `json:"nodes,omitempty"`
 	Delay      time.Duration `json:"delay,omitempty"`       // a delay fault's, of requests
 	ReplyDelay time.Duration `json:"reply_delay,omitempty"` // a delay fault's, of replies
-	Line       int           `json:"-"`                     // position in the merged history
+	// Cut is a reset's, on its completion: how many open connections
+	// between the workers and the store it cut.
+	Cut  int `json:"cut,omitempty"`
+	Line int `json:"-"` // position in the merged history
 }
 
 // String is the event as a history line, after its position.

@@ -18,7 +18,15 @@ const (
 	// was not scheduled for 50 ms or more (a loaded host), and the checkers
 	// take it as a pause of that worker.
 	FaultStall = "stall"
-	FaultFailover = "failover" // cut replication, kill the primary, promote the lagging replica
+	// FaultPowerLoss is a crash of the machine under a Redis that logs its
+	// writes (AOF, appendfsync everysec): what the log got in the last
+	// moments before it (from a snapshot event on, until a grant came, half
+	// the TTL to twice the TTL at most, a second at most: less than what
+	// everysec may lose) was acknowledged to the clients but never reached
+	// the disk, and is gone when the server starts again. It lasts from the
+	// kill to the restart.
+	FaultPowerLoss = "power-loss"
+	FaultFailover  = "failover" // cut replication, kill the primary, promote the lagging replica
 	// FaultReset cuts every connection between the workers and the lock
 	// store (through the proxies they dial).
 	FaultReset = "reset"
@@ -33,6 +41,14 @@ const (
 	// connections stay open, and new ones are accepted but get nothing. Then
 	// it heals.
 	FaultBlackhole = "blackhole"
+	// FaultDropRequests is a one-way partition: what the workers send to
+	// the store (to some of the nodes, drawn as for a black hole) stops,
+	// what the store sends back flows on, for as long as a black hole
+	// lasts. Then it heals and what was held flows on.
+	FaultDropRequests = "drop-requests"
+	// FaultDropReplies is the other way's: the workers' requests reach the
+	// store, its replies stop.
+	FaultDropReplies = "drop-replies"
 	// FaultExpire black-holes the workers' ZooKeeper connections for longer
 	// than the session timeout, so that the server expires their sessions.
 	FaultExpire = "expire"
@@ -127,11 +143,12 @@ func (n *nemesis) run(ctx context.Context) error {
 				continue
 			}
 			n.rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+			cut := 0
 			for _, p := range n.proxies {
-				p.Reset()
+				cut += p.Reset()
 			}
-			n.rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
-		case FaultDelay, FaultBlackhole:
+			n.rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1, Cut: cut})
+		case FaultDelay, FaultBlackhole, FaultDropRequests, FaultDropReplies:
 			if len(n.proxies) == 0 {
 				continue
 			}
@@ -142,10 +159,11 @@ func (n *nemesis) run(ctx context.Context) error {
 			}
 			n.rec.Record(e)
 			for _, p := range ps {
-				if f == FaultDelay {
+				switch f {
+				case FaultDelay:
 					p.SetDelay(d.Up, d.Down)
-				} else {
-					p.SetBlackhole(true)
+				default:
+					p.SetOneWay(f != FaultDropReplies, f != FaultDropRequests)
 				}
 			}
 			wait(ctx, dur) // the fault lasts; healed below

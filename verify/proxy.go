@@ -10,7 +10,7 @@ import (
 // between the workers and a store: it cuts every connection (Reset), points
 // new ones at another server (SetTarget: a Sentinel-aware client following
 // the new primary), delays what flows each way (SetDelay) and black-holes
-// everything (SetBlackhole). One Proxy stands for the network path to one
+// everything (SetBlackhole) or one direction of it (SetOneWay). One Proxy stands for the network path to one
 // server address: its faults hit the traffic of the connections dialled to
 // that address, in both directions, and nothing else.
 //
@@ -21,13 +21,13 @@ type Proxy struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	mu        sync.Mutex
-	target    string
-	links     map[*link]struct{}
-	up, down  time.Duration // delays of requests (to the server) and replies (to the client)
-	blackhole bool
-	changed   chan struct{} // closed (and replaced) when a delay or the black hole changes
-	closed    bool
+	mu               sync.Mutex
+	target           string
+	links            map[*link]struct{}
+	up, down         time.Duration // delays of requests (to the server) and replies (to the client)
+	holeUp, holeDown bool          // requests, replies held by a black hole
+	changed          chan struct{} // closed (and replaced) when a delay or the black hole changes
+	closed           bool
 }
 
 const (
@@ -58,8 +58,9 @@ func (p *Proxy) SetTarget(target string) {
 	p.Reset()
 }
 
-// Reset cuts every open connection (new ones are accepted as before).
-func (p *Proxy) Reset() {
+// Reset cuts every open connection (new ones are accepted as before) and
+// returns how many it cut.
+func (p *Proxy) Reset() int {
 	p.mu.Lock()
 	links := make([]*link, 0, len(p.links))
 	for l := range p.links {
@@ -69,6 +70,7 @@ func (p *Proxy) Reset() {
 	for _, l := range links {
 		l.cut()
 	}
+	return len(links)
 }
 
 // SetDelay holds back every chunk of data for up on its way to the server
@@ -87,8 +89,18 @@ func (p *Proxy) SetDelay(up, down time.Duration) {
 // side, not even a close, until the black hole heals; then what was held
 // flows on, as after a partition of the network.
 func (p *Proxy) SetBlackhole(on bool) {
+	p.SetOneWay(on, on)
+}
+
+// SetOneWay black-holes what flows to the server (requests) and what flows
+// back to the client (replies) each on its own: a one-way partition when one
+// is on and the other off, where what the open direction carries flows on (a
+// request's reply, when only replies are cut, is held; a reply to a request
+// sent before, when only requests are cut, still comes). A side's close is
+// held with its bytes.
+func (p *Proxy) SetOneWay(requests, replies bool) {
 	p.mu.Lock()
-	p.blackhole = on
+	p.holeUp, p.holeDown = requests, replies
 	p.notify()
 	p.mu.Unlock()
 }
@@ -96,7 +108,7 @@ func (p *Proxy) SetBlackhole(on bool) {
 // Heal ends the delays and the black hole.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	p.up, p.down, p.blackhole = 0, 0, false
+	p.up, p.down, p.holeUp, p.holeDown = 0, 0, false, false
 	p.notify()
 	p.mu.Unlock()
 }
@@ -119,16 +131,16 @@ func (p *Proxy) Close() {
 }
 
 // hold returns how long a chunk that arrived at t going toUpstream must still
-// wait (negative: none), whether the black hole is on, and the channel
-// closed at the next change.
+// wait (negative: none), whether a black hole holds its direction, and the
+// channel closed at the next change.
 func (p *Proxy) hold(t time.Time, toUpstream bool) (time.Duration, bool, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := p.down
+	d, holed := p.down, p.holeDown
 	if toUpstream {
-		d = p.up
+		d, holed = p.up, p.holeUp
 	}
-	return time.Until(t.Add(d)), p.blackhole, p.changed
+	return time.Until(t.Add(d)), holed, p.changed
 }
 
 // accept forwards each connection to the target of the moment.

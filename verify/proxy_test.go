@@ -289,3 +289,81 @@ func TestProxyExpiresZooKeeperSession(t *testing.T) {
 type quiet struct{}
 
 func (quiet) Printf(string, ...any) {}
+
+// readUntil reads c until what it read holds want, within d.
+func readUntil(c net.Conn, want string, d time.Duration) error {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var got []byte
+	buf := make([]byte, 256)
+	for !bytes.Contains(got, []byte(want)) {
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		got = append(got, buf[:n]...)
+	}
+	return nil
+}
+
+// TestProxyOneWay checks the one-way partitions: with requests cut, what
+// the server sends still comes (a subscriber gets what is published) and a
+// request waits for the heal; with replies cut, a request reaches the server
+// (its write is there) while its reply, and what is published, wait for the
+// heal.
+func TestProxyOneWay(t *testing.T) {
+	srv, p := proxied(t)
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	ctx := context.Background()
+	sub, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := sub.Write([]byte("SUBSCRIBE ch\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := readUntil(sub, "subscribe", 5*time.Second); err != nil {
+		t.Fatalf("subscribing: %v", err)
+	}
+
+	p.SetOneWay(true, false)
+	if err := direct.Publish(ctx, "ch", "sent-while-requests-cut").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := readUntil(sub, "sent-while-requests-cut", 5*time.Second); err != nil {
+		t.Errorf("requests cut: what the server sent did not come: %v", err)
+	}
+	c := dialPing(t, p.Addr())
+	if err := pong(c, 200*time.Millisecond); !isTimeout(err) {
+		t.Errorf("requests cut: a PING was answered (%v)", err)
+	}
+	p.Heal()
+	if err := pong(c, 5*time.Second); err != nil {
+		t.Fatalf("requests cut, healed: %v", err)
+	}
+
+	p.SetOneWay(false, true)
+	if _, err := c.Write([]byte("SET oneway written\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 5*time.Second, "replies cut: the request reaches the server", func() bool {
+		return direct.Get(ctx, "oneway").Val() == "written"
+	})
+	if err := readUntil(c, "+OK", 200*time.Millisecond); !isTimeout(err) {
+		t.Errorf("replies cut: the reply came (%v)", err)
+	}
+	if err := direct.Publish(ctx, "ch", "sent-while-replies-cut").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := readUntil(sub, "sent-while-replies-cut", 200*time.Millisecond); !isTimeout(err) {
+		t.Errorf("replies cut: what the server sent came (%v)", err)
+	}
+	p.Heal()
+	if err := readUntil(c, "+OK", 5*time.Second); err != nil {
+		t.Errorf("replies cut, healed: the reply: %v", err)
+	}
+	if err := readUntil(sub, "sent-while-replies-cut", 5*time.Second); err != nil {
+		t.Errorf("replies cut, healed: what was published: %v", err)
+	}
+}

@@ -149,6 +149,9 @@ type Config struct {
 	ForceGap bool
 	// Told is told-at-once's bound (0: ToldBound of the TTL).
 	Told time.Duration
+	// Aim names the faults the run is for: it fails unless each had, at
+	// least once, the effect it is injected for (Params.Aim).
+	Aim []string
 	// Resync: a Redis replica begins its full sync at once
 	// (repl-diskless-sync-delay 0, not 5 s), so that a failover does not
 	// find the replica of the last one still waiting to sync.
@@ -167,7 +170,7 @@ type Result struct {
 }
 
 // unsafeFaults are the faults the docs name as breaking exclusion on Redis.
-var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true}
+var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true, FaultPowerLoss: true}
 
 // Run runs c: it starts the servers, the workers and the nemesis, stops them
 // after c.Duration, and checks the history. A failing run logs its seed.
@@ -201,6 +204,10 @@ func Run(t testing.TB, c Config) *Result {
 	for i := range c.Workers {
 		wg.Go(func() { keepWorker(ctx, t, ws, bin, spec, i) })
 	}
+	// The faults and the workload's time begin once every worker has
+	// started: on a loaded host a process takes a while, and a fault before
+	// any holder has nothing to bite on.
+	workersStarted(dir, c.Workers, 30*time.Second)
 	nctx, ncancel := context.WithCancel(context.Background())
 	var nwg sync.WaitGroup
 	if len(c.Faults) > 0 {
@@ -278,7 +285,7 @@ func Run(t testing.TB, c Config) *Result {
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
-		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec)})
+		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec), Aim: c.Aim})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	res.an = a
@@ -595,5 +602,21 @@ func removeBinaries() {
 	defer binariesMu.Unlock()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+}
+
+// workersStarted waits, within d at most, until each of n workers has opened
+// its first history file in dir (it records its start there next).
+func workersStarted(dir string, n int, d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) { // polling the workers' files
+		started := 0
+		for i := range n {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("w%02d-0.jsonl", i))); err == nil {
+				started++
+			}
+		}
+		if started == n {
+			return
+		}
 	}
 }

@@ -1,10 +1,14 @@
 package verify
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -23,7 +27,7 @@ import (
 func init() {
 	registerBackend(&backend{
 		name:      "redis",
-		faults:    []string{FaultCrash, FaultFailover, FaultForce},
+		faults:    []string{FaultCrash, FaultPowerLoss, FaultFailover, FaultForce},
 		start:     startRedisFamily,
 		locker:    redisLocker,
 		inspector: redisFamilyInspector,
@@ -331,36 +335,44 @@ func redisFault(ctx context.Context, c Config, st *store, f string, d draws, rec
 		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
 		return true, nil
 	}
+	// stored records what the promoted replica at addr holds of each key as
+	// soon as it took over: a grant the old primary acknowledged and it
+	// lacks was lost (on a Cluster, the keys of its slots).
+	stored := func(addr string) { recordStored(c, redis.NewClient(&redis.Options{Addr: addr}), rec) }
 	switch f {
 	case FaultCrash:
 		if rs.shards != nil {
-			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick) })
+			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick, stored) })
 		}
 		s := rs.servers[d.Pick]
 		if c.Persist == "rdb" {
 			// A snapshot shortly before the crash: the restart goes
 			// back to a state some grants ago, whose records are still
-			// within their TTL.
+			// within their TTL. The crash is aimed: it comes as soon as
+			// a worker was granted a lock the snapshot lacks (within
+			// twice the TTL), which it loses while it holds it.
 			if err := snapshot(s.Addr); err != nil {
 				return true, fmt.Errorf("verify: snapshot: %v", err)
 			}
 			rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
 			rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
-			time.Sleep(d.Lag)
+			grantSince(ctx, rec, Now(), d.Long)
 		}
-		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-		s.Stop()
-		time.Sleep(d.Short)
-		if err := s.Start(); err != nil {
-			return true, fmt.Errorf("verify: restarting the lock store: %v", err)
+		down := d.Short
+		if c.Persist == "rdb" {
+			down = 0 // at once: the holder of the lost grant still holds it when the store is back
 		}
-		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
-		return true, nil
+		return true, crashRestart(c, s, f, down, nil, rec)
+	case FaultPowerLoss:
+		if c.Persist != "aof" || rs.shards != nil || rs.replica != nil {
+			return false, nil
+		}
+		return true, powerLoss(ctx, c, rs.servers[d.Pick], min(d.Long, time.Second), rec)
 	case FaultFailover:
 		if rs.replica == nil {
 			return false, nil
 		}
-		return takeover("failover", func() error { return failover(st, d.Lag) })
+		return takeover("failover", func() error { return failover(st, d.Lag, stored) })
 	}
 	return false, nil
 }
@@ -402,7 +414,7 @@ var errNoReplica = errors.New("no replica in sync")
 // promotes the replica and points the proxy at it (with Sentinels: waits until
 // they have promoted it); the old primary comes back empty as the new
 // primary's replica.
-func failover(st *store, lag time.Duration) error {
+func failover(st *store, lag time.Duration, promotedAt func(addr string)) error {
 	rs := redisOf(st)
 	p, r := rs.servers[0], rs.replica
 	bg := context.Background()
@@ -431,6 +443,7 @@ func failover(st *store, lag time.Duration) error {
 		}
 		rs.proxy.SetTarget(r.Addr)
 	}
+	promotedAt(r.Addr)
 	if err := p.Start(); err != nil {
 		return err
 	}
@@ -463,7 +476,7 @@ func promoted(s *testserver.Sentinel, port int) error {
 // clusterCrash kills the master of shard i, waits until its replica has taken
 // its slots over, and starts it again: it comes back empty and becomes the new
 // master's replica.
-func (rs *redisStore) clusterCrash(i int) error {
+func (rs *redisStore) clusterCrash(i int, promotedAt func(addr string)) error {
 	sh := rs.shards[i]
 	if len(sh) < 2 {
 		return errNoReplica
@@ -481,6 +494,7 @@ func (rs *redisStore) clusterCrash(i int) error {
 	for {
 		s, _ := rrdb.Info(ctx, "replication").Result()
 		if strings.Contains(s, "role:master") {
+			promotedAt(r.Addr)
 			break
 		}
 		select {
@@ -597,4 +611,138 @@ func (s subscriptionGap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (subscriptionGap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// powerLoss emulates a power loss under the Redis server s, which logs its
+// writes (AOF): it notes how far the log has got (recorded as a snapshot: the
+// state the restart goes back to), lets the server take writes until a worker
+// was granted a lock (lost at most), kills it, cuts the log back to where it
+// was (what the disk had when the power went) and starts the server again at
+// once, so that the holder of the lost grant still holds it when the store is
+// back.
+func powerLoss(ctx context.Context, c Config, s *testserver.Redis, lost time.Duration, rec *Recorder) error {
+	path, err := aofTail(s.Addr)
+	if err != nil {
+		return fmt.Errorf("verify: power loss: %v", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("verify: power loss: %v", err)
+	}
+	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
+	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
+	grantSince(ctx, rec, Now(), lost) // writes acknowledged, never on the disk
+	return crashRestart(c, s, FaultPowerLoss, 0, func() error { return os.Truncate(path, fi.Size()) }, rec)
+}
+
+// crashRestart kills the Redis server s (fault f), runs cut (a power loss's
+// cutting back of its log; nil: none), starts it again after down and
+// records what it holds of each lock key then (OpStored), before the fault's
+// end: the history shows what the restart lost.
+func crashRestart(c Config, s *testserver.Redis, f string, down time.Duration, cut func() error, rec *Recorder) error {
+	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+	s.Stop()
+	if cut != nil {
+		if err := cut(); err != nil {
+			return fmt.Errorf("verify: %s: cutting the log back: %v", f, err)
+		}
+	}
+	time.Sleep(down)
+	if err := s.Start(); err != nil {
+		return fmt.Errorf("verify: restarting the lock store: %v", err)
+	}
+	recordStored(c, redis.NewClient(&redis.Options{Addr: s.Addr}), rec)
+	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+	return nil
+}
+
+// recordStored records what the Redis store that rdb (closed on return)
+// reaches holds of each of c's lock keys (OpStored), read through
+// redislock's Inspector.
+func recordStored(c Config, rdb redis.UniversalClient, rec *Recorder) {
+	defer rdb.Close()
+	in, err := redislock.NewInspector(rdb)
+	if err != nil {
+		return
+	}
+	for _, key := range c.Spec.Keys {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := in.Inspect(ctx, key)
+		cancel()
+		if err == nil {
+			rec.Record(Event{Op: OpStored, Key: key, Token: info.Token, Owner: info.Owner})
+		}
+	}
+}
+
+// aofTail returns the path of the file that the Redis server at addr appends
+// its writes to: the last incremental file its AOF manifest lists.
+func aofTail(addr string) (string, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	bg := context.Background()
+	cfg, err := rdb.ConfigGet(bg, "*").Result()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cfg["dir"], cfg["appenddirname"])
+	manifest, err := os.ReadFile(filepath.Join(dir, cfg["appendfilename"]+".manifest"))
+	if err != nil {
+		return "", err
+	}
+	name := ""
+	for _, line := range strings.Split(string(manifest), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[0] == "file" && f[4] == "type" && f[5] == "i" {
+			name = f[1]
+		}
+	}
+	if name == "" {
+		return "", fmt.Errorf("no incremental file in the AOF manifest of %s: %q", addr, manifest)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// grantSince waits, within d at most (or until ctx ends), until the history
+// that rec writes to shows a grant completed after t (on Now's clock): the
+// end of each worker's file is read every 10 ms.
+func grantSince(ctx context.Context, rec *Recorder, t int64, d time.Duration) {
+	dir := filepath.Dir(rec.f.Name())
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		files, _ := filepath.Glob(filepath.Join(dir, "w*.jsonl"))
+		for _, name := range files {
+			if granted(name, t) {
+				return
+			}
+		}
+		if !wait(ctx, 10*time.Millisecond) { // polling the workers' files
+			return
+		}
+	}
+}
+
+// granted reports whether the last few KB of the history file name show a
+// grant completed after t.
+func granted(name string, t int64) bool {
+	f, err := os.Open(name)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	const tail = 8 << 10
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	off := max(fi.Size()-tail, 0)
+	b := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	for _, line := range bytes.Split(b[:n], []byte("\n")) {
+		var e Event
+		if json.Unmarshal(line, &e) == nil && e.Op == OpAcquire && e.Type == OK && e.T > t {
+			return true
+		}
+	}
+	return false
 }

@@ -17,6 +17,9 @@ type tally struct {
 	seeds                     []uint64
 	ops, grants, faults, viol int
 	forces                    int // the faults that were force-unlocks
+	// injected and bit count the faults by name, and those of them that
+	// had the effect they are injected for (Stats.Bit).
+	injected, bit map[string]int
 }
 
 var (
@@ -30,7 +33,7 @@ func record(sc scenario, seed uint64, r *Result) {
 	defer talliesMu.Unlock()
 	tl := tallies[sc.name]
 	if tl == nil {
-		tl = &tally{sc: sc}
+		tl = &tally{sc: sc, injected: map[string]int{}, bit: map[string]int{}}
 		tallies[sc.name] = tl
 	}
 	tl.seeds = append(tl.seeds, seed)
@@ -39,6 +42,12 @@ func record(sc scenario, seed uint64, r *Result) {
 	tl.faults += r.Stats.Faults
 	tl.forces += r.Stats.ByFault[FaultForce]
 	tl.viol += len(r.Violations)
+	for f, n := range r.Stats.ByFault {
+		tl.injected[f] += n
+	}
+	for f, n := range r.Stats.Bit {
+		tl.bit[f] += n
+	}
 	if *tableFlag != "" {
 		// Written after every run, so that a long run cut short keeps
 		// the rows of the scenarios it ran (go test -skip the ones done
@@ -59,7 +68,7 @@ func writeTable(path string) error {
 // writeTableLocked is writeTable with talliesMu held.
 func writeTableLocked(path string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| Scenario | Properties checked | Faults injected | Seeds | Operations | Grants | Faults | Violations |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| Scenario | Properties checked | Faults injected | Seeds | Operations | Grants | Faults | Faults that bit | Violations |\n|---|---|---|---|---|---|---|---|---|\n")
 	var names []string
 	for n := range tallies {
 		names = append(names, n)
@@ -80,7 +89,8 @@ func writeTableLocked(path string) error {
 		if tl.forces > 0 {
 			count += fmt.Sprintf(" (%d force)", tl.forces)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %s | %d |\n", n, tl.sc.props, faults, len(tl.seeds), tl.ops, tl.grants, count, tl.viol)
+		bit := Stats{ByFault: tl.injected, Bit: tl.bit}.BitSummary()
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %d | %s | %s | %d |\n", n, tl.sc.props, faults, len(tl.seeds), tl.ops, tl.grants, count, bit, tl.viol)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

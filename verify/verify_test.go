@@ -149,9 +149,9 @@ var forceFaults = append([]string{FaultForce}, holderFaults...)
 
 var scenarios = []scenario{
 	{"redis-plain", "redis", "plain", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness", false},
-	{"redis-plain-aof", "redis", "plain", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", true},
+	{"redis-plain-aof", "redis", "plain", []string{FaultStop, FaultPowerLoss}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across power losses: the log cut back to where it was before the last grant)", true},
 	{"redis-plain-rdb", "redis", "plain", []string{FaultStop, FaultCrash}, "rdb", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", true},
-	{"redis-fair-aof", "redis", "fair", []string{FaultStop, FaultCrash}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", false},
+	{"redis-fair-aof", "redis", "fair", []string{FaultStop, FaultPowerLoss}, "aof", false, 0, "fencing, resource, linearizable (exclusion excused across power losses: the log cut back to where it was before the last grant)", false},
 	{"redis-fair-rdb", "redis", "fair", []string{FaultStop, FaultCrash}, "rdb", false, 0, "fencing, resource, linearizable (exclusion excused across crashes)", false},
 	{"redis-fair", "redis", "fair", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness, arrival order", false},
 	{"redis-reentrant", "redis", "reentrant", forceFaults, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness", false},
@@ -159,7 +159,7 @@ var scenarios = []scenario{
 	{"redis-semaphore-2", "redis", "sem", forceFaults, "", false, 0, "fencing, at most 2 holders, told-at-once (a force-unlock removes every holder: each is told), liveness", false},
 	{"redis-semaphore-resize", "redis", semResize, forceFaults, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), told-at-once (a force-unlock removes every holder, not the size: each is told), liveness", false},
 	{"redis-fair-failover", "redis", "fair", []string{FaultStop, FaultFailover}, "", true, 0, "fencing, resource, linearizable (exclusion excused across failovers)", false},
-	{"redlock-5", "redlock", "plain", []string{FaultForce, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions and delays of a minority or a majority: not), told-first, told-at-once (force-unlocks on every master), linearizable, liveness", false},
+	{"redlock-5", "redlock", "plain", []string{FaultForce, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultDropRequests, FaultDropReplies}, "", false, 5, "fencing, resource, exclusion (one master crashed at a time: excused; node partitions, one-way partitions and delays of a minority or a majority: not), told-first, told-at-once (force-unlocks on every master), linearizable, liveness", false},
 	{forceGapScenario, "redis", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (each force-unlock published while every subscription connection is dropped: the holders find the loss when subscribed again), linearizable, liveness", false},
 	{"memlock", "memlock", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness (worker goroutines: one process)", false},
 	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys and leases)", false},
@@ -168,7 +168,7 @@ var scenarios = []scenario{
 	{"mysql", "mysql", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows; MariaDB 10.11)", false},
 	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
-	{"valkey-plain", "valkey", "plain", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
+	{"valkey-plain", "valkey", "plain", append([]string{FaultDropRequests, FaultDropReplies}, holderFaults...), "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
 	{"valkey-fair", "valkey", "fair", holderFaults, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness, arrival order (valkey-server)", false},
 	{"redis-plain-sentinel", "redis-sentinel", "plain", []string{FaultForce, FaultStop, FaultFailover}, "", false, 0, "fencing, resource, told-at-once (force-unlocks on the primary), linearizable, liveness (Sentinel failover to a lagging replica: exclusion excused)", true},
 	{"redis-cluster", "redis-cluster", "plain", []string{FaultForce, FaultStop, FaultKill, FaultCrash}, "", false, 0, "fencing, resource, told-at-once (force-unlocks on the key's master, published to every node), linearizable, liveness (3 masters with a replica each; a master crash and its replica's takeover: exclusion excused)", true},
@@ -179,7 +179,7 @@ var scenarios = []scenario{
 	{"etcd-3-lock-delay", "etcd", delayed, []string{FaultPartition, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay (counted from the next acquisition's sight of the unclean end), linearizable, liveness (keys and leases)", false},
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
 	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
-	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
+	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce, FaultDropRequests, FaultDropReplies}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
 	{"redis-handoff", "redis", handOff, forceFaults, "", false, 0, "hand-off (resumed holdings: never after their TTL, a newer grant or a force; no renewal after Detach), fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
 	{"redis-once", "redis", once, forceFaults, "", false, 0, "once (every value returned one computation's; at most one computation per result window but for a computer that died or lost its lock), liveness", false},
 	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
@@ -275,8 +275,10 @@ func TestScenarios(t *testing.T) {
 				c := Config{Spec: spec, Workers: 4, Duration: duration(5 * time.Second), Seed: seed,
 					Faults: sc.faults, Persist: sc.persist, Replica: sc.replica, Masters: sc.masters, Bound: time.Second, Healed: true}
 				sc.configure(t, &c)
+				c.Aim = sc.aims()
 				r := Run(t, c)
 				t.Logf("seed %d: %+v in %v", seed, r.Stats, r.Elapsed.Round(time.Millisecond))
+				t.Logf("seed %d: faults that had their effect: %s (aimed at: %v)", seed, r.Stats.BitSummary(), c.Aim)
 				record(sc, seed, r)
 				r.Report(t, seed)
 			}
