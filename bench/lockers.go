@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"time"
 
@@ -287,10 +285,9 @@ type rawMutex struct {
 }
 
 func (m *rawMutex) lock(ctx context.Context) error {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	var t *time.Timer
+	token := randomToken()
+	var p poller
+	defer p.stop()
 	for {
 		ok, err := m.rdb.SetNX(ctx, m.key, token, peerTTL).Result()
 		if err != nil {
@@ -307,16 +304,8 @@ func (m *rawMutex) lock(ctx context.Context) error {
 			m.token = token
 			return nil
 		}
-		if t == nil {
-			t = time.NewTimer(fixedRetry)
-			defer t.Stop()
-		} else {
-			t.Reset(fixedRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(errNotObtained, ctx.Err())
-		case <-t.C:
+		if err := p.pause(ctx); err != nil {
+			return err
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -55,7 +54,8 @@ func (m *pgAdvisoryMutex) lock(ctx context.Context) error {
 		}
 		return err
 	}
-	var t *time.Timer
+	var p poller
+	defer p.stop()
 	for {
 		var ok bool
 		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", m.id).Scan(&ok); err != nil {
@@ -71,17 +71,9 @@ func (m *pgAdvisoryMutex) lock(ctx context.Context) error {
 			m.conn = conn
 			return nil
 		}
-		if t == nil {
-			t = time.NewTimer(fixedRetry)
-			defer t.Stop()
-		} else {
-			t.Reset(fixedRetry)
-		}
-		select {
-		case <-ctx.Done():
+		if err := p.pause(ctx); err != nil {
 			conn.Release()
-			return errors.Join(errNotObtained, ctx.Err())
-		case <-t.C:
+			return err
 		}
 	}
 }

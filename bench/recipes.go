@@ -9,7 +9,7 @@ import (
 )
 
 // recipes maps a dlock variant on etcd, ZooKeeper or PostgreSQL to the variant of the
-// store's own lock recipe it is compared with.
+// store's own lock recipe it is compared with (see recipesOf for the others).
 var recipes = map[string]string{
 	"etcd":        "etcd/mutex",
 	"zk":          "zk/recipe",
@@ -51,30 +51,31 @@ func tableRecipes(out io.Writer, ms []measurement) {
 	} {
 		for _, n := range ns {
 			for _, v := range variants {
-				ref, ok := recipes[v.name]
-				rs, rr := runs[key{sc.name, v.name, n}], runs[key{sc.name, ref, n}]
-				if !ok || rs == nil || rr == nil {
-					continue
-				}
-				col := func(rs map[int]metrics, f string) float64 {
-					var xs []float64
-					for _, m := range rs {
-						if x, ok := m[f]; ok && !math.IsNaN(x) {
-							xs = append(xs, x)
+				for _, ref := range recipesOf(v.name) {
+					rs, rr := runs[key{sc.name, v.name, n}], runs[key{sc.name, ref, n}]
+					if rs == nil || rr == nil {
+						continue
+					}
+					col := func(rs map[int]metrics, f string) float64 {
+						var xs []float64
+						for _, m := range rs {
+							if x, ok := m[f]; ok && !math.IsNaN(x) {
+								xs = append(xs, x)
+							}
+						}
+						return median(xs)
+					}
+					var ratios []float64
+					for rep, m := range rs {
+						if r, ok := rr[rep]; ok {
+							ratios = append(ratios, ratio(m[sc.ops], r[sc.ops]))
 						}
 					}
-					return median(xs)
+					rows = append(rows, []string{v.name, ref, sc.what, strconv.Itoa(n),
+						fmt.Sprintf("%.0f", col(rs, sc.ops)), fmt.Sprintf("%.0f", col(rr, sc.ops)), fmtNaN("%.2f", median(ratios)),
+						fmtNaN("%.2f", col(rs, sc.cmds+"_client")), fmtNaN("%.2f", col(rr, sc.cmds+"_client")),
+						fmtNaN("%.2f", col(rs, sc.cmds+"_server")), fmtNaN("%.2f", col(rr, sc.cmds+"_server"))})
 				}
-				var ratios []float64
-				for rep, m := range rs {
-					if r, ok := rr[rep]; ok {
-						ratios = append(ratios, ratio(m[sc.ops], r[sc.ops]))
-					}
-				}
-				rows = append(rows, []string{v.name, ref, sc.what, strconv.Itoa(n),
-					fmt.Sprintf("%.0f", col(rs, sc.ops)), fmt.Sprintf("%.0f", col(rr, sc.ops)), fmtNaN("%.2f", median(ratios)),
-					fmtNaN("%.2f", col(rs, sc.cmds+"_client")), fmtNaN("%.2f", col(rr, sc.cmds+"_client")),
-					fmtNaN("%.2f", col(rs, sc.cmds+"_server")), fmtNaN("%.2f", col(rr, sc.cmds+"_server"))})
 			}
 		}
 	}

@@ -11,7 +11,7 @@ func (d *Driver) SetListenStatement(q string) { d.ln.listen = q }
 func (d *Driver) ListenerStats() (connects, wakes int64, subs int) {
 	d.ln.mu.Lock()
 	defer d.ln.mu.Unlock()
-	return d.ln.connects.Load(), d.ln.wakes.Load(), d.ln.n - d.ln.nholds
+	return d.ln.connects.Load(), d.ln.wakes.Load(), d.ln.n - d.ln.nholds - d.ln.nkeep
 }
 
 func init() {

@@ -64,6 +64,7 @@ type listener struct {
 
 	holds  driver.Holds // the holdings told of a force-unlock (loss.go); its own lock, taken inside mu
 	nholds int          // holdings among the users counted in n
+	nkeep  int          // acquisition attempts among the users counted in n (see keep)
 
 	// Counters, for tests and figures.
 	connects, wakes atomic.Int64
@@ -201,6 +202,36 @@ func (l *listener) use() (started bool) {
 	l.gen++
 	go l.loop(ctx, r)
 	return true
+}
+
+// keep counts an acquisition attempt as a user of the connection while it
+// runs, when a connection is set up (it starts none), and reports whether it
+// did (then release must follow). A Driver that releases and locks again at
+// once (a contended lock, or one key after another) keeps its connection even
+// when the attempt takes longer than the linger, as it does on a loaded
+// server: the connection is not closed under it and set up again by the
+// attempt's holding or wait, which would cost the server a new backend and
+// wake every waiter of the Driver for an extra attempt.
+func (l *listener) keep() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return false
+	}
+	l.n++
+	l.nkeep++
+	if l.linger != nil {
+		l.linger.Stop()
+	}
+	return true
+}
+
+// release uncounts an attempt that keep counted.
+func (l *listener) release() {
+	l.mu.Lock()
+	l.nkeep--
+	l.unuse()
+	l.mu.Unlock()
 }
 
 // unuse uncounts a user, and lets the connection linger after the last; l.mu

@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // listen returns a connection of its own LISTENing on the default table's
@@ -314,4 +315,104 @@ func TestLayoutBeforeWaiterQueue(t *testing.T) {
 	if n, err := conn.WaitForNotification(ctx); err != nil || n.Payload != "old" {
 		t.Errorf("release of a row an earlier version's waiter marked: notification %v, %v; want the key", n, err)
 	}
+}
+
+// An acquisition attempt keeps the Driver's listening connection while it
+// runs: a Driver that lets go of its last holding while an attempt of its
+// own waits at the server (a row locked a moment, a loaded server) does not
+// close the connection under it and set up a new one for the attempt's
+// holding. (It did: the linger ran out during the attempt, and on a loaded
+// server every such gap cost a backend and a wake-up of every waiter.)
+func TestAttemptKeepsTheListener(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	d := newDriver(t)
+	c := clientOf(t, d, dlock.WithTTL(30*time.Second))
+	held, busy := dlocktest.Key(t)+"-held", dlocktest.Key(t)+"-busy"
+	// busy's row exists, free.
+	l, err := c.TryLock(ctx, busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := newPool(t)
+	for try := 0; try < 5; try++ {
+		if attemptOutlastsLinger(t, ctx, d, c, admin, held, busy) {
+			return
+		}
+	}
+	t.Fatal("in 5 tries, no attempt waited for the row until the row was let go")
+}
+
+// attemptOutlastsLinger has c hold held, and its attempt on busy wait for
+// a transaction that holds busy's row while the holding of held goes and for
+// three lingers more; it checks that the listening connection stayed, and
+// reports whether the attempt waited so (a loaded host may end it sooner).
+func attemptOutlastsLinger(t *testing.T, ctx context.Context, d *Driver, c *Client, admin *pgxpool.Pool, held, busy string) bool {
+	t.Helper()
+	l, err := c.TryLock(ctx, held) // its holding keeps the connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	listening(t, d)
+	connects, _, _ := d.ListenerStats()
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+DefaultTable+" WHERE key = $1 FOR UPDATE", busy); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.TryLock(ctx, busy)
+		got <- result{l, err}
+	}()
+	// The attempt waits for the row (it gives up after 200 ms).
+	waiting := false
+	for i := 0; i < 200 && !waiting; i++ {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+DefaultTable+"%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		waiting = n > 0
+		if !waiting {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The holding goes while the attempt waits; the attempt outlasts the
+	// linger (20 ms in the tests) three times over.
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if errors.Is(r.err, dlock.ErrNotObtained) {
+		return false // the wait for the row ran out first
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() {
+		if err := r.l.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	if !waiting {
+		return false
+	}
+	listening(t, d) // the holding's connection, new or not
+	if now, _, _ := d.ListenerStats(); now != connects {
+		t.Errorf("the listening connection was set up %d more times during the attempt; want none", now-connects)
+	}
+	return true
 }

@@ -282,6 +282,9 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if r.Waiting && !d.cfg.poll {
 		mark, queue = d.ln.mark(r.Key, waiterID(r.Owner))
 	}
+	if !d.cfg.poll && d.ln.keep() {
+		defer d.ln.release() // after the grant's hold, which keeps it on
+	}
 	sent := time.Now()
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		err := d.acquire(ctx, r, queue, func(s int, t, rem int64) { found, state, token, remaining = true, s, t, rem })

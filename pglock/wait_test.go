@@ -34,7 +34,7 @@ func subscribed(t *testing.T, d *Driver, n int) {
 	t.Helper()
 	for i := 0; i < 1000; i++ {
 		d.ln.mu.Lock()
-		ok := d.ln.n == n && d.ln.live
+		ok := d.ln.n-d.ln.nkeep == n && d.ln.live // subscriptions and holdings, not attempts
 		d.ln.mu.Unlock()
 		if ok {
 			return
