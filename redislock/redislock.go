@@ -1,6 +1,8 @@
 // Package redislock is dlock's Redis backend: exclusive leases with fencing tokens
 // on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
-// the caller's go-redis v9 client.
+// the caller's go-redis v9 client, or, for the plain and the fair lock, through
+// another client behind a Transport (NewOver; module dlockrueidis has rueidis's
+// and valkey-go's).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, _ := redislock.New(rdb, dlock.WithTTL(10*time.Second))
