@@ -51,9 +51,11 @@ func Transport(c rueidis.Client, db int) (redislock.Transport, error) {
 		Command: func(a []string, f, k int) rueidis.Completed {
 			return b.Arbitrary(a[:f]...).Keys(a[f : f+k]...).Args(a[f+k:]...).Build()
 		},
-		Subscribe:  func(ch string) rueidis.Completed { return b.Subscribe().Channel(ch).Build() },
-		SSubscribe: func(ch string) rueidis.Completed { return b.Ssubscribe().Channel(ch).Build() },
-		PSubscribe: func(p string) rueidis.Completed { return b.Psubscribe().Pattern(p).Build() },
+		Subscribe:    func(ch string) rueidis.Completed { return b.Subscribe().Channel(ch).Build() },
+		SSubscribe:   func(ch string) rueidis.Completed { return b.Ssubscribe().Channel(ch).Build() },
+		PSubscribe:   func(p string) rueidis.Completed { return b.Psubscribe().Pattern(p).Build() },
+		Unsubscribe:  func(ch string) rueidis.Completed { return b.Unsubscribe().Channel(ch).Build() },
+		SUnsubscribe: func(ch string) rueidis.Completed { return b.Sunsubscribe().Channel(ch).Build() },
 		Hook: func(ctx context.Context, fn func(kind, channel string)) context.Context {
 			return rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) { fn(s.Kind, s.Channel) })
 		},

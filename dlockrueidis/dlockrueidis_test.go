@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,6 +211,7 @@ func TestWaitersWokenRueidis(t *testing.T) {
 // slot are exclusive, and their waiters are woken by sharded pub/sub on the
 // masters of their slots.
 func TestClusterRueidis(t *testing.T) {
+	t.Cleanup(awaitRueidisRefresh) // after the clients' Close
 	cl := testserver.StartCluster(t, 3)
 	keys := []string{dlocktest.Key(t) + "a", dlocktest.Key(t) + "b", dlocktest.Key(t) + "c", dlocktest.Key(t) + "d"}
 	took := handOvers(t, func() *dlock.Client {
@@ -307,5 +310,33 @@ func TestFairRueidis(t *testing.T) {
 			t.Fatalf("waiter %d got the lock in turn %d", got, want)
 		}
 		want++
+	}
+}
+
+// TestWakeChannelsLeft: once the waiters of a key are gone, the Clients over
+// rueidis leave its wake channels on the server too (a channel left
+// subscribed would make a release wake a process that no longer listens,
+// and its waiters elsewhere sleep out the holder's TTL).
+func TestWakeChannelsLeft(t *testing.T) {
+	key := dlocktest.Key(t)
+	handOvers(t, func() *dlock.Client { return newRueidis(t, srv.Addr) }, []string{key}, 3, 5)
+	admin := testserver.RedisClient(t, srv.Addr)
+	testserver.Eventually(t, 10*time.Second, "the wake channels unsubscribed", func() bool {
+		chans, err := admin.PubSubChannels(context.Background(), redislock.LockKey(key)+"*").Result()
+		return err == nil && len(chans) == 0
+	})
+}
+
+// awaitRueidisRefresh waits, for at most 10 s, until the goroutines that a
+// rueidis Cluster client's topology refresh leaves to close old connections
+// (they sleep 5 s first, and outlive the client's Close) have ended, so that
+// the leak check at the end of the tests does not take them for dlock's.
+func awaitRueidisRefresh() {
+	buf := make([]byte, 1<<20)
+	for range 200 {
+		if !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "rueidis.(*clusterClient)._refresh") {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // no event tells of their end
 	}
 }

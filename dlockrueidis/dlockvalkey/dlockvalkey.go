@@ -41,9 +41,11 @@ func Transport(c valkey.Client, db int) (redislock.Transport, error) {
 		Command: func(a []string, f, k int) valkey.Completed {
 			return b.Arbitrary(a[:f]...).Keys(a[f : f+k]...).Args(a[f+k:]...).Build()
 		},
-		Subscribe:  func(ch string) valkey.Completed { return b.Subscribe().Channel(ch).Build() },
-		SSubscribe: func(ch string) valkey.Completed { return b.Ssubscribe().Channel(ch).Build() },
-		PSubscribe: func(p string) valkey.Completed { return b.Psubscribe().Pattern(p).Build() },
+		Subscribe:    func(ch string) valkey.Completed { return b.Subscribe().Channel(ch).Build() },
+		SSubscribe:   func(ch string) valkey.Completed { return b.Ssubscribe().Channel(ch).Build() },
+		PSubscribe:   func(p string) valkey.Completed { return b.Psubscribe().Pattern(p).Build() },
+		Unsubscribe:  func(ch string) valkey.Completed { return b.Unsubscribe().Channel(ch).Build() },
+		SUnsubscribe: func(ch string) valkey.Completed { return b.Sunsubscribe().Channel(ch).Build() },
 		Hook: func(ctx context.Context, fn func(kind, channel string)) context.Context {
 			return valkey.WithOnSubscriptionHook(ctx, func(s valkey.PubSubSubscription) { fn(s.Kind, s.Channel) })
 		},

@@ -27,6 +27,10 @@ type Client struct {
 	// channel or pattern and calls msg for each message and sub for each
 	// confirmation until ctx ends or the connection fails.
 	Receive func(ctx context.Context, cmd, channel string, msg func(redislock.Push), sub func(redislock.Push)) error
+	// Unsubscribe sends cmd (UNSUBSCRIBE, SUNSUBSCRIBE or PUNSUBSCRIBE) of
+	// one channel or pattern: a Receive call that ends leaves the server's
+	// subscription in place.
+	Unsubscribe func(ctx context.Context, cmd, channel string) error
 	// Closed reports whether err says that the client is closed.
 	Closed func(err error) bool
 	// Cluster and DB are as redislock.Transport's.
@@ -101,17 +105,20 @@ func (s *subscription) add(cmd string, names []string) error {
 	return nil
 }
 
-func (s *subscription) Unsubscribe(_ context.Context, channels ...string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	var errs []error
 	for _, n := range channels {
 		id := s.cmd + " " + n
-		if cancel := s.subs[id]; cancel != nil {
+		s.mu.Lock()
+		cancel := s.subs[id]
+		delete(s.subs, id)
+		s.mu.Unlock()
+		if cancel != nil {
 			cancel()
-			delete(s.subs, id)
+			errs = append(errs, s.c.Unsubscribe(ctx, "UN"+s.cmd, n))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // receive runs the Receive call of one channel until ctx ends, making it
@@ -162,17 +169,38 @@ func (s *subscription) receive(ctx context.Context, cmd, name string) {
 	}
 }
 
+// closeCheck is how often a Receive on a subscription with no channel
+// checks that its client is still open (a PING, which a closed client
+// refuses without I/O): no Receive call of the client is left to tell it
+// otherwise, and redislock closes such a connection after some seconds.
+const closeCheck = 250 * time.Millisecond
+
 func (s *subscription) Receive(ctx context.Context) (redislock.Push, error) {
-	select {
-	case it := <-s.out:
-		if it.err != nil && s.c.Closed(it.err) {
-			return redislock.Push{}, fmt.Errorf("%w: %w", redislock.ErrTransportClosed, it.err)
+	t := time.NewTimer(closeCheck)
+	defer t.Stop()
+	for {
+		select {
+		case it := <-s.out:
+			if it.err != nil && s.c.Closed(it.err) {
+				return redislock.Push{}, fmt.Errorf("%w: %w", redislock.ErrTransportClosed, it.err)
+			}
+			return it.push, it.err
+		case <-s.done:
+			return redislock.Push{}, redislock.ErrTransportClosed
+		case <-ctx.Done():
+			return redislock.Push{}, ctx.Err()
+		case <-t.C:
+			s.mu.Lock()
+			idle := len(s.subs) == 0
+			s.mu.Unlock()
+			if idle {
+				// A closed client answers at once, without I/O.
+				if _, err := s.c.Do(ctx, []string{"PING"}, 1, 0); err != nil && s.c.Closed(err) {
+					return redislock.Push{}, fmt.Errorf("%w: %w", redislock.ErrTransportClosed, err)
+				}
+			}
+			t.Reset(closeCheck)
 		}
-		return it.push, it.err
-	case <-s.done:
-		return redislock.Push{}, redislock.ErrTransportClosed
-	case <-ctx.Done():
-		return redislock.Push{}, ctx.Err()
 	}
 }
 
@@ -299,8 +327,11 @@ type Result[M any] interface{ ToMessage() (M, error) }
 type Kit[C, P any] struct {
 	// Command builds the command line args, whose keys are args[first:first+keys].
 	Command func(args []string, first, keys int) C
-	// Subscribe builds SUBSCRIBE, SSUBSCRIBE and PSUBSCRIBE of one channel or pattern.
+	// Subscribe builds SUBSCRIBE, SSUBSCRIBE and PSUBSCRIBE of one channel
+	// or pattern, and Unsubscribe the UNSUBSCRIBE and SUNSUBSCRIBE of one
+	// channel.
 	Subscribe, SSubscribe, PSubscribe func(string) C
+	Unsubscribe, SUnsubscribe         func(string) C
 	// Hook returns ctx with a hook that calls fn on each confirmation.
 	Hook func(ctx context.Context, fn func(kind, channel string)) context.Context
 	// Message returns a message's channel and payload.
@@ -329,6 +360,14 @@ func New[C any, R Result[M], P, M any, MP Reader[M]](c Conn[C, R, P], k Kit[C, P
 			}
 			ctx = k.Hook(ctx, func(kind, channel string) { sub(Confirmed(kind, channel)) })
 			err := c.Receive(ctx, subscribe(channel), func(p P) { msg(Message(k.Message(p))) })
+			return Err(err, k.ServerError)
+		},
+		Unsubscribe: func(ctx context.Context, cmd, channel string) error {
+			unsubscribe := k.Unsubscribe
+			if cmd == "UNSSUBSCRIBE" {
+				unsubscribe = k.SUnsubscribe
+			}
+			_, err := c.Do(ctx, unsubscribe(channel)).ToMessage()
 			return Err(err, k.ServerError)
 		},
 		Closed:  func(err error) bool { return errors.Is(err, k.Closing) },
