@@ -89,7 +89,7 @@ formatted() {
 # The root module must not build the clients of the optional backends and
 # integrations: they live in modules of their own (and the CLI's).
 noOptionalDeps() {
-	local optional='etcd\.io|go-zookeeper|jackc/pgx|go-sql-driver/mysql|nats-io|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
+	local optional='etcd\.io|go-zookeeper|jackc/pgx|go-sql-driver/mysql|nats-io|redis/rueidis|valkey-io|go-co-op/gocron|robfig/cron|k8s\.io|opentelemetry|prometheus'
 	local deps
 	deps=$(go list -deps -test ./...) || return 1
 	if grep -qE "$optional" <<<"$deps"; then
@@ -152,6 +152,7 @@ storesLane() {
 	module examples/pgfence "a fenced order processor against a real PostgreSQL"
 	module mysqllock "tests against a real MariaDB"
 	module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
+	module dlockrueidis "the Redis locks over rueidis and valkey-go: the conformance suite on redis-server and valkey-server, a Cluster"
 }
 suiteLane() {
 	module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" "-timeout 25m"

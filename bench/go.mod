@@ -4,9 +4,12 @@ go 1.26.0
 
 replace github.com/dlock-go/dlock => ../
 
+replace github.com/dlock-go/dlock/dlockrueidis => ../dlockrueidis
+
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/dlockrueidis v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
 	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/natslock v0.1.0
@@ -37,7 +40,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
 
@@ -54,7 +57,7 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.6.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect

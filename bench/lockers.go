@@ -92,6 +92,7 @@ var variants = append([]variant{
 		desc: "bsm/redislock, TTL 10s, LinearBackoff(1ms)",
 		open: func(o opening) (locker, error) { return bsmLocker{bsm.New(o.rdb), fixedRetry}, nil }},
 	rueidisVariant,
+	dlockRueidisVariant,
 	{name: "etcd", lib: "etcd", in: inA | inBC, on: onEtcd,
 		desc: "etcdlock.New(cli), all defaults (15s lease renewed by the watchdog), over a clientv3 client of its own; a single-member etcd",
 		open: openEtcd},

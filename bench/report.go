@@ -210,6 +210,18 @@ func checkTargets(ms []measurement) []target {
 	atLeast := func(b float64) func(float64) bool { return func(v float64) bool { return v >= b } }
 	atMost := func(b float64) func(float64) bool { return func(v float64) bool { return v <= b } }
 
+	// dlock over rueidis against rueidislock and against dlock over go-redis.
+	for _, g := range ns["a"] {
+		for _, peer := range []string{"rueidis", "dlock"} {
+			base := get("a", peer, g)
+			if base == nil || get("a", "dlock/rueidis", g) == nil {
+				continue
+			}
+			add(fmt.Sprintf("a G=%d: dlock/rueidis cycles/s × %s", g, peer),
+				ratioMed("a", "dlock/rueidis", g, func(rep int, m metrics) float64 { return ratio(m["cycles_per_s"], base[rep]["cycles_per_s"]) }),
+				fmt.Sprintf("≥ %.2f", minVsRueidis), atLeast(minVsRueidis))
+		}
+	}
 	for _, g := range ns["a"] {
 		raw := get("a", "raw", g)
 		for _, v := range []string{"dlock", "dlock/ttl"} {

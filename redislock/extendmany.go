@@ -38,7 +38,7 @@ func (d *FairDriver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest
 // pipeline of batch extend scripts.
 func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest) []driver.ExtendResult {
 	per := ExtendBatch
-	if _, single := c.rdb.(*redis.Client); !single {
+	if _, single := c.rdb.(*redis.Client); !single && (c.rdb != nil || c.w.sharded()) {
 		per = 1 // a Cluster or a Ring: every script call stays on one slot
 	}
 	type call struct {
@@ -50,7 +50,10 @@ func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest) []dr
 		calls = append(calls, call{from: from, to: min(from+per, len(reqs))})
 	}
 	for _, eval := range []bool{false, true} {
-		pipe := c.rdb.Pipeline()
+		var pipe redis.Pipeliner // nil over a Transport: one call at a time
+		if c.rdb != nil {
+			pipe = c.rdb.Pipeline()
+		}
 		again := false
 		for i := range calls {
 			cl := &calls[i]
@@ -65,13 +68,16 @@ func (c *conn) extendMany(ctx context.Context, reqs []driver.ExtendRequest) []dr
 				keys = append(keys, LockKey(r.Holding.Key))
 				args = append(args, r.Holding.Owner, strconv.FormatInt(r.TTL.Milliseconds(), 10))
 			}
-			if eval {
+			switch {
+			case pipe == nil: // falls back to EVAL itself
+				cl.cmd = redisscript.ExtendMany.Run(ctx, c.sc, keys, args...)
+			case eval:
 				cl.cmd = redisscript.ExtendMany.Eval(ctx, pipe, keys, args...)
-			} else {
+			default:
 				cl.cmd = redisscript.ExtendMany.EvalSha(ctx, pipe, keys, args...)
 			}
 		}
-		if !again {
+		if !again || pipe == nil {
 			break
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command

@@ -64,7 +64,12 @@ func NewFairDriver(rdb redis.UniversalClient, opts ...Option) (*FairDriver, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, err := newOptions(rdb, "a fair lock", opts); err != nil {
+	return newFairDriver(c, opts)
+}
+
+// newFairDriver returns the fair mutex driver over c.
+func newFairDriver(c *conn, opts []Option) (*FairDriver, error) {
+	if _, err := newOptions(c.rdb, "a fair lock", opts); err != nil {
 		return nil, err
 	}
 	d := &FairDriver{c: c}
@@ -79,7 +84,7 @@ func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		holder:  d,
 		channel: clientWakeChannel(r.Key, d.c.hub.id),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.FairAcquire.Run(ctx, d.c.rdb, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
+			return redisscript.FairAcquire.Run(ctx, d.c.sc, fairKeys(r.Key, r.Owner, d.entry(r.Owner)),
 				r.Owner, r.TTL.Milliseconds(), r.Metadata, waitingArg(r),
 				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.entry(r.Owner)).Slice()
 		},
@@ -93,13 +98,13 @@ func (d *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 
 // Extend implements dlock.Driver.
 func (d *FairDriver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
-	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
+	n, err := redisscript.Extend.Run(ctx, d.c.sc, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
 	return extendReply(h.Key, n, err, ttl)
 }
 
 // TTL implements dlock.Driver.
 func (d *FairDriver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
-	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
+	n, err := redisscript.PTTL.Run(ctx, d.c.sc, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
 	return ttlReply(h.Key, n, err)
 }
 
@@ -126,7 +131,7 @@ func (d *FairDriver) release(ctx context.Context, key, owner string) error {
 // handed over to it lives at most ttl ms (when given) instead of the time it had
 // to claim it.
 func (d *FairDriver) leave(ctx context.Context, key, owner, token, mark, ttl string) error {
-	res, err := redisscript.FairRelease.Run(ctx, d.c.rdb, fairKeys(key, owner, d.entry(owner)),
+	res, err := redisscript.FairRelease.Run(ctx, d.c.sc, fairKeys(key, owner, d.entry(owner)),
 		owner, token, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark, d.entry(owner), ttl).Result()
 	return d.c.released(key, res, err)
 }

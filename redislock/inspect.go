@@ -33,7 +33,7 @@ func (c *conn) inspect(ctx context.Context, key string, k kind) (LockInfo, error
 	if err := driver.ValidateKey(key); err != nil {
 		return LockInfo{}, err
 	}
-	res, err := k.script.Run(ctx, c.rdb, k.keys(key), k.args...).Slice()
+	res, err := k.script.Run(ctx, c.sc, k.keys(key), k.args...).Slice()
 	info, err := k.reply(key, res, err)
 	return k.named(info), err
 }
@@ -91,6 +91,9 @@ func (c *conn) names(ctx context.Context, prefix string) ([]string, error) {
 		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
 	}
 	match := LockKey(prefix + "*")
+	if c.rdb == nil {
+		return c.scanOver(ctx, match)
+	}
 	var (
 		mu    sync.Mutex
 		names []string
@@ -138,13 +141,21 @@ func (c *conn) read(ctx context.Context, names []string, k kind) (infos []LockIn
 	for len(names) > 0 {
 		batch := names[:min(len(names), listBatch)]
 		names = names[len(batch):]
-		pipe := c.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
-		for i, name := range batch {
-			// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
-			cmds[i] = k.script.Eval(ctx, pipe, k.keys(name), k.args...)
+		if c.rdb == nil {
+			// Over a Transport, one call at a time (which a client such as
+			// rueidis pipelines with the others under way).
+			for i, name := range batch {
+				cmds[i] = k.script.Run(ctx, c.sc, k.keys(name), k.args...)
+			}
+		} else {
+			pipe := c.rdb.Pipeline()
+			for i, name := range batch {
+				// EVAL, not EVALSHA: in a cluster each master may not have the script yet.
+				cmds[i] = k.script.Eval(ctx, pipe, k.keys(name), k.args...)
+			}
+			_, _ = pipe.Exec(ctx) // errors are read per command
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
 			info, err := k.reply(batch[i], res, err)

@@ -32,7 +32,7 @@ func newMultiHolder(c *conn, marker string) multiHolder {
 
 // Extend implements driver.Driver.
 func (l multiHolder) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
-	n, err := redisscript.LeaseExtend.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, ttl.Milliseconds(), l.marker).Int64()
+	n, err := redisscript.LeaseExtend.Run(ctx, l.c.sc, leaseKeys(h.Key, h.Owner), h.Owner, ttl.Milliseconds(), l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -44,7 +44,7 @@ func (l multiHolder) Extend(ctx context.Context, h driver.Holding, ttl time.Dura
 
 // TTL implements driver.Driver.
 func (l multiHolder) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
-	n, err := redisscript.LeaseTTL.Run(ctx, l.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, l.marker).Int64()
+	n, err := redisscript.LeaseTTL.Run(ctx, l.c.sc, leaseKeys(h.Key, h.Owner), h.Owner, l.marker).Int64()
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -69,7 +69,7 @@ func (l multiHolder) kind() kind {
 			return leaseReply(key, res, err, l.marker == semMarker)
 		},
 		force: func(ctx context.Context, key string, _ LockInfo) error {
-			err := redisscript.LeaseForce.Run(ctx, l.c.rdb, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), wakeChannel(key)).Err()
+			err := redisscript.LeaseForce.Run(ctx, l.c.sc, leaseKeys(key, ""), l.marker, l.c.hub.publishCmd(), wakeChannel(key)).Err()
 			return mapErr(err)
 		},
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/redis/go-redis/v9"
 )
 
 // Told at once: a holder learns that its lock was taken from it as soon as the
@@ -58,7 +57,7 @@ var errPushed = errors.New("redislock: the server said the lock was removed (for
 func (h *hub) initHolds() {
 	h.holds.Cause = errPushed // the loss matches ErrNotHeld through ErrLockLost
 	h.holds.CheckTimeout = lossCheckTimeout
-	h.holds.Retry = func(err error) bool { return !errors.Is(err, redis.ErrClosed) }
+	h.holds.Retry = func(err error) bool { return !closedErr(err) }
 	h.holds.Stop = func() <-chan struct{} {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -78,7 +77,7 @@ func (h *hub) initHolds() {
 
 // lossWatch is a hub's loss subscription.
 type lossWatch struct {
-	ps     *redis.PubSub
+	ps     Subscription
 	idle   *time.Timer
 	closed bool
 	stop   chan struct{} // closed when it is: the checks it started stop retrying
@@ -95,7 +94,7 @@ func (w *lossWatch) end() {
 // holding registers a new holding of d, whose acquisition was sent at sent,
 // and returns its Grant.Lost (see driver.Holds).
 func (h *hub) holding(d driver.Driver, key, owner string, handle any, sent time.Time) *driver.Held {
-	if _, ring := h.rdb.(*redis.Ring); ring {
+	if h.w.ring() {
 		return &driver.Held{} // no single subscription: the renewals find a loss
 	}
 	hd := h.holds.Add(d, key, owner, handle, sent)
@@ -133,22 +132,12 @@ func (h *hub) watchLosses() {
 		return
 	}
 	pattern := ""
-	if db, ok := h.keyspaceDB(); ok && !h.lossNoKeyspace {
+	if db, ok := h.w.keyspaceDB(); ok && !h.lossNoKeyspace {
 		pattern = keyspacePrefix(db) + Prefix + "{*}"
 	}
-	w := &lossWatch{ps: h.rdb.Subscribe(context.Background()), stop: make(chan struct{})}
+	w := &lossWatch{ps: h.w.subscribe(), stop: make(chan struct{})}
 	h.loss = w
 	go h.receiveLosses(w, pattern)
-}
-
-// keyspaceDB returns the database whose keyspace notifications tell of this
-// hub's locks: a single server's or a Sentinel master's (a Cluster node tells
-// of its own keys only).
-func (h *hub) keyspaceDB() (int, bool) {
-	if c, ok := h.rdb.(*redis.Client); ok {
-		return c.Options().DB, true
-	}
-	return 0, false
 }
 
 // keyspacePrefix starts the keyspace notification channels of database db.
@@ -180,7 +169,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 	cancel()
 	backoff := 10 * time.Millisecond
 	for {
-		var msg any
+		var msg Push
 		if err == nil {
 			msg, err = w.ps.Receive(context.Background())
 		}
@@ -190,10 +179,11 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			return
 		}
 		switch {
-		case errors.Is(err, redis.ErrClosed):
+		case closedErr(err):
 			h.loss = nil
 			w.end()
 			h.mu.Unlock()
+			_ = w.ps.Close() // a Transport's subscription may outlive its client's close
 			return
 		case err != nil && refusal(err) && pattern != "":
 			// An ACL that allows dlock's channels but not the keyspace
@@ -220,12 +210,12 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
+		switch m := msg; m.Kind {
+		case "message":
 			if key, ok := h.lossKey(m); ok {
 				h.holds.Suspect(key)
 			}
-		case *redis.Subscription:
+		default:
 			// Subscribed (first, or again after a dropped connection): a
 			// message sent before this was not heard, so the holdings
 			// registered until now are checked once.
@@ -238,7 +228,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 }
 
 // lossKey returns the name of the lock that m says may be gone.
-func (h *hub) lossKey(m *redis.Message) (string, bool) {
+func (h *hub) lossKey(m Push) (string, bool) {
 	if m.Channel == lossChannel {
 		return m.Payload, m.Payload != ""
 	}
@@ -258,8 +248,8 @@ func (h *hub) lossKey(m *redis.Message) (string, bool) {
 // it was force-unlocked (see lossChannel). A failure is not the
 // force-unlock's: its holders learn of it at their next renewal.
 func (c *conn) pushLoss(ctx context.Context, key string) {
-	if _, ring := c.rdb.(*redis.Ring); ring {
+	if c.w.ring() {
 		return
 	}
-	_ = c.rdb.Publish(ctx, lossChannel, key).Err()
+	_ = c.w.publish(ctx, lossChannel, key)
 }

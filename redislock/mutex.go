@@ -44,7 +44,12 @@ func NewDriver(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := newOptions(rdb, "", opts)
+	return newDriver(c, opts)
+}
+
+// newDriver returns the plain mutex driver over c.
+func newDriver(c *conn, opts []Option) (*Driver, error) {
+	o, err := newOptions(c.rdb, "", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +160,7 @@ func plainGrant(res any, err error, ttl time.Duration) (driver.Grant, string, er
 // it returns.
 func (d *Driver) runAcquire(ctx context.Context, argv []any) (any, int64, error) {
 	if d.ack == 0 {
-		res, err := redisscript.Acquire.Run(ctx, d.c.rdb, argv).Result()
+		res, err := redisscript.Acquire.Run(ctx, d.c.sc, argv).Result()
 		return res, 0, err
 	}
 	for _, eval := range []bool{false, true} {
@@ -175,7 +180,7 @@ func (d *Driver) runAcquire(ctx context.Context, argv []any) (any, int64, error)
 
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
-	n, err := redisscript.Extend.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
+	n, err := redisscript.Extend.Run(ctx, d.c.sc, []string{LockKey(h.Key)}, h.Owner, ttl.Milliseconds(), "1").Int64()
 	return extendReply(h.Key, n, err, ttl)
 }
 
@@ -228,7 +233,7 @@ func (c *conn) release(ctx context.Context, key, lock, waiting, owner string, to
 	call := getCall()
 	argv := append(call.argv[:redisscript.LeanArgs], "2", call.str(0, lock), call.str(1, waiting),
 		call.str(2, owner), c.hub.publishArg(), call.str(3, tok), forcedArg(forced))
-	res, err := redisscript.Release.Run(ctx, c.rdb, argv).Result()
+	res, err := redisscript.Release.Run(ctx, c.sc, argv).Result()
 	call.put()
 	err = c.released(key, res, err)
 	if err == nil && c.hub.waiting() {
@@ -239,7 +244,7 @@ func (c *conn) release(ctx context.Context, key, lock, waiting, owner string, to
 
 // TTL implements driver.Driver.
 func (d *Driver) TTL(ctx context.Context, h driver.Holding) (time.Duration, error) {
-	n, err := redisscript.PTTL.Run(ctx, d.c.rdb, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
+	n, err := redisscript.PTTL.Run(ctx, d.c.sc, []string{LockKey(h.Key)}, h.Owner, "1").Int64()
 	return ttlReply(h.Key, n, err)
 }
 
@@ -262,7 +267,7 @@ func (d *Driver) Abandon(ctx context.Context, h driver.Holding) error {
 // the acquisition abandoned for mark ms ("0": no mark). It returns 1 when it
 // removed a holding, 0 otherwise.
 func (d *Driver) drop(ctx context.Context, h driver.Holding, mark, drawn string) (int64, error) {
-	n, err := redisscript.Abandon.Run(ctx, d.c.rdb, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
+	n, err := redisscript.Abandon.Run(ctx, d.c.sc, []string{LockKey(h.Key), abandonKey(h.Key, h.Owner), waitingKey(h.Key)},
 		h.Owner, d.c.hub.publishCmd(), wakeChannel(h.Key), mark, drawn).Int64()
 	if err == nil && n == 1 {
 		d.c.hub.released(clientWakeChannel(h.Key, d.c.hub.id))

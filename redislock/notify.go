@@ -54,7 +54,7 @@ const passWait = 3 * time.Second
 // channels of the connection's waiters, which then poll, and is logged; so is a
 // wake-up that a release could not publish.
 type hub struct {
-	rdb     redis.UniversalClient
+	w       wire
 	sharded bool
 	id      string // names this hub (process) in the waiting sets of plain locks
 
@@ -94,7 +94,7 @@ type waiter struct {
 
 type subConn struct {
 	addr   string
-	ps     *redis.PubSub
+	ps     Subscription
 	topics int
 	idle   *time.Timer
 	closed bool
@@ -112,11 +112,10 @@ type subOp struct {
 	done    chan struct{}
 }
 
-func newHub(rdb redis.UniversalClient) *hub {
-	_, sharded := rdb.(*redis.ClusterClient)
+func newHub(w wire) *hub {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	h := &hub{rdb: rdb, sharded: sharded, id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
+	h := &hub{w: w, sharded: w.sharded(), id: hex.EncodeToString(b[:]), topics: map[string]*topic{}, conns: map[string]*subConn{}}
 	h.initHolds()
 	return h
 }
@@ -171,7 +170,7 @@ func (h *hub) subscribe(ctx context.Context, key, channel, owner string) (<-chan
 	t := h.topics[channel]
 	if t == nil {
 		h.mu.Unlock()
-		addr, node, err := h.node(ctx, channel)
+		addr, open, err := h.w.node(ctx, channel)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -181,7 +180,7 @@ func (h *hub) subscribe(ctx context.Context, key, channel, owner string) (<-chan
 			return nil, nil, err
 		}
 		if t = h.topics[channel]; t == nil {
-			t = &topic{channel: channel, key: key, conn: h.conn(addr, node), owners: map[string]*waiter{}}
+			t = &topic{channel: channel, key: key, conn: h.conn(addr, open), owners: map[string]*waiter{}}
 			h.attach(t)
 		}
 	}
@@ -211,37 +210,13 @@ func (h *hub) subscribe(ctx context.Context, key, channel, owner string) (<-chan
 	}, nil
 }
 
-// node returns the client of the server that serves channel: the Cluster master
-// of its slot, or the Driver's client.
-func (h *hub) node(ctx context.Context, channel string) (addr string, node redis.UniversalClient, err error) {
-	if _, ok := h.rdb.(*redis.Ring); ok {
-		// A Ring picks a shard per channel, and go-redis panics on a PubSub
-		// without one: waiters on a Ring poll.
-		return "", nil, fmt.Errorf("redislock: no notifications through a redis.Ring: %w", errors.ErrUnsupported)
-	}
-	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, channel)
-		if err != nil {
-			return "", nil, mapErr(err)
-		}
-		return m.Options().Addr, m, nil
-	}
-	return "", h.rdb, nil
-}
-
 // conn returns the subscription connection to addr, opening it if needed (the
 // dial happens on first use, in its goroutines); h.mu is held.
-func (h *hub) conn(addr string, node redis.UniversalClient) *subConn {
+func (h *hub) conn(addr string, open func(sharded bool) Subscription) *subConn {
 	if c := h.conns[addr]; c != nil {
 		return c
 	}
-	var ps *redis.PubSub
-	if h.sharded {
-		ps = node.SSubscribe(context.Background())
-	} else {
-		ps = node.Subscribe(context.Background())
-	}
-	c := &subConn{addr: addr, ps: ps, kick: make(chan struct{}, 1)}
+	c := &subConn{addr: addr, ps: open(h.sharded), kick: make(chan struct{}, 1)}
 	h.conns[addr] = c
 	go h.receive(c)
 	go h.writer(c)
@@ -298,12 +273,8 @@ func (h *hub) writer(c *subConn) {
 				if op.done != nil {
 					close(op.done)
 				}
-			case op.sub && h.sharded:
-				_ = c.ps.SSubscribe(ctx, op.channel)
 			case op.sub:
 				_ = c.ps.Subscribe(ctx, op.channel)
-			case h.sharded:
-				_ = c.ps.SUnsubscribe(ctx, op.channel)
 			default:
 				_ = c.ps.Unsubscribe(ctx, op.channel)
 			}
@@ -390,7 +361,7 @@ func (h *hub) passKey(c *subConn, key string, wake bool) <-chan struct{} {
 	}
 	done := make(chan struct{})
 	c.queue(subOp{fn: func(ctx context.Context) {
-		_ = redisscript.Pass.Run(ctx, h.rdb, []string{LockKey(key), waitingKey(key)},
+		_ = redisscript.Pass.Run(ctx, h.w, []string{LockKey(key), waitingKey(key)},
 			h.id, pass, h.publishCmd(), wakeChannel(key)).Err()
 	}, done: done})
 	return done
@@ -513,7 +484,7 @@ func (h *hub) receive(c *subConn) {
 			return
 		}
 		if err != nil {
-			if errors.Is(err, redis.ErrClosed) { // the go-redis client was closed
+			if closedErr(err) { // the client was closed
 				h.each(c, (*topic).wakeAll)
 				h.closeConn(c)
 				h.mu.Unlock()
@@ -534,8 +505,8 @@ func (h *hub) receive(c *subConn) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		switch m := msg.(type) {
-		case *redis.Message:
+		switch m := msg; m.Kind {
+		case "message":
 			if key, ok := h.plainKey(m.Channel); ok && m.Payload == "" && h.topics[m.Channel] == nil {
 				// A release woke this process after its waiters for the
 				// plain lock left and the channel was let go: pass it on.
@@ -558,7 +529,7 @@ func (h *hub) receive(c *subConn) {
 					w.send()
 				}
 			}
-		case *redis.Subscription:
+		default:
 			if t := h.topics[m.Channel]; t != nil && t.conn == c && (m.Kind == "subscribe" || m.Kind == "ssubscribe") {
 				t.wakeAll()
 			}

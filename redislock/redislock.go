@@ -1,6 +1,8 @@
 // Package redislock is dlock's Redis backend: exclusive leases with fencing tokens
 // on a single Redis server, a Sentinel-managed master or a Redis Cluster, through
-// the caller's go-redis v9 client.
+// the caller's go-redis v9 client, or, for the plain and the fair lock, through
+// another client behind a Transport (NewOver; module dlockrueidis has rueidis's
+// and valkey-go's).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	locker, _ := redislock.New(rdb, dlock.WithTTL(10*time.Second))
@@ -152,10 +154,12 @@ const AbandonMarkTTL = time.Second
 // kind).
 type Client = dlock.Client
 
-// conn is what the drivers of every lock kind share: the go-redis client and the
+// conn is what the drivers of every lock kind share: the client and the
 // wake-up hub.
 type conn struct {
-	rdb redis.UniversalClient
+	rdb redis.UniversalClient // the go-redis client; nil over a Transport
+	sc  scripter              // runs the scripts: rdb, or the Transport's wire
+	w   wire                  // the subscriptions and topology
 	hub *hub
 	fl  flights // the acquisitions with an unanswered attempt (see abandon.go)
 	// quiet is how long a call ended by its context's bare error may have
@@ -168,7 +172,8 @@ func newConn(rdb redis.UniversalClient) (*conn, error) {
 	if driver.IsNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", driver.ErrInvalid)
 	}
-	return &conn{rdb: rdb, hub: newHub(rdb), quiet: quietFor(rdb)}, nil
+	w := goWire{rdb}
+	return &conn{rdb: rdb, sc: rdb, w: w, hub: newHub(w), quiet: quietFor(rdb)}, nil
 }
 
 var fenceRetentionMS = strconv.FormatInt(FenceRetention.Milliseconds(), 10)

@@ -118,7 +118,7 @@ func (d *ReentrantDriver) run(ctx context.Context, op, key, owner string, all bo
 	if all {
 		holder, acq = owner, ""
 	}
-	return redisscript.Reentrant.Run(ctx, d.c.rdb,
+	return redisscript.Reentrant.Run(ctx, d.c.sc,
 		[]string{LockKey(key), FenceKey(key), abandonKey(key, owner), waitingOwnersKey(key)},
 		append([]any{op, holder, acq}, args...)...)
 }

@@ -60,6 +60,9 @@ func newOptions(rdb redis.UniversalClient, kind string, opts []Option) (options,
 	case o.ackTimeout < time.Millisecond:
 		return o, fmt.Errorf("%w: redislock: replica acknowledgement timeout %v below 1ms", driver.ErrInvalid, o.ackTimeout)
 	}
+	if rdb == nil {
+		return o, fmt.Errorf("%w: WithReplicaAck", ErrTransportUnsupported)
+	}
 	if _, ok := rdb.(*redis.Client); !ok {
 		return o, fmt.Errorf("%w: redislock: WithReplicaAck needs a *redis.Client (one master or a Sentinel failover client), not a %T", driver.ErrInvalid, rdb)
 	}

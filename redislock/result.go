@@ -46,18 +46,18 @@ func (d *FairDriver) GetResult(ctx context.Context, key string) ([]byte, bool, e
 func (d *FairDriver) MaxResult() int { return maxResult }
 
 func (c *conn) putResult(ctx context.Context, h driver.Holding, value []byte, ttl time.Duration) error {
-	n, err := redisscript.Result.Run(ctx, c.rdb, []string{LockKey(h.Key), resultKey(h.Key)}, h.Owner, value, ttl.Milliseconds()).Int64()
+	n, err := redisscript.Result.Run(ctx, c.sc, []string{LockKey(h.Key), resultKey(h.Key)}, h.Owner, value, ttl.Milliseconds()).Int64()
 	_, err = extendReply(h.Key, n, err, ttl)
 	return err
 }
 
 func (c *conn) getResult(ctx context.Context, key string) ([]byte, bool, error) {
-	v, err := c.rdb.Get(ctx, resultKey(key)).Bytes()
+	v, err := c.w.get(ctx, resultKey(key))
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, false, nil
 	case err != nil:
 		return nil, false, mapErr(err)
 	}
-	return v, true, nil
+	return []byte(v), true, nil
 }

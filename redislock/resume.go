@@ -22,7 +22,7 @@ var (
 // hash keeps each holder's token), and never creates one.
 func (d *SemaphoreDriver) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
 	sent := time.Now()
-	n, err := redisscript.LeaseExtend.Run(ctx, d.c.rdb, leaseKeys(h.Key, h.Owner), h.Owner, h.TTL.Milliseconds(), semMarker, strconv.FormatUint(token, 10)).Int64()
+	n, err := redisscript.LeaseExtend.Run(ctx, d.c.sc, leaseKeys(h.Key, h.Owner), h.Owner, h.TTL.Milliseconds(), semMarker, strconv.FormatUint(token, 10)).Int64()
 	switch {
 	case err != nil:
 		return driver.Grant{}, mapErr(err)
@@ -54,7 +54,7 @@ func (c *conn) resume(ctx context.Context, holder driver.Driver, h driver.Holdin
 		return driver.Grant{}, fmt.Errorf("%w: redislock: owner %q contains a space", driver.ErrInvalid, h.Owner)
 	}
 	sent := time.Now()
-	n, err := redisscript.Resume.Run(ctx, c.rdb, []string{LockKey(h.Key)}, h.Owner, h.TTL.Milliseconds(), strconv.FormatUint(token, 10)).Int64()
+	n, err := redisscript.Resume.Run(ctx, c.sc, []string{LockKey(h.Key)}, h.Owner, h.TTL.Milliseconds(), strconv.FormatUint(token, 10)).Int64()
 	if _, err := extendReply(h.Key, n, err, h.TTL); err != nil {
 		return driver.Grant{}, err
 	}

@@ -183,7 +183,7 @@ func (d *RWDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.RWAcquire.Run(ctx, d.c.rdb, rwKeys(r.Key, r.Owner),
+			return redisscript.RWAcquire.Run(ctx, d.c.sc, rwKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r), mode,
 				writerWaitMarkMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.from, fairWaiterTTLMS).Slice()
 		},
@@ -212,7 +212,7 @@ func (d *RWDriver) Release(ctx context.Context, h driver.Holding) error {
 // waits. With mark set (Abandon) the acquisition is also marked abandoned.
 func (d *RWDriver) leave(ctx context.Context, key, owner, mark string) error {
 	c := d.c
-	res, err := redisscript.RWRelease.Run(ctx, c.rdb, rwKeys(key, owner),
+	res, err := redisscript.RWRelease.Run(ctx, c.sc, rwKeys(key, owner),
 		owner, c.hub.publishCmd(), wakeChannel(key), mark, fenceRetentionMS, fairWaiterTTLMS).Result()
 	return c.released(key, res, err)
 }

@@ -120,7 +120,7 @@ func (d *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 		holder:  d,
 		channel: wakeChannel(r.Key),
 		run: func(ctx context.Context, _ ticket) ([]any, error) {
-			return redisscript.SemAcquire.Run(ctx, d.c.rdb, semKeys(r.Key, r.Owner),
+			return redisscript.SemAcquire.Run(ctx, d.c.sc, semKeys(r.Key, r.Owner),
 				r.Owner, r.TTL.Milliseconds(), fenceRetentionMS, r.Metadata, waitingArg(r),
 				fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(r.Key), d.n).Slice()
 		},
@@ -146,7 +146,7 @@ func (d *SemaphoreDriver) Release(ctx context.Context, h driver.Holding) error {
 // leave gives up owner's place in key: its holding, or its entry when it
 // waits. With mark set (Abandon) the acquisition is also marked abandoned.
 func (d *SemaphoreDriver) leave(ctx context.Context, key, owner, mark string) error {
-	res, err := redisscript.SemRelease.Run(ctx, d.c.rdb, semKeys(key, owner),
+	res, err := redisscript.SemRelease.Run(ctx, d.c.sc, semKeys(key, owner),
 		owner, fenceRetentionMS, fairWaiterTTLMS, d.c.hub.publishCmd(), wakeChannel(key), mark).Result()
 	return d.c.released(key, res, err)
 }
@@ -186,7 +186,7 @@ func (d *SemaphoreDriver) Resize(ctx context.Context, key string, n int) error {
 	if err := checkPermits(n); err != nil {
 		return err
 	}
-	err := redisscript.SemResize.Run(ctx, d.c.rdb, semKeys(key, ""), n, d.n,
+	err := redisscript.SemResize.Run(ctx, d.c.sc, semKeys(key, ""), n, d.n,
 		fairWaiterTTLMS, fenceRetentionMS, d.c.hub.publishCmd(), wakeChannel(key)).Err()
 	return mapErr(err)
 }

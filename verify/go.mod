@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/dlockrueidis v0.1.0
 	github.com/dlock-go/dlock/etcdlock v0.1.0
 	github.com/dlock-go/dlock/mysqllock v0.1.0
 	github.com/dlock-go/dlock/natslock v0.1.0
@@ -15,10 +16,11 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.17.0
-	golang.org/x/sys v0.49.0
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -45,7 +47,7 @@ require (
 	go.uber.org/multierr v1.6.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
@@ -65,3 +67,5 @@ replace github.com/dlock-go/dlock/pglock => ../pglock
 replace github.com/dlock-go/dlock/natslock => ../natslock
 
 replace github.com/dlock-go/dlock/mysqllock => ../mysqllock
+
+replace github.com/dlock-go/dlock/dlockrueidis => ../dlockrueidis
