@@ -50,6 +50,7 @@ var quickAims = map[string][]string{
 	"redis-handoff":             {FaultReset},
 	"redis-once":                {FaultReset},
 	"memlock-once":              {},
+	"rueidis-plain":             {},
 	// In the long run only (-duration), which requires every fault.
 	"postgres-handoff": {},
 	"postgres-once":    {},
