@@ -339,3 +339,13 @@ func (w *waker) hold(d driver.Driver, key, owner string, m mark) context.Context
 	w.nholds++
 	return &w.holds.Add(d, key, owner, nil, time.Now()).LossSignal
 }
+
+// sleeperID is the id of the current sleeping connection, 0 without one.
+func (w *waker) sleeperID() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == nil {
+		return 0
+	}
+	return w.cur.id
+}
