@@ -26,7 +26,8 @@ import (
 // reaching zero, a barrier opening, its last party leaving) reads those rows in
 // its transaction, and after the commit sends KILL QUERY to each sleeping
 // connection they name: one statement more in the change, and one per waiting
-// Driver.
+// Driver. A wake-up that is lost (a KILL between two waits) is made up for
+// within WakeBackstop: the waiters look again that often.
 
 var _ driver.SyncDriver = (*Driver)(nil)
 
@@ -341,9 +342,30 @@ VALUES (`+k+`, `+nm+`, `+party+`, 0, `+now+` + INTERVAL `+num(micros(watchTTL))+
 		unsub()
 		return nil, nil, err
 	}
+	// A KILL QUERY that comes between two waits of the sleeping connection
+	// is lost: the waiter is also woken every WakeBackstop, as the mutex's
+	// queued waiters try again.
+	out, stop := make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		tick := time.NewTicker(WakeBackstop)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ch:
+			case <-tick.C:
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	var once sync.Once
-	return ch, func() {
+	return out, func() {
 		once.Do(func() {
+			close(stop)
 			unsub()
 			// Removed with a context of its own: the waiter's may have ended.
 			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.requestTimeout)
