@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -15,7 +18,16 @@ import (
 // own, the Driver's table with "_sync" appended (created by Migrate): one row
 // per latch (party ”), one header row per barrier in use (party ”) and one
 // row per party's arrival, each with the time it lapses. Every change is one
-// transaction that locks the name's row first. Their waiters poll.
+// transaction that locks the name's row first.
+//
+// Their waiters are woken at once, as the mutex's are: a waiting Driver writes
+// a row of kind "watch" under the name, naming its sleeping connection, for as
+// long as it waits (WatchSync). A change that waiters wait for (a latch's count
+// reaching zero, a barrier opening, its last party leaving) reads those rows in
+// its transaction, and after the commit sends KILL QUERY to each sleeping
+// connection they name: one statement more in the change, and one per waiting
+// Driver. A wake-up that is lost (a KILL between two waits) is made up for
+// within WakeBackstop: the waiters look again that often.
 
 var _ driver.SyncDriver = (*Driver)(nil)
 
@@ -92,7 +104,10 @@ func (d *Driver) sweepSync(ctx context.Context, tx *sql.Tx) error {
 // CountDown implements driver.SyncDriver.
 func (d *Driver) CountDown(ctx context.Context, name string, n int, ttl time.Duration) (int, error) {
 	var left int
+	var ids []int64
+	wake := false
 	err := d.syncTx(ctx, "count down", func(ctx context.Context, tx *sql.Tx) error {
+		ids, wake = nil, false
 		cur, count, _, lapsed, err := d.head(ctx, tx, kindLatch, name, n)
 		if err != nil {
 			return err
@@ -109,8 +124,17 @@ func (d *Driver) CountDown(ctx context.Context, name string, n int, ttl time.Dur
 WHERE kind = `+lit(kindLatch)+` AND name = `+lit(name)+` AND party = X''`); err != nil {
 			return err
 		}
+		if count == 1 {
+			if ids, err = d.watchers(ctx, tx, name); err != nil {
+				return err
+			}
+			wake = true
+		}
 		return d.sweepSync(ctx, tx)
 	})
+	if err == nil && wake {
+		d.wakeWatchers(ctx, name, ids)
+	}
 	return left, err
 }
 
@@ -183,8 +207,10 @@ WHERE kind = `+k+` AND name = `+nm+` AND party = X''`)
 
 // Arrive implements driver.SyncDriver.
 func (d *Driver) Arrive(ctx context.Context, name, party string, n int, ttl time.Duration) (bool, error) {
-	var open bool
+	var open, wake bool
+	var ids []int64
 	err := d.syncTx(ctx, "arrive", func(ctx context.Context, tx *sql.Tx) error {
+		ids, wake = nil, false
 		present, wasOpen, err := d.barrierHead(ctx, tx, name, n)
 		if err != nil {
 			return err
@@ -202,11 +228,20 @@ ON DUPLICATE KEY UPDATE expires_at = `+now+` + INTERVAL `+num(micros(ttl))+` MIC
 			present++
 		}
 		open = wasOpen || present >= n
+		if open && !wasOpen {
+			if ids, err = d.watchers(ctx, tx, name); err != nil {
+				return err
+			}
+			wake = true
+		}
 		if err := d.setHead(ctx, tx, name, n, open); err != nil {
 			return err
 		}
 		return d.sweepSync(ctx, tx)
 	})
+	if err == nil && wake {
+		d.wakeWatchers(ctx, name, ids)
+	}
 	return open, err
 }
 
@@ -228,8 +263,11 @@ func (d *Driver) Withdraw(ctx context.Context, name, party string, n int) (bool,
 func (d *Driver) Depart(ctx context.Context, name, party string, n int) (int, time.Duration, error) {
 	var present int
 	var lapse time.Duration
+	var ids []int64
+	wake := false
 	err := d.syncTx(ctx, "depart", func(ctx context.Context, tx *sql.Tx) error {
 		var err error
+		ids, wake = nil, false
 		if present, _, err = d.barrierHead(ctx, tx, name, n); err != nil || present == 0 {
 			return err
 		}
@@ -244,6 +282,10 @@ func (d *Driver) Depart(ctx context.Context, name, party string, n int) (int, ti
 			present--
 		}
 		if present == 0 {
+			if ids, err = d.watchers(ctx, tx, name); err != nil {
+				return err
+			}
+			wake = true
 			_, err := tx.ExecContext(ctx, `DELETE FROM `+d.sync+where)
 			return err
 		}
@@ -254,11 +296,123 @@ func (d *Driver) Depart(ctx context.Context, name, party string, n int) (int, ti
 		lapse = max(time.Duration(us)*time.Microsecond, time.Millisecond)
 		return nil
 	})
+	if err == nil && wake {
+		d.wakeWatchers(ctx, name, ids)
+	}
 	return present, lapse, err
 }
 
-// WatchSync implements driver.SyncDriver: it returns an error wrapping
-// errors.ErrUnsupported, and the waiters of latches and barriers poll.
+// kindWatch is the kind of the rows that name a waiting Driver's sleeping
+// connection (party: its id, '/', a random tag of the waiter).
+const kindWatch = "watch"
+
+// watchTTL is the life of a waiter's watch row: a waiter removes its row when
+// it stops waiting; one left behind by a process that died lapses and is
+// swept. A waiter that waits longer is woken by its recheck.
+const watchTTL = time.Hour
+
+// syncKey is the key under which the waker subscribes the waiters of the
+// latch or barrier name; no lock's key starts with 0x01.
+func syncKey(name string) string { return "\x01sync " + name }
+
+// WatchSync implements driver.SyncDriver: the waiter is woken when another
+// Driver's change of the latch or barrier name sends KILL QUERY to this
+// Driver's sleeping connection, which a row of the sync table names while the
+// waiter waits (see the sync table above). With WithPolling, or without a
+// sleeping connection, it returns an error and the waiter polls.
 func (d *Driver) WatchSync(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	return nil, nil, fmt.Errorf("mysqllock: latches and barriers are polled: %w", errors.ErrUnsupported)
+	if d == nil {
+		return nil, nil, errNilDriver
+	}
+	if d.cfg.poll {
+		return nil, nil, fmt.Errorf("mysqllock: polling: %w", errors.ErrUnsupported)
+	}
+	conn, m := d.w.ensure(ctx)
+	defer d.w.used()
+	if conn == 0 {
+		return nil, nil, errors.New("mysqllock: no sleeping connection: waiters poll")
+	}
+	ch, unsub, err := d.w.subscribe(driver.Holding{Key: syncKey(name), Handle: m})
+	if err != nil {
+		return nil, nil, err
+	}
+	k, nm, party := lit(kindWatch), lit(name), lit(num(conn)+"/"+strconv.FormatUint(rand.Uint64(), 16))
+	if _, err := d.affected(ctx, "watch", `INSERT INTO `+d.sync+` (kind, name, party, n, expires_at)
+VALUES (`+k+`, `+nm+`, `+party+`, 0, `+now+` + INTERVAL `+num(micros(watchTTL))+` MICROSECOND)`); err != nil {
+		unsub()
+		return nil, nil, err
+	}
+	// A KILL QUERY that comes between two waits of the sleeping connection
+	// is lost: the waiter is also woken every WakeBackstop, as the mutex's
+	// queued waiters try again.
+	out, stop := make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		tick := time.NewTicker(WakeBackstop)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ch:
+			case <-tick.C:
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(stop)
+			unsub()
+			// Removed with a context of its own: the waiter's may have ended.
+			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.requestTimeout)
+			defer cancel()
+			_, _ = d.affected(ctx, "watch", `DELETE FROM `+d.sync+` WHERE kind = `+k+` AND name = `+nm+` AND party = `+party)
+		})
+	}, nil
+}
+
+// watchers reads, in a change's transaction, the sleeping connections of the
+// Drivers that wait for name.
+func (d *Driver) watchers(ctx context.Context, tx *sql.Tx, name string) ([]int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT CAST(SUBSTRING_INDEX(party, '/', 1) AS UNSIGNED) FROM `+d.sync+`
+WHERE kind = `+lit(kindWatch)+` AND name = `+lit(name)+` AND expires_at > `+now)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// wakeWatchers wakes, after a committed change of name, the Driver's own
+// waiters of name and those of the Drivers whose sleeping connections ids
+// are. A connection that is gone has its watch rows of name removed.
+// Failures are not the caller's: the waiters recheck.
+func (d *Driver) wakeWatchers(ctx context.Context, name string, ids []int64) {
+	d.w.wakeKey(syncKey(name))
+	own := d.w.sleeperID()
+	for _, id := range ids {
+		if id == own {
+			continue
+		}
+		err := d.do(ctx, "wake", func(ctx context.Context) error {
+			_, err := d.db.ExecContext(ctx, "KILL QUERY "+num(id))
+			return err
+		})
+		if errorNumber(err) == errUnknownThread {
+			_, _ = d.affected(ctx, "wake", `DELETE FROM `+d.sync+` WHERE kind = `+lit(kindWatch)+` AND name = `+lit(name)+`
+AND party LIKE `+lit(num(id)+"/%"))
+		}
+	}
 }

@@ -2,6 +2,7 @@ package mysqllock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -126,4 +127,54 @@ func TestKilledWaitsWakeAtOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("slowest KILL to wake-up: %v", slowest)
+}
+
+// TestReleaseHandsOverToTheWokenWaiter: a holder that unlocks and at once
+// tries again finds the key kept for the waiter its release woke, which gets
+// it (before, the releaser took it back in most rounds, ahead of the waiter
+// still being woken).
+func TestReleaseHandsOverToTheWokenWaiter(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	holder, waiter := newClient(t), newClient(t)
+	key := dlocktest.Key(t)
+	probe := newDB(t)
+	l, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			w, err := waiter.Lock(ctx, key, dlock.WithWait(10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		testserver.Eventually(t, 5*time.Second, "the waiter queued", func() bool {
+			var w string
+			_ = probe.QueryRowContext(ctx, "SELECT waiters FROM dlock_locks WHERE lock_key = ?", key).Scan(&w)
+			return w != ""
+		})
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := holder.TryLock(ctx, key); err == nil {
+			_ = again.Unlock(ctx)
+			t.Fatalf("round %d: the releaser took the key back ahead of the waiter it woke", i)
+		} else if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatal(err)
+		}
+		w := <-got
+		if w == nil {
+			return
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = holder.Lock(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = l.Unlock(ctx)
 }

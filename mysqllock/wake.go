@@ -40,6 +40,7 @@ type waker struct {
 	holds      driver.Holds // told of a force-unlock; its own lock, taken inside mu
 	nholds     int          // holdings registered in holds
 	stopTimer  *time.Timer
+	idleSince  time.Time // when the last user left
 	failedOpen time.Time
 }
 
@@ -252,20 +253,29 @@ func (w *waker) used() {
 // maybeStop schedules the end of the sleeping connection when nobody uses
 // it; w.mu is held.
 func (w *waker) maybeStop() {
-	if w.cur == nil || w.busy > 0 || len(w.subs) > 0 || w.nholds > 0 || w.stopTimer != nil {
+	if w.cur == nil || w.busy > 0 || len(w.subs) > 0 || w.nholds > 0 {
 		return
 	}
-	w.stopTimer = time.AfterFunc(linger, w.stopIdle)
+	w.idleSince = time.Now()
+	if w.stopTimer == nil {
+		w.stopTimer = time.AfterFunc(linger, w.stopIdle)
+	}
 }
 
-// stopIdle ends the sleeping connection if nobody has used it since
-// maybeStop: KILL QUERY ends its wait, and its goroutine closes its two
-// connections (the driver closes them when the KILL fails).
+// stopIdle ends the sleeping connection if nobody has used it for linger:
+// KILL QUERY ends its wait, and its goroutine closes its two connections (the
+// driver closes them when the KILL fails). A Driver that locks again and again
+// keeps it, however short the time between its holdings.
 func (w *waker) stopIdle() {
 	w.mu.Lock()
 	w.stopTimer = nil
 	s := w.cur
 	if s == nil || w.busy > 0 || len(w.subs) > 0 || w.nholds > 0 {
+		w.mu.Unlock()
+		return
+	}
+	if idle := time.Since(w.idleSince); idle < linger {
+		w.stopTimer = time.AfterFunc(linger-idle, w.stopIdle)
 		w.mu.Unlock()
 		return
 	}
@@ -338,4 +348,14 @@ func (w *waker) hold(d driver.Driver, key, owner string, m mark) context.Context
 	}
 	w.nholds++
 	return &w.holds.Add(d, key, owner, nil, time.Now()).LossSignal
+}
+
+// sleeperID is the id of the current sleeping connection, 0 without one.
+func (w *waker) sleeperID() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur == nil {
+		return 0
+	}
+	return w.cur.id
 }
