@@ -681,6 +681,13 @@ func (g *grant) side() string {
 func (a *Analysis) Exclusion() *Violation {
 	for key, gs := range a.grants {
 		for i, b := range gs {
+			if a.forcedOff(b, b.ok.T) {
+				// Its holding was removed by a force before its reply
+				// came (the force named its token): it overlaps nobody
+				// at the store, and its holder must be told at once
+				// (ToldAtOnce).
+				continue
+			}
 			var over []*grant
 			for _, g := range gs[:i] {
 				if g.read && b.read {
@@ -763,6 +770,9 @@ func (a *Analysis) ToldFirst() *Violation {
 				}
 				if g.read && b.read {
 					continue // readers share the lock: nobody is told
+				}
+				if a.forcedOff(b, b.ok.T) {
+					continue // b's own holding was forced before its reply came: it took nothing from g
 				}
 				due := b.ok.T
 				if g.deadline != 0 {

@@ -507,3 +507,26 @@ func TestWorkersRecordTheirStalls(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 }
+
+// TestAGrantForcedBeforeItsReplyOverlapsNobody: the force names worker 0's
+// token and completes before worker 0's grant reply arrives; worker 1 is
+// granted the key between the two. Worker 0's holding was gone from the store
+// before worker 1's grant: neither exclusion nor told-first is broken, and
+// told-at-once still requires worker 0 to be told (as the long run found: a
+// force, the next grant 1 ms later, the forced grant's reply 26 ms later, its
+// Done 18 ms after that).
+func TestAGrantForcedBeforeItsReplyOverlapsNobody(t *testing.T) {
+	acquire := []Event{
+		{T: ms(0), Proc: 0, Op: OpAcquire, Type: Invoke, ID: 1, Key: "k", Mode: "wait"},
+		{T: ms(40), Proc: 0, Op: OpAcquire, Type: OK, ID: 1, Key: "k", Mode: "wait", Token: 10, Deadline: ms(400)},
+	}
+	other := grantEvents(1, 1, 12, 11, 400)
+	told := cat(acquire, forceEvents(10, 10), other, doneEvents(0, 58, 10), releaseEvents(0, 2, 60), releaseEvents(1, 2, 200))
+	if got := checkerNames(Analyze(told, checkParams)); len(got) != 0 {
+		t.Errorf("a grant forced before its reply came, told 18 ms after it: %v, want no violation", got)
+	}
+	never := cat(acquire, forceEvents(10, 10), other, releaseEvents(1, 2, 200), releaseEvents(0, 2, 300))
+	if got := checkerNames(Analyze(never, checkParams)); !slices.Contains(got, "told-at-once") {
+		t.Errorf("a grant forced before its reply came and never told: %v, want told-at-once", got)
+	}
+}
