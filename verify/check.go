@@ -681,11 +681,13 @@ func (g *grant) side() string {
 func (a *Analysis) Exclusion() *Violation {
 	for key, gs := range a.grants {
 		for i, b := range gs {
-			if a.forcedOff(b, b.ok.T) {
+			if a.forcedOff(b, b.ok.T) || b.end <= b.ok.T {
 				// Its holding was removed by a force before its reply
 				// came (the force named its token): it overlaps nobody
 				// at the store, and its holder must be told at once
-				// (ToldAtOnce).
+				// (ToldAtOnce). Or its window was over when its holder
+				// saw it (its deadline passed while the reply was on
+				// its way or the worker stalled): it holds nothing.
 				continue
 			}
 			var over []*grant
@@ -771,8 +773,8 @@ func (a *Analysis) ToldFirst() *Violation {
 				if g.read && b.read {
 					continue // readers share the lock: nobody is told
 				}
-				if a.forcedOff(b, b.ok.T) {
-					continue // b's own holding was forced before its reply came: it took nothing from g
+				if a.forcedOff(b, b.ok.T) || b.end <= b.ok.T {
+					continue // b's own holding was forced before its reply came, or over when seen: it took nothing from g
 				}
 				due := b.ok.T
 				if g.deadline != 0 {
@@ -817,6 +819,9 @@ func (a *Analysis) toldAtDeadline() *Violation {
 	for key, gs := range a.grants {
 		for _, g := range gs {
 			d := g.deadline
+			if d != 0 {
+				d = max(d, g.ok.T) // a grant seen past its deadline is told once seen
+			}
 			if d == 0 || d+toldMargin > last || g.relInv != 0 && g.relInv <= d || g.death != 0 && g.death <= d+toldMargin ||
 				g.done != 0 && g.done <= d+toldMargin || a.procFault(d, d+toldMargin, g.ok.Proc) {
 				continue

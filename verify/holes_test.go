@@ -530,3 +530,25 @@ func TestAGrantForcedBeforeItsReplyOverlapsNobody(t *testing.T) {
 		t.Errorf("a grant forced before its reply came and never told: %v, want told-at-once", got)
 	}
 }
+
+// TestAGrantOverWhenSeenOverlapsNobody: worker 1's grant reply reaches it
+// after its deadline (the long run: a black hole, then a stall, 147 ms past
+// it); its holder is told at once and holds nothing, so worker 0's holding
+// meanwhile is neither overlapped nor owed a Done.
+func TestAGrantOverWhenSeenOverlapsNobody(t *testing.T) {
+	late := []Event{
+		{T: ms(0), Proc: 1, Op: OpAcquire, Type: Invoke, ID: 1, Key: "k", Mode: "wait"},
+		{T: ms(550), Proc: 1, Op: OpAcquire, Type: OK, ID: 1, Key: "k", Mode: "wait", Token: 10, Deadline: ms(400)},
+		{T: ms(551), Proc: 1, Op: OpDone, Key: "k", Token: 10},
+	}
+	h := cat(late, grantEvents(0, 1, 402, 11, 400), releaseEvents(1, 2, 560), releaseEvents(0, 2, 600))
+	if got := checkerNames(Analyze(h, checkParams)); len(got) != 0 {
+		t.Errorf("a grant over when its holder saw it: %v, want no violation", got)
+	}
+	// Seen 10 ms before its deadline, it overlaps worker 0's for 10 ms.
+	late[1].Deadline = ms(560)
+	h = cat(late, grantEvents(0, 1, 402, 11, 400), releaseEvents(1, 2, 560), releaseEvents(0, 2, 600))
+	if got := checkerNames(Analyze(h, checkParams)); !slices.Contains(got, "exclusion") {
+		t.Errorf("a grant still valid when seen, beside another: %v, want exclusion", got)
+	}
+}
