@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	github.com/dlock-go/dlock => ../..
+	github.com/dlock-go/dlock/dlockrueidis => ../../dlockrueidis
 	github.com/dlock-go/dlock/etcdlock => ../../etcdlock
 	github.com/dlock-go/dlock/mysqllock => ../../mysqllock
 	github.com/dlock-go/dlock/natslock => ../../natslock
@@ -29,7 +30,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
-	golang.org/x/sys v0.49.0
+	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.47.0
 )
 
@@ -60,7 +61,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
