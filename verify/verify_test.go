@@ -192,8 +192,11 @@ var scenarios = []scenario{
 
 // longRunOnly are the scenarios the quick run leaves out (each starts a
 // store of its own for a workload that another store's quick scenario runs
-// too): they run when -seeds, -seed or -duration is given.
-var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true}
+// too: PostgreSQL's lock-delay and resized semaphore, the slowest of the
+// quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
+// when -seeds, -seed or -duration is given.
+var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
+	"postgres-lock-delay": true, "postgres-semaphore-resize": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
