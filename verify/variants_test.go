@@ -73,7 +73,7 @@ var variants = []variant{
 				// lease, past its deadline when it resumes, is released
 				// (lost on the local side: one release follows) after the
 				// key went to another.
-				c.Workers, c.Duration = 3, duration(8*time.Second)
+				c.Workers, c.Duration = 3, duration(14*time.Second) // a few stops of the holder: one alone missed on seed 1 in CI
 				c.Spec.Keys, c.Spec.Hold = []string{"a"}, 300*time.Millisecond
 			}}}},
 	{name: "mysqlnocheck", breaks: "MariaDB: the release frees the key's row without checking the owner",
