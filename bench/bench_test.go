@@ -50,7 +50,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	var tables, lines, progress bytes.Buffer
 	ms, err := run(ctx, cfg, &tables, &lines, &progress)

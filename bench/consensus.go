@@ -160,13 +160,10 @@ func openZK(o opening) (locker, error) {
 	return dlockLocker{c: c, close: d.Close}, nil
 }
 
-// warmUpTime is how long every variant locking on etcd or ZooKeeper locks and
-// unlocks before the first measurement: the first requests a fresh server
-// serves (ZooKeeper's JVM above all) are many times slower than the later ones.
-const warmUpTime = time.Second
-
-// warmUp locks and unlocks, for warmUpTime, through every variant of the run
-// that locks on etcd or ZooKeeper.
+// warmUp locks and unlocks, for the config's warm-up time (a second, 300 ms
+// with -quick), through every variant of the run that does not lock on Redis:
+// the first requests a fresh server serves (ZooKeeper's JVM above all) are
+// many times slower than the later ones.
 func (e *env) warmUp(ctx context.Context) error {
 	for _, v := range variants {
 		if v.on == onRedis || !e.cfg.runs(v) {
@@ -178,7 +175,7 @@ func (e *env) warmUp(ctx context.Context) error {
 		}
 		m := ms.lk.mutex("bench:warmup")
 		n := 0
-		for end := time.Now().Add(warmUpTime); time.Now().Before(end) && err == nil; n++ {
+		for end := time.Now().Add(e.cfg.warmUp); time.Now().Before(end) && err == nil; n++ {
 			if err = m.lock(ctx); err == nil {
 				err = m.unlock(ctx)
 			}
@@ -187,7 +184,7 @@ func (e *env) warmUp(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("warm-up of %s: %w", v.name, err)
 		}
-		e.logf("warm-up %-12s %d lock cycles in %v", v.name, n, warmUpTime)
+		e.logf("warm-up %-12s %d lock cycles in %v", v.name, n, e.cfg.warmUp)
 	}
 	return e.idleCPU(ctx)
 }

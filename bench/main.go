@@ -72,6 +72,7 @@ type config struct {
 	cKeys      int
 	cPollCap   int
 	cSettle    time.Duration
+	warmUp     time.Duration // how long each variant on etcd, ZooKeeper, PostgreSQL, NATS or MySQL locks before the first measurement
 	cDrain     time.Duration
 	only       map[string]bool // variant names; empty means all
 	jsonPath   string
@@ -95,6 +96,7 @@ func defaultConfig() config {
 		cKeys:     10000,
 		cPollCap:  1000,
 		cSettle:   time.Second,
+		warmUp:    time.Second,
 		cDrain:    5 * time.Second,
 	}
 }
@@ -109,6 +111,7 @@ func quickConfig(c config) config {
 	c.cKeys = 1000
 	c.cPollCap = 200
 	c.cSettle = 300 * time.Millisecond
+	c.warmUp = 300 * time.Millisecond
 	c.cDrain = 2 * time.Second
 	c.bpG = []int{4}
 	c.sK = []int{1000}
