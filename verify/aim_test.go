@@ -30,6 +30,7 @@ var quickAims = map[string][]string{
 	"memlock":                   {FaultForce},
 	"etcd-3":                    {FaultPartition},
 	"zookeeper":                 {FaultExpire},
+	"zookeeper-3":               {FaultCrash},
 	"postgres":                  {},
 	"mysql":                     {},
 	"postgres-semaphore-resize": {},
@@ -58,13 +59,37 @@ var quickAims = map[string][]string{
 	"memlock-handoff":  {},
 }
 
-// aims returns the faults sc's run must show bit: quickAims's in the quick
-// run, its whole repertoire in a run of -duration.
+// aims returns the faults each run of sc must show bit: quickAims's in the
+// quick run; none in a run of -duration (the long run), which requires them
+// of the scenario's seeds together (see requireBites).
 func (sc scenario) aims() []string {
-	if q, ok := quickAims[sc.name]; ok && *durFlag == 0 {
-		return q
+	if *durFlag != 0 {
+		return nil
 	}
-	return slices.Clone(sc.faults)
+	return quickAims[sc.name]
+}
+
+// requireBites fails t, in a run of -duration (the long run), unless every
+// fault of sc's repertoire had its effect in at least one of the runs
+// tallied for it: a fault that never bit over all of them proved nothing.
+// (One run's draws of 60 s do not reach every fault of a repertoire of seven,
+// nor does each drawn fault find something to bite on each time.)
+func (sc scenario) requireBites(t *testing.T) {
+	if *durFlag == 0 {
+		return
+	}
+	talliesMu.Lock()
+	tl := tallies[sc.name]
+	talliesMu.Unlock()
+	if tl == nil {
+		return
+	}
+	for _, f := range sc.faults {
+		if tl.bit[f] == 0 {
+			t.Errorf("fault: %s had its effect in none of the %d runs of %s (injected %d times): its faults that did: %s",
+				f, len(tl.seeds), sc.name, tl.injected[f], Stats{ByFault: tl.injected, Bit: tl.bit}.BitSummary())
+		}
+	}
 }
 
 // TestEveryScenarioNamesItsAims: every scenario says which of its faults its

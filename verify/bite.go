@@ -35,6 +35,11 @@ import (
 //   - force: it removed a holding the history shows.
 //   - reset: it cut a connection the workers had open (the proxies count
 //     them), or as the network faults below.
+//   - a crash of a store that loses nothing and records the connections
+//     its servers closed (a ZooKeeper ensemble's leader: the killed server
+//     closes those of the workers on it, the others those of theirs as they
+//     leave the dead leader to elect another): it closed one, or as the
+//     network faults below.
 //   - every other fault (a delay, a black hole, a one-way partition, an etcd
 //     partition, a ZooKeeper session expiry, PostgreSQL's terminated
 //     backends, a crash of a store that loses nothing): it cut or held up
@@ -76,7 +81,7 @@ func (a *Analysis) bit(f fault) bool {
 		return a.killedHolder(f)
 	case a.P.Unsafe[f.name]:
 		return a.lostHolding(f)
-	case f.name == FaultReset && f.cut > 0:
+	case f.cut > 0:
 		return true
 	}
 	return a.cutOperation(f)

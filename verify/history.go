@@ -92,7 +92,8 @@ type Event struct {
 	Delay      time.Duration `json:"delay,omitempty"`       // a delay fault's, of requests
 	ReplyDelay time.Duration `json:"reply_delay,omitempty"` // a delay fault's, of replies
 	// Cut is a reset's, on its completion: how many open connections
-	// between the workers and the store it cut.
+	// between the workers and the store it cut; a crash's of a store
+	// that records them: how many of them its servers closed.
 	Cut  int `json:"cut,omitempty"`
 	Line int `json:"-"` // position in the merged history
 }

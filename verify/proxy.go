@@ -28,6 +28,7 @@ type Proxy struct {
 	holeUp, holeDown bool          // requests, replies held by a black hole
 	changed          chan struct{} // closed (and replaced) when a delay or the black hole changes
 	closed           bool
+	serverCloses     int // connections the server closed (see ServerCloses)
 }
 
 const (
@@ -71,6 +72,15 @@ func (p *Proxy) Reset() int {
 		l.cut()
 	}
 	return len(links)
+}
+
+// ServerCloses returns how many connections the server has closed (or that
+// broke on its side) since the proxy started: those that ended on the
+// server's side while the proxy had not cut them.
+func (p *Proxy) ServerCloses() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.serverCloses
 }
 
 // SetDelay holds back every chunk of data for up on its way to the server
@@ -171,9 +181,9 @@ func (p *Proxy) accept() {
 		p.wg.Add(4)
 		p.mu.Unlock()
 		up, down := make(chan chunk, proxyQueue), make(chan chunk, proxyQueue)
-		go p.read(l, c, up)
+		go p.read(l, c, up, false)
 		go p.forward(l, s, up, true)
-		go p.read(l, s, down)
+		go p.read(l, s, down, true)
 		go p.forward(l, c, down, false)
 	}
 }
@@ -200,9 +210,10 @@ type chunk struct {
 	t time.Time
 }
 
-// read reads src into q until src ends or the link is cut; then it closes q.
-// It stops reading while q is full.
-func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk) {
+// read reads src (the server's side: server) into q until src ends or the
+// link is cut; then it closes q. It stops reading while q is full. The
+// server's end of a link the proxy did not cut counts in ServerCloses.
+func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk, server bool) {
 	defer p.wg.Done()
 	defer close(q)
 	b := make([]byte, proxyChunk)
@@ -216,6 +227,15 @@ func (p *Proxy) read(l *link, src net.Conn, q chan<- chunk) {
 			}
 		}
 		if err != nil {
+			select {
+			case <-l.done: // cut here: a cut closes done before the connections
+			default:
+				if server {
+					p.mu.Lock()
+					p.serverCloses++
+					p.mu.Unlock()
+				}
+			}
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,7 @@ var scenarios = []scenario{
 	{"memlock", "memlock", "plain", []string{FaultForce}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks), linearizable, liveness (worker goroutines: one process)", false},
 	{"etcd-3", "etcd", "plain", []string{FaultPartition, FaultStop, FaultKill, FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys and leases)", false},
 	{"zookeeper", "zookeeper", "plain", []string{FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes)", false},
+	{"zookeeper-3", "zookeeper-3", "plain", []string{FaultCrash, FaultExpire, FaultStop, FaultKill, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes; three servers, the leader killed)", false},
 	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows)", false},
 	{"mysql", "mysql", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows; MariaDB 10.11)", false},
 	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
@@ -266,7 +268,7 @@ func TestScenarios(t *testing.T) {
 			for _, seed := range seeds(1, 1) {
 				spec := quickSpec(sc.kind)
 				spec.Backend = sc.backend
-				if sc.backend == "zookeeper" || sc.backend == "postgres" || sc.backend == "mysql" { // the TTL is the session timeout; the SQL stores are slower
+				if strings.HasPrefix(sc.backend, "zookeeper") || sc.backend == "postgres" || sc.backend == "mysql" { // the TTL is the session timeout; the SQL stores are slower
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				if sc.backend == "etcd" || sc.backend == "nats" { // whole seconds
@@ -285,6 +287,7 @@ func TestScenarios(t *testing.T) {
 				record(sc, seed, r)
 				r.Report(t, seed)
 			}
+			sc.requireBites(t)
 		})
 	}
 }

@@ -227,6 +227,13 @@ func (p *process) run(cmd *exec.Cmd, logPath, name string, ready func() bool) er
 	if err != nil {
 		return err
 	}
+	return p.awaitReady(exited, name, ready)
+}
+
+// awaitReady waits until ready reports true for the process started with the
+// exit channel exited (see run).
+func (p *process) awaitReady(exited <-chan struct{}, name string, ready func() bool) error {
+	var err error
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		select {

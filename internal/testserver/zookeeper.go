@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,11 @@ type ZooKeeper struct {
 
 	dir  string
 	proc process
+	// id and peers make the server a member of an ensemble (see
+	// StartZooKeeperEnsemble): its number, and the server.N lines of every
+	// member.
+	id    int
+	peers string
 }
 
 // zooKeeperHome is where the Debian zookeeper package installs its scripts;
@@ -105,13 +111,24 @@ func NewZooKeeper(dir string) (*ZooKeeper, error) {
 }
 
 // Start (re)starts the server on its port with its data directory, and waits
-// until it serves requests.
+// until it serves requests (a member of an ensemble: until it has joined a
+// quorum, as leader or follower).
 func (z *ZooKeeper) Start() error {
-	cmd, err := ZooKeeperCommand()
+	exited, err := z.launch()
 	if err != nil {
 		return err
 	}
+	return z.awaitServing(exited)
+}
+
+// launch writes the server's configuration and starts it, without waiting.
+func (z *ZooKeeper) launch() (<-chan struct{}, error) {
+	cmd, err := ZooKeeperCommand()
+	if err != nil {
+		return nil, err
+	}
 	cfg := filepath.Join(z.dir, "zoo.cfg")
+	data := filepath.Join(z.dir, "data")
 	body := fmt.Sprintf(`tickTime=%d
 minSessionTimeout=%d
 maxSessionTimeout=%d
@@ -122,18 +139,51 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,conf,cons,wchc,wchp,dump
 maxClientCnxns=0
 `, ZooKeeperTick.Milliseconds(), ZooKeeperMinSession.Milliseconds(), ZooKeeperMaxSession.Milliseconds(),
-		filepath.Join(z.dir, "data"), z.Port)
-	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
-		return err
+		data, z.Port)
+	main := "org.apache.zookeeper.server.ZooKeeperServerMain"
+	if z.peers != "" {
+		// A follower that hears nothing from its leader for syncLimit
+		// ticks leaves it; a new leader waits initLimit ticks for its
+		// followers to sync.
+		body += "initLimit=10\nsyncLimit=5\nstandaloneEnabled=false\n" + z.peers
+		main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(z.id)+"\n"), 0o644); err != nil {
+			return nil, err
+		}
 	}
-	args := append(cmd[1:], "org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
-	// "ruok" answers before the server serves requests; srvr names the mode
-	// only once it does.
-	return z.proc.run(exec.Command(cmd[0], args...), filepath.Join(z.dir, "zookeeper.log"),
-		"ZooKeeper on "+z.Addr, func() bool {
-			out, err := z.FourLetter("srvr")
-			return err == nil && strings.Contains(out, "Mode: ")
-		})
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		return nil, err
+	}
+	args := append(cmd[1:], main, cfg)
+	return z.proc.start(exec.Command(cmd[0], args...), filepath.Join(z.dir, "zookeeper.log"))
+}
+
+// awaitServing waits until the server started with exit channel exited serves
+// requests: "ruok" answers before it does; srvr names its mode only once it
+// does.
+func (z *ZooKeeper) awaitServing(exited <-chan struct{}) error {
+	return z.proc.awaitReady(exited, "ZooKeeper on "+z.Addr, func() bool {
+		_, err := z.Mode()
+		return err == nil
+	})
+}
+
+// Mode returns the server's mode as srvr names it: standalone, leader or
+// follower; an error while it serves no requests.
+func (z *ZooKeeper) Mode() (string, error) {
+	out, err := z.FourLetter("srvr")
+	if err != nil {
+		return "", err
+	}
+	_, mode, ok := strings.Cut(out, "Mode: ")
+	if !ok {
+		return "", fmt.Errorf("testserver: ZooKeeper on %s serves no requests: %s", z.Addr, strings.TrimSpace(out))
+	}
+	mode, _, _ = strings.Cut(mode, "\n")
+	return strings.TrimSpace(mode), nil
 }
 
 // FourLetter sends a four-letter-word command (such as "srvr" or "wchp") and
@@ -164,3 +214,106 @@ func (z *ZooKeeper) Signal(sig os.Signal) error { return z.proc.signal(sig) }
 
 // PID returns the server's process ID, or 0 when it is not running.
 func (z *ZooKeeper) PID() int { return z.proc.pid() }
+
+// ZooKeeperEnsemble is an ensemble of ZooKeeper servers started for a test.
+type ZooKeeperEnsemble struct {
+	Members []*ZooKeeper
+}
+
+// Addrs returns the members' client addresses.
+func (e *ZooKeeperEnsemble) Addrs() []string {
+	a := make([]string, len(e.Members))
+	for i, m := range e.Members {
+		a[i] = m.Addr
+	}
+	return a
+}
+
+// Leader returns the running member that serves as the ensemble's leader,
+// waiting (bounded by ctx) while there is none (an election).
+func (e *ZooKeeperEnsemble) Leader(ctx context.Context) (*ZooKeeper, error) {
+	for {
+		for _, m := range e.Members {
+			if m.PID() == 0 {
+				continue
+			}
+			if mode, err := m.Mode(); err == nil && mode == "leader" {
+				return m, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("testserver: no ZooKeeper leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// StartZooKeeperEnsemble starts an ensemble of n (at least 3, odd) ZooKeeper
+// servers on free loopback ports, each with the bounds of NewZooKeeper and its
+// data in a directory of t.TempDir, and waits until every member serves
+// requests. All of them are stopped by t.Cleanup, also when the start fails
+// half way. A member stopped (Stop) and started again (Start) rejoins.
+func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
+	t.Helper()
+	if n < 3 || n%2 == 0 {
+		t.Fatalf("testserver: ZooKeeper ensemble of %d servers (3, 5, ...)", n)
+	}
+	if _, err := ZooKeeperCommand(); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for try := 0; try < 3; try++ {
+		e, err := startZooKeeperEnsemble(t.TempDir(), n)
+		if err == nil {
+			t.Cleanup(e.stop)
+			return e
+		}
+		lastErr = err
+	}
+	t.Fatal(lastErr)
+	return nil
+}
+
+// stop stops every member.
+func (e *ZooKeeperEnsemble) stop() {
+	for _, m := range e.Members {
+		m.Stop()
+	}
+}
+
+func startZooKeeperEnsemble(dir string, n int) (*ZooKeeperEnsemble, error) {
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return nil, err
+	}
+	e := &ZooKeeperEnsemble{}
+	var peers strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[3*i+1], ports[3*i+2])
+	}
+	for i := 0; i < n; i++ {
+		p := ports[3*i]
+		e.Members = append(e.Members, &ZooKeeper{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), Port: p,
+			dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), id: i + 1, peers: peers.String()})
+	}
+	// No member serves before a quorum runs: launch all, then wait.
+	exits := make([]<-chan struct{}, n)
+	for i, m := range e.Members {
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			e.stop()
+			return nil, err
+		}
+		if exits[i], err = m.launch(); err != nil {
+			e.stop()
+			return nil, err
+		}
+	}
+	for i, m := range e.Members {
+		if err := m.awaitServing(exits[i]); err != nil {
+			e.stop()
+			return nil, err
+		}
+	}
+	return e, nil
+}
