@@ -53,10 +53,11 @@ var quickAims = map[string][]string{
 	"memlock-once":              {},
 	"rueidis-plain":             {},
 	// In the long run only (-duration), which requires every fault.
-	"postgres-handoff": {},
-	"postgres-once":    {},
-	"etcd-3-once":      {},
-	"memlock-handoff":  {},
+	"postgres-handoff":  {},
+	"postgres-once":     {},
+	"etcd-3-once":       {},
+	"memlock-handoff":   {},
+	"redlock-5-handoff": {},
 }
 
 // aims returns the faults each run of sc must show bit: quickAims's in the

@@ -187,6 +187,7 @@ var scenarios = []scenario{
 	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
 	{"postgres-once", "postgres", once, []string{FaultStop, FaultKill, FaultBlackhole, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "once, liveness (rows)", false},
 	{"etcd-3-once", "etcd", once, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "once (results live whole seconds: their end is not judged), liveness (keys and leases)", false},
+	{"redlock-5-handoff", "redlock", handOff, []string{FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "hand-off (resumed holdings on a majority of five masters), fencing, resource, exclusion (one master crashed at a time: excused), told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
 	{"memlock-handoff", "memlock", handOff, []string{FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness (worker goroutines: one process)", false},
 	{"memlock-once", "memlock", once, []string{FaultForce}, "", false, 0, "once, liveness (worker goroutines: one process)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
@@ -197,7 +198,7 @@ var scenarios = []scenario{
 // too: PostgreSQL's lock-delay and resized semaphore, the slowest of the
 // quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
 // when -seeds, -seed or -duration is given.
-var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
+var longRunOnly = map[string]bool{"postgres-handoff": true, "redlock-5-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
 	"postgres-lock-delay": true, "postgres-semaphore-resize": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
@@ -232,7 +233,7 @@ func (sc scenario) configure(t *testing.T, c *Config) {
 		// 3 s TTL and 2 s holds, up to a second after the force, where
 		// told-at-once's bound is 150 ms here (a pushed loss takes a few ms).
 		c.Spec.TTL, c.Spec.Hold, c.Spec.Wait = 3*time.Second, 2*time.Second, 8*time.Second
-		c.Duration, c.Told = duration(15*time.Second), 150*time.Millisecond
+		c.Duration, c.Told = duration(10*time.Second), 150*time.Millisecond
 	}
 	if sc.kind == handOff || sc.kind == once {
 		c.Duration = duration(4 * time.Second)
