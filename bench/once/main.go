@@ -1,9 +1,9 @@
 // Command once measures dlock.Once on a server it starts (redis-server,
-// PostgreSQL or etcd): G callers, each with a Client (and a connection) of its
+// PostgreSQL or etcd) or on memlock: G callers, each with a Client (and a connection) of its
 // own, ask for one key at once; it reports how many computations ran and the
 // callers' waits against the computation's time, medians over the rounds.
 //
-//	go run ./once [-backend redis|postgres|etcd] [-g 64] [-compute 200ms] [-rounds 5]
+//	go run ./once [-backend redis|postgres|etcd|memlock] [-g 64] [-compute 200ms] [-rounds 5]
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/memlock"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -67,12 +68,16 @@ func open(backend, dir string) (newClient func() (*dlock.Client, error), stop fu
 			}
 			return etcdlock.New(cli)
 		}, srv.Stop, nil
+	case "memlock":
+		// One store in this process, a Client of its own per caller.
+		st := memlock.NewStore()
+		return func() (*dlock.Client, error) { return memlock.New(st) }, func() {}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown backend %q (redis, postgres or etcd)", backend)
+	return nil, nil, fmt.Errorf("unknown backend %q (redis, postgres, etcd or memlock)", backend)
 }
 
 func main() {
-	backend := flag.String("backend", "redis", "the store: redis, postgres or etcd")
+	backend := flag.String("backend", "redis", "the store: redis, postgres, etcd or memlock")
 	g := flag.Int("g", 64, "concurrent callers, a Client each")
 	compute := flag.Duration("compute", 200*time.Millisecond, "the computation's time")
 	rounds := flag.Int("rounds", 5, "rounds, each on a new key")
