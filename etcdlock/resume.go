@@ -1,0 +1,104 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+var _ driver.Resumer = (*Driver)(nil)
+
+// Resume implements driver.Resumer: one transaction takes up h.Owner's entry
+// of h.Key if its create revision is token and no older entry is queued
+// before it (it still holds the lock), and moves it to the Driver's shared
+// lease of h.TTL (whole seconds, rounded up), keeping its create revision,
+// which is the fencing token. etcd's leases cannot change their TTL, and the
+// detached holding's lease is its old Driver's, shared with that Driver's
+// other locks, so the entry changes leases as an Extend to another TTL does;
+// the lease it leaves goes on for the locks still on it. The same
+// transaction reads the lock-delay marker, so that a holding taken with a
+// lock-delay deletes its own marker when it is released. Like an
+// acquisition, Resume grants or renews the shared lease first when it has
+// less than h.TTL left, and registers the holding with the Driver's loss
+// watch. It returns an error matching dlock.ErrNotHeld, and writes nothing,
+// when the entry is gone, is another owner's or token's, or is not first.
+func (d *Driver) Resume(ctx context.Context, hd driver.Holding, token uint64) (driver.Grant, error) {
+	ctx, done := d.request(ctx)
+	g, err := d.resume(ctx, hd, token)
+	return g, done(err)
+}
+
+func (d *Driver) resume(ctx context.Context, hd driver.Holding, token uint64) (driver.Grant, error) {
+	if err := checkOwner(hd.Owner); err != nil {
+		return driver.Grant{}, err
+	}
+	if token == 0 || token > math.MaxInt64 {
+		return driver.Grant{}, notHeld(hd.Key)
+	}
+	rev, entry, mk := int64(token), EntryKey(hd.Key, hd.Owner), DelayKey(hd.Key)
+	if err := d.takeUp(ctx, entry); err != nil {
+		return driver.Grant{}, err
+	}
+	secs := leaseSeconds(hd.TTL)
+	for i := 0; i < leaseAttempts; i++ {
+		start := time.Now()
+		sl, err := d.lease(ctx, secs, start)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		// Every entry of the queue compares: none is older than the
+		// holding's own.
+		resp, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(entry), "=", rev),
+				clientv3.Compare(clientv3.CreateRevision(QueuePrefix(hd.Key)).WithPrefix(), ">", rev-1)).
+			Then(clientv3.OpPut(entry, "", clientv3.WithIgnoreValue(), clientv3.WithLease(sl.leaseID())), clientv3.OpGet(mk)).
+			Commit()
+		if err != nil {
+			if err = sl.failed(err); err == errLeaseGone {
+				continue
+			}
+			return driver.Grant{}, err
+		}
+		if !resp.Succeeded {
+			return driver.Grant{}, notHeld(hd.Key)
+		}
+		h := newOwnEntry(entry, rev, sl)
+		if m := markerOf(resp.Responses[1]); m != nil {
+			if tok, _, ok := parseMark(m.Value); ok && tok == rev {
+				h.delayMark = string(m.Value)
+			}
+		}
+		sl.attach(h, start.Add(seconds(secs)))
+		d.hold(h)
+		return driver.Grant{Token: token, TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
+	}
+	return driver.Grant{}, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", driver.ErrUnavailable, leaseAttempts)
+}
+
+// takeUp retires the handle the Driver may still keep of entry (a holding
+// of its own, detached, that it now resumes): the sweep of its shared lease
+// must not remove the entry at that handle's old deadline. It waits for a
+// sweep under way, so that none sees the handle once the entry is taken up.
+func (d *Driver) takeUp(ctx context.Context, entry string) error {
+	d.lw.mu.Lock()
+	old := d.lw.holds[entry]
+	d.lw.mu.Unlock()
+	if old == nil {
+		return nil
+	}
+	sl := old.shared()
+	if sl == nil {
+		return nil
+	}
+	if err := sl.enter(ctx); err != nil {
+		return mapErr(err)
+	}
+	sl.detach(old)
+	sl.leave()
+	return nil
+}
