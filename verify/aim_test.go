@@ -56,6 +56,8 @@ var quickAims = map[string][]string{
 	"postgres-once":    {},
 	"etcd-3-once":      {},
 	"memlock-handoff":  {},
+	"etcd-3-handoff":   {},
+	"nats-handoff":     {},
 }
 
 // aims returns the faults sc's run must show bit: quickAims's in the quick

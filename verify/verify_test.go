@@ -185,6 +185,8 @@ var scenarios = []scenario{
 	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
 	{"postgres-once", "postgres", once, []string{FaultStop, FaultKill, FaultBlackhole, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "once, liveness (rows)", false},
 	{"etcd-3-once", "etcd", once, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "once (results live whole seconds: their end is not judged), liveness (keys and leases)", false},
+	{"etcd-3-handoff", "etcd", handOff, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (keys and leases)", false},
+	{"nats-handoff", "nats", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (keys of the bucket)", false},
 	{"memlock-handoff", "memlock", handOff, []string{FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness (worker goroutines: one process)", false},
 	{"memlock-once", "memlock", once, []string{FaultForce}, "", false, 0, "once, liveness (worker goroutines: one process)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
@@ -196,7 +198,7 @@ var scenarios = []scenario{
 // quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
 // when -seeds, -seed or -duration is given.
 var longRunOnly = map[string]bool{"postgres-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
-	"postgres-lock-delay": true, "postgres-semaphore-resize": true}
+	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
