@@ -40,10 +40,20 @@ func (d *Driver) resume(ctx context.Context, hd driver.Holding, token uint64) (d
 	if token == 0 || token > math.MaxInt64 {
 		return driver.Grant{}, notHeld(hd.Key)
 	}
-	rev, entry, mk := int64(token), EntryKey(hd.Key, hd.Owner), DelayKey(hd.Key)
-	if err := d.takeUp(ctx, entry); err != nil {
+	rev, entry := int64(token), EntryKey(hd.Key, hd.Owner)
+	tookUp, err := d.takeUp(ctx, entry)
+	if err != nil {
 		return driver.Grant{}, err
 	}
+	g, err := d.moveEntry(ctx, hd, rev, entry)
+	tookUp(err == nil)
+	return g, err
+}
+
+// moveEntry moves h.Owner's entry, of create revision rev, to the Driver's
+// shared lease of h.TTL, if it still heads its queue (see Resume).
+func (d *Driver) moveEntry(ctx context.Context, hd driver.Holding, rev int64, entry string) (driver.Grant, error) {
+	mk := DelayKey(hd.Key)
 	secs := leaseSeconds(hd.TTL)
 	for i := 0; i < leaseAttempts; i++ {
 		start := time.Now()
@@ -62,6 +72,12 @@ func (d *Driver) resume(ctx context.Context, hd driver.Holding, token uint64) (d
 			if err = sl.failed(err); err == errLeaseGone {
 				continue
 			}
+			// The transaction may have moved the entry to sl: a handle
+			// of its own has it removed at the deadline this Resume
+			// would have given it, unless a Resume takes it up again.
+			ghost := newQueueEntry(entry, rev, sl.leaseID(), secs)
+			sl.attach(ghost, start.Add(seconds(secs)))
+			d.hold(ghost)
 			return driver.Grant{}, err
 		}
 		if !resp.Succeeded {
@@ -75,30 +91,42 @@ func (d *Driver) resume(ctx context.Context, hd driver.Holding, token uint64) (d
 		}
 		sl.attach(h, start.Add(seconds(secs)))
 		d.hold(h)
-		return driver.Grant{Token: token, TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
+		return driver.Grant{Token: uint64(rev), TTL: seconds(secs), Handle: h, Lost: h.lost}, nil
 	}
 	return driver.Grant{}, fmt.Errorf("%w: etcd: the Driver's lease was gone %d times in a row", driver.ErrUnavailable, leaseAttempts)
 }
 
-// takeUp retires the handle the Driver may still keep of entry (a holding
-// of its own, detached, that it now resumes): the sweep of its shared lease
-// must not remove the entry at that handle's old deadline. It waits for a
-// sweep under way, so that none sees the handle once the entry is taken up.
-func (d *Driver) takeUp(ctx context.Context, entry string) error {
+// takeUp holds off the sweep of the handle the Driver may still keep of
+// entry (a holding of its own, detached, that it now resumes): its shared
+// lease must not remove the entry at that handle's old deadline. It waits
+// for a sweep under way, so that none sees the handle while the entry is
+// being taken up. The returned function ends it: with true (the entry was
+// taken up) the handle is retired; with false it is the sweep's again, so
+// that the detached holding still ends at its deadline.
+func (d *Driver) takeUp(ctx context.Context, entry string) (func(bool), error) {
 	d.lw.mu.Lock()
 	old := d.lw.holds[entry]
 	d.lw.mu.Unlock()
-	if old == nil {
-		return nil
+	var sl *sharedLease
+	if old != nil {
+		sl = old.shared()
 	}
-	sl := old.shared()
 	if sl == nil {
-		return nil
+		return func(bool) {}, nil
 	}
 	if err := sl.enter(ctx); err != nil {
-		return mapErr(err)
+		return nil, mapErr(err)
 	}
-	sl.detach(old)
+	old.mu.Lock()
+	old.busy++
+	old.mu.Unlock()
 	sl.leave()
-	return nil
+	return func(ok bool) {
+		old.mu.Lock()
+		old.busy--
+		old.mu.Unlock()
+		if ok {
+			old.detachAll()
+		}
+	}, nil
 }

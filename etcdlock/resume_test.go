@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testproxy"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -172,5 +173,64 @@ func TestResumeOfAWaiterIsNotHeld(t *testing.T) {
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestResumeWithALostReply: a Resume whose reply is lost may have moved the
+// entry to its Driver's shared lease all the same; the holding still ends at
+// the deadline that Resume would have given it, though the Driver goes on
+// renewing that lease for its other locks.
+func TestResumeWithALostReply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := dlocktest.Key(t)
+	l, err := newClient(t).TryLock(ctx, key, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := l.Detach()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testproxy.Start(t, srv.Addr)
+	d, err := NewDriver(newEtcd(t, proxy.Addr), WithRequestTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewClient(d, dlock.WithTTL(time.Second), dlock.WithAutoRenew(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := newEtcd(t)
+	// The Driver's shared lease of one second, renewed for another lock
+	// throughout.
+	keep, err := b.TryLock(ctx, key+"-kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = keep.Unlock(ctx) }()
+	var moved *mvccpb.KeyValue
+	for range 5 {
+		proxy.Blackhole(testproxy.Downstream, true)
+		_, err := b.Resume(ctx, ref)
+		proxy.Blackhole(testproxy.Downstream, false)
+		proxy.Reset()
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("Resume without its reply: %v, want ErrUnavailable", err)
+		}
+		kv, _ := entryKV(t, obs, key, l.Owner())
+		if kv.Lease == int64(d.class(1).leaseID()) {
+			moved = kv
+			break
+		}
+	}
+	if moved == nil {
+		t.Skip("no Resume reached the server in 5 tries")
+	}
+	gone := deletion(t, obs, EntryKey(key, l.Owner()), moved.ModRevision+1)
+	del := awaitDeletion(t, gone, 10*time.Second)
+	t.Logf("the moved entry deleted at revision %d", del.rev)
+	if keep.Err() != nil {
+		t.Logf("the other lock's lease ended meanwhile: %v", keep.Err())
 	}
 }
