@@ -212,7 +212,11 @@ func (a *Analysis) HandOff() *Violation {
 					Msg: fmt.Sprintf("key %s: worker %d resumed token %d after a force-unlock removed it", e.Key, e.Proc, e.Token)}
 			}
 		}
-		if late := in.T - d.ok.T; late > int64(a.P.TTL)+handOffSlack(a.P.TTL) && !a.faultNear(d.inv.T-int64(a.P.TTL), in.T, noProc) {
+		limit := int64(a.P.TTL) + handOffSlack(a.P.TTL)
+		if a.P.Detached > 0 {
+			limit = int64(a.P.Detached)
+		}
+		if late := in.T - d.ok.T; late > limit && !a.faultNear(d.inv.T-int64(a.P.TTL), in.T, noProc) {
 			return &Violation{Checker: "hand-off", Lines: []int{d.ok.Line, in.Line, e.Line},
 				Msg: fmt.Sprintf("key %s: worker %d resumed token %d %v after its Detach, past its TTL of %v", e.Key, e.Proc, e.Token,
 					time.Duration(late).Round(time.Millisecond), a.P.TTL)}
