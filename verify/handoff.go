@@ -127,7 +127,11 @@ func (w *worker) resume(ctx context.Context, ref string) {
 		share = 0.5
 	}
 	if w.rng.Float64() < share {
-		late = 2*w.s.TTL + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
+		after := w.s.LateAfter
+		if after == 0 {
+			after = 2 * w.s.TTL
+		}
+		late = after + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
 	}
 	t := time.NewTimer(late)
 	select {

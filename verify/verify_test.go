@@ -237,6 +237,12 @@ func (sc scenario) configure(t *testing.T, c *Config) {
 	if sc.kind == handOff || sc.kind == once {
 		c.Duration = duration(4 * time.Second)
 	}
+	if sc.kind == handOff && sc.backend == "etcd" {
+		// Late resumes come after what etcd may keep a detached holding
+		// (detachedLife), in a longer run that has room for them.
+		c.Spec.LateAfter = detachedLife(c.Spec) + c.Spec.TTL/4
+		c.Duration = duration(8 * time.Second)
+	}
 	switch sc.backend {
 	case "valkey":
 		bin, err := testserver.ValkeyBinary()
