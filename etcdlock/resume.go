@@ -13,10 +13,10 @@ import (
 
 var _ driver.Resumer = (*Driver)(nil)
 
-// Resume implements driver.Resumer: one transaction takes up h.Owner's entry
-// of h.Key if its create revision is token and no older entry is queued
+// Resume implements driver.Resumer: one transaction takes up hd.Owner's entry
+// of hd.Key if its create revision is token and no older entry is queued
 // before it (it still holds the lock), and moves it to the Driver's shared
-// lease of h.TTL (whole seconds, rounded up), keeping its create revision,
+// lease of hd.TTL (whole seconds, rounded up), keeping its create revision,
 // which is the fencing token. etcd's leases cannot change their TTL, and the
 // detached holding's lease is its old Driver's, shared with that Driver's
 // other locks, so the entry changes leases as an Extend to another TTL does;
@@ -24,7 +24,7 @@ var _ driver.Resumer = (*Driver)(nil)
 // transaction reads the lock-delay marker, so that a holding taken with a
 // lock-delay deletes its own marker when it is released. Like an
 // acquisition, Resume grants or renews the shared lease first when it has
-// less than h.TTL left, and registers the holding with the Driver's loss
+// less than hd.TTL left, and registers the holding with the Driver's loss
 // watch. It returns an error matching dlock.ErrNotHeld, and writes nothing,
 // when the entry is gone, is another owner's or token's, or is not first.
 func (d *Driver) Resume(ctx context.Context, hd driver.Holding, token uint64) (driver.Grant, error) {
@@ -50,8 +50,8 @@ func (d *Driver) resume(ctx context.Context, hd driver.Holding, token uint64) (d
 	return g, err
 }
 
-// moveEntry moves h.Owner's entry, of create revision rev, to the Driver's
-// shared lease of h.TTL, if it still heads its queue (see Resume).
+// moveEntry moves hd.Owner's entry, of create revision rev, to the Driver's
+// shared lease of hd.TTL, if it still heads its queue (see Resume).
 func (d *Driver) moveEntry(ctx context.Context, hd driver.Holding, rev int64, entry string) (driver.Grant, error) {
 	mk := DelayKey(hd.Key)
 	secs := leaseSeconds(hd.TTL)
