@@ -47,7 +47,10 @@
 // when the Driver learns of it (a renewal or a write refused), every Lease on
 // it is lost at once (driver.Grant.Lost), and the Driver grants a new lease for
 // the next locks. Driver.Close revokes the Driver's leases; without it, they
-// expire on their own. While it holds locks, a Driver also keeps one watch
+// expire on their own. A holding handed over (dlock.Lease.Detach) stays on
+// its Driver's lease, ending as a holding whose renewals stopped, until a
+// Resume (Driver.Resume, in any process) moves its entry to the resuming
+// Driver's lease, keeping its create revision: a Close before then ends it. While it holds locks, a Driver also keeps one watch
 // (not one per lock) on the deletions under Prefix: a holder whose entry is
 // deleted (a force-unlock, another client's delete) loses its Lease at once,
 // with dlock.LossStoreSignal as its Observer's cause.

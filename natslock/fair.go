@@ -127,7 +127,9 @@ type entry struct {
 	permits int // a semaphore's: its number of permits (0 for 1)
 	owner   string
 	token   uint64 // its first revision: its place in the queue
-	foreign bool   // a value that is no dlock entry
+	rev     uint64 // its last revision
+	meta    string
+	foreign bool // a value that is no dlock entry
 	ends    time.Time
 }
 
@@ -154,11 +156,11 @@ func (kw *keyWatch) queueEvent(e jetstream.KeyValueEntry) {
 		kw.maxRev = max(kw.maxRev, e.Revision())
 		if e.Operation() == jetstream.KeyValuePut {
 			var rec record
-			en := entry{token: e.Revision()}
+			en := entry{token: e.Revision(), rev: e.Revision()}
 			if json.Unmarshal(e.Value(), &rec) != nil || rec.Owner == "" {
 				en.foreign = true
 			}
-			en.owner, en.permits = rec.Owner, rec.Permits
+			en.owner, en.permits, en.meta = rec.Owner, rec.Permits, rec.Meta
 			if rec.TTL > 0 {
 				en.ends = e.Created().Add(time.Duration(rec.TTL) * time.Millisecond)
 			}
@@ -209,6 +211,15 @@ func (kw *keyWatch) standing(token uint64, permits int) (ahead int, left time.Du
 		}
 	}
 	return ahead, left, foreign, other
+}
+
+// queueConflict is the error of a call that found key's queue holding
+// foreign data (other 0) or an entry written for other permits.
+func (d *Driver) queueConflict(key string, other int) error {
+	if other == 0 {
+		return fmt.Errorf("%w: natslock: the queue of %q holds a value that is not a dlock entry", driver.ErrConflict, key)
+	}
+	return fmt.Errorf("%w: natslock: %q is used with %d permits, not %d", driver.ErrConflict, key, other, d.permits)
 }
 
 // recordPermits is the Permits of the Driver's entries' records: 0 for one.
@@ -262,19 +273,8 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	if err := f.write(ctx, qe, r.TTL, r.Metadata); err != nil {
 		return driver.Grant{}, err
 	}
-	w := &waiter{wake: make(chan struct{}, 1)}
-	d.mu.Lock()
-	kw := d.use(r.Key)
-	kw.waiters = append(kw.waiters, w)
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if i := slices.Index(kw.waiters, w); i >= 0 {
-			kw.waiters = slices.Delete(kw.waiters, i, i+1)
-			kw.unused()
-		}
-	}()
+	kw, w, leave := d.awaitQueue(r.Key)
+	defer leave()
 	patience := d.cfg.requestTimeout // for the watch to deliver the entry
 	if r.Waiting {
 		patience = r.TTL / 2 // for the entry to head the queue
@@ -290,12 +290,9 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 		d.mu.Unlock()
 		switch {
 		case !known:
-		case foreign:
+		case foreign || other != 0:
 			_ = f.purge(ctx, qe, releasedTTL)
-			return driver.Grant{}, fmt.Errorf("%w: natslock: the queue of %q holds a value that is not a dlock entry", driver.ErrConflict, r.Key)
-		case other != 0:
-			_ = f.purge(ctx, qe, releasedTTL)
-			return driver.Grant{}, fmt.Errorf("%w: natslock: %q is used with %d permits, not %d", driver.ErrConflict, r.Key, other, d.permits)
+			return driver.Grant{}, d.queueConflict(r.Key, other)
 		case !live || en.owner != r.Owner:
 			// Forced or expired meanwhile: the next attempt queues anew.
 			d.dropPending(r.Key, r.Owner)
@@ -328,6 +325,25 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 			return driver.Grant{}, err
 		}
 		return driver.Grant{}, errors.Join(driver.ErrUnavailable, fmt.Errorf("natslock: the watch of %q did not deliver the queue in %v", r.Key, patience))
+	}
+}
+
+// awaitQueue registers a waiter of the Driver's watch of key's queue, woken
+// by every change of the queue (its channel is closed when the watch
+// breaks), until leave.
+func (d *Driver) awaitQueue(key string) (kw *keyWatch, w *waiter, leave func()) {
+	w = &waiter{wake: make(chan struct{}, 1)}
+	d.mu.Lock()
+	kw = d.use(key)
+	kw.waiters = append(kw.waiters, w)
+	d.mu.Unlock()
+	return kw, w, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if i := slices.Index(kw.waiters, w); i >= 0 {
+			kw.waiters = slices.Delete(kw.waiters, i, i+1)
+			kw.unused()
+		}
 	}
 }
 

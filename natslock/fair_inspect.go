@@ -2,6 +2,7 @@ package natslock
 
 import (
 	"context"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,11 +34,38 @@ func (f *FairDriver) ForceUnlock(ctx context.Context, key string) (driver.LockIn
 // entry too (nil when the queue is empty).
 func (d *Driver) inspectQueue(ctx context.Context, b *bucket, key string) (driver.LockInfo, *jetstream.RawStreamMsg, error) {
 	info := driver.LockInfo{Key: key}
+	live, err := d.readQueue(ctx, b, key)
+	if err != nil || len(live) == 0 {
+		return info, nil, err
+	}
+	head := live[0]
+	for _, q := range live[1:] {
+		if q.rec.Token < head.rec.Token {
+			head = q
+		}
+	}
+	n := max(head.rec.Permits, 1)
+	info.Held, info.Holders, info.Limit, info.Kind = true, min(len(live), n), n, d.kind
+	info.Owner, info.Token, info.LastToken, info.Metadata, info.TTL = head.rec.Owner, head.rec.Token, head.rec.Token, head.rec.Meta, remaining(head.m)
+	info.Waiters = len(live) - info.Holders
+	return info, head.m, nil
+}
+
+// queued is a live entry of a key's queue as the bucket holds it.
+type queued struct {
+	id  string
+	rec record // its Token set (the first message's own revision)
+	m   *jetstream.RawStreamMsg
+}
+
+// readQueue reads the live entries of key's queue: a listing of its
+// entries, and a read of each.
+func (d *Driver) readQueue(ctx context.Context, b *bucket, key string) ([]queued, error) {
 	rctx, cancel := d.requestCtx(ctx)
 	defer cancel()
 	lister, err := b.kv.ListKeysFiltered(rctx, key+".*")
 	if err != nil {
-		return info, nil, d.mapErr(ctx, "list", err)
+		return nil, d.mapErr(ctx, "list", err)
 	}
 	var subs []string
 	for k := range lister.Keys() {
@@ -45,37 +73,25 @@ func (d *Driver) inspectQueue(ctx context.Context, b *bucket, key string) (drive
 	}
 	_ = lister.Stop()
 	if err := rctx.Err(); err != nil {
-		return info, nil, d.mapErr(ctx, "list", err)
+		return nil, d.mapErr(ctx, "list", err)
 	}
-	var head *jetstream.RawStreamMsg
-	var headRec record
-	live := 0
+	var live []queued
 	for _, sub := range subs {
 		m, err := d.lastMsg(ctx, b, d.pre+sub)
 		if err != nil {
-			return info, nil, err
+			return nil, err
 		}
 		if m == nil || marker(m) {
 			continue
 		}
 		rec, err := decode(m)
 		if err != nil {
-			return info, nil, err
+			return nil, err
 		}
 		if rec.Token == 0 {
 			rec.Token = m.Sequence
 		}
-		live++
-		if head == nil || rec.Token < headRec.Token {
-			head, headRec = m, rec
-		}
+		live = append(live, queued{id: strings.TrimPrefix(sub, key+"."), rec: rec, m: m})
 	}
-	if head == nil {
-		return info, nil, nil
-	}
-	n := max(headRec.Permits, 1)
-	info.Held, info.Holders, info.Limit, info.Kind = true, min(live, n), n, d.kind
-	info.Owner, info.Token, info.LastToken, info.Metadata, info.TTL = headRec.Owner, headRec.Token, headRec.Token, headRec.Meta, remaining(head)
-	info.Waiters = live - info.Holders
-	return info, head, nil
+	return live, nil
 }

@@ -419,22 +419,33 @@ func (d *Driver) refresh(ctx context.Context, key, owner string, hd *hold) bool 
 // ownerHolds reads the key's last message and reports whether owner holds
 // the key, with its token and the message's revision.
 func (d *Driver) ownerHolds(ctx context.Context, key, owner string) (token, rev uint64, ok bool) {
+	rec, rev, err := d.holding(ctx, key)
+	if err != nil || rec == nil || rec.Owner != owner {
+		return 0, 0, false
+	}
+	return rec.Token, rev, true
+}
+
+// holding reads the key's last message and returns the record of its
+// holder, its Token set (the message's own revision in a first message),
+// and the message's revision; a nil record when the key is free.
+func (d *Driver) holding(ctx context.Context, key string) (*record, uint64, error) {
 	b, err := d.open(ctx, key)
 	if err != nil {
-		return 0, 0, false
+		return nil, 0, err
 	}
 	m, err := d.lastMsg(ctx, b, d.pre+key)
 	if err != nil || m == nil || marker(m) {
-		return 0, 0, false
+		return nil, 0, err
 	}
 	rec, err := decode(m)
-	if err != nil || rec.Owner != owner {
-		return 0, 0, false
+	if err != nil {
+		return nil, 0, err
 	}
 	if rec.Token == 0 {
 		rec.Token = m.Sequence
 	}
-	return rec.Token, m.Sequence, true
+	return &rec, m.Sequence, nil
 }
 
 // Release implements driver.Driver: a delete marker, only if the key's last

@@ -58,6 +58,8 @@ var quickAims = map[string][]string{
 	"etcd-3-once":       {},
 	"memlock-handoff":   {},
 	"redlock-5-handoff": {},
+	"etcd-3-handoff":    {},
+	"nats-handoff":      {},
 }
 
 // aims returns the faults each run of sc must show bit: quickAims's in the

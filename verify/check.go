@@ -93,6 +93,10 @@ type Params struct {
 	// Aim names the faults the run is for: Bitten fails unless each of
 	// them had, at least once, the effect it is injected for.
 	Aim []string
+	// Detached is how long after its Detach completed the store may keep a
+	// detached holding that nothing renews (0: its TTL and handOffSlack): a
+	// Resume that succeeded later fails HandOff.
+	Detached time.Duration
 }
 
 // params reports Params the checkers cannot judge by.

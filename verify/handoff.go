@@ -127,7 +127,11 @@ func (w *worker) resume(ctx context.Context, ref string) {
 		share = 0.5
 	}
 	if w.rng.Float64() < share {
-		late = 2*w.s.TTL + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
+		after := w.s.LateAfter
+		if after == 0 {
+			after = 2 * w.s.TTL
+		}
+		late = after + time.Duration(w.rng.Int64N(int64(w.s.TTL/2)+1))
 	}
 	t := time.NewTimer(late)
 	select {
@@ -212,7 +216,11 @@ func (a *Analysis) HandOff() *Violation {
 					Msg: fmt.Sprintf("key %s: worker %d resumed token %d after a force-unlock removed it", e.Key, e.Proc, e.Token)}
 			}
 		}
-		if late := in.T - d.ok.T; late > int64(a.P.TTL)+handOffSlack(a.P.TTL) && !a.faultNear(d.inv.T-int64(a.P.TTL), in.T, noProc) {
+		limit := int64(a.P.TTL) + handOffSlack(a.P.TTL)
+		if a.P.Detached > 0 {
+			limit = int64(a.P.Detached)
+		}
+		if late := in.T - d.ok.T; late > limit && !a.faultNear(d.inv.T-int64(a.P.TTL), in.T, noProc) {
 			return &Violation{Checker: "hand-off", Lines: []int{d.ok.Line, in.Line, e.Line},
 				Msg: fmt.Sprintf("key %s: worker %d resumed token %d %v after its Detach, past its TTL of %v", e.Key, e.Proc, e.Token,
 					time.Duration(late).Round(time.Millisecond), a.P.TTL)}

@@ -65,6 +65,18 @@ func TestHandOffCatches(t *testing.T) {
 			}
 		})
 	}
+	// A store that keeps a detached holding longer (Params.Detached: etcd's
+	// shared lease) has it resumed later, but within that time only.
+	late := cat(grantEvents(0, 1, 0, 10, 400), detachEvents(0, 2, 100, 10), resumeEvents(1, 1, 900, 10, 1300), releaseEvents(1, 2, 950))
+	p := checkParams
+	p.Detached = time.Second
+	if v := Analyze(late, p).HandOff(); v != nil {
+		t.Errorf("a resume within Params.Detached failed: %s", v.Msg)
+	}
+	p.Detached = 700 * time.Millisecond
+	if v := Analyze(late, p).HandOff(); v == nil {
+		t.Error("a resume past Params.Detached not caught")
+	}
 	// The clean hand-over's segments are one holding, not two grants of
 	// one token.
 	if v := Analyze(cleanHandOff(), checkParams).Fencing(); v != nil {

@@ -285,7 +285,7 @@ func Run(t testing.TB, c Config) *Result {
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
 	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
-		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec), Aim: c.Aim})
+		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec), Aim: c.Aim, Detached: detachedLife(spec)})
 	res.Stats = a.Stats
 	res.Violations = a.Check()
 	res.an = a
@@ -306,6 +306,21 @@ func resultMax(s Spec) time.Duration {
 		return 0
 	}
 	return s.ResultTTL
+}
+
+// detachedLife is Params.Detached for s: on etcd a detached holding's entry
+// stays on its old Driver's shared lease (docs/handoff.md), which that
+// Driver may renew up to the holding's deadline (its TTL, and handOffSlack
+// for a renewal on its way at the Detach), for the TTL plus a third, at
+// least a second; etcd finds an expired lease within half a second. 0 (the
+// TTL and handOffSlack) elsewhere.
+func detachedLife(s Spec) time.Duration {
+	if s.Backend != "etcd" {
+		return 0
+	}
+	secs := int64((s.TTL + time.Second - 1) / time.Second)
+	lease := time.Duration(secs+(secs+2)/3) * time.Second
+	return s.TTL + time.Duration(handOffSlack(s.TTL)) + lease + 500*time.Millisecond
 }
 
 // testNemesis returns the nemesis of c on st: the store's faults go to b, a

@@ -188,6 +188,8 @@ var scenarios = []scenario{
 	{"postgres-once", "postgres", once, []string{FaultStop, FaultKill, FaultBlackhole, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "once, liveness (rows)", false},
 	{"etcd-3-once", "etcd", once, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "once (results live whole seconds: their end is not judged), liveness (keys and leases)", false},
 	{"redlock-5-handoff", "redlock", handOff, []string{FaultForce, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 5, "hand-off (resumed holdings on a majority of five masters), fencing, resource, exclusion (one master crashed at a time: excused), told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
+	{"etcd-3-handoff", "etcd", handOff, []string{FaultStop, FaultKill, FaultPartition, FaultForce, FaultDelay, FaultBlackhole}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (keys and leases)", false},
+	{"nats-handoff", "nats", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (keys of the bucket)", false},
 	{"memlock-handoff", "memlock", handOff, []string{FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness (worker goroutines: one process)", false},
 	{"memlock-once", "memlock", once, []string{FaultForce}, "", false, 0, "once, liveness (worker goroutines: one process)", false},
 	{"postgres-lock-delay", "postgres", delayed, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash}, "", false, 0, "fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness (rows)", false},
@@ -199,7 +201,7 @@ var scenarios = []scenario{
 // quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
 // when -seeds, -seed or -duration is given.
 var longRunOnly = map[string]bool{"postgres-handoff": true, "redlock-5-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
-	"postgres-lock-delay": true, "postgres-semaphore-resize": true}
+	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
@@ -237,6 +239,12 @@ func (sc scenario) configure(t *testing.T, c *Config) {
 	}
 	if sc.kind == handOff || sc.kind == once {
 		c.Duration = duration(4 * time.Second)
+	}
+	if sc.kind == handOff && sc.backend == "etcd" {
+		// Late resumes come after what etcd may keep a detached holding
+		// (detachedLife), in a longer run that has room for them.
+		c.Spec.LateAfter = detachedLife(c.Spec) + c.Spec.TTL/4
+		c.Duration = duration(8 * time.Second)
 	}
 	switch sc.backend {
 	case "valkey":

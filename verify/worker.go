@@ -56,6 +56,10 @@ type Spec struct {
 	// LateResumes is WorkloadHandOff's share of the resumes made after the
 	// holding's TTL, which the store must refuse (0: a half).
 	LateResumes float64
+	// LateAfter is how long after its Detach a late resume comes at the
+	// earliest, up to half a TTL more (0: two TTLs): beyond what the store
+	// may keep a detached holding (Params.Detached).
+	LateAfter time.Duration
 
 	// shared is, for a backend whose workers are goroutines of the test
 	// process, what they share (memlock: its store); nil: processes.

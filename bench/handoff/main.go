@@ -1,10 +1,11 @@
 // Command handoff measures a hand-off round trip on a server it starts
-// (redis-server or PostgreSQL): one Client takes a lock and detaches it,
+// (redis-server, PostgreSQL, etcd or an embedded NATS server, whose mutex or
+// fair lock it takes): one Client takes a lock and detaches it,
 // another Client (a connection of its own, as in another process) resumes it
 // from the reference; it prints the medians of Detach and of Resume, and of a
 // TryLock on the same connection for scale.
 //
-//	go run ./handoff [-backend redis|postgres] [-n 200]
+//	go run ./handoff [-backend redis|postgres|etcd|nats|nats-fair] [-n 200]
 package main
 
 import (
@@ -17,15 +18,23 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/natslock"
+	"github.com/dlock-go/dlock/natslock/natstest"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func main() {
-	backend := flag.String("backend", "redis", "the store: redis or postgres")
+	backend := flag.String("backend", "redis", "the store: redis, postgres, etcd, nats or nats-fair")
 	n := flag.Int("n", 200, "hand-offs")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "dlock-handoff")
@@ -61,8 +70,53 @@ func main() {
 			}
 			return dlock.NewClient(d)
 		}
+	case "etcd":
+		srv, err := testserver.NewEtcd(dir)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Stop()
+		newClient = func() (*dlock.Client, error) {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return nil, err
+			}
+			return etcdlock.New(cli)
+		}
+	case "nats", "nats-fair":
+		srv, err := natstest.Start(dir, natstest.Options{SyncAlways: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Shutdown()
+		newClient = func() (*dlock.Client, error) {
+			nc, err := nats.Connect(srv.URL)
+			if err != nil {
+				return nil, err
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return nil, err
+			}
+			var d interface {
+				driver.Driver
+				Migrate(context.Context) error
+			}
+			if *backend == "nats" {
+				d, err = natslock.NewDriver(js)
+			} else {
+				d, err = natslock.NewFairDriver(js)
+			}
+			if err == nil {
+				err = d.Migrate(context.Background())
+			}
+			if err != nil {
+				return nil, err
+			}
+			return dlock.NewClient(d)
+		}
 	default:
-		log.Fatalf("unknown backend %q (redis or postgres)", *backend)
+		log.Fatalf("unknown backend %q (redis, postgres, etcd, nats or nats-fair)", *backend)
 	}
 	from, err := newClient()
 	if err != nil {
