@@ -56,6 +56,7 @@ var quickAims = map[string][]string{
 	"postgres-once":    {},
 	"etcd-3-once":      {},
 	"memlock-handoff":  {},
+	"mysql-fair":       {},
 }
 
 // aims returns the faults sc's run must show bit: quickAims's in the quick
