@@ -111,7 +111,7 @@ func (f *FairDriver) MaxLockDelay() time.Duration { return driver.MaxLockDelay }
 // is free and nobody queues (or the owner heads the queue), or the owner's
 // live holding again; otherwise a waiting Lock enters the queue and tries
 // once more (a release between the two finds its entry and wakes it). A
-// waiting Lock of a key that the Driver found held or waited for within the
+// waiting Lock of a key that a waiter of the Driver found taken within the
 // last second enters the queue before its first try. An owner granted after
 // it queued leaves the queue in one more statement. A queued waiter's later
 // attempts write its entry again when it is fairRefresh old, or when its
@@ -129,8 +129,8 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
 		var err error
 		// A waiter enters the queue first when it queued long ago, or
-		// when the Driver found the key held or waited for lately.
-		if r.Waiting && (at.IsZero() && d.contended(r.Key) || !at.IsZero() && (time.Since(at) >= fairRefresh || prev.m.gen != gen.gen)) {
+		// when a waiter of the Driver found the key taken lately.
+		if r.Waiting && (at.IsZero() && d.busy.has(r.Key) || !at.IsZero() && (time.Since(at) >= fairRefresh || prev.m.gen != gen.gen)) {
 			if at, err = f.enqueue(ctx, r, conn); err != nil {
 				return err
 			}
@@ -153,6 +153,9 @@ func (f *FairDriver) Acquire(ctx context.Context, r driver.AcquireRequest) (driv
 	case err != nil:
 		return driver.Grant{}, err
 	case code == codeQueue || code >= codeBusy:
+		if r.Waiting {
+			d.busy.note(r.Key)
+		}
 		remaining := time.Duration(-1)
 		if code >= codeBusy {
 			remaining = time.Duration(code-codeBusy) * time.Microsecond

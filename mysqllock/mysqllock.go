@@ -148,8 +148,8 @@ type Driver struct {
 
 	migrateMu sync.Mutex
 
-	hotMu sync.Mutex
-	hot   map[string]time.Time // keys found waited for, and until when they count as such
+	hot  hotKeys // keys found held or waited for by the common-case statements
+	busy hotKeys // keys a fair lock's waiter found taken
 }
 
 // hotFor is how long a key whose row had waiters, or was held, when the
@@ -161,26 +161,32 @@ const hotFor = time.Second
 // forgets them all.
 const maxHot = 4096
 
-// contended reports whether key was found held or waited for within hotFor.
-func (d *Driver) contended(key string) bool {
-	d.hotMu.Lock()
-	defer d.hotMu.Unlock()
-	until, ok := d.hot[key]
+// hotKeys are keys noted within hotFor.
+type hotKeys struct {
+	mu sync.Mutex
+	m  map[string]time.Time // the keys, and until when they count
+}
+
+// has reports whether key was noted within hotFor.
+func (h *hotKeys) has(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	until, ok := h.m[key]
 	if ok && time.Now().After(until) {
-		delete(d.hot, key)
+		delete(h.m, key)
 		return false
 	}
 	return ok
 }
 
-// markContended notes that key was found held or waited for.
-func (d *Driver) markContended(key string) {
-	d.hotMu.Lock()
-	defer d.hotMu.Unlock()
-	if d.hot == nil || len(d.hot) >= maxHot {
-		d.hot = map[string]time.Time{}
+// note notes key.
+func (h *hotKeys) note(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHot {
+		h.m = map[string]time.Time{}
 	}
-	d.hot[key] = time.Now().Add(hotFor)
+	h.m[key] = time.Now().Add(hotFor)
 }
 
 var (
@@ -451,7 +457,7 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 func (d *Driver) grant(ctx context.Context, r driver.AcquireRequest, conn int64, keep, fair bool) (int64, error) {
 	var res sql.Result
 	var err error
-	if !d.contended(r.Key) {
+	if !d.hot.has(r.Key) {
 		// The common case first: a free row that nobody waits for.
 		if res, err = d.db.ExecContext(ctx, d.freeSQL(r, conn, fair)); err != nil {
 			return 0, err
@@ -462,7 +468,7 @@ func (d *Driver) grant(ctx context.Context, r driver.AcquireRequest, conn int64,
 			}
 			return res.LastInsertId()
 		}
-		d.markContended(r.Key)
+		d.hot.note(r.Key)
 	}
 	update, insert := d.acquireSQL(r, conn, keep, fair)
 	if res, err = d.db.ExecContext(ctx, update); err != nil {
@@ -624,7 +630,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	}
 	var n, code int64
 	where := releaseWhere(h)
-	lean := !d.contended(h.Key)
+	lean := !d.hot.has(h.Key)
 	err := d.do(ctx, "release", func(ctx context.Context) error {
 		var res sql.Result
 		var err error
@@ -641,7 +647,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 				}
 				return err
 			}
-			d.markContended(h.Key)
+			d.hot.note(h.Key)
 		}
 		// The live bit of popWaiter reads the holding's expiry before
 		// reserveUntil changes it.
