@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock"
+	dlockdriver "github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/mysqllock"
 	"github.com/go-sql-driver/mysql"
 )
@@ -31,6 +33,9 @@ var mysqlVariants = []variant{
 	{name: "mysql", lib: "mysql", in: inA | inBC, on: onMySQL, clientEach: true,
 		desc: "mysqllock (NewDriver with CreateTable, all defaults: 15s TTL renewed by the watchdog, waiters woken by KILL QUERY of a sleeping connection), over a *sql.DB of its own per locker; a local MariaDB",
 		open: openMySQL},
+	{name: "mysql/fair", lib: "mysql", in: inA | inBC, on: onMySQL, clientEach: true,
+		desc: "mysqllock.NewFairDriver with CreateTable, all defaults (15s TTL renewed by the watchdog, a queue table whose AUTO_INCREMENT orders the waiters, the head's Driver woken by KILL QUERY), over a *sql.DB of its own per locker; the same server",
+		open: openMySQLFair},
 	{name: "mysql/getlock", lib: "mysql-getlock", peer: true, in: inA | inBC, on: onMySQL, clientEach: true,
 		desc: "SELECT GET_LOCK(name, timeout) on a connection held from the lock to RELEASE_LOCK (the server blocks the waiter and wakes it), a *sql.DB of its own per locker; no TTL, token or metadata",
 		open: openGetLock},
@@ -81,16 +86,32 @@ func (c myConn) Write(b []byte) (int, error) {
 
 // openMySQL opens a mysqllock Client on a *sql.DB of its own.
 func openMySQL(o opening) (locker, error) {
+	return openMySQLWith(o, func(db *sql.DB) (dlockdriver.Driver, error) {
+		return mysqllock.NewDriver(db, mysqllock.WithCreateTable())
+	})
+}
+
+// openMySQLFair opens a mysqllock Client of fair locks on a *sql.DB of its
+// own.
+func openMySQLFair(o opening) (locker, error) {
+	return openMySQLWith(o, func(db *sql.DB) (dlockdriver.Driver, error) {
+		return mysqllock.NewFairDriver(db, mysqllock.WithCreateTable())
+	})
+}
+
+// openMySQLWith opens a Client over the driver that newd makes on a *sql.DB
+// of its own.
+func openMySQLWith(o opening, newd func(*sql.DB) (dlockdriver.Driver, error)) (locker, error) {
 	db, err := countedDB(o)
 	if err != nil {
 		return nil, err
 	}
-	d, err := mysqllock.NewDriver(db, mysqllock.WithCreateTable())
+	d, err := newd(db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	c, err := mysqllock.NewClient(d)
+	c, err := dlock.NewClient(d)
 	if err != nil {
 		_ = db.Close()
 		return nil, err

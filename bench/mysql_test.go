@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// TestMySQLQuick runs scenarios a and bc, quick, with mysqllock and GET_LOCK
-// side by side: all measured, nothing lost or overlapping, and an
-// uncontended cycle two statements for each (a key's first lock inserts its
+// TestMySQLQuick runs scenarios a and bc, quick, with mysqllock (plain and
+// fair) and GET_LOCK side by side: all measured, nothing lost or
+// overlapping, and an uncontended cycle two statements for each (a key's first lock inserts its
 // row: a few more in a short run).
 func TestMySQLQuick(t *testing.T) {
-	cfg, err := parseFlags([]string{"-quick", "-scenarios", "a,bc", "-variants", "mysql,mysql/getlock", "-a-g", "1,4", "-b-g", "4"}, &bytes.Buffer{})
+	cfg, err := parseFlags([]string{"-quick", "-scenarios", "a,bc", "-variants", "mysql,mysql/fair,mysql/getlock", "-a-g", "1,4", "-b-g", "4"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestMySQLQuick(t *testing.T) {
 			t.Errorf("a n=%d %s: %.2f statements per cycle, want 2", m.N, m.Variant, c)
 		}
 	}
-	for _, s := range []string{"a mysql", "a mysql/getlock", "bc mysql", "bc mysql/getlock"} {
+	for _, s := range []string{"a mysql", "a mysql/fair", "a mysql/getlock", "bc mysql", "bc mysql/fair", "bc mysql/getlock"} {
 		if !seen[s] {
 			t.Errorf("%s: no measurement\n%s", s, progress.String())
 		}

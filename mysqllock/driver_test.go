@@ -99,7 +99,7 @@ func TestKeyLongerThanTheColumnIsInvalid(t *testing.T) {
 // WithCreateTable the first lock creates it.
 func TestMissingTableIsRefusedAndCreatedOnDemand(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	admin(t, "DROP TABLE IF EXISTS fresh_locks, fresh_locks_sem, fresh_locks_sync")
+	admin(t, "DROP TABLE IF EXISTS fresh_locks, fresh_locks_sem, fresh_locks_sync, fresh_locks_fair")
 	db := newDB(t)
 	d, _ := NewDriver(db, WithTable("fresh_locks"))
 	c := clientOf(t, d)

@@ -81,3 +81,30 @@ func ExampleDriver_Fence() {
 	// It prints:
 	// committed: true lease lost: false
 }
+
+func ExampleNewFair() {
+	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/app")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	// Waiters for a key get it in the order they came (NewFair is the same
+	// over the DefaultTable); a TryLock does not pass them.
+	f, err := mysqllock.NewFairDriver(db, mysqllock.WithCreateTable())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	locker, _ := dlock.NewClient(f, dlock.WithTTL(10*time.Second))
+	lease, err := locker.Lock(context.Background(), "example:release-train", dlock.WithWait(time.Minute))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = lease.Unlock(context.Background()) }()
+	info, err := f.Inspect(context.Background(), "example:release-train")
+	fmt.Println(info.Kind, "lock held:", info.Held, "waiters:", info.Waiters, err)
+	// It prints:
+	// fair lock held: true waiters: 0 <nil>
+}

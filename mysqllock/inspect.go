@@ -29,13 +29,13 @@ type row struct {
 	held             bool
 }
 
-// info is the LockInfo of key's row r.
-func (r row) info(key string) driver.LockInfo {
+// info is the LockInfo of key's row r, held as a lock of kind.
+func (r row) info(key, kind string) driver.LockInfo {
 	info := driver.LockInfo{Key: key, Waiters: driver.WaitersUnknown, LastToken: uint64(max(r.token, 0)),
 		DelayLeft: time.Duration(r.delay) * time.Microsecond}
 	if r.held {
 		info.Held, info.Owner, info.Token, info.Metadata = true, r.owner, uint64(r.token), r.meta
-		info.TTL, info.Holders, info.Limit, info.Kind = time.Duration(r.us)*time.Microsecond, 1, 1, driver.KindMutex
+		info.TTL, info.Holders, info.Limit, info.Kind = time.Duration(r.us)*time.Microsecond, 1, 1, kind
 	}
 	return info
 }
@@ -49,23 +49,37 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, erro
 	if d == nil {
 		return driver.LockInfo{Key: key}, errNilDriver
 	}
+	return d.inspect(ctx, key, driver.KindMutex)
+}
+
+// inspect is Inspect of a lock of kind; a fair lock's Waiters are its live
+// queue entries.
+func (d *Driver) inspect(ctx context.Context, key, kind string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.LockInfo{Key: key}, err
 	}
 	var r row
+	waiters := -1
 	err := d.doOn(ctx, "inspect", false, func(ctx context.Context) error {
 		r = row{}
 		err := d.db.QueryRowContext(ctx, `SELECT `+inspectColumns+` FROM `+d.table+` WHERE lock_key = `+lit(key)).
 			Scan(&r.owner, &r.token, &r.meta, &r.us, &r.held, &r.delay)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+			err = nil
+		}
+		if err == nil && kind == driver.KindFair {
+			err = d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+d.fair+` WHERE lock_key = `+lit(key)+` AND expires_at > `+now).Scan(&waiters)
 		}
 		return err
 	})
 	if err != nil {
 		return driver.LockInfo{Key: key}, err
 	}
-	return r.info(key), nil
+	info := r.info(key, kind)
+	if waiters >= 0 {
+		info.Waiters = waiters
+	}
+	return info, nil
 }
 
 // ListPrefix implements driver.Inspector: the held locks (and those in their
@@ -74,6 +88,11 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockIn
 	if d == nil {
 		return nil, errNilDriver
 	}
+	return d.list(ctx, prefix, driver.KindMutex)
+}
+
+// list is ListPrefix of locks of kind.
+func (d *Driver) list(ctx context.Context, prefix, kind string) ([]driver.LockInfo, error) {
 	var out []driver.LockInfo
 	err := d.doOn(ctx, "list", false, func(ctx context.Context) error {
 		out = out[:0]
@@ -91,7 +110,7 @@ WHERE (owner <> X'' AND (expires_at > `+now+` OR lock_delay > 0) OR delay_until 
 				return err
 			}
 			if r.held || r.delay > 0 {
-				out = append(out, r.info(key))
+				out = append(out, r.info(key, kind))
 			}
 		}
 		return rows.Err()
@@ -111,11 +130,17 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, 
 	if d == nil {
 		return driver.LockInfo{Key: key}, errNilDriver
 	}
+	return d.forceUnlock(ctx, key, driver.KindMutex)
+}
+
+// forceUnlock is ForceUnlock of a lock of kind: a fair lock's holder, its
+// Driver's waiters and the head of its queue are woken.
+func (d *Driver) forceUnlock(ctx context.Context, key, kind string) (driver.LockInfo, error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return driver.LockInfo{Key: key}, err
 	}
 	var r row
-	var holder int64
+	var holder, next int64
 	var waiters string
 	found := false
 	err := d.doOn(ctx, "force unlock", false, func(ctx context.Context) error {
@@ -125,9 +150,13 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, 
 			return err
 		}
 		defer func() { _ = tx.Rollback() }()
-		err = tx.QueryRowContext(ctx, `SELECT `+inspectColumns+`, holder_conn, waiters FROM `+d.table+`
+		head := "0"
+		if kind == driver.KindFair {
+			head = `COALESCE(` + d.queueHead("conn", key) + `, 0)`
+		}
+		err = tx.QueryRowContext(ctx, `SELECT `+inspectColumns+`, holder_conn, waiters, `+head+` FROM `+d.table+`
 WHERE lock_key = `+lit(key)+` AND owner <> X'' AND expires_at > `+now+` FOR UPDATE`).
-			Scan(&r.owner, &r.token, &r.meta, &r.us, &r.held, &r.delay, &holder, &waiters)
+			Scan(&r.owner, &r.token, &r.meta, &r.us, &r.held, &r.delay, &holder, &waiters, &next)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -148,8 +177,11 @@ WHERE lock_key = `+lit(key)); err != nil {
 	if !found {
 		return driver.LockInfo{Key: key, Waiters: driver.WaitersUnknown}, fmt.Errorf("%w: mysqllock: %q is free", driver.ErrNotHeld, key)
 	}
+	if next != 0 {
+		waiters += "," + num(next)
+	}
 	d.killAll(ctx, holder, waiters)
-	return r.info(key), nil
+	return r.info(key, kind), nil
 }
 
 // killAll interrupts the sleeping connections holder and those of the
@@ -161,8 +193,10 @@ func (d *Driver) killAll(ctx context.Context, holder int64, waiters string) {
 			ids = append(ids, id)
 		}
 	}
+	seen := map[int64]bool{}
 	for _, id := range ids {
-		if id > 0 {
+		if id > 0 && !seen[id] {
+			seen[id] = true
 			_ = d.do(ctx, "wake", func(ctx context.Context) error {
 				_, err := d.db.ExecContext(ctx, "KILL QUERY "+num(id))
 				return err

@@ -12,7 +12,8 @@ import (
 const lockColumns = "lock_key, owner, token, expires_at, metadata, st, lock_delay, delay_until, abandoned, abandoned_until, holder_conn, waiters"
 
 // createStatements are the statements that create the Driver's tables when
-// missing: the locks', the semaphores' and the latches' and barriers'. Every
+// missing: the locks', the semaphores', the latches' and barriers', and the
+// queue of the fair locks' waiters. Every
 // table is InnoDB: its changes are transactional and, with durable commits,
 // survive a crash of the server.
 func (d *Driver) createStatements() []string {
@@ -53,6 +54,15 @@ func (d *Driver) createStatements() []string {
 	expires_at DATETIME(6)     NOT NULL,
 	PRIMARY KEY (kind, name, party)
 ) ENGINE=InnoDB`,
+		`CREATE TABLE IF NOT EXISTS ` + d.fair + ` (
+	seq        BIGINT          NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	lock_key   VARBINARY(1024) NOT NULL,
+	owner      VARBINARY(255)  NOT NULL,
+	conn       BIGINT          NOT NULL DEFAULT 0,
+	expires_at DATETIME(6)     NOT NULL,
+	UNIQUE KEY by_owner (lock_key, owner),
+	KEY by_seq (lock_key, seq)
+) ENGINE=InnoDB`,
 	}
 }
 
@@ -63,12 +73,13 @@ func (d *Driver) checkStatements() []string {
 		`SELECT ` + lockColumns + ` FROM ` + d.table + ` LIMIT 0`,
 		`SELECT sem_key, owner, token, expires_at, metadata, size, base, holder_conn, waiters FROM ` + d.sem + ` LIMIT 0`,
 		`SELECT kind, name, party, n, count, open, expires_at FROM ` + d.sync + ` LIMIT 0`,
+		`SELECT seq, lock_key, owner, conn, expires_at FROM ` + d.fair + ` LIMIT 0`,
 	}
 }
 
-// Migrate creates the Driver's tables (the locks', the semaphores' and the
-// latches' and barriers', in the database WithTable names or the
-// connection's) if they do not exist, and checks that existing tables have
+// Migrate creates the Driver's tables (the locks', the semaphores', the
+// latches' and barriers', and the fair locks' queue, in the database
+// WithTable names or the connection's) if they do not exist, and checks that existing tables have
 // the columns of dlock tables (dlock.ErrConflict when not). It is safe to run
 // concurrently and on every start. The user needs the CREATE privilege;
 // without it the error matches ErrPermission.

@@ -64,6 +64,17 @@
 // two seconds under load.) With WithPolling, waiters poll and the Driver
 // keeps no connection.
 //
+// # Fair locks
+//
+// NewFair's locks (FairDriver) are the same rows, granted in arrival order: a
+// waiting Lock that finds the key taken enters the key's queue (a table of its
+// own, dlock_locks_fair), whose AUTO_INCREMENT column, drawn by the server,
+// orders the waiters, and the row goes to the oldest live entry of the queue.
+// A release reads the head's sleeping connection in its statement and wakes
+// its Driver; a waiter that stops attempting is passed over after
+// FairWaiterTTL. A fair and a plain lock of the same key exclude each other
+// and share the key's tokens.
+//
 // # Told at once
 //
 // A holding's row names its Driver's sleeping connection too. ForceUnlock
@@ -132,12 +143,13 @@ type Driver struct {
 	table string // quoted, possibly qualified by its database
 	sem   string // the semaphores' table, quoted
 	sync  string // the latches' and barriers' table, quoted
+	fair  string // the fair locks' queue, quoted
 	w     *waker
 
 	migrateMu sync.Mutex
 
-	hotMu sync.Mutex
-	hot   map[string]time.Time // keys found waited for, and until when they count as such
+	hot  hotKeys // keys found held or waited for by the common-case statements
+	busy hotKeys // keys a fair lock's waiter found taken
 }
 
 // hotFor is how long a key whose row had waiters, or was held, when the
@@ -149,26 +161,32 @@ const hotFor = time.Second
 // forgets them all.
 const maxHot = 4096
 
-// contended reports whether key was found held or waited for within hotFor.
-func (d *Driver) contended(key string) bool {
-	d.hotMu.Lock()
-	defer d.hotMu.Unlock()
-	until, ok := d.hot[key]
+// hotKeys are keys noted within hotFor.
+type hotKeys struct {
+	mu sync.Mutex
+	m  map[string]time.Time // the keys, and until when they count
+}
+
+// has reports whether key was noted within hotFor.
+func (h *hotKeys) has(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	until, ok := h.m[key]
 	if ok && time.Now().After(until) {
-		delete(d.hot, key)
+		delete(h.m, key)
 		return false
 	}
 	return ok
 }
 
-// markContended notes that key was found held or waited for.
-func (d *Driver) markContended(key string) {
-	d.hotMu.Lock()
-	defer d.hotMu.Unlock()
-	if d.hot == nil || len(d.hot) >= maxHot {
-		d.hot = map[string]time.Time{}
+// note notes key.
+func (h *hotKeys) note(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHot {
+		h.m = map[string]time.Time{}
 	}
-	d.hot[key] = time.Now().Add(hotFor)
+	h.m[key] = time.Now().Add(hotFor)
 }
 
 var (
@@ -245,7 +263,7 @@ func NewDriver(db *sql.DB, opts ...Option) (*Driver, error) {
 		}
 		return strings.Join(q, ".")
 	}
-	d := &Driver{db: db, cfg: cfg, table: quote(""), sem: quote("_sem"), sync: quote("_sync")}
+	d := &Driver{db: db, cfg: cfg, table: quote(""), sem: quote("_sem"), sync: quote("_sync"), fair: quote("_fair")}
 	d.w = newWaker(d)
 	return d, nil
 }
@@ -268,9 +286,11 @@ func (d *Driver) Info() driver.DriverInfo {
 const now = "UTC_TIMESTAMP(6)"
 
 // The codes of Acquire's reply (its last-insert id): a token is below
-// codeAbandoned; codeBusy plus the holder's time left in µs is busy.
+// codeAbandoned; codeQueue is a free row that a fair lock's queue holds back
+// for its head; codeBusy plus the holder's time left in µs is busy.
 const (
 	codeAbandoned = int64(1) << 61
+	codeQueue     = codeAbandoned + 1
 	codeBusy      = int64(1) << 62
 )
 
@@ -348,12 +368,17 @@ func grantedWaiters(conn int64, keep bool) string {
 // without waiters, without a live mark of an abandoned acquisition and
 // without a lock-delay running (a free row's lock_delay is of no holding),
 // and its token is the full statement's for a free row: one more.
-func (d *Driver) freeSQL(r driver.AcquireRequest, conn int64) string {
-	return `UPDATE ` + d.table + ` SET token = LAST_INSERT_ID(token + 1),
+// A fair lock's (fair set) also needs the key's queue empty.
+func (d *Driver) freeSQL(r driver.AcquireRequest, conn int64, fair bool) string {
+	q := `UPDATE ` + d.table + ` SET token = LAST_INSERT_ID(token + 1),
 	expires_at = ` + now + ` + INTERVAL ` + num(micros(r.TTL)) + ` MICROSECOND, metadata = ` + lit(r.Metadata) + `,
 	lock_delay = ` + num(micros(r.Delay)) + `, holder_conn = ` + num(conn) + `, owner = ` + lit(r.Owner) + `
 WHERE lock_key = ` + lit(r.Key) + ` AND owner = X'' AND waiters = X'' AND holder_conn = 0
 	AND delay_until <= ` + now + ` AND abandoned_until <= ` + now
+	if fair {
+		q += ` AND ` + d.queueHead("seq", r.Key) + ` IS NULL`
+	}
+	return q
 }
 
 // acquireSQL is the statements of one acquisition: an UPDATE of the key's row,
@@ -361,21 +386,30 @@ WHERE lock_key = ` + lit(r.Key) + ` AND owner = X'' AND waiters = X'' AND holder
 // same assignments (see the package's Layout). The first assignment (st)
 // decides from the row as it was; the later ones
 // read it. conn is the id of the Driver's sleeping connection (0 without),
-// written as the holder's, and as a waiter's when r.Waiting.
-func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep bool) (update, insert string) {
+// written as the holder's, and as a waiter's when r.Waiting (a plain
+// lock's). A fair lock's statements (fair set) grant a row that is free for
+// the owner only to the head of the key's queue, or when nobody queues (the
+// owner's own live holding is granted again): a free row that the queue
+// holds back answers codeQueue.
+func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep, fair bool) (update, insert string) {
 	o := lit(r.Owner)
 	ttl, delay := num(micros(r.TTL)), num(micros(r.Delay))
 	waiters, granted := "waiters", grantedWaiters(conn, keep)
-	if conn != 0 {
+	if conn != 0 && !fair {
 		c := lit(num(conn))
 		if r.Waiting {
 			waiters = `IF(waiters = X'', ` + c + `, IF(FIND_IN_SET(` + c + `, waiters) > 0 OR LENGTH(waiters) > 900, waiters, CONCAT(waiters, ',', ` + c + `)))`
 		}
 	}
+	st, busy := `IF(`+grantable(o, conn)+`, 0, 1)`, num(codeBusy)+` + `+remaining
+	if fair {
+		st = `IF(` + grantable(o, conn) + `, IF(owner = ` + o + ` AND expires_at > ` + now + ` OR COALESCE(` + d.queueHead("owner", r.Key) + `, ` + o + `) = ` + o + `, 0, 3), 1)`
+		busy = `IF(st = 3, ` + num(codeQueue) + `, ` + busy + `)`
+	}
 	set := `
-	st = IF(` + gone(o) + `, 2, IF(` + grantable(o, conn) + `, 0, 1)),
+	st = IF(` + gone(o) + `, 2, ` + st + `),
 	token = IF(st = 0, LAST_INSERT_ID(IF(owner = ` + o + ` AND expires_at > ` + now + `, token, token + 1)),
-		token + 0 * LAST_INSERT_ID(IF(st = 2, ` + num(codeAbandoned) + `, ` + num(codeBusy) + ` + ` + remaining + `))),
+		token + 0 * LAST_INSERT_ID(IF(st = 2, ` + num(codeAbandoned) + `, ` + busy + `))),
 	waiters = IF(st = 0, ` + granted + `, ` + waiters + `),
 	expires_at = IF(st = 0, ` + now + ` + INTERVAL ` + ttl + ` MICROSECOND, expires_at),
 	metadata = IF(st = 0, ` + lit(r.Metadata) + `, metadata),
@@ -399,46 +433,13 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	if d == nil {
 		return driver.Grant{}, errNilDriver
 	}
-	var conn int64
-	var gen mark
-	keep := false
-	if !d.cfg.poll {
-		conn, gen = d.w.ensure(ctx)
-		defer d.w.used()
-		keep = d.w.othersWait(r.Key, r.Owner)
-	}
+	conn, gen, used := d.wakeable(ctx)
+	defer used()
+	keep := !d.cfg.poll && d.w.othersWait(r.Key, r.Owner)
 	var code int64
-	lean := !d.contended(r.Key)
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {
-		var res sql.Result
 		var err error
-		if lean {
-			// The common case first: a free row that nobody waits for.
-			if res, err = d.db.ExecContext(ctx, d.freeSQL(r, conn)); err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n > 0 {
-				if err == nil {
-					code, err = res.LastInsertId()
-				}
-				return err
-			}
-			d.markContended(r.Key)
-		}
-		update, insert := d.acquireSQL(r, conn, keep)
-		res, err = d.db.ExecContext(ctx, update)
-		if err != nil {
-			return err
-		}
-		if code, err = res.LastInsertId(); err != nil || code != 0 {
-			return err
-		}
-		// No row: the key's first acquisition (the insert takes over a
-		// row that another inserted meanwhile as the update would).
-		if res, err = d.db.ExecContext(ctx, insert); err != nil {
-			return err
-		}
-		code, err = res.LastInsertId()
+		code, err = d.grant(ctx, r, conn, keep, false)
 		return err
 	})
 	switch {
@@ -446,12 +447,54 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		return driver.Grant{}, err
 	case code >= codeBusy:
 		return driver.Grant{}, busyTaken(time.Duration(code-codeBusy)*time.Microsecond, gen, r.Waiting && conn != 0)
+	}
+	return d.granted(d, r, code, gen)
+}
+
+// grant sends the statements of one attempt of r (a fair lock's when fair,
+// see acquireSQL) and returns the reply's code: a token, or codeAbandoned,
+// codeQueue or codeBusy plus the holder's time left.
+func (d *Driver) grant(ctx context.Context, r driver.AcquireRequest, conn int64, keep, fair bool) (int64, error) {
+	var res sql.Result
+	var err error
+	if !d.hot.has(r.Key) {
+		// The common case first: a free row that nobody waits for.
+		if res, err = d.db.ExecContext(ctx, d.freeSQL(r, conn, fair)); err != nil {
+			return 0, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			if err != nil {
+				return 0, err
+			}
+			return res.LastInsertId()
+		}
+		d.hot.note(r.Key)
+	}
+	update, insert := d.acquireSQL(r, conn, keep, fair)
+	if res, err = d.db.ExecContext(ctx, update); err != nil {
+		return 0, err
+	}
+	if code, err := res.LastInsertId(); err != nil || code != 0 {
+		return code, err
+	}
+	// No row: the key's first acquisition (the insert takes over a row that
+	// another inserted meanwhile as the update would).
+	if res, err = d.db.ExecContext(ctx, insert); err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+// granted is the outcome of an attempt of r whose reply's code was not busy:
+// a Grant for holder (the Driver of the lock's kind) when code is a token.
+func (d *Driver) granted(holder driver.Driver, r driver.AcquireRequest, code int64, gen mark) (driver.Grant, error) {
+	switch {
 	case code == codeAbandoned:
 		return driver.Grant{}, fmt.Errorf("%w: mysqllock: the acquisition of %q was abandoned", driver.ErrNotObtained, r.Key)
 	case code <= 0 || code > codeAbandoned:
 		return driver.Grant{}, errors.Join(driver.ErrConflict, fmt.Errorf("mysqllock: acquire of %q in %s answered %d", r.Key, d.table, code))
 	}
-	return driver.Grant{Token: uint64(code), TTL: r.TTL, Lost: d.w.hold(d, r.Key, r.Owner, gen)}, nil
+	return driver.Grant{Token: uint64(code), TTL: r.TTL, Lost: d.w.hold(holder, r.Key, r.Owner, gen)}, nil
 }
 
 // WakeBackstop bounds how long a waiter that the row names sleeps without a
@@ -552,12 +595,13 @@ func (d *Driver) Resume(ctx context.Context, h driver.Holding, token uint64) (dr
 	if d == nil {
 		return driver.Grant{}, errNilDriver
 	}
-	var conn int64
-	var gen mark
-	if !d.cfg.poll {
-		conn, gen = d.w.ensure(ctx)
-		defer d.w.used()
-	}
+	return d.resume(ctx, d, h, token)
+}
+
+// resume takes up h with token for holder, the Driver of the lock's kind.
+func (d *Driver) resume(ctx context.Context, holder driver.Driver, h driver.Holding, token uint64) (driver.Grant, error) {
+	conn, gen, used := d.wakeable(ctx)
+	defer used()
 	n, err := d.affected(ctx, "resume", `UPDATE `+d.table+` SET expires_at = `+now+` + INTERVAL `+num(micros(h.TTL))+` MICROSECOND, holder_conn = `+num(conn)+`
 WHERE lock_key = `+lit(h.Key)+` AND owner = `+lit(h.Owner)+` AND token = `+strconv.FormatUint(token, 10)+` AND expires_at > `+now)
 	if err != nil {
@@ -566,7 +610,7 @@ WHERE lock_key = `+lit(h.Key)+` AND owner = `+lit(h.Owner)+` AND token = `+strco
 	if n == 0 {
 		return driver.Grant{}, notHeld(h.Key)
 	}
-	return driver.Grant{Token: token, TTL: h.TTL, Lost: d.w.hold(d, h.Key, h.Owner, gen)}, nil
+	return driver.Grant{Token: token, TTL: h.TTL, Lost: d.w.hold(holder, h.Key, h.Owner, gen)}, nil
 }
 
 // popWaiter is the assignment that takes the first waiter out of the row's
@@ -585,9 +629,8 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 		return errNilDriver
 	}
 	var n, code int64
-	where := `
-WHERE lock_key = ` + lit(h.Key) + ` AND owner = ` + lit(h.Owner) + ` AND (lock_delay = 0 OR expires_at > ` + now + `)`
-	lean := !d.contended(h.Key)
+	where := releaseWhere(h)
+	lean := !d.hot.has(h.Key)
 	err := d.do(ctx, "release", func(ctx context.Context) error {
 		var res sql.Result
 		var err error
@@ -604,19 +647,12 @@ WHERE lock_key = ` + lit(h.Key) + ` AND owner = ` + lit(h.Owner) + ` AND (lock_d
 				}
 				return err
 			}
-			d.markContended(h.Key)
+			d.hot.note(h.Key)
 		}
 		// The live bit of popWaiter reads the holding's expiry before
 		// reserveUntil changes it.
-		res, err = d.db.ExecContext(ctx, `UPDATE `+d.table+` SET `+reserveSQL+`, `+popWaiter+`,
+		n, code, err = d.execCode(ctx, `UPDATE `+d.table+` SET `+reserveSQL+`, `+popWaiter+`,
 	`+reserveUntil+`, metadata = X'', owner = X''`+where)
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		code, err = res.LastInsertId()
 		return err
 	})
 	if err != nil {
@@ -631,6 +667,13 @@ WHERE lock_key = ` + lit(h.Key) + ` AND owner = ` + lit(h.Owner) + ` AND (lock_d
 		return notHeld(h.Key)
 	}
 	return nil
+}
+
+// releaseWhere is the condition of a release of h: the owner's row, unless it
+// expired into its lock-delay.
+func releaseWhere(h driver.Holding) string {
+	return `
+WHERE lock_key = ` + lit(h.Key) + ` AND owner = ` + lit(h.Owner) + ` AND (lock_delay = 0 OR expires_at > ` + now + `)`
 }
 
 // wake sends KILL QUERY to the sleeping connection conn, popped from key's
@@ -742,6 +785,20 @@ ON DUPLICATE KEY UPDATE
 		d.wake(ctx, h.Key, code/2)
 	}
 	return err
+}
+
+// execCode runs the statement q and returns the rows it changed and its
+// reply's last-insert id.
+func (d *Driver) execCode(ctx context.Context, q string) (n, code int64, err error) {
+	res, err := d.db.ExecContext(ctx, q)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n, err = res.RowsAffected(); err != nil {
+		return 0, 0, err
+	}
+	code, err = res.LastInsertId()
+	return n, code, err
 }
 
 // affected runs one statement and returns the rows it changed.

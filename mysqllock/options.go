@@ -2,7 +2,7 @@ package mysqllock
 
 import "time"
 
-// Option configures a Driver (NewDriver, NewSemaphoreDriver, NewSyncDriver).
+// Option configures a Driver (NewDriver, NewFairDriver, NewSemaphoreDriver).
 // Without options a Driver locks in DefaultTable, bounds each request by
 // DefaultRequestTimeout, creates nothing, and wakes waiters through a
 // connection of its own (see the package's Waiting).
@@ -18,8 +18,9 @@ type options struct {
 
 // WithTable sets the table of the locks, optionally qualified by its database
 // ("locks.dlock"); the default is DefaultTable. Names are letters, digits and
-// '_', not starting with a digit, at most 59 bytes (the semaphores' and the
-// latches' tables append "_sem" and "_sync").
+// '_', not starting with a digit, at most 59 bytes (the semaphores', the
+// latches' and the fair locks' queue's tables append "_sem", "_sync" and
+// "_fair").
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
 // WithRequestTimeout bounds each single request (one statement, or one

@@ -155,12 +155,8 @@ func (s *SemaphoreDriver) Acquire(ctx context.Context, r driver.AcquireRequest) 
 		return driver.Grant{}, errNilDriver
 	}
 	d := s.d
-	var conn int64
-	var m mark
-	if !d.cfg.poll {
-		conn, m = d.w.ensure(ctx)
-		defer d.w.used()
-	}
+	conn, m, used := d.wakeable(ctx)
+	defer used()
 	var token int64
 	var taken *driver.Taken
 	err := d.do(ctx, "acquire", func(ctx context.Context) error {

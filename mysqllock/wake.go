@@ -113,6 +113,17 @@ func (w *waker) ensure(ctx context.Context) (int64, mark) {
 	return w.cur.id, m
 }
 
+// wakeable is ensure for one call of d: the sleeping connection's id and the
+// call's mark (0 and no mark with WithPolling), and the function that ends
+// the call's use of the connection.
+func (d *Driver) wakeable(ctx context.Context) (int64, mark, func()) {
+	if d.cfg.poll {
+		return 0, mark{}, func() {}
+	}
+	conn, m := d.w.ensure(ctx)
+	return conn, m, d.w.used
+}
+
 // open takes two connections of the pool: one holds a named lock of its
 // own, the other (whose id it reads) will wait for it.
 func (w *waker) open(ctx context.Context) (*sleeper, error) {

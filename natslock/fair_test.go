@@ -72,23 +72,6 @@ func TestFairConformance(t *testing.T) {
 	})
 }
 
-// waitQueued polls the key's queue until it has n waiters behind its
-// holder.
-func waitQueued(t *testing.T, f *FairDriver, key string, n int) {
-	t.Helper()
-	for range 500 {
-		info, err := f.Inspect(ctxT(t, 5*time.Second), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Waiters == n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the queue of %q never had %d waiters", key, n)
-}
-
 // fairHeld takes a fair lock of its own for 30 s, and returns its key, a
 // context for the test, a FairDriver and the lease.
 func fairHeld(t *testing.T) (string, context.Context, *FairDriver, *dlock.Lease) {
@@ -129,7 +112,7 @@ func TestFairGrantsInQueueOrder(t *testing.T) {
 				t.Errorf("waiter %d: unlock: %v", i, err)
 			}
 		})
-		waitQueued(t, f, key, i+1)
+		dlocktest.Queued(t, f, key, i+1)
 	}
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -171,7 +154,7 @@ func TestFairHandOverIsOneWrite(t *testing.T) {
 			}
 			granted <- lease
 		}()
-		waitQueued(t, f, key, i+1)
+		dlocktest.Queued(t, f, key, i+1)
 	}
 	b, err := f.d.openBucket(ctx)
 	if err != nil {
@@ -219,7 +202,7 @@ func TestFairWaitersThatGiveUpOrStop(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("Lock that ran out of time: %v", err)
 	}
-	waitQueued(t, f, key, 0)
+	dlocktest.Queued(t, f, key, 0)
 	// A waiter that queued and stopped: one attempt of a Driver, never
 	// followed by another.
 	stopped, _ := newFair(t)
@@ -227,7 +210,7 @@ func TestFairWaitersThatGiveUpOrStop(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("the stopped waiter's attempt: %v", err)
 	}
-	waitQueued(t, f, key, 1)
+	dlocktest.Queued(t, f, key, 1)
 	behind, _ := newFair(t)
 	got := make(chan error, 1)
 	go func() {
@@ -237,7 +220,7 @@ func TestFairWaitersThatGiveUpOrStop(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueued(t, f, key, 2)
+	dlocktest.Queued(t, f, key, 2)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,7 @@ var quickAims = map[string][]string{
 	"redlock-5-handoff": {},
 	"etcd-3-handoff":    {},
 	"nats-handoff":      {},
+	"mysql-fair":        {},
 }
 
 // aims returns the faults each run of sc must show bit: quickAims's in the

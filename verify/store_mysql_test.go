@@ -15,7 +15,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// MariaDB: one server behind a proxy; the plain lock and the semaphore.
+// MariaDB: one server behind a proxy; the plain lock, the fair lock and the
+// semaphore.
 func init() {
 	registerBackend(&backend{
 		name:      "mysql",
@@ -28,6 +29,14 @@ func init() {
 		fault:     myFault,
 		resize:    myResize,
 		exact:     true, // no fault excuses two holders
+		grace: func(s Spec) time.Duration {
+			if s.Kind == "fair" {
+				// A queue entry of a waiter that died stays in the
+				// way FairWaiterTTL.
+				return time.Second + mysqllock.FairWaiterTTL
+			}
+			return time.Second
+		},
 	})
 }
 
@@ -57,8 +66,8 @@ func openMy(dsn string) (*sql.DB, error) {
 	return sql.OpenDB(c), nil
 }
 
-// myLocker returns mysqllock's Client (the semaphore's, for Kind sem) on s's
-// DSN.
+// myLocker returns mysqllock's Client (the semaphore's for Kind sem, the fair
+// lock's for Kind fair) on s's DSN.
 func myLocker(s Spec) (dlock.Locker, func(), error) {
 	db, err := openMy(s.Lock[0])
 	if err != nil {
@@ -73,6 +82,15 @@ func myLocker(s Spec) (dlock.Locker, func(), error) {
 			return nil, func() {}, err
 		}
 		lk, err := dlock.NewClient(sd)
+		return lk, closeDB, err
+	}
+	if s.Kind == "fair" {
+		f, err := mysqllock.NewFairDriver(db, opts...)
+		if err != nil {
+			closeDB()
+			return nil, func() {}, err
+		}
+		lk, err := dlock.NewClient(f)
 		return lk, closeDB, err
 	}
 	d, err := mysqllock.NewDriver(db, opts...)
@@ -94,19 +112,25 @@ func mySync(s SyncSpec) (driver.SyncDriver, func(), error) {
 	return d, func() { _ = db.Close() }, err
 }
 
-// myInspector returns mysqllock's Driver over a *sql.DB of its own, straight
-// to the server.
-func myInspector(_ Config, st *store) (driver.Inspector, func(), error) {
+// myInspector returns mysqllock's Driver (the fair lock's for Kind fair, whose
+// force-unlock wakes the head of the queue) over a *sql.DB of its own,
+// straight to the server.
+func myInspector(c Config, st *store) (driver.Inspector, func(), error) {
 	db, err := openMy(myDSN(st))
 	if err != nil {
 		return nil, func() {}, err
 	}
-	d, err := mysqllock.NewDriver(db, mysqllock.WithCreateTable())
+	var in driver.Inspector
+	if c.Spec.Kind == "fair" {
+		in, err = mysqllock.NewFairDriver(db, mysqllock.WithCreateTable())
+	} else {
+		in, err = mysqllock.NewDriver(db, mysqllock.WithCreateTable())
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, func() {}, err
 	}
-	return d, func() { _ = db.Close() }, nil
+	return in, func() { _ = db.Close() }, nil
 }
 
 // myResize returns a semaphore Client that adopts the stored size.

@@ -168,6 +168,7 @@ var scenarios = []scenario{
 	{"zookeeper-3", "zookeeper-3", "plain", []string{FaultCrash, FaultExpire, FaultStop, FaultKill, FaultDelay, FaultBlackhole, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (ephemeral nodes; three servers, the leader killed)", false},
 	{"postgres", "postgres", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows)", false},
 	{"mysql", "mysql", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (rows; MariaDB 10.11)", false},
+	{"mysql-fair", "mysql", "fair", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultCrash, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness, arrival order (rows; MariaDB 10.11)", false},
 	{"postgres-semaphore-resize", "postgres", semResize, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate}, "", false, 0, "fencing, at most the size in force at each grant (resized among 1 to 3 during the run), liveness (rows)", false},
 	{"legacy", "legacy", "plain", []string{FaultKill}, "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness", false},
 	{"valkey-plain", "valkey", "plain", append([]string{FaultDropRequests, FaultDropReplies}, holderFaults...), "", false, 0, "fencing, resource, exclusion, told-first, linearizable, liveness (valkey-server)", false},
@@ -198,10 +199,11 @@ var scenarios = []scenario{
 // longRunOnly are the scenarios the quick run leaves out (each starts a
 // store of its own for a workload that another store's quick scenario runs
 // too: PostgreSQL's lock-delay and resized semaphore, the slowest of the
-// quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
-// when -seeds, -seed or -duration is given.
+// quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's; MySQL's
+// fair lock beside Redis's): they run when -seeds, -seed or -duration is
+// given.
 var longRunOnly = map[string]bool{"postgres-handoff": true, "redlock-5-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
-	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true}
+	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true, "mysql-fair": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck

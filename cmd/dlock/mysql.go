@@ -16,7 +16,7 @@ import (
 
 // mysqlStore is a store in a MySQL or MariaDB database (mysqllock's lease
 // table, which run creates when missing and inspection never does): the
-// exclusive lock and semaphores.
+// exclusive lock, the fair lock and semaphores.
 type mysqlStore struct {
 	*mutexStore
 	db *sql.DB
@@ -33,7 +33,11 @@ func (s mysqlStore) locker(kind lockKind, permits int, opts ...dlock.Option) (dl
 		}
 		return dlock.NewClient(d, opts...)
 	case fairLock:
-		return nil, usageErrorf("--fair is not available on %s: it has no fair lock", s.where)
+		d, err := mysqllock.NewFairDriver(s.db, mysqllock.WithCreateTable())
+		if err != nil {
+			return nil, err
+		}
+		return dlock.NewClient(d, opts...)
 	}
 	return nil, usageErrorf("-s and -x are not available on %s: it has no read-write lock", s.where)
 }

@@ -17,7 +17,8 @@ import (
 // TestMySQL runs the commands on MariaDB (--mysql and DLOCK_MYSQL): the
 // inspecting ones create nothing in a database without the lock table; run
 // takes and releases, a held lock shows in status, list and serve, unlock
-// --force loses the holder's lease at once; semaphores resize; latches and
+// --force loses the holder's lease at once; the fair lock excludes;
+// semaphores resize; latches and
 // barriers work; dlock verify passes and leaves nothing under its prefix; a
 // wrong password is refused without being shown.
 func TestMySQL(t *testing.T) {
@@ -65,7 +66,7 @@ func TestMySQL(t *testing.T) {
 		if r.code != 0 || strings.TrimSpace(r.stdout) != key {
 			t.Fatalf("run: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
-		if got := tables(); got != "dlock_locks dlock_locks_sem dlock_locks_sync" {
+		if got := tables(); got != "dlock_locks dlock_locks_fair dlock_locks_sem dlock_locks_sync" {
 			t.Errorf("run created %q", got)
 		}
 		holder, stderr, _ := startHolder(t, []string{"--mysql", m.DSN, "--ttl", "30s", "--description", "on mariadb"}, key, `echo ok > "$1"; exec sleep 60`)
@@ -141,6 +142,17 @@ func TestMySQL(t *testing.T) {
 		}
 		if r := dlockRun(t, "run", "-n", "2", "--wait", "0", "--mysql", m.DSN, sem, "--", "true"); r.code != 0 {
 			t.Errorf("run -n 2 after a resize to 2: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+
+	t.Run("Fair", func(t *testing.T) {
+		fair := dlocktest.Key(t) + ".fair"
+		if r := dlockRun(t, "run", "--fair", "--mysql", m.DSN, fair, "--", "true"); r.code != 0 {
+			t.Fatalf("run --fair: exit %d, stderr %q", r.code, r.stderr)
+		}
+		holdWith(t, fair, "--fair", "--mysql", m.DSN)
+		if r := dlockRun(t, "run", "--fair", "--wait", "0", "--mysql", m.DSN, fair, "--", "true"); r.code != exitNotObtained {
+			t.Errorf("a second run --fair: exit %d, stderr %q; want %d", r.code, r.stderr, exitNotObtained)
 		}
 	})
 
