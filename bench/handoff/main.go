@@ -1,19 +1,21 @@
 // Command handoff measures a hand-off round trip on a server it starts
-// (redis-server, PostgreSQL, etcd or an embedded NATS server, whose mutex or
-// fair lock it takes): one Client takes a lock and detaches it,
+// (redis-server, five of them for Redlock, PostgreSQL, MariaDB, etcd or an
+// embedded NATS server, whose mutex or fair lock it takes; or memlock): one Client takes a lock and detaches it,
 // another Client (a connection of its own, as in another process) resumes it
 // from the reference; it prints the medians of Detach and of Resume, and of a
 // TryLock on the same connection for scale.
 //
-//	go run ./handoff [-backend redis|postgres|etcd|nats|nats-fair] [-n 200]
+//	go run ./handoff [-backend redis|redlock|postgres|mysql|mysql-fair|etcd|nats|nats-fair|memlock] [-n 200]
 package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -21,10 +23,14 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/etcdlock"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/memlock"
+	"github.com/dlock-go/dlock/mysqllock"
 	"github.com/dlock-go/dlock/natslock"
 	"github.com/dlock-go/dlock/natslock/natstest"
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
+	"github.com/dlock-go/dlock/redlock"
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,7 +40,7 @@ import (
 )
 
 func main() {
-	backend := flag.String("backend", "redis", "the store: redis, postgres, etcd, nats or nats-fair")
+	backend := flag.String("backend", "redis", "the store: redis, redlock (5 masters), postgres, mysql, mysql-fair (MariaDB), etcd, nats, nats-fair or memlock")
 	n := flag.Int("n", 200, "hand-offs")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "dlock-handoff")
@@ -115,8 +121,50 @@ func main() {
 			}
 			return dlock.NewClient(d)
 		}
+	case "redlock":
+		var nodes []redis.UniversalClient
+		for i := range 5 {
+			sub := filepath.Join(dir, fmt.Sprint("node", i))
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				log.Fatal(err)
+			}
+			srv, err := testserver.NewRedis(sub)
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer srv.Stop()
+			nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr}))
+		}
+		newClient = func() (*dlock.Client, error) { return redlock.New(nodes) }
+	case "mysql", "mysql-fair":
+		srv, err := testserver.NewMariaDB(dir)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Stop()
+		newClient = func() (*dlock.Client, error) {
+			db, err := sql.Open("mysql", srv.DSN)
+			if err != nil {
+				return nil, err
+			}
+			if *backend == "mysql" {
+				d, err := mysqllock.NewDriver(db, mysqllock.WithCreateTable())
+				if err != nil {
+					return nil, err
+				}
+				return dlock.NewClient(d)
+			}
+			d, err := mysqllock.NewFairDriver(db, mysqllock.WithCreateTable())
+			if err != nil {
+				return nil, err
+			}
+			return dlock.NewClient(d)
+		}
+	case "memlock":
+		st := memlock.NewStore()
+		newClient = func() (*dlock.Client, error) { return memlock.New(st) }
 	default:
-		log.Fatalf("unknown backend %q (redis, postgres, etcd, nats or nats-fair)", *backend)
+		log.Fatalf("unknown backend %q (redis, redlock, postgres, mysql, mysql-fair, etcd, nats, nats-fair or memlock)", *backend)
 	}
 	from, err := newClient()
 	if err != nil {
