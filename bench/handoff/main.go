@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -30,7 +31,7 @@ import (
 	"github.com/dlock-go/dlock/pglock"
 	"github.com/dlock-go/dlock/redislock"
 	"github.com/dlock-go/dlock/redlock"
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -137,6 +138,8 @@ func main() {
 		}
 		newClient = func() (*dlock.Client, error) { return redlock.New(nodes) }
 	case "mysql", "mysql-fair":
+		// The server stops under the driver's idle connections at the end.
+		_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 		srv, err := testserver.NewMariaDB(dir)
 		if err != nil {
 			log.Fatal(err)
