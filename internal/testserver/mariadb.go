@@ -27,8 +27,20 @@ type MariaDB struct {
 	dir     string // the server's directory: data, socket, pid file, log
 	data    string
 	logPath string
+	// serverID, when not 0, is the server's replication id: its binary log
+	// is on (see MariaDBOptions).
+	serverID int
 
 	proc process
+}
+
+// MariaDBOptions change how NewMariaDBWith starts a server.
+type MariaDBOptions struct {
+	// ServerID, when not 0, starts the server with this replication id,
+	// its binary log on (row format) and its replica threads stopped until
+	// told to start: what a replication primary, or a replica that may be
+	// promoted, needs.
+	ServerID int
 }
 
 // MariaDBBinaries returns the paths of mariadbd and mariadb-install-db: those
@@ -85,11 +97,27 @@ func StartMariaDB(t testing.TB) *MariaDB {
 // in dir. The caller must call Stop. It is StartMariaDB for code that has no
 // testing.TB (TestMain).
 func NewMariaDB(dir string) (*MariaDB, error) {
+	return NewMariaDBWith(dir, MariaDBOptions{})
+}
+
+// StartMariaDBWith is StartMariaDB with options.
+func StartMariaDBWith(t testing.TB, o MariaDBOptions) *MariaDB {
+	t.Helper()
+	m, err := NewMariaDBWith(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// NewMariaDBWith is NewMariaDB with options.
+func NewMariaDBWith(dir string, o MariaDBOptions) (*MariaDB, error) {
 	server, install, err := MariaDBBinaries()
 	if err != nil {
 		return nil, err
 	}
-	m := &MariaDB{bin: server, dir: dir, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "mariadb.log")}
+	m := &MariaDB{bin: server, dir: dir, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "mariadb.log"), serverID: o.ServerID}
 	args := []string{"--no-defaults", "--datadir=" + m.data, "--auth-root-authentication-method=normal", "--skip-test-db"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
@@ -125,7 +153,6 @@ func (m *MariaDB) Start() error {
 		"--socket=" + filepath.Join(m.dir, "mariadb.sock"),
 		"--pid-file=" + filepath.Join(m.dir, "mariadb.pid"),
 		"--skip-name-resolve",
-		"--skip-log-bin",
 		"--max-connections=300",
 		"--innodb-buffer-pool-size=64M",
 		"--innodb-log-file-size=16M",
@@ -135,6 +162,11 @@ func (m *MariaDB) Start() error {
 		"--innodb-flush-log-at-trx-commit=2",
 		"--character-set-server=utf8mb4",
 		"--collation-server=utf8mb4_bin",
+	}
+	if m.serverID != 0 {
+		args = append(args, "--log-bin=binlog", "--binlog-format=ROW", "--server-id="+strconv.Itoa(m.serverID), "--skip-slave-start")
+	} else {
+		args = append(args, "--skip-log-bin")
 	}
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
