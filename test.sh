@@ -154,8 +154,20 @@ storesLane() {
 	module natslock "tests against NATS servers embedded in the test process (one, and a cluster of three)"
 	module dlockrueidis "the Redis locks over rueidis and valkey-go: the conformance suite on redis-server and valkey-server, a Cluster"
 }
+# verifySuite: the verification suite's vet and staticcheck, its quick run
+# (TestScenarios: one seed of every scenario) alone, so that its time shows,
+# and then its other tests (the broken variants, the checkers' own tests). No
+# race detector: it slows the workers past their TTLs.
+verifySuite() {
+	say "verify (its own module): the verification suite: worker processes under seeded faults, their histories checked"
+	step "verify: go vet" indir verify go vet ./...
+	step "verify: staticcheck" indir verify runStaticcheck ./...
+	step "verify: the quick run" indir verify go test -count=1 -timeout 15m -run '^TestScenarios$' ./...
+	say "verify: the broken variants and the checkers' own tests"
+	step "verify: go test" indir verify go test -count=1 -timeout 25m -skip '^TestScenarios$' ./...
+}
 suiteLane() {
-	module verify "the verification suite: worker processes under seeded faults, their histories checked (no race detector: it slows the workers past their TTLs)" "-timeout 25m"
+	verifySuite
 	module dlockgocron "gocron Locker and Elector, schedulers in one process and in several"
 	module dlockcron "robfig/cron SkipIfLocked, two cron instances on a real redis-server"
 	module dlockk8s "client-go's leader election with the record in redis-server"
