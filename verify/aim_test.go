@@ -47,6 +47,7 @@ var quickAims = map[string][]string{
 	"zookeeper-lock-delay":      {},
 	zkForcesScenario:            {FaultForce},
 	"nats":                      {},
+	"nats-3":                    {FaultCrash},
 	"postgres-lock-delay":       {},
 	"redis-handoff":             {FaultReset},
 	"redis-once":                {FaultReset},

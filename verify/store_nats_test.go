@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +29,124 @@ func init() {
 	})
 }
 
+// NATS's cluster: three servers with JetStream (sync on every write), each
+// behind a proxy, the bucket with three replicas; a crash shuts the bucket's
+// stream leader down and starts it again after half to twice the TTL, while
+// the other two elect a leader among themselves and serve on.
+func init() {
+	registerBackend(&backend{
+		name:      "nats-3",
+		faults:    []string{FaultCrash, FaultForce},
+		start:     startNATSCluster,
+		locker:    natsLocker,
+		inspector: natsInspector,
+		leftover:  natsLeftover,
+		fault:     natsFault,
+		exact:     true, // every acknowledged write on a majority's disk: no fault excuses two holders
+	})
+}
+
+// startNATSCluster starts the cluster and its bucket of three replicas; the
+// workers dial the servers' proxies.
+func startNATSCluster(t testing.TB, _ Config) *store {
+	cl, err := natstest.StartCluster(t.TempDir(), natstest.Options{SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Shutdown)
+	st := &store{own: cl, nodes: len(cl.Servers)}
+	var merr error
+	for range 50 { // JetStream elects its meta leader shortly after the start
+		if merr = migrateNATS(cl.URL(), len(cl.Servers)); merr == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	for _, s := range cl.Servers {
+		st.addrs = append(st.addrs, "nats://"+st.proxyTo(t, strings.TrimPrefix(s.URL, "nats://")).Addr())
+	}
+	return st
+}
+
+// migrateNATS makes the bucket, with replicas, on the servers at url.
+func migrateNATS(url string, replicas int) error {
+	d, closeDriver, err := natsDriver(url, nil, natslock.WithReplicas(replicas))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = d.Migrate(ctx)
+		cancel()
+		closeDriver()
+	}
+	return err
+}
+
+// natsURL returns the client URLs of st's servers, not through the proxies.
+func natsURL(st *store) string {
+	if cl, ok := st.own.(*natstest.Cluster); ok {
+		return cl.URL()
+	}
+	return st.own.(*natstest.Server).URL
+}
+
+// natsFault injects the cluster's crash: the server that leads the
+// bucket's stream (a member drawn at random when no server names one) shut
+// down and started again on the same store after d.Long.
+func natsFault(ctx context.Context, _ Config, st *store, f string, d draws, rec *Recorder) (bool, error) {
+	cl, ok := st.own.(*natstest.Cluster)
+	if f != FaultCrash || !ok {
+		return false, nil
+	}
+	s := cl.Servers[d.Pick]
+	if i := streamLeader(ctx, cl); i >= 0 {
+		s = cl.Servers[i]
+	}
+	closes := serverCloses(st.proxies)
+	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+	s.Shutdown()
+	time.Sleep(d.Long) // the others elect a leader meanwhile
+	if err := s.Restart(); err != nil {
+		return true, fmt.Errorf("verify: restarting the NATS server %s: %v", s.Name(), err)
+	}
+	// The workers' connections the servers closed meanwhile: those of the
+	// server shut down.
+	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1, Cut: serverCloses(st.proxies) - closes})
+	return true, nil
+}
+
+// streamLeader returns the index in cl of the server that leads the
+// bucket's stream, as JetStream's stream information names it (-1: none
+// found).
+func streamLeader(ctx context.Context, cl *natstest.Cluster) int {
+	nc, err := nats.Connect(cl.URL(), nats.Timeout(time.Second))
+	if err != nil {
+		return -1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "KV_"+natslock.DefaultBucket)
+	if err != nil {
+		return -1
+	}
+	info, err := stream.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return -1
+	}
+	for i, s := range cl.Servers {
+		if s.Name() == info.Cluster.Leader {
+			return i
+		}
+	}
+	return -1
+}
+
 // startNATS starts the server and its bucket; the workers dial its proxy.
 func startNATS(t testing.TB, _ Config) *store {
 	s, err := natstest.Start(t.TempDir(), natstest.Options{SyncAlways: true})
@@ -34,14 +154,7 @@ func startNATS(t testing.TB, _ Config) *store {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Shutdown)
-	d, closeDriver, err := natsDriver(s.URL)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = d.Migrate(ctx)
-		cancel()
-		closeDriver()
-	}
-	if err != nil {
+	if err := migrateNATS(s.URL, 1); err != nil {
 		t.Fatal(err)
 	}
 	st := &store{own: s, nodes: 1}
@@ -49,13 +162,15 @@ func startNATS(t testing.TB, _ Config) *store {
 	return st
 }
 
-// natsDriver returns natslock's Driver over a connection of its own to url,
-// and the function that closes both. A connection that cannot be made now
-// (a black-holed proxy) is made in the background: the Driver's calls are
-// unavailable meanwhile.
-func natsDriver(url string) (*natslock.Driver, func(), error) {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+// natsDriver returns natslock's Driver with opts over a connection of its own
+// (with copts) to url (servers' URLs, comma separated: the connection goes to one of them
+// and moves to another when it breaks, never to one the servers advertise,
+// which the proxies would not stand before), and the function that closes
+// both. A connection that cannot be made now (a black-holed proxy) is made
+// in the background: the Driver's calls are unavailable meanwhile.
+func natsDriver(url string, copts []nats.Option, opts ...natslock.Option) (*natslock.Driver, func(), error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(time.Second), nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond), nats.IgnoreDiscoveredServers()}, copts...)...)
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -64,7 +179,7 @@ func natsDriver(url string) (*natslock.Driver, func(), error) {
 		nc.Close()
 		return nil, func() {}, err
 	}
-	d, err := natslock.NewDriver(js, natslock.WithRequestTimeout(500*time.Millisecond))
+	d, err := natslock.NewDriver(js, append([]natslock.Option{natslock.WithRequestTimeout(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		nc.Close()
 		return nil, func() {}, err
@@ -72,9 +187,12 @@ func natsDriver(url string) (*natslock.Driver, func(), error) {
 	return d, func() { d.Close(); nc.Close() }, nil
 }
 
-// natsLocker returns natslock's Client on s's server.
+// natsLocker returns natslock's Client on s's servers: worker i connects to
+// server i first (modulo their number), so that each server of a cluster
+// has workers on it, and moves on in the servers' order when it breaks.
 func natsLocker(s Spec) (dlock.Locker, func(), error) {
-	d, closeAll, err := natsDriver(s.Lock[0])
+	n := s.Proc % len(s.Lock)
+	d, closeAll, err := natsDriver(strings.Join(append(s.Lock[n:], s.Lock[:n]...), ","), []nats.Option{nats.DontRandomize()})
 	if err != nil {
 		return nil, closeAll, err
 	}
@@ -82,15 +200,15 @@ func natsLocker(s Spec) (dlock.Locker, func(), error) {
 	return lk, closeAll, err
 }
 
-// natsInspector returns natslock's Driver straight to the server.
+// natsInspector returns natslock's Driver straight to the servers.
 func natsInspector(_ Config, st *store) (driver.Inspector, func(), error) {
-	d, closeAll, err := natsDriver(st.own.(*natstest.Server).URL)
+	d, closeAll, err := natsDriver(natsURL(st), nil)
 	return d, closeAll, err
 }
 
 // natsLeftover lists the keys of the bucket still held.
 func natsLeftover(t testing.TB, st *store) []string {
-	d, closeAll, err := natsDriver(st.own.(*natstest.Server).URL)
+	d, closeAll, err := natsDriver(natsURL(st), nil)
 	if err != nil {
 		t.Errorf("verify: connecting to NATS: %v", err)
 		return nil
@@ -111,7 +229,7 @@ func natsLeftover(t testing.TB, st *store) []string {
 // carry no Lost, so that a holder learns of a force-unlock at its next
 // renewal, not from its watch of the key.
 func noPushNATS(s Spec) (dlock.Locker, func(), error) {
-	d, closeAll, err := natsDriver(s.Lock[0])
+	d, closeAll, err := natsDriver(s.Lock[0], nil)
 	if err != nil {
 		return nil, closeAll, err
 	}
