@@ -48,6 +48,7 @@ var quickAims = map[string][]string{
 	zkForcesScenario:            {FaultForce},
 	"nats":                      {},
 	"nats-3":                    {FaultCrash},
+	"nats-default-sync":         {FaultPowerLoss},
 	"postgres-lock-delay":       {},
 	"redis-handoff":             {FaultReset},
 	"redis-once":                {FaultReset},
@@ -59,6 +60,7 @@ var quickAims = map[string][]string{
 	"etcd-3-once":       {},
 	"memlock-handoff":   {},
 	"redlock-5-handoff": {},
+	"nats-power-loss":   {},
 }
 
 // aims returns the faults each run of sc must show bit: quickAims's in the

@@ -2,7 +2,11 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,17 +20,41 @@ import (
 )
 
 // NATS: one server with JetStream (sync on every write) in the test process,
-// behind a proxy; the bucket made by natslock's Migrate.
+// behind a proxy; the bucket made by natslock's Migrate. A power loss loses
+// nothing: every write the server acknowledged was on its disk.
 func init() {
-	registerBackend(&backend{
-		name:      "nats",
-		faults:    []string{FaultForce},
+	b := natsServerBackend("nats")
+	b.exact = true // no fault excuses two holders
+	registerBackend(b)
+}
+
+// NATS with the default sync (every two minutes): a power loss loses the
+// writes the server acknowledged since its disk last had them, grants and
+// releases, and their revisions are handed out again.
+func init() {
+	b := natsServerBackend("nats-default-sync")
+	// Waiters of a Driver whose watch of the key was open across a power
+	// loss that took the revisions back were seen to make one attempt per
+	// wait afterwards, not woken by the releases (a waiter never woken
+	// tries again after a minute): the recovery checker's allowance is
+	// that minute, beyond the run.
+	b.grace = func(Spec) time.Duration { return time.Minute }
+	b.tokensBack = true
+	registerBackend(b)
+}
+
+// natsServerBackend is the backend named name on one NATS server (see
+// startNATS).
+func natsServerBackend(name string) *backend {
+	return &backend{
+		name:      name,
+		faults:    []string{FaultPowerLoss, FaultForce},
 		start:     startNATS,
 		locker:    natsLocker,
 		inspector: natsInspector,
 		leftover:  natsLeftover,
-		exact:     true, // no fault excuses two holders
-	})
+		fault:     natsFault,
+	}
 }
 
 // NATS's cluster: three servers with JetStream (sync on every write), each
@@ -88,13 +116,17 @@ func natsURL(st *store) string {
 	if cl, ok := st.own.(*natstest.Cluster); ok {
 		return cl.URL()
 	}
-	return st.own.(*natstest.Server).URL
+	return st.own.(*natsServer).URL
 }
 
 // natsFault injects the cluster's crash: the server that leads the
 // bucket's stream (a member drawn at random when no server names one) shut
-// down and started again on the same store after d.Long.
+// down and started again on the same store after d.Long; and a single
+// server's power loss (see powerLossNATS).
 func natsFault(ctx context.Context, _ Config, st *store, f string, d draws, rec *Recorder) (bool, error) {
+	if s, ok := st.own.(*natsServer); ok && f == FaultPowerLoss {
+		return true, powerLossNATS(ctx, s, st, min(d.Long, time.Second), rec)
+	}
 	cl, ok := st.own.(*natstest.Cluster)
 	if f != FaultCrash || !ok {
 		return false, nil
@@ -114,6 +146,108 @@ func natsFault(ctx context.Context, _ Config, st *store, f string, d draws, rec 
 	// server shut down.
 	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1, Cut: serverCloses(st.proxies) - closes})
 	return true, nil
+}
+
+// powerLossNATS emulates a power loss under s. With the default sync, what
+// the disk has is what the server wrote by its last sync: a copy of its store
+// directory taken while it runs (recorded as a snapshot) stands for it; the
+// server takes writes on until a worker was granted a lock (lost at most),
+// is shut down, and starts again at once from the copy, having lost every
+// write since, so that the holder of the lost grant still holds it when the
+// store is back, and the revisions of the writes lost are handed out again.
+// With sync on every write, the disk has every write the server acknowledged
+// when the power goes: it starts again from its store directory as it was
+// when it stopped.
+func powerLossNATS(ctx context.Context, s *natsServer, st *store, lost time.Duration, rec *Recorder) error {
+	snap := s.dir + ".snapshot"
+	if !s.syncAlways {
+		if err := os.RemoveAll(snap); err != nil {
+			return fmt.Errorf("verify: power loss: %v", err)
+		}
+		if err := copyDir(s.dir, snap); err != nil {
+			return fmt.Errorf("verify: power loss: copying the store: %v", err)
+		}
+		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
+		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
+		grantSince(ctx, rec, Now(), lost) // writes acknowledged, never on the disk
+	}
+	before := lastRevision(ctx, s.URL)
+	closes := serverCloses(st.proxies)
+	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultPowerLoss, Target: -1})
+	s.Shutdown()
+	if !s.syncAlways {
+		if err := os.RemoveAll(s.dir); err != nil {
+			return fmt.Errorf("verify: power loss: %v", err)
+		}
+		if err := os.Rename(snap, s.dir); err != nil {
+			return fmt.Errorf("verify: power loss: %v", err)
+		}
+	}
+	if err := s.Restart(); err != nil {
+		return fmt.Errorf("verify: power loss: restarting the NATS server: %v", err)
+	}
+	after := lastRevision(ctx, s.URL)
+	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultPowerLoss, Target: -1, Cut: serverCloses(st.proxies) - closes})
+	if after < before {
+		s.t.Logf("power loss: the bucket's last revision went back from %d to %d: revisions %d to %d are handed out again", before, after, after+1, before)
+	} else {
+		s.t.Logf("power loss: the bucket's last revision %d before, %d after: nothing lost", before, after)
+	}
+	return nil
+}
+
+// lastRevision returns the last revision (stream sequence) of the bucket on
+// the server at url (0: none known).
+func lastRevision(ctx context.Context, url string) uint64 {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second))
+	if err != nil {
+		return 0
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "KV_"+natslock.DefaultBucket)
+	if err != nil {
+		return 0
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.LastSeq
+}
+
+// copyDir copies the files under src to dst, as they are at the moment each
+// is read; a file removed meanwhile is left out.
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if e.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
 }
 
 // streamLeader returns the index in cl of the server that leads the
@@ -147,9 +281,19 @@ func streamLeader(ctx context.Context, cl *natstest.Cluster) int {
 	return -1
 }
 
+// natsServer is a single server of the tests, with what a power loss needs.
+type natsServer struct {
+	*natstest.Server
+	t          testing.TB
+	dir        string // its store directory
+	syncAlways bool
+}
+
 // startNATS starts the server and its bucket; the workers dial its proxy.
-func startNATS(t testing.TB, _ Config) *store {
-	s, err := natstest.Start(t.TempDir(), natstest.Options{SyncAlways: true})
+func startNATS(t testing.TB, c Config) *store {
+	dir := t.TempDir()
+	syncAlways := c.Spec.Backend != "nats-default-sync"
+	s, err := natstest.Start(dir, natstest.Options{SyncAlways: syncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +301,8 @@ func startNATS(t testing.TB, _ Config) *store {
 	if err := migrateNATS(s.URL, 1); err != nil {
 		t.Fatal(err)
 	}
-	st := &store{own: s, nodes: 1}
+	// natstest.Start keeps the server's store under dir/n1.
+	st := &store{own: &natsServer{Server: s, t: t, dir: filepath.Join(dir, "n1"), syncAlways: syncAlways}, nodes: 1}
 	st.addrs = []string{"nats://" + st.proxyTo(t, s.URL[len("nats://"):]).Addr()}
 	return st
 }

@@ -182,6 +182,8 @@ var scenarios = []scenario{
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
 	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
 	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce, FaultDropRequests, FaultDropReplies}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
+	{"nats-default-sync", "nats-default-sync", "plain", []string{FaultStop, FaultPowerLoss}, "", false, 0, "fencing (a token repeated across a power loss excused: the lost writes' revisions are handed out again), resource, linearizable (exclusion excused across power losses: the store directory put back to a copy taken before the last grant; default sync)", false},
+	{"nats-power-loss", "nats", "plain", []string{FaultStop, FaultPowerLoss}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys of the bucket; sync on every write: a power loss loses nothing)", false},
 	{"nats-3", "nats-3", "plain", []string{FaultCrash, FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket; three servers, three replicas, the stream leader shut down)", false},
 	{"redis-handoff", "redis", handOff, forceFaults, "", false, 0, "hand-off (resumed holdings: never after their TTL, a newer grant or a force; no renewal after Detach), fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
 	{"redis-once", "redis", once, forceFaults, "", false, 0, "once (every value returned one computation's; at most one computation per result window but for a computer that died or lost its lock), liveness", false},
@@ -200,6 +202,7 @@ var scenarios = []scenario{
 // quick run at 23 to 50 s, beside Redis's, etcd's and ZooKeeper's): they run
 // when -seeds, -seed or -duration is given.
 var longRunOnly = map[string]bool{"postgres-handoff": true, "redlock-5-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
+	"nats-power-loss":     true,
 	"postgres-lock-delay": true, "postgres-semaphore-resize": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
