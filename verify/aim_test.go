@@ -47,6 +47,8 @@ var quickAims = map[string][]string{
 	"zookeeper-lock-delay":      {},
 	zkForcesScenario:            {FaultForce},
 	"nats":                      {},
+	"nats-3":                    {FaultCrash},
+	"nats-default-sync":         {FaultPowerLoss},
 	"postgres-lock-delay":       {},
 	"redis-handoff":             {FaultReset},
 	"redis-once":                {FaultReset},
@@ -61,6 +63,7 @@ var quickAims = map[string][]string{
 	"etcd-3-handoff":    {},
 	"nats-handoff":      {},
 	"mysql-fair":        {},
+	"nats-power-loss":   {},
 }
 
 // aims returns the faults each run of sc must show bit: quickAims's in the

@@ -61,6 +61,11 @@ type Params struct {
 	// two holders at once are excused across one of them, but their tokens
 	// must still order them.
 	Unsafe map[string]bool
+	// TokensBack: the store hands out again the tokens of grants an unsafe
+	// fault lost (NATS's revisions, a stream's sequence, after a power loss
+	// under the default sync): Fencing excuses a token repeated, or not
+	// above one granted before, across such a fault.
+	TokensBack bool
 	// Told is told-at-once's bound: how soon after a force-unlock completes
 	// its holder's Done fires (0: ToldBound of TTL).
 	Told time.Duration
@@ -184,6 +189,9 @@ type Stats struct {
 	// fair lock's checker judged, FairExcused those of them a fault
 	// excused (see Fairness).
 	FairJudged, FairExcused int
+	// Repeated counts the grants whose token an earlier grant of the key
+	// had (a store whose tokens went back; see Params.TokensBack).
+	Repeated int
 }
 
 // Analyze pairs the events of h and computes the holders' validity windows.
@@ -374,6 +382,15 @@ func Analyze(h []Event, p Params) *Analysis {
 	if len(perProc) > 0 && sq > 0 {
 		a.Stats.Jain = sum * sum / (float64(len(perProc)) * sq)
 	}
+	for _, gs := range a.grants {
+		seen := map[uint64]bool{}
+		for _, g := range gs {
+			if !g.resumed && seen[g.ok.Token] {
+				a.Stats.Repeated++
+			}
+			seen[g.ok.Token] = true
+		}
+	}
 	return a
 }
 
@@ -542,7 +559,8 @@ func (a *Analysis) Exits() *Violation {
 // have refused the first meanwhile. Only an unsafe fault or a force-unlock
 // inside the second's acquisition (it may have removed the holding the
 // second's reply reports) excuses a pair of the second kind; nothing excuses
-// one of the first or a repeated token.
+// one of the first or a repeated token, but an unsafe fault between the two
+// grants on a store whose tokens go back across one (Params.TokensBack).
 func (a *Analysis) Fencing() *Violation {
 	for key, gs := range a.grants {
 		byToken := map[uint64]*grant{}
@@ -550,13 +568,13 @@ func (a *Analysis) Fencing() *Violation {
 			if b.resumed {
 				continue // the same holding: HandOff judges it
 			}
-			if g := byToken[b.ok.Token]; g != nil {
+			if g := byToken[b.ok.Token]; g != nil && !a.tokenBack(g, b) {
 				return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.ok.Line},
 					Msg: fmt.Sprintf("key %s: token %d granted twice, to worker %d and to worker %d", key, b.ok.Token, g.ok.Proc, b.ok.Proc)}
 			}
 			byToken[b.ok.Token] = b
 			for _, g := range gs[:i] {
-				if g.ok.Token < b.ok.Token || g.resumed {
+				if g.ok.Token < b.ok.Token || g.resumed || a.tokenBack(g, b) {
 					continue
 				}
 				if g.ok.T < b.inv.T {
@@ -572,6 +590,13 @@ func (a *Analysis) Fencing() *Violation {
 		}
 	}
 	return nil
+}
+
+// tokenBack reports whether the store may have handed b a token of g's or
+// below it, g granted first: its tokens go back across an unsafe fault
+// (Params.TokensBack), and one came between g's grant and b's.
+func (a *Analysis) tokenBack(g, b *grant) bool {
+	return a.P.TokensBack && a.unsafeBetween(g.ok.T, b.ok.T)
 }
 
 // orderFixed reports whether the store must have granted g before b, two

@@ -75,6 +75,27 @@ func TestExclusionFindsOverlapsButAcrossUnsafeFaults(t *testing.T) {
 	}
 }
 
+func TestFencingExcusesATokenRepeatedAcrossAnUnsafeFaultWhereTokensGoBack(t *testing.T) {
+	loss := []Event{{T: ms(50), Proc: -1, Op: OpNemesis, Type: Invoke, Fault: FaultPowerLoss, Target: -1}, {T: ms(60), Proc: -1, Op: OpNemesis, Type: OK, Fault: FaultPowerLoss, Target: -1}}
+	before := cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 20))
+	after := cat(grantEvents(1, 1, 100, 10, 400), releaseEvents(1, 2, 120), grantEvents(2, 1, 200, 11, 400), releaseEvents(2, 2, 220))
+	p := checkParams
+	p.TokensBack = true
+	a := Analyze(cat(before, loss, after), p)
+	if v := a.Fencing(); v != nil {
+		t.Errorf("tokens gone back across a power loss: %s", v.Msg)
+	}
+	if a.Stats.Repeated != 1 {
+		t.Errorf("repeated tokens counted %d, want 1", a.Stats.Repeated)
+	}
+	if Analyze(cat(before, loss, after), checkParams).Fencing() == nil {
+		t.Error("a token repeated on a store whose tokens do not go back went unseen")
+	}
+	if Analyze(cat(before, after), p).Fencing() == nil {
+		t.Error("a token repeated with no fault between went unseen")
+	}
+}
+
 func TestExclusionEndsAWindowAtTheDeadline(t *testing.T) {
 	// The first holder's deadline passed (Done fired) before the second grant.
 	done := []Event{{T: ms(95), Proc: 0, Op: OpDone, Key: "k", Token: 10}}

@@ -65,6 +65,9 @@ type backend struct {
 	// exact: no fault excuses two holders (every write of the store is on
 	// a quorum's disk); else a crash or a failover does (unsafeFaults).
 	exact bool
+	// tokensBack: the store hands the tokens of the grants such a fault
+	// lost out again (Params.TokensBack).
+	tokensBack bool
 }
 
 // backends are the registered backends, by name.
@@ -284,7 +287,7 @@ func Run(t testing.TB, c Config) *Result {
 	// queue's child watch fired before the holding was registered, and
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, Delay: spec.LockDelay, Told: c.Told,
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, TokensBack: b.tokensBack, Delay: spec.LockDelay, Told: c.Told,
 		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec), Aim: c.Aim, Detached: detachedLife(spec)})
 	res.Stats = a.Stats
 	res.Violations = a.Check()

@@ -183,6 +183,9 @@ var scenarios = []scenario{
 	{"zookeeper-lock-delay", "zookeeper", delayed, []string{FaultForce, FaultExpire, FaultStop, FaultKill, FaultCrash, FaultDelay, FaultBlackhole}, "", false, 0, "fencing, resource, exclusion, told-first, told-at-once (force-unlocks of delayed holdings), lock-delay (counted from the next acquisition's sight of the unclean end, a force's too), linearizable, liveness (ephemeral nodes)", false},
 	{zkForcesScenario, "zookeeper", delayed, []string{FaultForce}, "", false, 0, "told-at-once (force-unlocks of delayed holdings alone; 3 s TTL, 2 s holds, the bound 150 ms), fencing, resource, exclusion, told-first, lock-delay, linearizable, liveness", false},
 	{"nats", "nats", "plain", []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce, FaultDropRequests, FaultDropReplies}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket)", false},
+	{"nats-default-sync", "nats-default-sync", "plain", []string{FaultStop, FaultPowerLoss}, "", false, 0, "fencing (a token repeated across a power loss excused: the lost writes' revisions are handed out again), resource, linearizable (exclusion excused across power losses: the store directory put back to a copy taken before the last grant; default sync)", false},
+	{"nats-power-loss", "nats", "plain", []string{FaultStop, FaultPowerLoss}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, linearizable, liveness (keys of the bucket; sync on every write: a power loss loses nothing)", false},
+	{"nats-3", "nats-3", "plain", []string{FaultCrash, FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultForce}, "", false, 0, "fencing, resource, exclusion (no fault excused), told-first, told-at-once (force-unlocks), linearizable, liveness (keys of the bucket; three servers, three replicas, the stream leader shut down)", false},
 	{"redis-handoff", "redis", handOff, forceFaults, "", false, 0, "hand-off (resumed holdings: never after their TTL, a newer grant or a force; no renewal after Detach), fencing, resource, exclusion, told-first (resumed holdings too), told-at-once, linearizable, liveness", false},
 	{"redis-once", "redis", once, forceFaults, "", false, 0, "once (every value returned one computation's; at most one computation per result window but for a computer that died or lost its lock), liveness", false},
 	{"postgres-handoff", "postgres", handOff, []string{FaultBlackhole, FaultStop, FaultKill, FaultDelay, FaultTerminate, FaultForce}, "", false, 0, "hand-off, fencing, resource, exclusion (no fault excused), told-first (resumed holdings too), told-at-once, linearizable, liveness (rows)", false},
@@ -203,7 +206,8 @@ var scenarios = []scenario{
 // fair lock beside Redis's): they run when -seeds, -seed or -duration is
 // given.
 var longRunOnly = map[string]bool{"postgres-handoff": true, "redlock-5-handoff": true, "postgres-once": true, "etcd-3-once": true, "memlock-handoff": true,
-	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true, "mysql-fair": true}
+	"postgres-lock-delay": true, "postgres-semaphore-resize": true, "etcd-3-handoff": true, "nats-handoff": true, "mysql-fair": true,
+	"nats-power-loss": true}
 
 // forceGapScenario is the scenario whose force-unlocks drop the workers'
 // subscriptions as they publish the loss (Config.ForceGap): the nosubcheck
@@ -282,7 +286,7 @@ func TestScenarios(t *testing.T) {
 				if strings.HasPrefix(sc.backend, "zookeeper") || sc.backend == "postgres" || sc.backend == "mysql" { // the TTL is the session timeout; the SQL stores are slower
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
-				if sc.backend == "etcd" || sc.backend == "nats" { // whole seconds
+				if sc.backend == "etcd" || strings.HasPrefix(sc.backend, "nats") { // whole seconds
 					spec.TTL, spec.Hold, spec.Wait = time.Second, 600*time.Millisecond, 3*time.Second
 				}
 				if spec.Workload == WorkloadOnce {
