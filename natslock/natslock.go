@@ -116,6 +116,11 @@ type Driver struct {
 	mu      sync.Mutex
 	watches map[string]*keyWatch
 	last    map[string]uint64 // the last revision seen of a key, for the next create
+	// lastEpoch is the connection's reconnect count when last was filled:
+	// a reconnection may follow a restart that lost writes (the default
+	// sync), after which a revision remembered from before may name another
+	// message; last is dropped then.
+	lastEpoch uint64
 
 	rtt atomic.Int64 // a moving average of a write's round trip, in ns
 
@@ -598,7 +603,21 @@ func remaining(m *jetstream.RawStreamMsg) time.Duration {
 func (d *Driver) lastSeen(key string) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.lastFresh()
 	return d.last[key]
+}
+
+// lastFresh drops the remembered revisions when the connection reconnected
+// since they were seen; d.mu is held.
+func (d *Driver) lastFresh() {
+	nc := d.js.Conn()
+	if nc == nil {
+		return
+	}
+	if n := nc.Stats().Reconnects; n != d.lastEpoch {
+		clear(d.last)
+		d.lastEpoch = n
+	}
 }
 
 // maxLast bounds the revisions the Driver remembers.
@@ -608,6 +627,7 @@ const maxLast = 4096
 func (d *Driver) seen(key string, rev uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.lastFresh()
 	if _, ok := d.last[key]; !ok && len(d.last) >= maxLast {
 		for k := range d.last {
 			delete(d.last, k)

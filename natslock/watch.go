@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -32,9 +33,12 @@ type keyWatch struct {
 	watchers []chan struct{}
 	linger   *time.Timer
 	failed   bool
-	lastFree uint64    // the revision of the last deletion, purge or expiry seen
-	busy     time.Time // when an attempt of the Driver last found the key held
-	freed    time.Time // when the Driver last released the key
+	// rewatched: the watch started again and has not delivered the key's
+	// messages yet; seen: it delivered one since it started.
+	rewatched, seen bool
+	lastFree        uint64    // the revision of the last deletion, purge or expiry seen
+	busy            time.Time // when an attempt of the Driver last found the key held
+	freed           time.Time // when the Driver last released the key
 
 	// A fair Driver's watch follows the key's queue (its entries, key.<id>):
 	queue  map[string]entry // the live entries, by id
@@ -148,39 +152,148 @@ func (kw *keyWatch) unused() {
 	})
 }
 
-// run follows the key's messages until the watch is cancelled or fails.
+// run follows the key's messages until the watch is cancelled or fails. A
+// reconnection of the Driver's connection may follow a restart of the
+// server, which loses the watch's consumer (nothing is delivered any more,
+// for as long as the client takes to notice): the watch starts again then,
+// its holders and waiters kept. A watch that cannot be set up (the server
+// restarting, its JetStream not ready yet) is tried again for up to
+// rewatchFor before it fails.
 func (kw *keyWatch) run(ctx context.Context) {
 	defer kw.cancel()
-	d := kw.d
-	var w jetstream.KeyWatcher
-	b, err := d.openBucket(ctx)
-	if err == nil {
-		pattern := kw.key
-		if d.fair {
-			pattern += ".*"
-		}
-		w, err = b.kv.Watch(ctx, pattern)
+	var reconnected chan nats.Status
+	if nc := kw.d.js.Conn(); nc != nil {
+		reconnected = nc.StatusChanged(nats.CONNECTED)
+		defer nc.RemoveStatusListener(reconnected)
 	}
-	if err == nil {
-		// The watcher's channel is closed by Stop, not by the end of ctx:
-		// the loop watches both, so that a cancelled watch (Close, its
-		// linger) ends at once.
-		updates := w.Updates()
-	loop:
-		for {
-			select {
-			case <-ctx.Done():
-				break loop
-			case e, ok := <-updates:
-				if !ok {
-					break loop
+	var since time.Time // the reconnection, or the failed set-up, it starts again after
+	for {
+		switch kw.watch(ctx, reconnected) {
+		case watchReconnected:
+			kw.rewatch()
+			since = time.Now()
+			continue
+		case watchNotStarted:
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if time.Since(since) < rewatchFor {
+				select {
+				case <-ctx.Done():
+				case <-time.After(rewatchRetry):
+					continue
 				}
-				kw.event(e)
 			}
 		}
-		_ = w.Stop()
+		break
 	}
 	kw.fail()
+}
+
+// rewatchFor is how long a watch tries to start, every rewatchRetry, after a
+// reconnection or its first failed set-up (a restarted server's JetStream may
+// not serve yet).
+const (
+	rewatchFor   = 10 * time.Second
+	rewatchRetry = 100 * time.Millisecond
+)
+
+// How a watch ended.
+const (
+	watchEnded       = iota // cancelled, or its updates stopped
+	watchReconnected        // the connection reconnected
+	watchNotStarted         // it could not be set up
+)
+
+// watch follows the key's messages until ctx ends, the watch stops, or the
+// connection reconnected (also while the watch is being set up: a request
+// lost in a restart would hold the set-up up to its timeout), and says
+// which.
+func (kw *keyWatch) watch(ctx context.Context, reconnected <-chan nats.Status) int {
+	// The watch lives as long as wctx (its subscription ends with it).
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	type setUp struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	ready := make(chan setUp, 1)
+	go func() {
+		b, err := kw.d.openBucket(wctx)
+		if err != nil {
+			ready <- setUp{err: err}
+			return
+		}
+		pattern := kw.key
+		if kw.d.fair {
+			pattern += ".*"
+		}
+		w, err := b.kv.Watch(wctx, pattern)
+		ready <- setUp{w, err}
+	}()
+	var w jetstream.KeyWatcher
+	select {
+	case <-ctx.Done():
+		return watchEnded
+	case <-reconnected:
+		return watchReconnected
+	case su := <-ready:
+		if su.err != nil {
+			return watchNotStarted
+		}
+		w = su.w
+	}
+	// The watcher's channel is closed by Stop, not by the end of ctx: the
+	// loop watches both, so that a cancelled watch (Close, its linger)
+	// ends at once.
+	defer func() { _ = w.Stop() }()
+	updates := w.Updates()
+	for {
+		select {
+		case <-ctx.Done():
+			return watchEnded
+		case <-reconnected:
+			return watchReconnected
+		case e, ok := <-updates:
+			if !ok {
+				return watchEnded
+			}
+			kw.event(e)
+		}
+	}
+}
+
+// rewatch readies the watch for its start again: what it knew of the key's
+// queue is delivered anew, and once the new watch has delivered the key's
+// messages, a holding whose key (or queue entry) it did not deliver is lost
+// (purged meanwhile).
+func (kw *keyWatch) rewatch() {
+	d := kw.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kw.rewatched, kw.seen = true, false
+	kw.lastFree = 0 // the server may have lost writes: revisions start again from its word
+	if d.fair {
+		kw.queue, kw.ready = nil, false
+	}
+}
+
+// loseUnseen tells the holdings that the restarted watch found no message
+// of; d.mu is held.
+func (kw *keyWatch) loseUnseen() {
+	for _, h := range kw.holds {
+		if h.releasing {
+			continue
+		}
+		if kw.d.fair {
+			if _, ok := kw.queue[h.hold.sub]; ok {
+				continue
+			}
+		} else if kw.seen {
+			continue
+		}
+		h.Lose(errGone)
+	}
 }
 
 // fail ends a watch that was stopped, could not be set up or broke: its
@@ -213,10 +326,21 @@ func (kw *keyWatch) event(e jetstream.KeyValueEntry) {
 	for _, c := range kw.watchers {
 		notify(c)
 	}
+	kw.seen = kw.seen || e != nil
 	if d.fair {
 		kw.queueEvent(e)
-		return
+	} else {
+		kw.plainEvent(e)
 	}
+	if e == nil && kw.rewatched {
+		kw.rewatched = false
+		kw.loseUnseen()
+	}
+}
+
+// plainEvent is event for a plain Driver; d.mu is held.
+func (kw *keyWatch) plainEvent(e jetstream.KeyValueEntry) {
+	d := kw.d
 	if e == nil {
 		// Established: whatever was missed before, a waiter tries again.
 		for _, w := range kw.waiters {
@@ -230,6 +354,7 @@ func (kw *keyWatch) event(e jetstream.KeyValueEntry) {
 		rec = record{}
 	}
 	if free {
+		d.lastFresh()
 		if rev := e.Revision(); rev > d.last[kw.key] {
 			d.last[kw.key] = rev
 		}

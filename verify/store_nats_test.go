@@ -33,12 +33,6 @@ func init() {
 // releases, and their revisions are handed out again.
 func init() {
 	b := natsServerBackend("nats-default-sync")
-	// Waiters of a Driver whose watch of the key was open across the
-	// server's restart were seen to make one attempt per wait afterwards,
-	// not woken by the releases (a waiter never woken tries again after a
-	// minute): the recovery checker's allowance is that minute, beyond
-	// the run.
-	b.grace = func(Spec) time.Duration { return time.Minute }
 	b.tokensBack = true
 	registerBackend(b)
 }
