@@ -118,11 +118,13 @@ func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
 			}
 			wg.Wait()
 			per, total := callsSince(t, admin, before)
-			delete(per, "subscribe")
-			delete(per, "unsubscribe")
+			// Not the lock's: the waiters' subscriptions, and a new
+			// connection's handshake (how many connections a pool opens
+			// depends on the scheduling, not on the lock).
 			lockCalls := total
-			for _, name := range []string{"subscribe", "unsubscribe"} {
-				lockCalls -= testserver.CommandCalls(t, admin, nil)[name] - before[name]
+			for _, name := range []string{"subscribe", "unsubscribe", "client|setinfo", "hello"} {
+				lockCalls -= per[name]
+				delete(per, name)
 			}
 			perCS := float64(lockCalls) / float64(sections)
 			t.Logf("G=%d: %d critical sections, %.2f server lock commands each: %v", g, sections, perCS, per)
@@ -137,10 +139,14 @@ func TestPlainCommandsPerContendedCriticalSection(t *testing.T) {
 }
 
 // contendedBound bounds the server's lock commands per critical section of
-// TestPlainCommandsPerContendedCriticalSection (a grant's TIME included, and a
-// hand-over's PUBSUB NUMSUB, which finds a live process to wake: 12.4 before
-// it, 13.1 with it at G = 64).
-const contendedBound = 15
+// TestPlainCommandsPerContendedCriticalSection (a grant's TIME included, a
+// hand-over's PUBSUB NUMSUB, which finds a live process to wake, and the
+// queue's ZADD and ZPOPMIN). The count moves with the scheduling (a woken
+// waiter that finds the lock taken again tries once more): over 30 runs on an
+// idle host, a median of 13.9 and at most 14.3 at G = 16 and 64, on
+// redis-server and valkey-server alike; the bound leaves room for a loaded
+// host, and two commands more per hand-over cross it.
+const contendedBound = 15.5
 
 func TestPlainMemoryPerHeldLock(t *testing.T) {
 	own := testserver.StartRedis(t)

@@ -264,8 +264,16 @@ type noCheckDriver struct {
 	db *sql.DB
 }
 
-// Release frees the key's row, whoever holds it.
+// Release frees the key's row, whoever holds it: the driver's own release
+// (which wakes the next waiter), of the owner the row names now.
 func (n noCheckDriver) Release(ctx context.Context, h driver.Holding) error {
-	_, err := n.db.ExecContext(ctx, "UPDATE "+mysqllock.DefaultTable+" SET owner = X'', expires_at = UTC_TIMESTAMP(6), holder_conn = 0 WHERE lock_key = ?", h.Key)
-	return err
+	var owner []byte
+	err := n.db.QueryRowContext(ctx, "SELECT owner FROM "+mysqllock.DefaultTable+" WHERE lock_key = ?", h.Key).Scan(&owner)
+	if err != nil {
+		return err
+	}
+	if len(owner) > 0 {
+		h.Owner = string(owner)
+	}
+	return n.Driver.Release(ctx, h)
 }

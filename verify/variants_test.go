@@ -81,10 +81,15 @@ var variants = []variant{
 		exposed: []exposure{{faults: []string{FaultStop}, checkers: []string{"exclusion", "told-first", "spurious-loss"},
 			setup: func(c *Config) {
 				// As rawdel: one key that three workers take in turn,
-				// each holding within its TTL, so that a stop likely hits
-				// the holder, whose release comes after its lock went to
-				// another and frees the new holder's row.
-				c.Workers, c.Duration = 3, duration(8*time.Second)
+				// each holding within its TTL, so that a stop hits the
+				// holder now and then, whose release comes after its lock
+				// went to another, frees the new holder's row and wakes
+				// the third, waiting, worker. Long enough for a dozen
+				// stops: one in two or three hits the holder for long
+				// enough (caught 4.4 s into 8 s at the latest over seeds
+				// 1 to 8; 8 s with a release that woke nobody missed
+				// seed 1 in CI).
+				c.Workers, c.Duration = 3, duration(12*time.Second)
 				c.Spec.Keys, c.Spec.Hold = []string{"a"}, 300*time.Millisecond
 			}}}},
 	{name: "repeat", breaks: "every second token is handed out again (the previous one)",
