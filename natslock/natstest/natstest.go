@@ -34,17 +34,27 @@ type Options struct {
 // caller's, which it removes afterwards), and waits until it takes
 // connections.
 func Start(dir string, o Options) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	var err error
+	for range portTries {
+		var port int
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		var s *Server
+		if s, err = run(baseOptions("dlock-1", filepath.Join(dir, "n1"), port, o)); err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errListen) {
+			return nil, err
+		}
 	}
-	opts := baseOptions("dlock-1", filepath.Join(dir, "n1"), port, o)
-	s, err := run(opts)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil, err
 }
+
+// portTries is how many sets of free ports Start and StartCluster try: a
+// port free a moment ago can be taken before the server binds it (by another
+// process's listener, or as the local port of its outgoing connection).
+const portTries = 5
 
 // Cluster is three NATS servers with JetStream, routed to each other.
 type Cluster struct {
@@ -71,6 +81,23 @@ func (c *Cluster) Shutdown() {
 // under a directory of its own below dir, and waits until they take
 // connections (JetStream elects its meta leader shortly after).
 func StartCluster(dir string, o Options) (*Cluster, error) {
+	var err error
+	for try := range portTries {
+		var c *Cluster
+		// Each try in store directories of its own: a server that ran
+		// leaves JetStream state behind.
+		if c, err = startCluster(filepath.Join(dir, fmt.Sprintf("try%d", try)), o); err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, errListen) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// startCluster is one try of StartCluster, on ports free a moment ago.
+func startCluster(dir string, o Options) (*Cluster, error) {
 	const n = 3
 	ports := make([]int, 2*n)
 	for i := range ports {
@@ -127,13 +154,57 @@ func run(opts *server.Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natstest: %w", err)
 	}
+	fatal := fatalLog{make(chan string, 1)}
+	s.SetLoggerV2(fatal, false, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
-		s.Shutdown()
-		return nil, errors.New("natstest: the server did not take connections within 20s")
+	// Ready, or told at once that a listener could not bind (the server
+	// reports it only to its logger, and would wait for ever).
+	for deadline := time.Now().Add(20 * time.Second); !s.ReadyForConnections(50 * time.Millisecond); {
+		select {
+		case msg := <-fatal.ch:
+			s.Shutdown()
+			s.WaitForShutdown()
+			return nil, fmt.Errorf("%w: %s", errListen, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, errors.New("natstest: the server did not take connections within 20s")
+		}
 	}
 	return &Server{s: s, opts: opts, URL: s.ClientURL()}, nil
 }
+
+// errListen is run's error when the server could not listen on a port of its
+// options (one taken since it was found free).
+var errListen = errors.New("natstest: the server could not listen")
+
+// fatalLog is the servers' logger: it passes on the first fatal error (a
+// listener that could not bind), and drops the rest.
+type fatalLog struct{ ch chan string }
+
+// Fatalf passes the first fatal error on.
+func (f fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case f.ch <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+// Noticef drops the notice.
+func (fatalLog) Noticef(string, ...any) {}
+
+// Warnf drops the warning.
+func (fatalLog) Warnf(string, ...any) {}
+
+// Errorf drops the error.
+func (fatalLog) Errorf(string, ...any) {}
+
+// Debugf drops the debug statement.
+func (fatalLog) Debugf(string, ...any) {}
+
+// Tracef drops the trace statement.
+func (fatalLog) Tracef(string, ...any) {}
 
 // Shutdown stops the server and waits until it has.
 func (s *Server) Shutdown() {
@@ -144,7 +215,16 @@ func (s *Server) Shutdown() {
 // Restart stops the server and runs it again on the same port and store.
 func (s *Server) Restart() error {
 	s.Shutdown()
-	n, err := run(s.opts.Clone())
+	var n *Server
+	var err error
+	// Its port was free while it ran; an outgoing connection may take it
+	// as its local port meanwhile, for a while.
+	for range 50 {
+		if n, err = run(s.opts.Clone()); !errors.Is(err, errListen) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		return err
 	}
