@@ -159,6 +159,9 @@ type Config struct {
 	// (repl-diskless-sync-delay 0, not 5 s), so that a failover does not
 	// find the replica of the last one still waiting to sync.
 	Resync bool
+	// Pace is the TTL the nemesis draws its faults from: the time between
+	// them and how long each lasts (0: the workers' TTL).
+	Pace time.Duration
 }
 
 // Result is what a run found.
@@ -339,7 +342,11 @@ func testNemesis(c Config, b *backend, st *store, ws *procs, rec *Recorder) (*ne
 			return nil, nil, fmt.Errorf("the force-unlocking inspector: %w", err)
 		}
 	}
-	n := &nemesis{seed: c.Seed, ttl: c.Spec.TTL, workers: c.Workers, faults: c.Faults, procs: ws,
+	pace := c.Spec.TTL
+	if c.Pace > 0 {
+		pace = c.Pace
+	}
+	n := &nemesis{seed: c.Seed, ttl: pace, workers: c.Workers, faults: c.Faults, procs: ws,
 		proxies: st.proxies, nodes: st.nodes, rec: rec,
 		store: func(ctx context.Context, f string, d draws) (bool, error) {
 			if f == FaultForce {
