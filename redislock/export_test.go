@@ -31,3 +31,21 @@ func ParseRecord(v string) (Record, bool) {
 func WatchedHoldings(d *Driver) int {
 	return d.c.hub.holds.Len()
 }
+
+// LossWatchConfirmed reports whether Client c (of a plain or a fair lock)
+// has a loss subscription whose every subscription the server confirmed: its
+// first check of the holdings was started then.
+func LossWatchConfirmed(c *Client) bool {
+	var h *hub
+	switch d := c.Driver().(type) {
+	case *Driver:
+		h = d.c.hub
+	case *FairDriver:
+		h = d.c.hub
+	default:
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.loss != nil && h.loss.confirmed >= h.loss.want
+}

@@ -81,6 +81,10 @@ type lossWatch struct {
 	idle   *time.Timer
 	closed bool
 	stop   chan struct{} // closed when it is: the checks it started stop retrying
+	// want is how many subscriptions it makes (the loss channel, and the
+	// keyspace pattern when there is one), confirmed how many confirmations
+	// it has had (again after a dropped connection); h.mu guards them.
+	want, confirmed int
 }
 
 // end marks w closed; h.mu is held.
@@ -135,7 +139,10 @@ func (h *hub) watchLosses() {
 	if db, ok := h.w.keyspaceDB(); ok && !h.lossNoKeyspace {
 		pattern = keyspacePrefix(db) + Prefix + "{*}"
 	}
-	w := &lossWatch{ps: h.w.subscribe(), stop: make(chan struct{})}
+	w := &lossWatch{ps: h.w.subscribe(), stop: make(chan struct{}), want: 1}
+	if pattern != "" {
+		w.want = 2
+	}
 	h.loss = w
 	go h.receiveLosses(w, pattern)
 }
@@ -220,6 +227,7 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			// message sent before this was not heard, so the holdings
 			// registered until now are checked once.
 			if m.Kind == "subscribe" || m.Kind == "psubscribe" {
+				w.confirmed++
 				h.holds.SuspectAll()
 			}
 		}
