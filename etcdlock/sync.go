@@ -268,6 +268,15 @@ func (d *Driver) arrive(ctx context.Context, name, party string, n int, ttl time
 			clientv3.OpPut(partyKey(name, party), "", clientv3.WithLease(partyLease)),
 		).Commit()
 		if err != nil {
+			if mine == nil {
+				// The transaction may still apply (its context ended
+				// with it in flight), after the Withdraw that follows
+				// has found nothing to take back: the party would count
+				// for its TTL, and open the barrier to one party short.
+				// Its new lease revoked, it applies before and its key
+				// goes with the lease, or after and fails on the lease.
+				d.revoke([]clientv3.LeaseID{partyLease})
+			}
 			return false, mapErr(err)
 		}
 		if resp.Succeeded {
