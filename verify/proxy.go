@@ -29,6 +29,7 @@ type Proxy struct {
 	changed          chan struct{} // closed (and replaced) when a delay or the black hole changes
 	closed           bool
 	serverCloses     int // connections the server closed (see ServerCloses)
+	held             int // chunks a black hole held (see Held)
 }
 
 const (
@@ -81,6 +82,14 @@ func (p *Proxy) ServerCloses() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.serverCloses
+}
+
+// Held returns how many chunks of data (or closes) a black hole has held
+// since the proxy started, in either direction.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
 }
 
 // SetDelay holds back every chunk of data for up on its way to the server
@@ -280,8 +289,14 @@ func (p *Proxy) forward(l *link, dst net.Conn, q <-chan chunk, toUpstream bool) 
 // noDelay, only waits for the black hole); false when the link was cut
 // meanwhile.
 func (p *Proxy) await(l *link, t time.Time, toUpstream, noDelay bool) bool {
-	for {
+	for counted := false; ; {
 		wait, holed, changed := p.hold(t, toUpstream)
+		if holed && !counted {
+			counted = true
+			p.mu.Lock()
+			p.held++
+			p.mu.Unlock()
+		}
 		if noDelay {
 			wait = 0
 		}

@@ -128,6 +128,9 @@ func TestProxyBlackhole(t *testing.T) {
 			t.Fatalf("through a black hole: %v", err)
 		}
 	}
+	if n := p.Held(); n < 2 {
+		t.Fatalf("the black hole held %d chunks, want the two pings at least", n)
+	}
 	// Bounded: a writer that goes on writing into the hole blocks.
 	flood, err := net.Dial("tcp", p.Addr())
 	if err != nil {

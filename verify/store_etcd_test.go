@@ -124,12 +124,15 @@ func etcdFault(ctx context.Context, _ Config, st *store, f string, d draws, rec 
 	case FaultPartition:
 		e := Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1, Nodes: []int{d.Pick}}
 		rec.Record(e)
+		held := st.proxies[d.Pick].Held()
 		es.peers[d.Pick].SetBlackhole(true)
 		st.proxies[d.Pick].SetBlackhole(true)
 		time.Sleep(d.Hole) // the member is cut off; healed below
 		es.peers[d.Pick].Heal()
 		st.proxies[d.Pick].Heal()
-		e.Type = OK
+		// The workers' traffic with the member that the cut held: their
+		// requests, keep-alives and watches to it, and its replies.
+		e.Type, e.Cut = OK, st.proxies[d.Pick].Held()-held
 		rec.Record(e)
 		return true, nil
 	}
