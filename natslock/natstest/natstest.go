@@ -164,6 +164,9 @@ func run(opts *server.Options) (*Server, error) {
 		case msg := <-fatal.ch:
 			s.Shutdown()
 			s.WaitForShutdown()
+			if !strings.Contains(strings.ToLower(msg), "listen") {
+				return nil, fmt.Errorf("natstest: %s", msg) // not a port's: no other port helps
+			}
 			return nil, fmt.Errorf("%w: %s", errListen, msg)
 		default:
 		}
