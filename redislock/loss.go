@@ -81,6 +81,9 @@ type lossWatch struct {
 	idle   *time.Timer
 	closed bool
 	stop   chan struct{} // closed when it is: the checks it started stop retrying
+	// kick cuts short the wait before subscribing again after a dropped
+	// connection: a new holding was just granted, so the server answers.
+	kick chan struct{}
 	// want is how many subscriptions it makes (the loss channel, and the
 	// keyspace pattern when there is one), confirmed how many confirmations
 	// it has had (again after a dropped connection); h.mu guards them.
@@ -130,6 +133,10 @@ func (h *hub) watchLosses() {
 		if w.idle != nil {
 			w.idle.Stop()
 		}
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 		return
 	}
 	if time.Now().Before(h.lossRefusedTill) {
@@ -139,7 +146,7 @@ func (h *hub) watchLosses() {
 	if db, ok := h.w.keyspaceDB(); ok && !h.lossNoKeyspace {
 		pattern = keyspacePrefix(db) + Prefix + "{*}"
 	}
-	w := &lossWatch{ps: h.w.subscribe(), stop: make(chan struct{}), want: 1}
+	w := &lossWatch{ps: h.w.subscribe(), stop: make(chan struct{}), kick: make(chan struct{}, 1), want: 1}
 	if pattern != "" {
 		w.want = 2
 	}
@@ -209,10 +216,21 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			h.mu.Unlock()
 			return
 		case err != nil:
-			// Dropped: go-redis subscribes again on the next Receive.
+			// Dropped: go-redis subscribes again on the next Receive, after
+			// a backoff that a new holding cuts short (its grant says that
+			// the server answers again: a holding told of nothing until the
+			// backoff ran out would miss a force-unlock meanwhile).
 			h.mu.Unlock()
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Second)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+				backoff = min(2*backoff, time.Second)
+			case <-w.kick:
+				t.Stop()
+				backoff = 10 * time.Millisecond
+			case <-w.stop:
+				t.Stop()
+			}
 			err = nil
 			continue
 		}

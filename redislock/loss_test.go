@@ -276,3 +276,55 @@ func TestForceBetweenGrantAndRegistrationIsTold(t *testing.T) {
 		})
 	}
 }
+
+// TestNewHoldingEndsTheSubscriptionsBackoff: after the server was out of
+// reach long enough for the loss subscription's retries to back off to a
+// second, a holding granted once it answers again brings the subscription
+// back at once: a force-unlock right after that grant is told within
+// tellBound, not when the backoff runs out (a Sentinel failover left a
+// holder untold for more than TTL/6 so).
+func TestNewHoldingEndsTheSubscriptionsBackoff(t *testing.T) {
+	const down, tellBound = 2500 * time.Millisecond, 100 * time.Millisecond
+	own := testserver.StartRedis(t)
+	admin := newRDB(t, own.Addr)
+	px := testproxy.Start(t, own.Addr)
+	c, err := redislock.New(testserver.RedisClient(t, px.Addr, func(o *redis.Options) {
+		o.DialTimeout, o.DialerRetries, o.MaxRetries = 200*time.Millisecond, 1, 0
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := redislock.NewInspector(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A holding keeps the subscription open through the outage.
+	keep, err := c.TryLock(ctx, dlocktest.Key(t)+"-keep", dlock.WithTTL(30*time.Second), dlock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossSubscribed(t, ctx, admin, 1)
+	px.SetDown(true)
+	time.Sleep(down) // the outage: the subscription's retries back off meanwhile
+	px.SetDown(false)
+	l, err := c.TryLock(ctx, dlocktest.Key(t), dlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock once the server answers again: %v", err)
+	}
+	start := time.Now()
+	if _, err := in.ForceUnlock(ctx, l.Key()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Logf("ForceUnlock to Done: %v", time.Since(start))
+	case <-time.After(tellBound):
+		t.Fatalf("a holding granted after the outage was not told of its force-unlock within %v", tellBound)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err %v, want ErrLockLost", l.Err())
+	}
+	_ = keep.Unlock(ctx)
+}
