@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -15,9 +17,11 @@ import (
 // hold it for one owner; its TTL is then the time until fewer than a majority
 // hold it, and its token the one recorded on the majority. LastToken is the
 // largest fence counter of any node. A holding on a minority of the nodes (left
-// by an acquisition that failed, until its TTL) shows as free. The error matches
-// dlock.ErrInvalid for a bad key, and dlock.ErrUnavailable when fewer than a
-// majority of the nodes answer.
+// by an acquisition that failed, until its TTL) shows as free, unless the
+// nodes that did not answer could make it a majority: then whether it is held
+// cannot be told. The error matches dlock.ErrInvalid for a bad key, and
+// dlock.ErrUnavailable when fewer than a majority of the nodes answer or the
+// answers do not decide.
 func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, error) {
 	if ctx == nil {
 		return driver.LockInfo{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
@@ -40,8 +44,38 @@ func (d *Driver) Inspect(ctx context.Context, key string) (driver.LockInfo, erro
 	if len(infos) < d.quorum {
 		return driver.LockInfo{}, d.unanswered(got)
 	}
-	info, _ := d.majority(key, infos)
+	info, held := d.majority(key, infos)
+	if !held {
+		if err := d.undecided(key, infos, failed(got), nodeErrors(got, failure)); err != nil {
+			return driver.LockInfo{}, err
+		}
+	}
 	return info, nil
+}
+
+// undecided is the error of an inspection that found no majority holding key
+// among the nodes that answered (infos: nodes that hold nothing may be left
+// out) while the silent nodes, which did not answer (failing with cause), could
+// make one: an owner held it on too few answering nodes for a majority, but
+// enough with the silent ones. It matches dlock.ErrUnavailable: whether the
+// lock is held cannot be told. It is nil when the answers decide.
+func (d *Driver) undecided(key string, infos []driver.LockInfo, silent int, cause error) error {
+	if silent == 0 {
+		return nil
+	}
+	byOwner := map[string]int{}
+	most := 0
+	for _, in := range infos {
+		if in.Held {
+			byOwner[in.Owner]++
+			most = max(most, byOwner[in.Owner])
+		}
+	}
+	if most == 0 || most+silent < d.quorum {
+		return nil
+	}
+	return fmt.Errorf("%w: redlock: %q is held by one owner on %d nodes, and %d did not answer: whether a majority holds it cannot be told: %w",
+		driver.ErrUnavailable, key, most, silent, cause)
 }
 
 // unanswered is the error of an inspection that fewer than a majority of the
@@ -104,7 +138,8 @@ func (d *Driver) majority(key string, infos []driver.LockInfo) (driver.LockInfo,
 // ListPrefix implements driver.Inspector: the locks whose names start with
 // prefix that a majority of the nodes hold, in the majority's view (see
 // Inspect). The error matches dlock.ErrUnavailable when fewer than a majority of the nodes
-// answer.
+// answer, or when the nodes that did not answer could make a majority of a
+// holding found on a minority.
 func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", driver.ErrInvalid)
@@ -129,6 +164,8 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockIn
 	for key, infos := range byKey {
 		if info, held := d.majority(key, infos); held {
 			out = append(out, info)
+		} else if err := d.undecided(key, infos, failed(got), nodeErrors(got, failure)); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -137,9 +174,13 @@ func (d *Driver) ListPrefix(ctx context.Context, prefix string) ([]driver.LockIn
 // ForceUnlock implements driver.Inspector: it removes the lock named key on every
 // node, whoever holds it there, and returns the majority's view of what it
 // removed. The fence counters are kept, so tokens keep increasing. The holder
-// is not told, and learns of the loss at its next renewal. The error matches
-// dlock.ErrNotHeld when no majority held the lock (holdings on a minority of
-// the nodes are removed all the same), and otherwise as for Inspect.
+// is told as each node's removal is published, and at its next renewal at the
+// latest. The error matches dlock.ErrNotHeld when no majority held the lock
+// (holdings on a minority of the nodes are removed all the same; the error
+// names the nodes that held it), and otherwise as for Inspect: when the nodes
+// that did not answer could have made a majority, it matches
+// dlock.ErrUnavailable, after the holdings on the nodes that answered were
+// removed.
 func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, error) {
 	if ctx == nil {
 		return driver.LockInfo{}, fmt.Errorf("%w: nil context", driver.ErrInvalid)
@@ -172,7 +213,36 @@ func (d *Driver) ForceUnlock(ctx context.Context, key string) (driver.LockInfo, 
 	}
 	info, held := d.majority(key, infos)
 	if !held {
-		return info, fmt.Errorf("%w: %q is not held by a majority of the nodes (%d partial holdings removed)", driver.ErrNotHeld, key, removed)
+		if err := d.undecided(key, infos, failed(got), nodeErrors(got, failure)); err != nil {
+			return driver.LockInfo{}, fmt.Errorf("%w (the holdings on the nodes that answered removed)", err)
+		}
+		return info, fmt.Errorf("%w: %q is not held by a majority of the nodes (%d partial holdings removed%s)", driver.ErrNotHeld, key, removed, heldOn(got))
 	}
 	return info, nil
+}
+
+// failed returns how many nodes failed to answer (see failure): a node that
+// answered with an error of its own (foreign data) holds no lock.
+func failed[T any](got []reply[T]) int {
+	n := 0
+	for _, r := range got {
+		if r.err != nil && failure(r.err) {
+			n++
+		}
+	}
+	return n
+}
+
+// heldOn describes which nodes held a lock, for an error: ": on nodes 0, 3".
+func heldOn(got []reply[driver.LockInfo]) string {
+	var on []string
+	for _, r := range got {
+		if r.err == nil && r.val.Held {
+			on = append(on, strconv.Itoa(r.node))
+		}
+	}
+	if len(on) == 0 {
+		return ""
+	}
+	return ": on nodes " + strings.Join(on, ", ")
 }

@@ -497,6 +497,46 @@ func TestMinorityHoldingShowsFree(t *testing.T) {
 	}
 }
 
+// TestSilentNodeLeavesMinorityUndecided: a holding on two of the five nodes
+// while a third node is down may be a majority holding: Inspect and
+// ForceUnlock (and List) say that they cannot tell (ErrUnavailable), not that the lock is
+// free; with one node holding it and one down, the answers decide: free.
+func TestSilentNodeLeavesMinorityUndecided(t *testing.T) {
+	key := dlocktest.Key(t)
+	ctx := ctxT(t, 10*time.Second)
+	stray := func(idx ...int) {
+		for _, i := range idx {
+			// A lock record (see redislock): token 1, owner "stray".
+			if err := newRDB(t, srvs[i].Addr).Set(ctx, redislock.LockKey(key), "-1 stray", 10*time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := newClient(t)
+	stray(0, 1)
+	stop(t, 2)
+	if info, err := c.Inspect(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Inspect with 2 nodes holding and 1 down: %+v, %v; want ErrUnavailable", info, err)
+	}
+	if list, err := c.List(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("List with 2 nodes holding and 1 down: %+v, %v; want ErrUnavailable", list, err)
+	}
+	_, err := c.ForceUnlock(ctx, key)
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("ForceUnlock with 2 nodes holding and 1 down: %v; want ErrUnavailable", err)
+	}
+	if h := held(t, key, 0, 1); len(h) != 0 {
+		t.Fatalf("ForceUnlock left the holdings on %v", h)
+	}
+	stray(0)
+	if info, err := c.Inspect(ctx, key); err != nil || info.Held {
+		t.Fatalf("Inspect with 1 node holding and 1 down: %+v, %v; want free", info, err)
+	}
+	if _, err := c.ForceUnlock(ctx, key); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "1 partial holdings removed: on nodes 0") {
+		t.Fatalf("ForceUnlock with 1 node holding and 1 down: %v; want ErrNotHeld naming node 0", err)
+	}
+}
+
 // TestBatchedRenewal: a Redlock Client renews its leases in one batch per
 // node, and a lease whose lock a majority of nodes lost is lost alone.
 func TestBatchedRenewal(t *testing.T) {
