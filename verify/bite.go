@@ -38,11 +38,13 @@ import (
 //   - a crash of a store that loses nothing and records the connections
 //     its servers closed (a ZooKeeper ensemble's leader: the killed server
 //     closes those of the workers on it, the others those of theirs as they
-//     leave the dead leader to elect another): it closed one, or as the
-//     network faults below.
+//     leave the dead leader to elect another), and a termination of the
+//     store's client connections (PostgreSQL's pg_terminate_backend,
+//     MariaDB's KILL CONNECTION): it closed one, or as the network faults
+//     below.
 //   - every other fault (a delay, a black hole, a one-way partition, an etcd
-//     partition, a ZooKeeper session expiry, PostgreSQL's terminated
-//     backends, a crash of a store that loses nothing): it cut or held up
+//     partition, a ZooKeeper session expiry, a crash of a store that
+//     loses nothing): it cut or held up
 //     an operation: an acquisition or a release in flight during it ended
 //     with an unknown outcome (by a TTL after it healed, or later with no
 //     other fault of its worker or the store in between); or one that takes

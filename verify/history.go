@@ -93,7 +93,8 @@ type Event struct {
 	ReplyDelay time.Duration `json:"reply_delay,omitempty"` // a delay fault's, of replies
 	// Cut is a reset's, on its completion: how many open connections
 	// between the workers and the store it cut; a crash's of a store
-	// that records them: how many of them its servers closed; an etcd
+	// that records them, and of a termination of the store's client
+	// connections: how many of them its servers closed; an etcd
 	// partition's: how many chunks of the workers' traffic with the cut
 	// member it held.
 	Cut  int `json:"cut,omitempty"`

@@ -162,6 +162,14 @@ func myFault(_ context.Context, _ Config, st *store, f string, _ draws, rec *Rec
 		return false, nil
 	}
 	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
+	if f == FaultTerminate {
+		cut, err := closedByServer(st, do)
+		if err != nil {
+			return true, fmt.Errorf("verify: %s: %v", what, err)
+		}
+		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1, Cut: cut})
+		return true, nil
+	}
 	if err := do(); err != nil {
 		return true, fmt.Errorf("verify: %s: %v", what, err)
 	}

@@ -134,13 +134,35 @@ func pgFault(_ context.Context, _ Config, st *store, f string, _ draws, rec *Rec
 		return true, nil
 	case FaultTerminate:
 		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: f, Target: -1})
-		if err := terminateBackends(pg.URL); err != nil {
+		cut, err := closedByServer(st, func() error { return terminateBackends(pg.URL) })
+		if err != nil {
 			return true, fmt.Errorf("verify: pg_terminate_backend: %v", err)
 		}
-		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1})
+		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: f, Target: -1, Cut: cut})
 		return true, nil
 	}
 	return false, nil
+}
+
+// closedByServer runs end, which ends client connections on the server's side,
+// and returns how many of the workers' connections (through st's proxies) the
+// server closed: it waits for the proxies to see them close, for at most a
+// second, until their count has stopped growing for a poll.
+func closedByServer(st *store, end func() error) (int, error) {
+	before := serverCloses(st.proxies)
+	if err := end(); err != nil {
+		return 0, err
+	}
+	last, deadline := before, time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		n := serverCloses(st.proxies)
+		if n > before && n == last {
+			break
+		}
+		last = n
+	}
+	return serverCloses(st.proxies) - before, nil
 }
 
 // terminateBackends ends every other connection to the PostgreSQL at url.
