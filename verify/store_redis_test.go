@@ -103,7 +103,9 @@ func startRedisFamily(t testing.TB, c Config) *store {
 		if slices.Contains(c.Faults, FaultCrash) {
 			replicas = 1
 		}
-		cl := testserver.StartClusterWithReplicas(t, 3, replicas)
+		// The replicas replicate as the user repl, whose switching off
+		// cuts them off before a crash (see clusterCrash).
+		cl := testserver.StartClusterWithReplicas(t, 3, replicas, replAuth...)
 		for i, m := range cl.Nodes {
 			rs.shards = append(rs.shards, append([]*testserver.Redis{m}, cl.Replicas[i]...))
 		}
@@ -111,7 +113,7 @@ func startRedisFamily(t testing.TB, c Config) *store {
 		return st
 	}
 	if c.Replica || c.Topology == TopologySentinel {
-		auth := []string{"--user", "repl", "on", ">replpw", "~*", "&*", "+@all", "--masteruser", "repl", "--masterauth", "replpw"}
+		auth := slices.Clone(replAuth)
 		if c.Resync {
 			auth = append(auth, "--repl-diskless-sync-delay", "0")
 		}
@@ -144,6 +146,11 @@ func startRedisFamily(t testing.TB, c Config) *store {
 	}
 	return st
 }
+
+// replAuth are the servers' arguments of a primary and its replicas: the
+// replicas replicate as the user repl, which a failover or a Cluster master's
+// crash switches off to cut them off from the primary's last writes.
+var replAuth = []string{"--user", "repl", "on", ">replpw", "~*", "&*", "+@all", "--masteruser", "repl", "--masterauth", "replpw"}
 
 // redisClients returns a client of each address of s.Lock, with the workers'
 // options, and the function that closes them.
@@ -342,7 +349,7 @@ func redisFault(ctx context.Context, c Config, st *store, f string, d draws, rec
 	switch f {
 	case FaultCrash:
 		if rs.shards != nil {
-			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick, stored) })
+			return takeover("cluster master crash", func() error { return rs.clusterCrash(d.Pick, d.Lag, stored) })
 		}
 		s := rs.servers[d.Pick]
 		if c.Persist == "rdb" {
@@ -473,10 +480,13 @@ func promoted(s *testserver.Sentinel, port int) error {
 	}
 }
 
-// clusterCrash kills the master of shard i, waits until its replica has taken
-// its slots over, and starts it again: it comes back empty and becomes the new
-// master's replica.
-func (rs *redisStore) clusterCrash(i int, promotedAt func(addr string)) error {
+// clusterCrash cuts the replica of shard i off from its master (its
+// replication user switched off and its connections killed), lets the master
+// take writes for lag, kills it, has the replica take its slots over at once
+// (CLUSTER FAILOVER TAKEOVER) and starts the master again: it comes back
+// empty and becomes the new master's replica. The grants of the lag are lost
+// while their holders still hold them.
+func (rs *redisStore) clusterCrash(i int, lag time.Duration, promotedAt func(addr string)) error {
 	sh := rs.shards[i]
 	if len(sh) < 2 {
 		return errNoReplica
@@ -488,7 +498,19 @@ func (rs *redisStore) clusterCrash(i int, promotedAt func(addr string)) error {
 	if s, _ := rrdb.Info(bg, "replication").Result(); !strings.Contains(s, "master_link_status:up") || !strings.Contains(s, "master_sync_in_progress:0") {
 		return errNoReplica // the replica of the last crash is still syncing
 	}
+	mrdb := redis.NewClient(&redis.Options{Addr: m.Addr})
+	defer mrdb.Close()
+	if err := mrdb.Do(bg, "ACL", "SETUSER", "repl", "off").Err(); err != nil {
+		return err
+	}
+	if err := mrdb.Do(bg, "CLIENT", "KILL", "USER", "repl").Err(); err != nil {
+		return err
+	}
+	time.Sleep(lag) // the master grants what the replica will never see
 	m.Stop()
+	if err := rrdb.Do(bg, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
 	for {

@@ -45,9 +45,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // and waits until every node reports cluster_state:ok and every replica's link
 // to its master is up and its initial sync done. The nodes declare a silent
 // peer failing after 2 seconds (cluster-node-timeout), so a replica promotes
-// itself within seconds of its master's death. All of it is stopped by
-// t.Cleanup.
-func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int) *Cluster {
+// itself within seconds of its master's death. Each node is started with extra
+// arguments after its own. All of it is stopped by t.Cleanup.
+func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int, extra ...string) *Cluster {
 	t.Helper()
 	if masters < 1 || replicasPerMaster < 0 {
 		t.Fatalf("testserver: cluster of %d masters with %d replicas each", masters, replicasPerMaster)
@@ -58,7 +58,7 @@ func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int) *Clu
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		r, err := newClusterNode(dir)
+		r, err := newClusterNode(dir, extra...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,8 +80,8 @@ func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int) *Clu
 }
 
 // newClusterNode starts one cluster-enabled node whose bus port (port+10000) is
-// free too.
-func newClusterNode(dir string) (*Redis, error) {
+// free too, with extra arguments after its own.
+func newClusterNode(dir string, extra ...string) (*Redis, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		port, err := FreePort()
@@ -98,6 +98,7 @@ func newClusterNode(dir string) (*Redis, error) {
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0",
 		}
+		r.args = append(r.args, extra...)
 		if lastErr = r.Start(); lastErr == nil {
 			return r, nil
 		}
