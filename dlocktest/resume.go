@@ -163,7 +163,7 @@ func testDetachResume(t *testing.T, b Backend) {
 			unlock(t, lr)
 			return
 		}
-		t.Fatalf("ForceUnlock: %v", err)
+		t.Fatalf("ForceUnlock: %v (the resumed lease's Err: %v)", err, lr.Err())
 	}
 	// A forced holding: the resumed lease is told (at once, or at its next
 	// renewal at the latest), and its reference resumes nothing.
