@@ -239,6 +239,9 @@ type hold struct {
 	mu    sync.Mutex
 	token uint64
 	rev   uint64
+	// epoch is the connection's reconnect count before the request that
+	// wrote or read rev was sent (see current).
+	epoch uint64
 	meta  string
 	sig   *holdSignal
 }
@@ -249,12 +252,56 @@ func (h *hold) revision() uint64 {
 	return h.rev
 }
 
-func (h *hold) setRevision(rev uint64) {
+// setRevision takes rev, written by a request sent at epoch ep, as the
+// holding's last revision if it is later than the one it has.
+func (h *hold) setRevision(rev, ep uint64) {
 	h.mu.Lock()
 	if rev > h.rev {
-		h.rev = rev
+		h.rev, h.epoch = rev, ep
 	}
 	h.mu.Unlock()
+}
+
+// current checks, before a conditional write of the plain lock's holding hd
+// expects its revision, that the revision still names the holder's message:
+// when the connection reconnected since the revision was written or read,
+// the server may have restarted having lost writes (the default sync), and
+// handed the same revision out again to another owner's grant, which the
+// write would then overwrite or delete. The key's last message is read then,
+// and the holding goes on with its revision if it is still the holder's,
+// with its token; otherwise it is not held. No read is made while the
+// connection has not reconnected.
+func (d *Driver) current(ctx context.Context, key, owner string, hd *hold) error {
+	if hd.sub != "" {
+		return nil // a queue entry's: its writes name the entry's own subject
+	}
+	ep := d.epoch()
+	hd.mu.Lock()
+	same := hd.epoch == ep
+	hd.mu.Unlock()
+	if same {
+		return nil
+	}
+	rec, rev, err := d.holding(ctx, key)
+	if err != nil {
+		return d.mapErr(ctx, "read", err)
+	}
+	if rec == nil || rec.Owner != owner || rec.Token != hd.token {
+		return notHeld(key)
+	}
+	hd.mu.Lock()
+	hd.rev, hd.epoch = rev, ep
+	hd.mu.Unlock()
+	return nil
+}
+
+// epoch returns how often the Driver's connection has reconnected.
+func (d *Driver) epoch() uint64 {
+	nc := d.js.Conn()
+	if nc == nil {
+		return 0
+	}
+	return nc.Stats().Reconnects
 }
 
 // CheckKey returns an error matching dlock.ErrInvalid (and ErrBadKey) unless
@@ -315,14 +362,16 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 	}
 	expect := d.lastSeen(r.Key)
 	for range 3 {
+		ep := d.epoch()
 		rev, err := d.publish(ctx, subj, value, expect, r.TTL)
 		if err == nil {
 			d.forget(r.Key)
-			return d.grant(r.Key, r.Owner, r.Metadata, rev, rev), nil
+			return d.grantHold(r.Key, r.Owner, &hold{token: rev, rev: rev, epoch: ep, meta: r.Metadata}), nil
 		}
 		if !wrongLast(err) {
 			return driver.Grant{}, d.mapErr(ctx, "acquire", err)
 		}
+		ep = d.epoch()
 		m, err := d.lastMsg(ctx, b, subj)
 		if err != nil {
 			return driver.Grant{}, err
@@ -347,18 +396,13 @@ func (d *Driver) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.G
 		if token == 0 {
 			token = m.Sequence
 		}
-		h := &hold{token: token, rev: m.Sequence, meta: r.Metadata}
+		h := &hold{token: token, rev: m.Sequence, epoch: ep, meta: r.Metadata}
 		if _, err := d.extend(ctx, r.Key, r.Owner, h, r.TTL); err != nil {
 			return driver.Grant{}, err
 		}
 		return d.grantHold(r.Key, r.Owner, h), nil
 	}
 	return driver.Grant{}, &driver.Taken{Remaining: -1}
-}
-
-// grant registers a new holding and returns its Grant.
-func (d *Driver) grant(key, owner, meta string, token, rev uint64) driver.Grant {
-	return d.grantHold(key, owner, &hold{token: token, rev: rev, meta: meta})
 }
 
 func (d *Driver) grantHold(key, owner string, h *hold) driver.Grant {
@@ -392,10 +436,14 @@ func (d *Driver) extend(ctx context.Context, key, owner string, hd *hold, ttl ti
 		return 0, fmt.Errorf("%w: natslock: metadata: %w", driver.ErrInvalid, err)
 	}
 	subj := d.pre + key
+	if err := d.current(ctx, key, owner, hd); err != nil {
+		return 0, err
+	}
 	for range 2 {
+		ep := d.epoch()
 		rev, err := d.publish(ctx, subj, value, hd.revision(), ttl)
 		if err == nil {
-			hd.setRevision(rev)
+			hd.setRevision(rev, ep)
 			return ttl, nil
 		}
 		if !wrongLast(err) {
@@ -413,11 +461,12 @@ func (d *Driver) extend(ctx context.Context, key, owner string, hd *hold, ttl ti
 // owner with hd's token (a renewal whose reply was lost landed), takes its
 // revision; it reports whether it did.
 func (d *Driver) refresh(ctx context.Context, key, owner string, hd *hold) bool {
+	ep := d.epoch()
 	token, rev, ok := d.ownerHolds(ctx, key, owner)
 	if !ok || token != hd.token || rev <= hd.revision() {
 		return false
 	}
-	hd.setRevision(rev)
+	hd.setRevision(rev, ep)
 	return true
 }
 
@@ -463,11 +512,15 @@ func (d *Driver) Release(ctx context.Context, h driver.Holding) error {
 	if !ok {
 		// A Release without a grant (an acquisition whose outcome is
 		// unknown): the key's holding if it is the owner's.
+		ep := d.epoch()
 		token, rev, ok := d.ownerHolds(ctx, h.Key, h.Owner)
 		if !ok {
 			return notHeld(h.Key)
 		}
-		hd = &hold{token: token, rev: rev}
+		hd = &hold{token: token, rev: rev, epoch: ep}
+	}
+	if err := d.current(ctx, h.Key, h.Owner, hd); err != nil {
+		return err
 	}
 	d.releasing(hd, true)
 	for range 2 {

@@ -2,11 +2,14 @@ package natslock
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/natslock/natstest"
 	"github.com/nats-io/nats.go"
 )
@@ -185,5 +188,76 @@ func TestRevisionsForgottenOnReconnect(t *testing.T) {
 	restart(t, s, a, b)
 	if rev := a.lastSeen(key); rev == stale {
 		t.Fatalf("revision %d remembered across a reconnection", rev)
+	}
+}
+
+// TestStaleHolderLeavesARepeatedRevision: a power loss under the default sync
+// takes the store back to before a's grants, and hands their revisions out
+// again to b's grants of the same keys; a's release and renewal, which expect
+// those revisions, find another owner's messages under them and leave them
+// (ErrNotHeld): b keeps both locks. (Before, a's release deleted b's holding
+// and a's renewal overwrote the other: two holders, or none, after the
+// loss.)
+func TestStaleHolderLeavesARepeatedRevision(t *testing.T) {
+	s, err := natstest.Start(t.TempDir(), natstest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	a, b := newDriverURL(t, s.URL), newDriverURL(t, s.URL)
+	ctx := ctxT(t, 30*time.Second)
+	keys := []string{dlocktest.Key(t) + "-release", dlocktest.Key(t) + "-extend"}
+	const ttl = 10 * time.Second
+	acquire := func(d *Driver, key, owner string) driver.Holding {
+		t.Helper()
+		g, err := d.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner, TTL: ttl})
+		if err != nil {
+			t.Fatalf("Acquire %s by %s: %v", key, owner, err)
+		}
+		return driver.Holding{Key: key, Owner: owner, TTL: ttl, Handle: g.Handle}
+	}
+	// The bucket is on the disk before the snapshot, and so is each key's
+	// history up to a release.
+	for _, k := range keys {
+		if err := b.Release(ctx, acquire(b, k, "b0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := filepath.Join(t.TempDir(), "snapshot")
+	if err := s.Snapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	var ha, hb []driver.Holding
+	for _, k := range keys {
+		ha = append(ha, acquire(a, k, "a"))
+	}
+	if err := s.PowerLoss(snap); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, d := range []*Driver{a, b} {
+		for !jetStreamServes(d) {
+			if time.Now().After(deadline) {
+				t.Fatal("a Driver's connection not back, or JetStream not serving, 10 s after the power loss")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for i, k := range keys {
+		hb = append(hb, acquire(b, k, "b"))
+		if ra, rb := ha[i].Handle.(*hold).revision(), hb[i].Handle.(*hold).revision(); ra != rb {
+			t.Fatalf("%s: b's grant at revision %d, a's lost one at %d: the power loss handed out no revision again", k, rb, ra)
+		}
+	}
+	if err := a.Release(ctx, ha[0]); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("release of a grant the power loss lost, its revision b's now: %v, want ErrNotHeld", err)
+	}
+	if _, err := a.Extend(ctx, ha[1], ttl); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("renewal of a grant the power loss lost, its revision b's now: %v, want ErrNotHeld", err)
+	}
+	for i, k := range keys {
+		if _, err := b.Extend(ctx, hb[i], ttl); err != nil {
+			t.Errorf("%s: b's holding after a's stale call: %v", k, err)
+		}
 	}
 }

@@ -22,6 +22,7 @@ var (
 // a grant is. It returns an error matching dlock.ErrNotHeld, and writes
 // nothing, when the key is free or names another owner or token.
 func (d *Driver) Resume(ctx context.Context, h driver.Holding, token uint64) (driver.Grant, error) {
+	ep := d.epoch()
 	rec, rev, err := d.holding(ctx, h.Key)
 	if err != nil {
 		return driver.Grant{}, err
@@ -29,7 +30,7 @@ func (d *Driver) Resume(ctx context.Context, h driver.Holding, token uint64) (dr
 	if rec == nil || rec.Owner != h.Owner || rec.Token != token {
 		return driver.Grant{}, notHeld(h.Key)
 	}
-	hd := &hold{token: token, rev: rev, meta: rec.Meta}
+	hd := &hold{token: token, rev: rev, epoch: ep, meta: rec.Meta}
 	if _, err := d.extend(ctx, h.Key, h.Owner, hd, h.TTL); err != nil {
 		return driver.Grant{}, err
 	}

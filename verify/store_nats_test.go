@@ -2,9 +2,7 @@ package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,7 +156,7 @@ func powerLossNATS(ctx context.Context, s *natsServer, st *store, lost time.Dura
 		if err := os.RemoveAll(snap); err != nil {
 			return fmt.Errorf("verify: power loss: %v", err)
 		}
-		if err := copyDir(s.dir, snap); err != nil {
+		if err := s.Snapshot(snap); err != nil {
 			return fmt.Errorf("verify: power loss: copying the store: %v", err)
 		}
 		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
@@ -168,16 +166,11 @@ func powerLossNATS(ctx context.Context, s *natsServer, st *store, lost time.Dura
 	before := lastRevision(ctx, s.URL)
 	closes := serverCloses(st.proxies)
 	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultPowerLoss, Target: -1})
-	s.Shutdown()
+	restart := s.Restart // it stops the server first
 	if !s.syncAlways {
-		if err := os.RemoveAll(s.dir); err != nil {
-			return fmt.Errorf("verify: power loss: %v", err)
-		}
-		if err := os.Rename(snap, s.dir); err != nil {
-			return fmt.Errorf("verify: power loss: %v", err)
-		}
+		restart = func() error { return s.PowerLoss(snap) }
 	}
-	if err := s.Restart(); err != nil {
+	if err := restart(); err != nil {
 		return fmt.Errorf("verify: power loss: restarting the NATS server: %v", err)
 	}
 	after := lastRevision(ctx, s.URL)
@@ -213,35 +206,6 @@ func lastRevision(ctx context.Context, url string) uint64 {
 		return 0
 	}
 	return info.State.LastSeq
-}
-
-// copyDir copies the files under src to dst, as they are at the moment each
-// is read; a file removed meanwhile is left out.
-func copyDir(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if e.IsDir() {
-			return os.MkdirAll(to, 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(to, b, 0o644)
-	})
 }
 
 // streamLeader returns the index in cl of the server that leads the

@@ -7,6 +7,7 @@ package natstest
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -243,6 +244,55 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StoreDir is the directory the server keeps its JetStream store in.
+func (s *Server) StoreDir() string { return s.opts.StoreDir }
+
+// Snapshot copies the server's store directory to dst (which must not exist)
+// while the server runs, each file as it is at the moment it is read (a file
+// removed meanwhile is left out): with the default sync, what a disk may hold
+// when the power goes. PowerLoss takes the server back to it.
+func (s *Server) Snapshot(dst string) error {
+	src := s.opts.StoreDir
+	return filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if e.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+}
+
+// PowerLoss emulates a power loss: the server stops, its store directory is
+// replaced by the Snapshot at snap (which is gone afterwards), and it runs
+// again on the same port, having lost every write since the snapshot.
+func (s *Server) PowerLoss(snap string) error {
+	s.Shutdown()
+	if err := os.RemoveAll(s.opts.StoreDir); err != nil {
+		return err
+	}
+	if err := os.Rename(snap, s.opts.StoreDir); err != nil {
+		return err
+	}
+	return s.Restart()
 }
 
 // Name is the server's name, as JetStream's cluster information names it.
