@@ -175,6 +175,34 @@ type Result struct {
 	an         *Analysis // the history's, for the timelines
 }
 
+// runScope is the testing.TB of one Run: the cleanups registered through it
+// (the servers started for the run, their proxies) run when the Run returns,
+// last first, rather than when the test ends, so that a test running many
+// seeds (the long run's twenty) keeps one run's servers at a time.
+type runScope struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+// Cleanup registers f to run when the Run returns.
+func (s *runScope) Cleanup(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, f)
+}
+
+// end runs the cleanups, last first.
+func (s *runScope) end() {
+	s.mu.Lock()
+	fs := s.cleanups
+	s.cleanups = nil
+	s.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
 // unsafeFaults are the faults the docs name as breaking exclusion on Redis.
 var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true, FaultPowerLoss: true}
 
@@ -182,6 +210,9 @@ var unsafeFaults = map[string]bool{FaultCrash: true, FaultFailover: true, FaultP
 // after c.Duration, and checks the history. A failing run logs its seed.
 func Run(t testing.TB, c Config) *Result {
 	t.Helper()
+	scope := &runScope{TB: t}
+	defer scope.end()
+	t = scope
 	b, err := backendOf(c.Spec.Backend)
 	if err != nil {
 		t.Fatal(err)
