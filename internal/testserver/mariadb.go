@@ -122,7 +122,14 @@ func NewMariaDBWith(dir string, o MariaDBOptions) (*MariaDB, error) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--user=root")
 	}
-	if out, err := exec.Command(install, args...).CombinedOutput(); err != nil {
+	// A temporary directory of its own: servers installed at once would
+	// otherwise share /tmp for their temporary tables.
+	if err := os.MkdirAll(m.tmp(), 0o700); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(install, args...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+m.tmp())
+	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("testserver: mariadb-install-db: %w\n%s", err, out)
 	}
 	// The database of the tests, created before the first start: a
@@ -142,6 +149,9 @@ func NewMariaDBWith(dir string, o MariaDBOptions) (*MariaDB, error) {
 	return m, nil
 }
 
+// tmp is the server's temporary directory.
+func (m *MariaDB) tmp() string { return filepath.Join(m.dir, "tmp") }
+
 // Start (re)starts the server on its port with its data directory, and waits
 // until it accepts connections. A restarted server keeps its committed data
 // (after crash recovery when it was stopped with Kill).
@@ -150,6 +160,7 @@ func (m *MariaDB) Start() error {
 		"--datadir=" + m.data,
 		"--port=" + strconv.Itoa(m.Port),
 		"--bind-address=127.0.0.1",
+		"--tmpdir=" + m.tmp(),
 		"--socket=" + filepath.Join(m.dir, "mariadb.sock"),
 		"--pid-file=" + filepath.Join(m.dir, "mariadb.pid"),
 		"--skip-name-resolve",
