@@ -60,6 +60,9 @@ import (
 
 // bites returns how many of the history's faults had their effect, by fault.
 func (a *Analysis) bites() map[string]int {
+	if a.onceWorkload() {
+		return a.onceBites()
+	}
 	bit := map[string]int{}
 	for _, f := range a.faults {
 		if f.name != FaultSnapshot && f.name != FaultForce && a.bit(f) {
