@@ -221,6 +221,10 @@ func (h *hub) receiveLosses(w *lossWatch, pattern string) {
 			// the server answers again: a holding told of nothing until the
 			// backoff ran out would miss a force-unlock meanwhile).
 			h.mu.Unlock()
+			select { // a kick from before the drop says nothing of now
+			case <-w.kick:
+			default:
+			}
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
