@@ -70,7 +70,7 @@ func (a *Analysis) onceBit(f fault, comps, calls []onceOp) bool {
 		return false
 	case FaultKill:
 		for _, c := range comps {
-			if computing(c) && (c.end == nil || c.end.T >= f.start) {
+			if computing(c) {
 				return true
 			}
 		}
