@@ -44,12 +44,13 @@ func (h *holdLog) wait(key string, from, to time.Time) {
 }
 
 // longestFree returns the longest time a key was free (between two holds) while
-// a patient waiter waited for it.
-func (h *holdLog) longestFree() (time.Duration, string) {
+// a patient waiter waited for it, the key, and when that time began.
+func (h *holdLog) longestFree() (time.Duration, string, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var longest time.Duration
 	var which string
+	var start time.Time
 	for key, holds := range h.holds {
 		sort.Slice(holds, func(i, j int) bool { return holds[i][0].Before(holds[j][0]) })
 		var free [][2]time.Time // gaps between holds
@@ -66,12 +67,12 @@ func (h *holdLog) longestFree() (time.Duration, string) {
 			for _, f := range free {
 				from, to := later(f[0], w[0]), earlier(f[1], w[1])
 				if d := to.Sub(from); d > longest {
-					longest, which = d, key
+					longest, which, start = d, key, from
 				}
 			}
 		}
 	}
-	return longest, which
+	return longest, which, start
 }
 
 func later(a, b time.Time) time.Time {
@@ -92,16 +93,19 @@ func earlier(a, b time.Time) time.Time {
 // goroutines on 4 Clients, 5 keys) keep giving up, a patient waiter (a fifth
 // Client) never waits long for a free key: a release's wake that lands on a
 // process whose waiters have left is passed on at once to the next process.
-// Before, keys sat free for up to the holder's TTL (3 s) with a patient waiter
+// Before, keys sat free for up to the holder's TTL with a patient waiter
 // waiting.
 func TestPlainLockWakeNotLost(t *testing.T) {
 	// A lost wake leaves the key free until the patient waiter's retry at the
-	// holder's TTL; a loaded host running the race detector delays a woken
-	// waiter by up to a second or so. The bound, a third of the TTL, tells the
-	// two apart.
-	const ttl = 6 * time.Second
+	// remaining TTL of the holder it last found (holders hold for a
+	// millisecond: nearly the whole TTL). A loaded host running the race
+	// detector delays a woken waiter by a second or two (2.7 s has been seen
+	// at a load average of 6, counting the holder's Unlock round trip). The
+	// bound, a third of the TTL, tells the two apart; a hold counts until its
+	// Unlock returned, so that a slow release is not taken for a free key.
+	const ttl = 15 * time.Second
 	const storm = 6 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	keys := make([]string, 5)
 	for i := range keys {
@@ -111,14 +115,16 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 	for i := range clients {
 		clients[i] = newClient(t, dlock.WithTTL(ttl))
 	}
-	patient := newClient(t, dlock.WithTTL(ttl))
+	wakes := &wakeLog{at: map[string][]time.Time{}}
+	patient := newClient(t, dlock.WithTTL(ttl), dlock.WithObserver(wakes))
 	log := newHoldLog()
 	stop := time.Now().Add(storm)
 	var g errgroup.Group
 	use := func(l *dlock.Lease, key string, from time.Time) error {
 		time.Sleep(time.Duration(rand.IntN(1000)) * time.Microsecond) // the work
+		err := l.Unlock(ctx)
 		log.hold(key, from, time.Now())
-		return l.Unlock(ctx)
+		return err
 	}
 	for w := range 200 {
 		g.Go(func() error {
@@ -144,7 +150,7 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 		g.Go(func() error {
 			for i := 0; i < 1e6 && time.Now().Before(stop); i++ {
 				start := time.Now()
-				l, err := patient.Lock(ctx, key, dlock.WithWait(15*time.Second))
+				l, err := patient.Lock(ctx, key, dlock.WithWait(2*ttl))
 				log.wait(key, start, time.Now())
 				if err != nil {
 					return err
@@ -160,11 +166,39 @@ func TestPlainLockWakeNotLost(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	longest, key := log.longestFree()
+	longest, key, from := log.longestFree()
 	t.Logf("patient turns per key %v; longest free stretch while a patient waiter waited: %v (key %s)", turns, longest.Round(time.Millisecond), key)
 	if longest > ttl/3 {
-		t.Errorf("a key was free for %v while a patient waiter waited for it (TTL %v)", longest.Round(time.Millisecond), ttl)
+		t.Errorf("a key was free for %v while a patient waiter waited for it (TTL %v); the patient waiter's wakes from then on, after: %v",
+			longest.Round(time.Millisecond), ttl, wakes.after(key, from, 5))
 	}
+}
+
+// wakeLog is an Observer that records when the patient waiter was woken, by
+// key.
+type wakeLog struct {
+	dlock.NopObserver
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (w *wakeLog) Wake(_ context.Context, t dlock.Target) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.at[t.Key] = append(w.at[t.Key], time.Now())
+}
+
+// after returns how long after from the first n wakes of key came.
+func (w *wakeLog) after(key string, from time.Time, n int) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d []time.Duration
+	for _, at := range w.at[key] {
+		if !at.Before(from) && len(d) < n {
+			d = append(d, at.Sub(from).Round(time.Millisecond))
+		}
+	}
+	return d
 }
 
 // briefLock is one call of a storm of callers that give up within up to max:
