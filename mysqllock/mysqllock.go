@@ -97,8 +97,12 @@
 // One MySQL or MariaDB server orders every change of a row, so a key has at
 // most one live holder. A lease expires no earlier than its TTL after the
 // server started the statement that granted or extended it, which is after
-// the start of the round trip the holder's local deadline counts from. A
-// failover to an asynchronous replica can lose the latest grants: see
+// the start of the round trip the holder's local deadline counts from, and
+// no statement of the holder moves it earlier: the server reads a statement's
+// clock at its start, so one that started before a later one of the holder
+// and ran after it (it waited for the row or for the CPU) would otherwise set
+// it back. An Extend with a shorter TTL than is left therefore shortens the
+// lease's local deadline and not the row's expiry. A failover to an asynchronous replica can lose the latest grants: see
 // docs/safety.md.
 package mysqllock
 
@@ -304,6 +308,19 @@ func num(n int64) string { return strconv.FormatInt(n, 10) }
 // micros is d in whole microseconds, rounded up.
 func micros(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
 
+// renewed is the expiry of a live holding that a statement of its holder
+// asks to last us (an SQL expression, in microseconds) from now: never earlier
+// than the row's. The server reads the clock of a statement once, at its start
+// (now); a statement that started before one the holder sent later and ran
+// after it (it waited for the row, or for the CPU) would otherwise move the
+// expiry back behind the deadline the later one's reply gave the holder. An
+// expiry it keeps moves by a microsecond, so that the row changes and counts
+// as extended.
+func renewed(us string) string {
+	until := now + ` + INTERVAL ` + us + ` MICROSECOND`
+	return `IF(expires_at > ` + until + `, expires_at + INTERVAL 1 MICROSECOND, ` + until + `)`
+}
+
 // nl is the separator of the owners in a row's list of abandoned acquisitions.
 const nl = "0x0a"
 
@@ -411,7 +428,7 @@ func (d *Driver) acquireSQL(r driver.AcquireRequest, conn int64, keep, fair bool
 	token = IF(st = 0, LAST_INSERT_ID(IF(owner = ` + o + ` AND expires_at > ` + now + `, token, token + 1)),
 		token + 0 * LAST_INSERT_ID(IF(st = 2, ` + num(codeAbandoned) + `, ` + busy + `))),
 	waiters = IF(st = 0, ` + granted + `, ` + waiters + `),
-	expires_at = IF(st = 0, ` + now + ` + INTERVAL ` + ttl + ` MICROSECOND, expires_at),
+	expires_at = IF(st = 0, IF(owner = ` + o + `, ` + renewed(ttl) + `, ` + now + ` + INTERVAL ` + ttl + ` MICROSECOND), expires_at),
 	metadata = IF(st = 0, ` + lit(r.Metadata) + `, metadata),
 	lock_delay = IF(st = 0, ` + delay + `, lock_delay),
 	holder_conn = IF(st = 0, ` + num(conn) + `, holder_conn),
@@ -516,12 +533,14 @@ func busyTaken(remaining time.Duration, m mark, queued bool) *driver.Taken {
 }
 
 // Extend implements driver.Driver: it moves the expiry of the owner's live row
-// to ttl from now by the server's clock.
+// to ttl from now by the server's clock, never earlier than it is (see
+// renewed): an Extend with a shorter TTL than is left shortens the lease's
+// local deadline, not the row's expiry.
 func (d *Driver) Extend(ctx context.Context, h driver.Holding, ttl time.Duration) (time.Duration, error) {
 	if d == nil {
 		return 0, errNilDriver
 	}
-	n, err := d.affected(ctx, "extend", `UPDATE `+d.table+` SET expires_at = `+now+` + INTERVAL `+num(micros(ttl))+` MICROSECOND
+	n, err := d.affected(ctx, "extend", `UPDATE `+d.table+` SET expires_at = `+renewed(num(micros(ttl)))+`
 WHERE lock_key = `+lit(h.Key)+` AND owner = `+lit(h.Owner)+` AND expires_at > `+now)
 	if err != nil {
 		return 0, err
@@ -555,7 +574,7 @@ func (d *Driver) ExtendMany(ctx context.Context, reqs []driver.ExtendRequest) []
 		}
 		match.WriteString(pair)
 	}
-	n, err := d.affected(ctx, "extend", `UPDATE `+d.table+` SET expires_at = `+now+` + INTERVAL (CASE`+ttl.String()+` END) MICROSECOND
+	n, err := d.affected(ctx, "extend", `UPDATE `+d.table+` SET expires_at = `+renewed(`(CASE`+ttl.String()+` END)`)+`
 WHERE (`+match.String()+`) AND expires_at > `+now)
 	held := map[[2]string]bool{}
 	if err == nil && int(n) < len(reqs) {
@@ -602,7 +621,7 @@ func (d *Driver) Resume(ctx context.Context, h driver.Holding, token uint64) (dr
 func (d *Driver) resume(ctx context.Context, holder driver.Driver, h driver.Holding, token uint64) (driver.Grant, error) {
 	conn, gen, used := d.wakeable(ctx)
 	defer used()
-	n, err := d.affected(ctx, "resume", `UPDATE `+d.table+` SET expires_at = `+now+` + INTERVAL `+num(micros(h.TTL))+` MICROSECOND, holder_conn = `+num(conn)+`
+	n, err := d.affected(ctx, "resume", `UPDATE `+d.table+` SET expires_at = `+renewed(num(micros(h.TTL)))+`, holder_conn = `+num(conn)+`
 WHERE lock_key = `+lit(h.Key)+` AND owner = `+lit(h.Owner)+` AND token = `+strconv.FormatUint(token, 10)+` AND expires_at > `+now)
 	if err != nil {
 		return driver.Grant{}, err

@@ -335,7 +335,7 @@ func (s *SemaphoreDriver) Extend(ctx context.Context, h driver.Holding, ttl time
 	if s == nil {
 		return 0, errNilDriver
 	}
-	n, err := s.d.affected(ctx, "extend", `UPDATE `+s.d.sem+` SET expires_at = `+now+` + INTERVAL `+num(micros(ttl))+` MICROSECOND
+	n, err := s.d.affected(ctx, "extend", `UPDATE `+s.d.sem+` SET expires_at = `+renewed(num(micros(ttl)))+`
 WHERE sem_key = `+lit(h.Key)+` AND owner = `+lit(h.Owner)+` AND owner <> X'' AND expires_at > `+now)
 	if err != nil {
 		return 0, err
