@@ -395,8 +395,10 @@ func Analyze(h []Event, p Params) *Analysis {
 }
 
 // matchForces finds the grants each force removed: the key's grant of the
-// token the force named (the one valid when it was invoked, where the
-// Inspector names no token), granted before the force completed; on a lock
+// token or of the owner the force named (the owner alone decides when a
+// Redlock's nodes disagree on the token: a node that lost the holding and
+// took it anew drew a token of its own), or the one valid when it was invoked
+// where the Inspector names neither, granted before the force completed; on a lock
 // that several hold (a semaphore, a read-write lock), whose force removes
 // every holder, each grant valid when the force was invoked. Those grants are
 // marked forced from the force's invocation on, and so are, on a lock that
@@ -407,8 +409,9 @@ func (a *Analysis) matchForces() {
 	for i := range a.forces {
 		fo := &a.forces[i]
 		for _, g := range a.grants[fo.ok.Key] {
-			if g.ok.T > fo.ok.T && (fo.ok.Token == 0 || g.ok.Token != fo.ok.Token) {
-				continue // granted after the force (a grant the force names by its token was granted before it, its reply on its way)
+			named := fo.ok.Token != 0 && g.ok.Token == fo.ok.Token || fo.ok.Owner != "" && g.ok.Owner == fo.ok.Owner
+			if g.ok.T > fo.ok.T && !named {
+				continue // granted after the force (a grant the force names was granted before it, its reply on its way)
 			}
 			valid := g.ok.T <= fo.inv.T && g.end > fo.inv.T // when the force was invoked
 			switch {
@@ -419,8 +422,8 @@ func (a *Analysis) matchForces() {
 				if valid {
 					fo.gs = append(fo.gs, g)
 				}
-			case fo.ok.Token != 0:
-				if g.ok.Token != fo.ok.Token {
+			case fo.ok.Token != 0 || fo.ok.Owner != "":
+				if !named {
 					continue
 				}
 				fo.gs = append(fo.gs, g)

@@ -374,6 +374,24 @@ func forceEvents(t int64, tok uint64) []Event {
 	}
 }
 
+// forceOf is a force-unlock that names the holding it removed by token and
+// owner.
+func forceOf(t int64, tok uint64, owner string) []Event {
+	h := forceEvents(t, tok)
+	h[1].Owner = owner
+	return h
+}
+
+// owned gives the grants of h the owner o.
+func owned(h []Event, o string) []Event {
+	for i := range h {
+		if h[i].Op == OpAcquire && h[i].Type == OK {
+			h[i].Owner = o
+		}
+	}
+	return h
+}
+
 // TestToldAtOnceAfterAForce: a force-unlocked holder's Done must fire within
 // the bound (67 ms for a 400 ms TTL) of the force; its overlap with the next
 // holder until then is excused, and only its own; a stopped holder is
@@ -411,6 +429,12 @@ func TestToldAtOnceAfterAForce(t *testing.T) {
 		{"released before the force", cat(grantEvents(0, 1, 0, 10, 400), releaseEvents(0, 2, 99), forceEvents(100, 10), next, releaseEvents(1, 2, 300)), nil, false},
 		// A force that removed another holding excuses nothing of this one.
 		{"a force of another token", cat(grantEvents(0, 1, 0, 10, 400), forceEvents(100, 9), next, told(230), releaseEvents(1, 2, 300)), []string{"exclusion", "told-first", "spurious-loss"}, false},
+		// Redlock: a node that lost the holding (a crash) and took it
+		// anew at a renewal drew a token of its own, which the force may
+		// name; the owner names the holding.
+		{"a force of the owner, another token", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o1"), next, told(112), releaseEvents(1, 2, 300)), nil, false},
+		{"a force of the owner, another token, told late", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o1"), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}, false},
+		{"a force of another owner and token", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o2"), next, told(230), releaseEvents(1, 2, 300)), []string{"exclusion", "told-first", "spurious-loss"}, false},
 	} {
 		p := checkParams
 		p.LateWatch = tc.late

@@ -84,7 +84,7 @@ type Event struct {
 	Value    int64  `json:"value,omitempty"`    // a resource value read or written
 	Err      string `json:"err,omitempty"`
 	Fault    string `json:"fault,omitempty"`
-	Owner    string `json:"owner,omitempty"`  // a force's: the owner of the holding it removed
+	Owner    string `json:"owner,omitempty"`  // a force's: the owner of the holding it removed; a grant's: its owner
 	Target   int    `json:"target,omitempty"` // the worker a fault hit (-1: a server)
 	// Nodes are the servers a network fault hit, by their order in the
 	// workers' list of addresses (none: every one).

@@ -322,7 +322,7 @@ func (w *worker) acquired(e Event, l *dlock.Lease, err error) {
 		w.rec.Record(e)
 		return
 	}
-	e.Type, e.Token, e.Deadline = OK, l.Token(), w.deadline(l)
+	e.Type, e.Token, e.Owner, e.Deadline = OK, l.Token(), l.Owner(), w.deadline(l)
 	w.rec.Record(e)
 	if w.b.NoDone {
 		return // the variant never learns that its lease ended
