@@ -15,7 +15,9 @@ import (
 // Inspect implements driver.Inspector: it reads the lock named key on every node
 // and returns the majority's view. The lock is held when a majority of the nodes
 // hold it for one owner; its TTL is then the time until fewer than a majority
-// hold it, and its token the one recorded on the majority. LastToken is the
+// hold it, and its token the one recorded on the majority (on the most of
+// them, when nodes that lost the holding took it anew with tokens of their
+// own). LastToken is the
 // largest fence counter of any node. A holding on a minority of the nodes (left
 // by an acquisition that failed, until its TTL) shows as free, unless the
 // nodes that did not answer could make it a majority: then whether it is held
@@ -117,13 +119,16 @@ func (d *Driver) majority(key string, infos []driver.LockInfo) (driver.LockInfo,
 		for i, h := range held {
 			ttls[i] = h.TTL
 			tokens[h.Token]++
-			out.Token = max(out.Token, h.Token)
 		}
-		// The token handed out is recorded on a majority; nodes that granted
-		// after the acquisition settled drew their own, greater ones.
+		// The token handed out is recorded on a majority; a node that lost
+		// the holding (a crash) and took it anew at a renewal drew its own,
+		// greater one. When crashes left the token handed out on fewer than
+		// a majority, it is still the one on the most nodes (the greatest
+		// of those on as many).
+		most := 0
 		for tok, n := range tokens {
-			if n >= d.quorum {
-				out.Token = tok
+			if n > most || n == most && tok > out.Token {
+				out.Token, most = tok, n
 			}
 		}
 		slices.Sort(ttls)
