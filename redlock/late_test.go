@@ -197,12 +197,18 @@ func TestLateCleanupAfterFailedRaiseLeavesLaterAttempt(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	const ttl = 10 * time.Second
 	d, direct, hbs := lateNodes(t)
-	// Node 0 draws tokens far above the others', which raise records on them.
+	// Node 0 draws tokens far above the others', which raise records on them,
+	// and node 1 tokens between node 0's and node 2's: whichever two nodes
+	// grant first, they drew different tokens, and the one that drew less
+	// must have the greater recorded. (Two nodes whose clocks both drew the
+	// same microsecond agree without a raise: the first attempt then holds.)
 	const ahead = 9_000_000_000_000_000 // microseconds: a clock centuries ahead
-	if err := direct[0].Set(ctx, redislock.FenceKey(key), strconv.FormatUint(ahead, 10), time.Minute).Err(); err != nil {
-		t.Fatal(err)
+	for i, at := range []uint64{ahead, ahead / 2} {
+		if err := direct[i].Set(ctx, redislock.FenceKey(key), strconv.FormatUint(at, 10), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { direct[i].Del(context.Background(), redislock.FenceKey(key)) })
 	}
-	t.Cleanup(func() { direct[0].Del(context.Background(), redislock.FenceKey(key)) })
 	hbs[1].setFailRaise(true)
 	hbs[2].setFailRaise(true)
 	r := driver.AcquireRequest{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: ttl}
