@@ -183,8 +183,10 @@ func run(ctx context.Context, addr string, cfg config, out io.Writer) (report, e
 	}
 	killed := time.Now()
 	victim.killed.Store(true)
-	_ = victim.rdb.Close()
+	// Its work stops first, so that nothing it does after its connection
+	// went away is taken for a failure of the run.
 	victim.cancel()
+	_ = victim.rdb.Close()
 	fmt.Fprintf(out, "%s killed after %d items\n", victim.name, pulled.Load())
 
 	rep.Second, err = waitWin()
