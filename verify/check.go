@@ -79,6 +79,15 @@ type Params struct {
 	// them when its LISTEN starts, nor on memlock, which tells the holder
 	// itself; see the stores that need it in Run.
 	LateWatch bool
+	// ForceSpans: a force-unlock is not one step on the store but one per
+	// node (Redlock's masters), and removes, on each, whatever it holds
+	// then: an acquisition under way while it ran may be granted by nodes
+	// that the force reaches after, and lose its majority to it. The force
+	// names the holder it found (the one before), so such a grant counts as
+	// forced by it too: its loss is no spurious one, and its overlap with a
+	// later holder is excused until a renewal after the force succeeded; as
+	// the force may have missed it, its holder need not be told.
+	ForceSpans bool
 	// HTML is where Check's linearizability check writes porcupine's
 	// visualization of a history it finds not linearizable (empty: none).
 	HTML string
@@ -410,10 +419,21 @@ func (a *Analysis) matchForces() {
 		fo := &a.forces[i]
 		for _, g := range a.grants[fo.ok.Key] {
 			named := fo.ok.Token != 0 && g.ok.Token == fo.ok.Token || fo.ok.Owner != "" && g.ok.Owner == fo.ok.Owner
-			if g.ok.T > fo.ok.T && !named {
+			// An acquisition under way while a force of every node ran
+			// (see Params.ForceSpans).
+			spans := a.P.ForceSpans && g.inv.T < fo.ok.T && g.ok.T >= fo.inv.T
+			if g.ok.T > fo.ok.T && !named && !spans {
 				continue // granted after the force (a grant the force names was granted before it, its reply on its way)
 			}
 			valid := g.ok.T <= fo.inv.T && g.end > fo.inv.T // when the force was invoked
+			if spans && !named && !shared {
+				// It may have lost nodes to the force, or none: its loss
+				// is excused, but its holder need not be told.
+				if g.forced == 0 || fo.inv.T < g.forced {
+					g.forced, g.forceEnd = fo.inv.T, fo.ok.T
+				}
+				continue
+			}
 			switch {
 			case shared:
 				if g.end <= fo.inv.T {

@@ -68,6 +68,8 @@ type backend struct {
 	// tokensBack: the store hands the tokens of the grants such a fault
 	// lost out again (Params.TokensBack).
 	tokensBack bool
+	// forceSpans: a force-unlock runs node by node (Params.ForceSpans).
+	forceSpans bool
 }
 
 // backends are the registered backends, by name.
@@ -321,7 +323,7 @@ func Run(t testing.TB, c Config) *Result {
 	// queue's child watch fired before the holding was registered, and
 	// memlock tells the holder itself.
 	slices.Sort(res.Leftover)
-	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, TokensBack: b.tokensBack, Delay: spec.LockDelay, Told: c.Told,
+	a := Analyze(h, Params{Kind: spec.Kind, N: spec.N, TTL: spec.TTL, Bound: c.Bound, Recovery: grace, Unsafe: unsafe, TokensBack: b.tokensBack, ForceSpans: b.forceSpans, Delay: spec.LockDelay, Told: c.Told,
 		HTML: filepath.Join(dir, "resource.html"), Leftover: res.Leftover, ResultTTL: spec.ResultTTL, ResultMax: resultMax(spec), Aim: c.Aim, Detached: detachedLife(spec)})
 	res.Stats = a.Stats
 	res.Violations = a.Check()

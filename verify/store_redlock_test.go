@@ -17,6 +17,8 @@ func init() {
 		inspector: redlockInspector,
 		leftover:  redisLeftover,
 		fault:     redisFault, // a crash of one master at a time
+		// The force removes the lock master by master.
+		forceSpans: true,
 	})
 }
 
