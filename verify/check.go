@@ -418,7 +418,11 @@ func (a *Analysis) matchForces() {
 	for i := range a.forces {
 		fo := &a.forces[i]
 		for _, g := range a.grants[fo.ok.Key] {
-			named := fo.ok.Token != 0 && g.ok.Token == fo.ok.Token || fo.ok.Owner != "" && g.ok.Owner == fo.ok.Owner
+			// The owner names an acquisition, which may make several
+			// attempts: it names the grant only when seen before the force
+			// began (a grant of a later attempt, under way while the force
+			// ran or after it, is another holding).
+			named := fo.ok.Token != 0 && g.ok.Token == fo.ok.Token || fo.ok.Owner != "" && g.ok.Owner == fo.ok.Owner && g.ok.T < fo.inv.T
 			// An acquisition under way while a force of every node ran
 			// (see Params.ForceSpans).
 			spans := a.P.ForceSpans && g.inv.T < fo.ok.T && g.ok.T >= fo.inv.T

@@ -435,6 +435,9 @@ func TestToldAtOnceAfterAForce(t *testing.T) {
 		{"a force of the owner, another token", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o1"), next, told(112), releaseEvents(1, 2, 300)), nil, false},
 		{"a force of the owner, another token, told late", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o1"), next, told(230), releaseEvents(1, 2, 300)), []string{"told-at-once"}, false},
 		{"a force of another owner and token", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), forceOf(100, 15, "o2"), next, told(230), releaseEvents(1, 2, 300)), []string{"exclusion", "told-first", "spurious-loss"}, false},
+		// The force removed an earlier attempt's holding of the owner; its
+		// next attempt was granted after the force: nothing to tell.
+		{"a later attempt of the owner", cat(forceOf(100, 9, "o1"), owned(grantEvents(0, 1, 105, 10, 400), "o1"), releaseEvents(0, 2, 300)), nil, false},
 	} {
 		p := checkParams
 		p.LateWatch = tc.late
