@@ -244,11 +244,14 @@ func Analyze(h []Event, p Params) *Analysis {
 				if e.Fault == FaultForce {
 					// A force that removed a holding excuses nothing but
 					// its holder's overlap (see forcedBy); one of unknown
-					// outcome is a fault of the store.
-					switch e.Type {
-					case OK:
+					// outcome is a fault of the store, and so is one that
+					// found no holding to name where it removes whatever
+					// each node holds all the same (Params.ForceSpans: a
+					// holding it found on too few nodes, or one it cut).
+					switch {
+					case e.Type == OK:
 						a.forces = append(a.forces, forceOp{inv: forceInv, ok: e})
-					case Info:
+					case e.Type == Info || e.Type == Fail && a.P.ForceSpans:
 						a.faults = append(a.faults, fault{name: e.Fault, target: -1, start: forceInv.T, end: e.T, line: forceInv.Line})
 					}
 					continue

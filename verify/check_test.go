@@ -382,6 +382,13 @@ func forceOf(t int64, tok uint64, owner string) []Event {
 	return h
 }
 
+// failedForce is a force-unlock that found nothing held (ErrNotHeld).
+func failedForce(t int64) []Event {
+	h := forceEvents(t, 0)
+	h[1].Type = Fail
+	return h
+}
+
 // owned gives the grants of h the owner o.
 func owned(h []Event, o string) []Event {
 	for i := range h {
@@ -482,6 +489,10 @@ func TestForceUnderWayDuringAnAcquisition(t *testing.T) {
 		{"missed by the force", cat(first, second(0), releaseEvents(1, 2, 300)), true, nil},
 		{"lost, on a store whose force is one step", cat(first, second(105)), false, []string{"spurious-loss"}},
 		{"lost after the force", cat(first, second(0), []Event{{T: ms(200), Proc: 1, Op: OpDone, Key: "k", Token: 11}}), true, nil},
+		// A force that found no majority holding still removes what each
+		// node holds: the holder's loss is no spurious one.
+		{"lost to a force that named nothing", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), failedForce(100), []Event{{T: ms(101), Proc: 0, Op: OpDone, Key: "k", Token: 10}}), true, nil},
+		{"lost while a force that named nothing ran, on a store whose force is one step", cat(owned(grantEvents(0, 1, 0, 10, 400), "o1"), failedForce(100), []Event{{T: ms(101), Proc: 0, Op: OpDone, Key: "k", Token: 10}}), false, []string{"spurious-loss"}},
 	} {
 		p := checkParams
 		p.ForceSpans = tc.spans
