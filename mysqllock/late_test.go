@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -74,13 +75,7 @@ func TestLateStatementNeverShortensAHolding(t *testing.T) {
 			if err := tc.late(lateDriver(t, behind), h, g.Token); err != nil {
 				t.Fatalf("the late statement: %v", err)
 			}
-			left, err := d.TTL(ctx, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := ttl - time.Since(start); left < want {
-				t.Errorf("the holding has %v left after a statement started %v early, want at least %v (the grant's)", left.Round(time.Millisecond), behind, want.Round(time.Millisecond))
-			}
+			checkLeft(ctx, t, d, h, start, behind)
 		})
 	}
 	t.Run("semaphore extend", func(t *testing.T) {
@@ -100,12 +95,19 @@ func TestLateStatementNeverShortensAHolding(t *testing.T) {
 		if _, err := late.Extend(ctx, h, ttl); err != nil {
 			t.Fatalf("the late extend: %v", err)
 		}
-		left, err := s.TTL(ctx, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := ttl - time.Since(start); left < want {
-			t.Errorf("the permit has %v left after an extend started %v early, want at least %v (the grant's)", left.Round(time.Millisecond), behind, want.Round(time.Millisecond))
-		}
+		checkLeft(ctx, t, s, h, start, behind)
 	})
+}
+
+// checkLeft fails the test unless h, granted by d at start, has at least
+// what its grant gave it left after a statement that started behind early.
+func checkLeft(ctx context.Context, t *testing.T, d driver.Driver, h driver.Holding, start time.Time, behind time.Duration) {
+	t.Helper()
+	left, err := d.TTL(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := h.TTL - time.Since(start); left < want {
+		t.Errorf("the holding has %v left after a statement started %v early, want at least %v (the grant's)", left.Round(time.Millisecond), behind, want.Round(time.Millisecond))
+	}
 }

@@ -382,6 +382,17 @@ func forceOf(t int64, tok uint64, owner string) []Event {
 	return h
 }
 
+// forceCheckers returns the checkers of a force's outcome that fail on a.
+func forceCheckers(a *Analysis) []string {
+	var got []string
+	for _, v := range []*Violation{a.ToldAtOnce(), a.Exclusion(), a.ToldFirst(), a.SpuriousLoss()} {
+		if v != nil {
+			got = append(got, v.Checker)
+		}
+	}
+	return got
+}
+
 // failedForce is a force-unlock that found nothing held (ErrNotHeld).
 func failedForce(t int64) []Event {
 	h := forceEvents(t, 0)
@@ -448,13 +459,7 @@ func TestToldAtOnceAfterAForce(t *testing.T) {
 	} {
 		p := checkParams
 		p.LateWatch = tc.late
-		a := Analyze(tc.h, p)
-		var got []string
-		for _, v := range []*Violation{a.ToldAtOnce(), a.Exclusion(), a.ToldFirst(), a.SpuriousLoss()} {
-			if v != nil {
-				got = append(got, v.Checker)
-			}
-		}
+		got := forceCheckers(Analyze(tc.h, p))
 		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 			t.Errorf("%s: violations %v, want %v", tc.name, got, tc.want)
 		}
@@ -496,13 +501,7 @@ func TestForceUnderWayDuringAnAcquisition(t *testing.T) {
 	} {
 		p := checkParams
 		p.ForceSpans = tc.spans
-		a := Analyze(tc.h, p)
-		var got []string
-		for _, v := range []*Violation{a.ToldAtOnce(), a.Exclusion(), a.ToldFirst(), a.SpuriousLoss()} {
-			if v != nil {
-				got = append(got, v.Checker)
-			}
-		}
+		got := forceCheckers(Analyze(tc.h, p))
 		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 			t.Errorf("%s: violations %v, want %v", tc.name, got, tc.want)
 		}
