@@ -591,31 +591,42 @@ func (a *Analysis) Exits() *Violation {
 // second's reply reports) excuses a pair of the second kind; nothing excuses
 // one of the first or a repeated token, but an unsafe fault between the two
 // grants on a store whose tokens go back across one (Params.TokensBack).
+//
+// Of the keys' violations it returns the one whose last event came first.
 func (a *Analysis) Fencing() *Violation {
+	var first *Violation
 	for key, gs := range a.grants {
-		byToken := map[uint64]*grant{}
-		for i, b := range gs {
-			if b.resumed {
-				continue // the same holding: HandOff judges it
+		if v := a.fencing(key, gs); v != nil && (first == nil || slices.Max(v.Lines) < slices.Max(first.Lines)) {
+			first = v
+		}
+	}
+	return first
+}
+
+// fencing is Fencing on the grants gs of key.
+func (a *Analysis) fencing(key string, gs []*grant) *Violation {
+	byToken := map[uint64]*grant{}
+	for i, b := range gs {
+		if b.resumed {
+			continue // the same holding: HandOff judges it
+		}
+		if g := byToken[b.ok.Token]; g != nil && !a.tokenBack(g, b) {
+			return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.ok.Line},
+				Msg: fmt.Sprintf("key %s: token %d granted twice, to worker %d and to worker %d", key, b.ok.Token, g.ok.Proc, b.ok.Proc)}
+		}
+		byToken[b.ok.Token] = b
+		for _, g := range gs[:i] {
+			if g.ok.Token < b.ok.Token || g.resumed || a.tokenBack(g, b) {
+				continue
 			}
-			if g := byToken[b.ok.Token]; g != nil && !a.tokenBack(g, b) {
-				return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.ok.Line},
-					Msg: fmt.Sprintf("key %s: token %d granted twice, to worker %d and to worker %d", key, b.ok.Token, g.ok.Proc, b.ok.Proc)}
+			if g.ok.T < b.inv.T {
+				return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.inv.Line, b.ok.Line},
+					Msg: fmt.Sprintf("key %s: grant of token %d completed before the grant of token %d was invoked", key, g.ok.Token, b.ok.Token)}
 			}
-			byToken[b.ok.Token] = b
-			for _, g := range gs[:i] {
-				if g.ok.Token < b.ok.Token || g.resumed || a.tokenBack(g, b) {
-					continue
-				}
-				if g.ok.T < b.inv.T {
-					return &Violation{Checker: "fencing", Lines: []int{g.ok.Line, b.inv.Line, b.ok.Line},
-						Msg: fmt.Sprintf("key %s: grant of token %d completed before the grant of token %d was invoked", key, g.ok.Token, b.ok.Token)}
-				}
-				if a.orderFixed(g, b) {
-					return &Violation{Checker: "fencing", Lines: []int{b.inv.Line, g.ok.Line, b.ok.Line},
-						Msg: fmt.Sprintf("key %s: grant of token %d completed while the grant of token %d was under way, and its holding was valid %v more: the store granted it first",
-							key, g.ok.Token, b.ok.Token, time.Duration(b.ok.Deadline-g.ok.T).Round(time.Millisecond))}
-				}
+			if a.orderFixed(g, b) {
+				return &Violation{Checker: "fencing", Lines: []int{b.inv.Line, g.ok.Line, b.ok.Line},
+					Msg: fmt.Sprintf("key %s: grant of token %d completed while the grant of token %d was under way, and its holding was valid %v more: the store granted it first",
+						key, g.ok.Token, b.ok.Token, time.Duration(b.ok.Deadline-g.ok.T).Round(time.Millisecond))}
 			}
 		}
 	}

@@ -59,6 +59,27 @@ func TestFencingFindsARepeatedToken(t *testing.T) {
 	}
 }
 
+// TestFencingReportsTheFirstViolation: of the keys' violations, the one that
+// came first, whatever order the keys are visited in (a broken variant's time
+// to catch is that violation's).
+func TestFencingReportsTheFirstViolation(t *testing.T) {
+	var parts [][]Event
+	for i, k := range []string{"a", "b", "c", "d", "e"} {
+		at := int64(1000 - 100*i) // the last key's repeat comes first
+		for _, e := range cat(grantEvents(0, int64(2*i+1), at, 10, 400), releaseEvents(0, int64(2*i+2), at+20), grantEvents(1, int64(i+1), at+30, 10, 400)) {
+			e.Key = k
+			parts = append(parts, []Event{e})
+		}
+	}
+	h := cat(parts...)
+	for range 20 { // map order differs from run to run
+		v := Analyze(h, checkParams).Fencing()
+		if v == nil || !strings.Contains(v.Msg, "key e:") {
+			t.Fatalf("reported %+v, want key e's repeat, the first", v)
+		}
+	}
+}
+
 func TestExclusionFindsOverlapsButAcrossUnsafeFaults(t *testing.T) {
 	h := cat(grantEvents(0, 1, 0, 10, 400), grantEvents(1, 1, 100, 11, 400), releaseEvents(0, 2, 200), releaseEvents(1, 2, 300))
 	a := Analyze(h, checkParams)
