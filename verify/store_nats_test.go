@@ -161,7 +161,7 @@ func powerLossNATS(ctx context.Context, s *natsServer, st *store, lost time.Dura
 		}
 		rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
 		rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
-		grantSince(ctx, rec, Now(), lost) // writes acknowledged, never on the disk
+		grantsSince(ctx, rec, Now(), 1, lost) // writes acknowledged, never on the disk
 	}
 	before := lastRevision(ctx, s.URL)
 	closes := serverCloses(st.proxies)

@@ -659,7 +659,7 @@ func powerLoss(ctx context.Context, c Config, s *testserver.Redis, lost time.Dur
 	}
 	rec.Record(Event{Op: OpNemesis, Type: Invoke, Fault: FaultSnapshot, Target: -1})
 	rec.Record(Event{Op: OpNemesis, Type: OK, Fault: FaultSnapshot, Target: -1})
-	grantSince(ctx, rec, Now(), lost) // writes acknowledged, never on the disk
+	grantsSince(ctx, rec, Now(), 1, lost) // writes acknowledged, never on the disk
 	return crashRestart(c, s, FaultPowerLoss, 0, func() error { return os.Truncate(path, fi.Size()) }, rec)
 }
 
@@ -731,14 +731,9 @@ func aofTail(addr string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// grantSince waits, within d at most (or until ctx ends), until the history
-// that rec writes to shows a grant completed after t (on Now's clock): the
+// grantsSince waits, within d at most (or until ctx ends), until the history
+// that rec writes to shows n grants completed after t (on Now's clock): the
 // end of each worker's file is read every 10 ms.
-func grantSince(ctx context.Context, rec *Recorder, t int64, d time.Duration) {
-	grantsSince(ctx, rec, t, 1, d)
-}
-
-// grantsSince is grantSince until n grants completed after t.
 func grantsSince(ctx context.Context, rec *Recorder, t int64, n int, d time.Duration) {
 	dir := filepath.Dir(rec.f.Name())
 	end := time.Now().Add(d)
